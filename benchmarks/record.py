@@ -1,0 +1,58 @@
+"""Write one benchmark's figures into BENCHMARKS.md, replacing that benchmark's previous section.
+
+Each section carries the machine description and the date, so figures are never
+read without knowing where they came from.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import re
+from pathlib import Path
+
+import numpy as np
+
+BENCHMARKS_MD = Path(__file__).resolve().parents[1] / "BENCHMARKS.md"
+
+
+def machine() -> str:
+    """One line: CPU model, cores, memory, OS, Python and numpy versions."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = ""
+    try:
+        kb = int(Path("/proc/meminfo").read_text().split()[1])
+        mem = f", {kb / 2**20:.0f} GiB RAM"
+    except (OSError, ValueError, IndexError):
+        pass
+    return (
+        f"{cpu}, {os.cpu_count()} cores{mem}, {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}, numpy {np.__version__}"
+    )
+
+
+def record(name: str, body: str, command: str) -> None:
+    """Replace (or append) the section ``name`` of BENCHMARKS.md with ``body``."""
+    today = _dt.date.today().isoformat()
+    section = (
+        f"<!-- bench:{name} -->\n## {name}\n\n"
+        f"Machine: {machine()}  \nDate: {today}  \nReproduce: `{command}`\n\n{body.strip()}\n"
+        f"<!-- /bench:{name} -->\n"
+    )
+    text = (
+        BENCHMARKS_MD.read_text()
+        if BENCHMARKS_MD.exists()
+        else "# Benchmarks\n\nFigures written by the scripts in `benchmarks/`; each section says where and when it was measured.\n\n"
+    )
+    pattern = re.compile(rf"<!-- bench:{re.escape(name)} -->.*?<!-- /bench:{re.escape(name)} -->\n", re.S)
+    text = pattern.sub(lambda _: section, text) if pattern.search(text) else text + "\n" + section
+    BENCHMARKS_MD.write_text(text)
+    print(section)

@@ -1,0 +1,1 @@
+"""Datasheet hardware profiles, one TOML file per accelerator (read by ``roofline.hardware``)."""

@@ -1,0 +1,275 @@
+"""The ``specroof`` command line. Every command prints a table and takes ``--json``.
+
+Bad input exits with status 2 and a one-line message, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from roofline.errors import SpecroofError
+from roofline.hardware import list_hardware, load_hardware
+from roofline.model import PRESETS, ModelSpec, get_model
+from roofline.roofline import crossover_tokens, memory_footprint, pass_time, weights_only_crossover
+from roofline.units import format_quantity
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse's own exit code is already 2
+        self.print_usage(sys.stderr)
+        self.exit(2, f"specroof: error: {message}\n")
+
+
+def int_list(text: str) -> list[int]:
+    """Parse ``'1,4,16'`` or ``'1-64'`` (inclusive range) into integers."""
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            if "-" in part[1:]:
+                a, b = part.split("-", 1)
+                out.extend(range(int(a), int(b) + 1))
+            else:
+                out.append(int(part))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected integers like '1,4,16' or '1-64', got {text!r}") from None
+    return out
+
+
+def float_list(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers like '0.6,0.8', got {text!r}") from None
+
+
+def emit(args: argparse.Namespace, payload: Any, table: pd.DataFrame | str) -> None:
+    """Print ``payload`` as JSON with ``--json``, else the readable ``table``."""
+    if getattr(args, "json", False):
+        print(json.dumps(payload, indent=2, default=_json_default))
+    else:
+        print(table if isinstance(table, str) else table.to_string(index=False))
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def model_from_args(args: argparse.Namespace) -> ModelSpec:
+    if getattr(args, "params", None) is not None:
+        return ModelSpec.from_params(args.params)
+    if getattr(args, "model", None):
+        if args.model.endswith(".json"):
+            return ModelSpec.from_hf_config(args.model)
+        return get_model(args.model)
+    raise SpecroofError("give a model: --model PRESET (or a config.json path) or --params N")
+
+
+# -- hardware -------------------------------------------------------------------
+
+
+def cmd_hardware_list(args: argparse.Namespace) -> int:
+    df = list_hardware()
+    cols = [
+        "id",
+        "name",
+        "memory_GB",
+        "bandwidth_GB_per_s",
+        "bf16_TFLOP_per_s",
+        "fp8_TFLOP_per_s",
+        "ridge_bf16_flop_per_byte",
+    ]
+    emit(args, df.to_dict(orient="records"), df[cols].round(1).astype(object).where(df[cols].notna(), "-"))
+    return 0
+
+
+def cmd_hardware_show(args: argparse.Namespace) -> int:
+    hw = load_hardware(args.name)
+    info = hw.summary() | {
+        "ridge_flop_per_byte": hw.ridge_points(),
+        "sources": hw.sources,
+        "notes": hw.notes,
+        "aliases": list(hw.aliases),
+    }
+    lines = [f"{hw.name} ({hw.id})"]
+    if hw.memory_bytes:
+        lines.append(f"  memory      {format_quantity(hw.memory_bytes, 'B')}")
+    lines.append(f"  bandwidth   {format_quantity(hw.bandwidth(), 'B/s')}")
+    for d in hw.dtypes:
+        lines.append(f"  {d:<5} peak  {format_quantity(hw.peak(d), 'FLOP/s'):>14}   ridge {hw.ridge(d):7.1f} FLOP/byte")
+    if hw.interconnect_bytes_per_s:
+        lines.append(f"  link        {format_quantity(hw.interconnect_bytes_per_s, 'B/s')} per direction")
+    for block, src in hw.sources.items():
+        lines.append(f"  source[{block}]: {src}")
+    if hw.notes:
+        lines.append(f"  note: {hw.notes}")
+    emit(args, info, "\n".join(lines))
+    return 0
+
+
+# -- roofline ------------------------------------------------------------------
+
+
+def cmd_roofline(args: argparse.Namespace) -> int:
+    spec = model_from_args(args)
+    hw = load_hardware(args.hardware)
+    batch, tokens, context = args.batch, args.tokens, args.context
+    st = pass_time(spec, hw, batch, tokens, context, args.dtype, weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype)
+    k = int(
+        crossover_tokens(spec, hw, batch, context, args.dtype, weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype)
+    )
+    from roofline.cost import forward_cost
+
+    cost = forward_cost(spec, batch, tokens, context, args.weight_dtype or args.dtype, args.kv_dtype, args.dtype)
+    fp = memory_footprint(spec, batch, context, args.weight_dtype or args.dtype, args.kv_dtype, args.dtype, tokens)
+    payload = {
+        "hardware": hw.id,
+        "model": spec.name,
+        "dtype": args.dtype,
+        "batch": batch,
+        "new_tokens": tokens,
+        "context": context,
+        "params": spec.total_params,
+        "weight_bytes": float(cost.weight_bytes),
+        "kv_read_bytes": float(cost.kv_read_bytes),
+        "total_bytes": float(cost.total_bytes),
+        "flops": float(cost.total_flops),
+        "t_memory_s": float(st.t_memory_s),
+        "t_compute_s": float(st.t_compute_s),
+        "t_step_s": float(st.t_step_s),
+        "tokens_per_s": float(st.tokens_per_s),
+        "arithmetic_intensity": float(st.intensity),
+        "ridge_flop_per_byte": float(st.ridge),
+        "bound": str(st.bound),
+        "crossover_tokens": k,
+        "weights_only_crossover": weights_only_crossover(spec, hw, args.dtype),
+        "memory_footprint_bytes": float(fp.total_bytes),
+    }
+    table = "\n".join(
+        [
+            f"{spec.name} on {hw.name}, {args.dtype}, batch {batch}, {tokens} new token(s), context {context}",
+            f"  bytes moved        {format_quantity(payload['total_bytes'], 'B')}"
+            f"  (weights {format_quantity(payload['weight_bytes'], 'B')}, KV read {format_quantity(payload['kv_read_bytes'], 'B')})",
+            f"  FLOPs              {format_quantity(payload['flops'], 'FLOP')}",
+            f"  memory time        {format_quantity(payload['t_memory_s'], 's')}",
+            f"  compute time       {format_quantity(payload['t_compute_s'], 's')}",
+            f"  pass time          {format_quantity(payload['t_step_s'], 's')}  ({payload['bound']} bound)",
+            f"  tokens/s           {payload['tokens_per_s']:.1f}",
+            f"  intensity          {payload['arithmetic_intensity']:.2f} FLOP/byte (ridge {payload['ridge_flop_per_byte']:.1f})",
+            f"  crossover K        {k} new tokens per sequence stay memory bound",
+            f"  memory footprint   {format_quantity(payload['memory_footprint_bytes'], 'B')}",
+        ]
+    )
+    if args.plot:
+        from roofline.plot import roofline_chart
+
+        fig = roofline_chart(
+            hw,
+            [args.dtype],
+            spec=spec,
+            points=[
+                {
+                    "label": "this pass",
+                    "intensity": payload["arithmetic_intensity"],
+                    "flop_per_s": payload["flops"] / payload["t_step_s"],
+                }
+            ],
+        )
+        fig.savefig(args.plot, dpi=120)
+    emit(args, payload, table)
+    return 0
+
+
+# -- report ----------------------------------------------------------------------
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from roofline.report import write_report
+
+    summary = write_report(args.out, args.hardware)
+    seed = summary["seed_example"]
+    table = pd.DataFrame(seed)[
+        ["hardware", "t_memory_ms", "t_compute_ms", "tokens_per_s", "ridge_flop_per_byte", "K_exact"]
+    ]
+    emit(args, summary, table.round(3).to_string(index=False) + f"\n\nreport written to {args.out}/index.html")
+    return 0
+
+
+# -- parser ----------------------------------------------------------------------
+
+
+def _add_json(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="specroof", description="How much does speculative decoding buy on this GPU?")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    hw = sub.add_parser("hardware", help="list or show hardware profiles")
+    hw_sub = hw.add_subparsers(dest="hw_command", required=True, parser_class=_Parser)
+    p = hw_sub.add_parser("list", help="all built-in profiles")
+    _add_json(p)
+    p.set_defaults(func=cmd_hardware_list)
+    p = hw_sub.add_parser("show", help="one profile with its sources")
+    p.add_argument("name")
+    _add_json(p)
+    p.set_defaults(func=cmd_hardware_show)
+
+    p = sub.add_parser("roofline", help="cost of one forward pass: bytes, FLOPs, time, bound, crossover K")
+    p.add_argument("--hardware", required=True, help="profile id, alias or .toml path")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--model", help=f"preset ({', '.join(PRESETS)}) or a config.json path")
+    g.add_argument("--params", type=float, help="abstract model with this many weights, e.g. 13e9")
+    p.add_argument("--dtype", default="fp16", help="compute/activation dtype (default fp16)")
+    p.add_argument("--weight-dtype", default=None, help="weight dtype if different (e.g. int4)")
+    p.add_argument("--kv-dtype", default=None, help="KV-cache dtype if different (e.g. fp8)")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--tokens", type=int, default=1, help="new tokens per sequence in the pass")
+    p.add_argument("--context", type=int, default=0, help="tokens already in each KV cache")
+    p.add_argument("--plot", default=None, help="write a roofline chart PNG here")
+    _add_json(p)
+    p.set_defaults(func=cmd_roofline)
+
+    from roofline.report import DEFAULT_GPUS
+
+    p = sub.add_parser("report", help="the main job: seeds' example, rooflines, plans, written to a folder")
+    p.add_argument("--out", default="specroof-report", help="output folder (default ./specroof-report)")
+    p.add_argument("--hardware", nargs="+", default=list(DEFAULT_GPUS), help="GPUs to cover")
+    _add_json(p)
+    p.set_defaults(func=cmd_report)
+
+    for register in _EXTRA_COMMANDS:
+        register(sub)
+    return parser
+
+
+#: Other modules register subcommands here (speedup, plan, tree, report, measure).
+_EXTRA_COMMANDS: list[Callable[[Any], None]] = []
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except SpecroofError as exc:
+        print(f"specroof: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

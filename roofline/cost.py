@@ -1,0 +1,228 @@
+"""FLOPs and bytes of one forward pass, per operator, vectorised over batch/tokens/context.
+
+One pass processes ``new_tokens`` tokens for each of ``batch`` sequences whose
+KV caches already hold ``context`` tokens. Every count broadcasts: arrays for
+``batch``, ``new_tokens`` and ``context`` give arrays of results, so a sweep is
+one call. FLOPs are 2 x multiply-adds; bytes are split into weights, KV read,
+KV write and activations, which is what the roofline and the fit need.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from roofline.errors import SpecroofError, as_array, check_min
+from roofline.hardware import dtype_bytes
+from roofline.model import ModelSpec, get_model
+
+Array = npt.NDArray[np.float64]
+
+#: Operators of a concrete decoder pass, in execution order.
+OPERATORS = ("embed", "qkv", "attn_scores", "attn_values", "out_proj", "router", "mlp", "norms", "lm_head")
+#: The single operator of an abstract (weights-only) model.
+ABSTRACT_OPERATORS = ("linear",)
+
+
+@dataclass(frozen=True)
+class PassCost:
+    """Per-operator FLOPs (FLOP) and bytes of one forward pass.
+
+    Every array has shape ``(len(operators), *shape)`` where ``shape`` is the
+    broadcast shape of batch, new_tokens and context.
+    """
+
+    operators: tuple[str, ...]
+    flops: Array
+    bytes_weights: Array
+    bytes_kv_read: Array
+    bytes_kv_write: Array
+    bytes_act: Array
+    batch: npt.NDArray[np.int64]
+    new_tokens: npt.NDArray[np.int64]
+    context: npt.NDArray[np.int64]
+    compute_dtype: str
+    n_layers: int
+
+    @cached_property
+    def bytes(self) -> Array:
+        """All bytes moved per operator."""
+        return self.bytes_weights + self.bytes_kv_read + self.bytes_kv_write + self.bytes_act
+
+    @cached_property
+    def total_flops(self) -> Array:
+        return self.flops.sum(axis=0)
+
+    @cached_property
+    def total_bytes(self) -> Array:
+        return self.bytes.sum(axis=0)
+
+    @property
+    def weight_bytes(self) -> Array:
+        return self.bytes_weights.sum(axis=0)
+
+    @property
+    def kv_read_bytes(self) -> Array:
+        return self.bytes_kv_read.sum(axis=0)
+
+    @property
+    def tokens(self) -> npt.NDArray[np.int64]:
+        """Tokens processed by the pass: batch x new_tokens."""
+        return self.batch * self.new_tokens
+
+    @property
+    def intensity(self) -> Array:
+        """Arithmetic intensity of the whole pass in FLOP/byte."""
+        return arithmetic_intensity(self)
+
+    def breakdown(self) -> pd.DataFrame:
+        """Per-operator table of one configuration (the cost must be scalar-shaped)."""
+        if self.flops[0].size != 1:
+            raise SpecroofError("breakdown() needs a single configuration; index the sweep first")
+        return pd.DataFrame(
+            {
+                "operator": self.operators,
+                "flops": self.flops.reshape(len(self.operators)),
+                "bytes_weights": self.bytes_weights.reshape(len(self.operators)),
+                "bytes_kv_read": self.bytes_kv_read.reshape(len(self.operators)),
+                "bytes_kv_write": self.bytes_kv_write.reshape(len(self.operators)),
+                "bytes_act": self.bytes_act.reshape(len(self.operators)),
+            }
+        )
+
+
+def arithmetic_intensity(cost: PassCost) -> Array:
+    """FLOP per byte of a pass (array over the sweep)."""
+    return cost.total_flops / cost.total_bytes
+
+
+def _tree_visible(tree: Any) -> tuple[int, int]:
+    """(number of nodes, sum over nodes of how many new tokens each sees) for a tree."""
+    depths = getattr(tree, "depths", tree)
+    d = check_min("tree depths", depths, 1, integer=True)
+    if d.ndim != 1 or d.size == 0:
+        raise SpecroofError("tree must be a Tree or a 1-D array of node depths (>= 1)")
+    return int(d.size), int(d.sum())
+
+
+def expected_experts_touched(n_experts: int, experts_per_token: int, tokens: Any) -> Array:
+    """Expected distinct experts that ``tokens`` tokens touch with uniform top-k routing."""
+    t = np.asarray(tokens, dtype=float)
+    return n_experts * (1.0 - (1.0 - experts_per_token / n_experts) ** t)
+
+
+def forward_cost(
+    spec: ModelSpec | str,
+    batch: Any = 1,
+    new_tokens: Any = 1,
+    context: Any = 0,
+    weight_dtype: str = "fp16",
+    kv_dtype: str | None = None,
+    act_dtype: str | None = None,
+    tree: Any = None,
+) -> PassCost:
+    """Per-operator FLOPs and bytes of one pass of ``new_tokens`` tokens per sequence.
+
+    ``batch`` sequences, each with ``context`` tokens already cached. ``tree`` (a
+    :class:`roofline.trees.Tree` or an array of node depths) replaces the causal
+    chain: ``new_tokens`` becomes the node count and each node attends to its
+    ancestors only. ``kv_dtype``/``act_dtype`` default to ``weight_dtype`` (or fp16
+    for integer/4-bit weights).
+    """
+    spec = get_model(spec)
+    wb = dtype_bytes(weight_dtype)
+    default_act = weight_dtype if weight_dtype in ("fp32", "bf16", "fp16") else "fp16"
+    act_dtype = act_dtype or default_act
+    kv_dtype = kv_dtype or act_dtype
+    ab, kb = dtype_bytes(act_dtype), dtype_bytes(kv_dtype)
+
+    B = check_min("batch", batch, 1, integer=True)
+    L = check_min("context", context, 0, integer=True)
+    if tree is not None:
+        n_nodes, visible_sum = _tree_visible(tree)
+        n = np.asarray(n_nodes, dtype=np.int64)
+        if new_tokens not in (None, 1) and np.any(as_array("new_tokens", new_tokens) != n_nodes):
+            raise SpecroofError(f"new_tokens ({new_tokens}) disagrees with the tree's {n_nodes} nodes")
+        vis = np.asarray(float(visible_sum))
+    else:
+        n = check_min("new_tokens", new_tokens, 1, integer=True)
+        vis = n * (n + 1) / 2.0  # causal: token i sees i new tokens
+    B, n, L = np.broadcast_arrays(B, n, L)
+    vis = np.broadcast_to(vis, B.shape) if tree is not None else n * (n + 1) / 2.0
+    if np.any(L + n > spec.max_context):
+        bad = (L + n)[L + n > spec.max_context].flat[0]
+        raise SpecroofError(
+            f"context + new_tokens = {bad} exceeds {spec.name}'s max context of {spec.max_context} tokens"
+        )
+    T = (B * n).astype(float)
+    Bf, Lf = B.astype(float), L.astype(float)
+    zeros = np.zeros(B.shape)
+
+    if spec.is_abstract:
+        N = spec.raw_params
+        flops = np.stack([2.0 * T * N])
+        weights = np.stack([zeros + N * wb])
+        z = np.stack([zeros])
+        return PassCost(ABSTRACT_OPERATORS, flops, weights, z, z.copy(), z.copy(), B, n, L, act_dtype, 0)
+
+    nl, d, H, KV, hd = spec.n_layers, spec.d_model, spec.n_heads, spec.n_kv_heads, spec.head_dim
+    qkv_out = (H + 2 * KV) * hd
+    names = tuple(o for o in OPERATORS if spec.is_moe or o != "router")
+    # One preallocated block per byte class; rows are filled in place so a
+    # million-point sweep does not build and re-stack dozens of temporaries.
+    out = {k: np.zeros((len(names), *B.shape)) for k in ("f", "w", "kr", "kw", "a")}
+    row = {o: i for i, o in enumerate(names)}
+
+    def op(name: str, flops: Any, w: Any = 0.0, kv_r: Any = 0.0, kv_w: Any = 0.0, act: Any = 0.0) -> None:
+        if name not in row:
+            return
+        for key, value in (("f", flops), ("w", w), ("kr", kv_r), ("kw", kv_w), ("a", act)):
+            if np.any(value):
+                out[key][row[name]] = value
+
+    op("embed", 0.0, w=np.minimum(T, spec.vocab_size) * d * wb, act=T * d * ab)
+    kv_new = T * nl * 2 * KV * hd * kb
+    op(
+        "qkv",
+        2.0 * T * d * qkv_out * nl,
+        w=nl * (spec.attn_params_per_layer - H * hd * d) * wb,
+        kv_w=kv_new,
+        act=nl * T * (d + qkv_out) * ab,
+    )
+    # Each query attends to the cached context plus the new tokens it can see.
+    attn_pairs = Bf * (n * Lf + vis)
+    kv_cache = Bf * Lf * nl * KV * hd * kb  # K (or V) of the cached context, all layers
+    op("attn_scores", 2.0 * attn_pairs * H * hd * nl, kv_r=kv_cache, act=nl * T * H * hd * ab)
+    op("attn_values", 2.0 * attn_pairs * H * hd * nl, kv_r=kv_cache, act=nl * T * H * hd * ab)
+    op(
+        "out_proj",
+        2.0 * T * H * hd * d * nl,
+        w=nl * H * hd * d * wb,
+        act=nl * T * (H * hd + d) * ab,
+    )
+    dense_layers = nl - spec.n_moe_layers
+    mlp_flops = 2.0 * T * spec.dense_mlp_params * dense_layers
+    mlp_w: Any = dense_layers * spec.dense_mlp_params * wb
+    mlp_act = dense_layers * T * (2 * d + spec.mlp_matrices * spec.d_ff) * ab
+    router_f: Any = 0.0
+    router_w: Any = 0.0
+    if spec.is_moe:
+        m = spec.n_moe_layers
+        k = spec.experts_per_token
+        touched = expected_experts_touched(spec.n_experts, k, T)
+        mlp_flops = mlp_flops + 2.0 * T * (k * spec.expert_params + spec.shared_expert_params) * m
+        mlp_w = mlp_w + m * (touched * spec.expert_params + spec.shared_expert_params) * wb
+        mlp_act = mlp_act + m * T * (2 * d + k * spec.mlp_matrices * spec.d_ff_expert) * ab
+        router_f = 2.0 * T * spec.router_params * m
+        router_w = m * spec.router_params * wb
+    op("router", router_f, w=router_w)
+    op("mlp", mlp_flops, w=mlp_w, act=mlp_act)
+    op("norms", 4.0 * T * d * (2 * nl + 1), w=spec.norm_params * wb, act=2 * (2 * nl + 1) * T * d * ab)
+    op("lm_head", 2.0 * T * d * spec.vocab_size, w=spec.lm_head_params * wb, act=T * (d + spec.vocab_size) * ab)
+
+    return PassCost(names, out["f"], out["w"], out["kr"], out["kw"], out["a"], B, n, L, act_dtype, nl)

@@ -1,0 +1,62 @@
+"""One error type for bad input, and the small checks that raise it.
+
+Every public function validates its arguments with these helpers so that a user
+sees ``batch must be >= 1 (got -3)`` instead of a traceback from deep inside
+numpy. The CLI catches :class:`SpecroofError` and exits with status 2.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+
+class SpecroofError(ValueError):
+    """Bad input to a specroof function: the message names the field and the problem."""
+
+
+def as_array(name: str, value: Any, *, integer: bool = False) -> npt.NDArray[Any]:
+    """Return ``value`` as a numpy array, rejecting NaN, inf and non-numbers."""
+    try:
+        arr = np.asarray(value, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise SpecroofError(f"{name} must be a number or an array of numbers (got {value!r})") from exc
+    if not np.all(np.isfinite(arr)):
+        raise SpecroofError(f"{name} must be finite (got {value!r})")
+    if integer:
+        if not np.all(arr == np.round(arr)):
+            raise SpecroofError(f"{name} must be a whole number (got {value!r})")
+        return arr.astype(np.int64)
+    return arr
+
+
+def _fmt(value: Any) -> str:
+    v = float(value)
+    return str(int(v)) if v.is_integer() else f"{v:g}"
+
+
+def check_min(name: str, value: Any, minimum: float, *, integer: bool = False) -> npt.NDArray[Any]:
+    """Array of ``value`` checked element-wise to be ``>= minimum``."""
+    arr = as_array(name, value, integer=integer)
+    if np.any(arr < minimum):
+        bad = arr[arr < minimum].flat[0] if arr.ndim else arr
+        raise SpecroofError(f"{name} must be >= {minimum:g} (got {_fmt(bad)})")
+    return arr
+
+
+def check_range(name: str, value: Any, lo: float, hi: float) -> npt.NDArray[Any]:
+    """Array of ``value`` checked element-wise to lie in ``[lo, hi]``."""
+    arr = as_array(name, value)
+    if np.any((arr < lo) | (arr > hi)):
+        bad = arr[(arr < lo) | (arr > hi)].flat[0] if arr.ndim else arr
+        raise SpecroofError(f"{name} must lie in [{lo:g}, {hi:g}] (got {_fmt(bad)})")
+    return arr
+
+
+def check_choice(name: str, value: str, choices: tuple[str, ...] | list[str]) -> str:
+    """``value`` if it is one of ``choices``; otherwise an error listing them."""
+    if value not in choices:
+        raise SpecroofError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
+    return value

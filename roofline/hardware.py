@@ -1,0 +1,378 @@
+"""Hardware profiles: load, validate and list accelerators; ridge points and ceilings.
+
+A profile is a TOML file (``hardware_profiles/<id>.toml``) whose keys carry
+their units (``bandwidth_GB_per_s``, ``bf16_TFLOP_per_s``), one ``source`` per
+block. A profile written by ``measure`` adds a ``[measured]`` block whose
+achieved figures override the datasheet ceilings. Inside the code everything
+is SI: bytes, bytes/s, FLOP/s, seconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from roofline.errors import SpecroofError, check_min
+
+#: Every dtype a profile may list, with its storage size in bytes.
+DTYPE_BYTES: dict[str, float] = {
+    "fp32": 4.0,
+    "tf32": 4.0,
+    "bf16": 2.0,
+    "fp16": 2.0,
+    "fp8": 1.0,
+    "int8": 1.0,
+    "int4": 0.5,
+    "fp4": 0.5,
+}
+
+_GB = 1e9
+_GIB = 2.0**30
+_COMPUTE_KEY = re.compile(r"^(?P<dtype>[a-z0-9]+)_(?P<unit>TFLOP_per_s|TOP_per_s)$")
+_TOP_LEVEL = {"name", "vendor", "kind", "aliases", "tdp_W", "notes"}
+_BLOCKS = {"memory", "compute", "interconnect", "overhead", "efficiency", "measured"}
+
+
+def dtype_bytes(dtype: str) -> float:
+    """Bytes per element of ``dtype`` (``'bf16' -> 2.0``); unknown dtypes raise."""
+    try:
+        return DTYPE_BYTES[dtype]
+    except KeyError:
+        raise SpecroofError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPE_BYTES)}") from None
+
+
+@dataclass(frozen=True)
+class Measured:
+    """Achieved figures from ``measure`` that override the datasheet when present.
+
+    Units: ``bandwidth_bytes_per_s`` in bytes/s, ``peak_flop_per_s`` in FLOP/s per dtype,
+    ``pass_overhead_s`` and ``layer_overhead_s`` in seconds.
+    """
+
+    bandwidth_bytes_per_s: float | None = None
+    peak_flop_per_s: dict[str, float] = field(default_factory=dict)
+    pass_overhead_s: float | None = None
+    layer_overhead_s: float | None = None
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One accelerator: datasheet ceilings (SI units) plus optional measured overrides."""
+
+    id: str
+    name: str
+    bandwidth_bytes_per_s: float
+    peak_flop_per_s: dict[str, float]
+    memory_bytes: float | None = None
+    vendor: str = ""
+    kind: str = "gpu"
+    aliases: tuple[str, ...] = ()
+    interconnect_bytes_per_s: float | None = None
+    launch_overhead_s: float | None = None
+    efficiency_memory: float = 1.0
+    efficiency_compute: float = 1.0
+    tdp_w: float | None = None
+    notes: str = ""
+    sources: dict[str, str] = field(default_factory=dict)
+    measured: Measured | None = None
+    path: str | None = None
+
+    # -- effective ceilings -------------------------------------------------
+    def bandwidth(self, efficiency: bool = False) -> float:
+        """Memory bandwidth in bytes/s: measured if present, else datasheet (x efficiency if asked)."""
+        if self.measured is not None and self.measured.bandwidth_bytes_per_s:
+            return self.measured.bandwidth_bytes_per_s
+        return self.bandwidth_bytes_per_s * (self.efficiency_memory if efficiency else 1.0)
+
+    def peak(self, dtype: str, efficiency: bool = False) -> float:
+        """Dense peak FLOP/s for ``dtype``: measured if present, else datasheet (x efficiency if asked)."""
+        dtype_bytes(dtype)
+        if self.measured is not None and dtype in self.measured.peak_flop_per_s:
+            return self.measured.peak_flop_per_s[dtype]
+        if dtype not in self.peak_flop_per_s:
+            have = ", ".join(self.peak_flop_per_s) or "none"
+            raise SpecroofError(
+                f"hardware {self.id!r} has no verified {dtype} peak (it has: {have}); "
+                "pick another dtype or load a measured profile"
+            )
+        return self.peak_flop_per_s[dtype] * (self.efficiency_compute if efficiency else 1.0)
+
+    @property
+    def dtypes(self) -> tuple[str, ...]:
+        """Dtypes with a compute ceiling (datasheet or measured)."""
+        extra = tuple(self.measured.peak_flop_per_s) if self.measured else ()
+        return tuple(dict.fromkeys((*self.peak_flop_per_s, *extra)))
+
+    @property
+    def pass_overhead_s(self) -> float:
+        """Fixed time per forward pass in seconds (measured or fitted; 0 for a datasheet profile)."""
+        if self.measured is not None and self.measured.pass_overhead_s is not None:
+            return self.measured.pass_overhead_s
+        return 0.0
+
+    @property
+    def layer_overhead_s(self) -> float:
+        """Fixed time per layer per pass in seconds (fitted; 0 for a datasheet profile)."""
+        if self.measured is not None and self.measured.layer_overhead_s is not None:
+            return self.measured.layer_overhead_s
+        return 0.0
+
+    def ridge(self, dtype: str, efficiency: bool = False) -> float:
+        """Ridge point in FLOP/byte: peak FLOP/s over bandwidth."""
+        return self.peak(dtype, efficiency) / self.bandwidth(efficiency)
+
+    def ridge_points(self) -> dict[str, float]:
+        """Ridge point (FLOP/byte) for every dtype this profile has a ceiling for."""
+        return {d: self.ridge(d) for d in self.dtypes}
+
+    def attainable(self, intensity: Any, dtype: str, efficiency: bool = False) -> npt.NDArray[np.float64]:
+        """Attainable FLOP/s at arithmetic intensity (FLOP/byte): min(peak, intensity x bandwidth)."""
+        x = check_min("intensity", intensity, 0.0)
+        return np.minimum(self.peak(dtype, efficiency), x * self.bandwidth(efficiency))
+
+    def replace(self, **changes: Any) -> Hardware:
+        """A copy with fields changed, e.g. ``hw.replace(bandwidth_bytes_per_s=3.35e12)``."""
+        return dataclasses.replace(self, **changes)
+
+    def summary(self) -> dict[str, Any]:
+        """Flat dict of the headline figures in human units (for tables and ``--json``)."""
+        row: dict[str, Any] = {
+            "id": self.id,
+            "name": self.name,
+            "vendor": self.vendor,
+            "kind": self.kind,
+            "memory_GB": None if self.memory_bytes is None else self.memory_bytes / _GB,
+            "bandwidth_GB_per_s": self.bandwidth() / _GB,
+        }
+        for d in DTYPE_BYTES:
+            row[f"{d}_TFLOP_per_s"] = self.peak(d) / 1e12 if d in self.dtypes else None
+        row["ridge_bf16_flop_per_byte"] = self.ridge("bf16") if "bf16" in self.dtypes else None
+        row["interconnect_GB_per_s"] = (
+            None if self.interconnect_bytes_per_s is None else self.interconnect_bytes_per_s / _GB
+        )
+        row["measured"] = self.measured is not None
+        return row
+
+
+# -- parsing and validation ---------------------------------------------------
+
+
+def _num(where: str, key: str, value: Any, *, positive: bool = True) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecroofError(f"{where}: field {key!r} must be a number (got {value!r})")
+    if positive and not value > 0:
+        raise SpecroofError(f"{where}: field {key!r} must be positive (got {value!r})")
+    return float(value)
+
+
+def _compute_block(where: str, block: dict[str, Any]) -> dict[str, float]:
+    peaks: dict[str, float] = {}
+    for key, value in block.items():
+        if key in ("source", "unverified"):
+            continue
+        m = _COMPUTE_KEY.match(key)
+        if m is None:
+            raise SpecroofError(
+                f"{where}: field {key!r} has no unit; write it as e.g. 'bf16_TFLOP_per_s' or 'int8_TOP_per_s'"
+            )
+        dtype = m.group("dtype")
+        if dtype not in DTYPE_BYTES:
+            raise SpecroofError(f"{where}: unknown dtype {dtype!r} in {key!r}; known: {', '.join(DTYPE_BYTES)}")
+        peaks[dtype] = _num(where, key, value) * 1e12
+    return peaks
+
+
+def _check_keys(where: str, block: dict[str, Any], allowed: set[str]) -> None:
+    for key in block:
+        if key not in allowed:
+            hint = difflib.get_close_matches(key, sorted(allowed), n=1)
+            extra = f" (did you mean {hint[0]!r}?)" if hint else f"; allowed: {', '.join(sorted(allowed))}"
+            raise SpecroofError(f"{where}: unknown field {key!r}{extra}")
+
+
+def parse_profile(data: dict[str, Any], where: str, profile_id: str) -> Hardware:
+    """Validate a profile dict (as read from TOML) and build a :class:`Hardware`.
+
+    Errors name ``where`` (the file), the field and the problem.
+    """
+    _check_keys(where, data, _TOP_LEVEL | _BLOCKS)
+    if "name" not in data:
+        raise SpecroofError(f"{where}: missing field 'name'")
+    mem = data.get("memory")
+    if not isinstance(mem, dict):
+        raise SpecroofError(f"{where}: missing block [memory] with bandwidth_GB_per_s")
+    mem_keys = {"capacity_GB", "capacity_GiB", "bandwidth_GB_per_s", "type", "source", "unverified"}
+    if "bandwidth" in mem or "capacity" in mem:
+        bad = "bandwidth" if "bandwidth" in mem else "capacity"
+        raise SpecroofError(
+            f"{where}: field 'memory.{bad}' has no unit; write {'bandwidth_GB_per_s' if bad == 'bandwidth' else 'capacity_GB'}"
+        )
+    _check_keys(f"{where} [memory]", mem, mem_keys)
+    if "bandwidth_GB_per_s" not in mem:
+        raise SpecroofError(f"{where}: missing field 'memory.bandwidth_GB_per_s' (memory bandwidth)")
+    bandwidth = _num(f"{where} [memory]", "bandwidth_GB_per_s", mem["bandwidth_GB_per_s"]) * _GB
+    capacity = None
+    if "capacity_GB" in mem:
+        capacity = _num(f"{where} [memory]", "capacity_GB", mem["capacity_GB"]) * _GB
+    elif "capacity_GiB" in mem:
+        capacity = _num(f"{where} [memory]", "capacity_GiB", mem["capacity_GiB"]) * _GIB
+    sources = {"memory": str(mem.get("source", ""))}
+
+    comp = data.get("compute", {})
+    peaks = _compute_block(f"{where} [compute]", comp)
+    sources["compute"] = str(comp.get("source", ""))
+
+    link = data.get("interconnect", {})
+    _check_keys(f"{where} [interconnect]", link, {"link", "per_direction_GB_per_s", "source"})
+    inter = None
+    if "per_direction_GB_per_s" in link:
+        inter = _num(f"{where} [interconnect]", "per_direction_GB_per_s", link["per_direction_GB_per_s"]) * _GB
+    if link:
+        sources["interconnect"] = str(link.get("source", ""))
+
+    over = data.get("overhead", {})
+    _check_keys(f"{where} [overhead]", over, {"launch_us", "source"})
+    launch = None
+    if "launch_us" in over:
+        launch = _num(f"{where} [overhead]", "launch_us", over["launch_us"]) * 1e-6
+        sources["overhead"] = str(over.get("source", ""))
+
+    eff = data.get("efficiency", {})
+    _check_keys(f"{where} [efficiency]", eff, {"memory", "compute", "source"})
+    effs = {}
+    for key in ("memory", "compute"):
+        v = _num(f"{where} [efficiency]", key, eff.get(key, 1.0))
+        if v > 1.0:
+            raise SpecroofError(f"{where} [efficiency]: field {key!r} must lie in (0, 1] (got {v})")
+        effs[key] = v
+    if eff:
+        sources["efficiency"] = str(eff.get("source", ""))
+
+    for block in ("memory", "compute"):
+        if block in data and not sources.get(block):
+            raise SpecroofError(f"{where} [{block}]: missing field 'source' (every block names its source)")
+
+    measured = _measured_block(where, data["measured"]) if "measured" in data else None
+    if not peaks and (measured is None or not measured.peak_flop_per_s):
+        peaks = {}
+    tdp = data.get("tdp_W")
+    aliases = data.get("aliases", [])
+    if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
+        raise SpecroofError(f"{where}: field 'aliases' must be a list of strings")
+    return Hardware(
+        id=profile_id,
+        name=str(data["name"]),
+        vendor=str(data.get("vendor", "")),
+        kind=str(data.get("kind", "gpu")),
+        aliases=tuple(aliases),
+        memory_bytes=capacity,
+        bandwidth_bytes_per_s=bandwidth,
+        peak_flop_per_s=peaks,
+        interconnect_bytes_per_s=inter,
+        launch_overhead_s=launch,
+        efficiency_memory=effs["memory"],
+        efficiency_compute=effs["compute"],
+        tdp_w=None if tdp is None else _num(where, "tdp_W", tdp),
+        notes=str(data.get("notes", "")),
+        sources=sources,
+        measured=measured,
+    )
+
+
+def _measured_block(where: str, block: dict[str, Any]) -> Measured:
+    w = f"{where} [measured]"
+    known = {"bandwidth_GB_per_s", "pass_overhead_us", "layer_overhead_us", "compute"}
+    bw = None
+    if "bandwidth_GB_per_s" in block:
+        bw = _num(w, "bandwidth_GB_per_s", block["bandwidth_GB_per_s"]) * _GB
+    peaks = _compute_block(f"{w}.compute", block.get("compute", {}))
+    pass_over = None
+    if "pass_overhead_us" in block:
+        pass_over = _num(w, "pass_overhead_us", block["pass_overhead_us"], positive=False) * 1e-6
+    layer_over = None
+    if "layer_overhead_us" in block:
+        layer_over = _num(w, "layer_overhead_us", block["layer_overhead_us"], positive=False) * 1e-6
+    provenance = {k: v for k, v in block.items() if k not in known}
+    return Measured(bw, peaks, pass_over, layer_over, provenance)
+
+
+# -- finding profiles ---------------------------------------------------------
+
+
+def _builtin_paths() -> dict[str, Path]:
+    root = resources.files("hardware_profiles")
+    return {Path(p.name).stem: Path(str(p)) for p in root.iterdir() if p.name.endswith(".toml")}
+
+
+def load_profile_file(path: str | Path) -> Hardware:
+    """Load and validate one profile TOML file."""
+    p = Path(path)
+    if not p.is_file():
+        raise SpecroofError(f"hardware profile file {str(p)!r} does not exist")
+    try:
+        data = tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecroofError(f"{p}: not valid TOML ({exc})") from None
+    hw = parse_profile(data, str(p), p.stem)
+    return dataclasses.replace(hw, path=str(p))
+
+
+def _tokens(text: str) -> set[str]:
+    return {t for t in re.split(r"[^a-z0-9]+", text.lower()) if t}
+
+
+def resolve_hardware_name(name: str) -> str:
+    """Map a user's name (``'H100 SXM'``, ``'a100-80gb-sxm4'``) to a built-in profile id.
+
+    Exact ids and aliases win; otherwise every word of ``name`` must appear in a
+    profile's id, name or aliases. Ambiguous names list the choices; unknown names
+    suggest the closest ids.
+    """
+    paths = _builtin_paths()
+    key = name.strip().lower()
+    if key in paths:
+        return key
+    profiles = {pid: load_profile_file(p) for pid, p in paths.items()}
+    for pid, hw in profiles.items():
+        if key in (a.lower() for a in hw.aliases):
+            return pid
+    want = _tokens(key)
+    hits = []
+    for pid, hw in profiles.items():
+        have = _tokens(pid) | _tokens(hw.name) | set().union(*(_tokens(a) for a in hw.aliases))
+        if want and want <= have:
+            hits.append(pid)
+    if len(hits) == 1:
+        return hits[0]
+    if hits:
+        raise SpecroofError(f"hardware name {name!r} is ambiguous; choose one of: {', '.join(sorted(hits))}")
+    close = difflib.get_close_matches(key, list(paths), n=4, cutoff=0.4)
+    hint = f"; closest: {', '.join(close)}" if close else ""
+    raise SpecroofError(f"unknown hardware {name!r}{hint} (see `specroof hardware list`)")
+
+
+def load_hardware(name_or_path: str | Path | Hardware) -> Hardware:
+    """Load a built-in profile by id/alias/name, or a TOML file by path."""
+    if isinstance(name_or_path, Hardware):
+        return name_or_path
+    text = str(name_or_path)
+    if text.endswith(".toml") or Path(text).is_file():
+        return load_profile_file(text)
+    return load_profile_file(_builtin_paths()[resolve_hardware_name(text)])
+
+
+def list_hardware() -> pd.DataFrame:
+    """All built-in profiles as a DataFrame (one row each, unit-suffixed columns)."""
+    rows = [load_profile_file(p).summary() for _, p in sorted(_builtin_paths().items())]
+    return pd.DataFrame(rows)

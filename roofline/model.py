@@ -1,0 +1,317 @@
+"""Model specifications for decoder-only LMs: dense, GQA/MQA, MoE; presets; HF configs.
+
+A :class:`ModelSpec` holds the shapes the cost model needs. Parameter counts
+are derived from the shapes (never stored), so a preset is checked against the
+published count in the tests. ``ModelSpec.from_params(13e9)`` is the seeds'
+abstract model: a number of weights and nothing else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from roofline.errors import SpecroofError, check_choice
+
+MLP_KINDS = ("swiglu", "gelu")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Shapes of a decoder LM. All sizes are element counts, not bytes.
+
+    For an abstract model (``from_params``) ``n_layers == 0`` and ``raw_params``
+    holds the weight count; it then has no KV cache unless shapes are given.
+    """
+
+    name: str
+    n_layers: int
+    d_model: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    d_ff: int
+    vocab_size: int
+    mlp_kind: str = "swiglu"
+    tie_embeddings: bool = False
+    qkv_bias: bool = False
+    max_context: int = 4096
+    n_experts: int = 0
+    experts_per_token: int = 0
+    d_ff_expert: int = 0
+    n_shared_experts: int = 0
+    d_ff_shared: int = 0
+    n_dense_layers: int = 0
+    raw_params: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_choice("mlp_kind", self.mlp_kind, MLP_KINDS)
+        if self.raw_params < 0:
+            raise SpecroofError(f"raw_params must be >= 0 (got {self.raw_params})")
+        if self.is_abstract:
+            return
+        for f in ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "vocab_size", "max_context"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or v < 1:
+                raise SpecroofError(f"ModelSpec {self.name!r}: {f} must be a positive integer (got {v!r})")
+        if self.n_heads % self.n_kv_heads:
+            raise SpecroofError(
+                f"ModelSpec {self.name!r}: n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})"
+            )
+        if self.n_experts:
+            if not 1 <= self.experts_per_token <= self.n_experts:
+                raise SpecroofError(
+                    f"ModelSpec {self.name!r}: experts_per_token must lie in [1, n_experts={self.n_experts}] "
+                    f"(got {self.experts_per_token})"
+                )
+            if self.d_ff_expert < 1:
+                raise SpecroofError(f"ModelSpec {self.name!r}: d_ff_expert must be >= 1 for an MoE model")
+            if not 0 <= self.n_dense_layers <= self.n_layers:
+                raise SpecroofError(f"ModelSpec {self.name!r}: n_dense_layers must lie in [0, n_layers]")
+        elif self.d_ff < 1:
+            raise SpecroofError(f"ModelSpec {self.name!r}: d_ff must be >= 1")
+
+    # -- construction ------------------------------------------------------
+    @classmethod
+    def from_params(cls, params: float, name: str | None = None, max_context: int = 1 << 20) -> ModelSpec:
+        """The seeds' abstract model: ``params`` weights, 2 FLOPs per weight per token, no KV."""
+        if not params > 0:
+            raise SpecroofError(f"params must be > 0 (got {params!r})")
+        label = name or f"{params / 1e9:g}B (abstract)"
+        return cls(label, 0, 0, 0, 0, 0, 0, 0, max_context=max_context, raw_params=float(params))
+
+    @classmethod
+    def from_hf_config(cls, config: dict[str, Any] | str | Path, name: str | None = None) -> ModelSpec:
+        """Build from a Hugging Face ``config.json`` (dict, file path or checkpoint folder).
+
+        Supports Llama, Mistral, Qwen2/Qwen3, Mixtral, Qwen2-MoE/Qwen3-MoE and
+        DeepSeek-style MoE layouts with standard (non-MLA) attention.
+        """
+        if isinstance(config, dict):
+            return _from_hf_dict(config, name)
+        p = Path(config)
+        if p.is_dir():
+            p = p / "config.json"
+        if not p.is_file():
+            raise SpecroofError(f"no config.json at {str(p)!r}")
+        return _from_hf_dict(json.loads(p.read_text()), name or p.parent.name)
+
+    def replace(self, **changes: Any) -> ModelSpec:
+        """A copy with fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    # -- derived shapes ----------------------------------------------------
+    @property
+    def is_abstract(self) -> bool:
+        """True for a weights-only model from :meth:`from_params`."""
+        return self.raw_params > 0
+
+    @property
+    def is_moe(self) -> bool:
+        return self.n_experts > 0
+
+    @property
+    def n_moe_layers(self) -> int:
+        return self.n_layers - self.n_dense_layers if self.is_moe else 0
+
+    @property
+    def attn_params_per_layer(self) -> int:
+        """q, k, v, o projection weights (and qkv biases) of one layer."""
+        q = self.d_model * self.n_heads * self.head_dim
+        kv = 2 * self.d_model * self.n_kv_heads * self.head_dim
+        o = self.n_heads * self.head_dim * self.d_model
+        bias = (self.n_heads + 2 * self.n_kv_heads) * self.head_dim if self.qkv_bias else 0
+        return q + kv + o + bias
+
+    @property
+    def mlp_matrices(self) -> int:
+        """Weight matrices per MLP: 3 for SwiGLU (gate, up, down), 2 for GELU."""
+        return 3 if self.mlp_kind == "swiglu" else 2
+
+    @property
+    def dense_mlp_params(self) -> int:
+        return self.mlp_matrices * self.d_model * self.d_ff
+
+    @property
+    def expert_params(self) -> int:
+        """Weights of one routed expert."""
+        return self.mlp_matrices * self.d_model * self.d_ff_expert
+
+    @property
+    def shared_expert_params(self) -> int:
+        """Weights of all shared (always-on) experts of one layer."""
+        return self.n_shared_experts * self.mlp_matrices * self.d_model * (self.d_ff_shared or self.d_ff_expert)
+
+    @property
+    def router_params(self) -> int:
+        return self.d_model * self.n_experts
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.d_model
+
+    @property
+    def lm_head_params(self) -> int:
+        """Unembedding weights (shared with the embedding when tied, but read again each pass)."""
+        return self.vocab_size * self.d_model
+
+    @property
+    def norm_params(self) -> int:
+        return (2 * self.n_layers + 1) * self.d_model
+
+    @property
+    def total_params(self) -> float:
+        """All weights (tied embeddings counted once)."""
+        if self.is_abstract:
+            return self.raw_params
+        layers = self.n_layers * self.attn_params_per_layer
+        layers += (self.n_layers - self.n_moe_layers) * self.dense_mlp_params
+        layers += self.n_moe_layers * (
+            self.n_experts * self.expert_params + self.shared_expert_params + self.router_params
+        )
+        head = 0 if self.tie_embeddings else self.lm_head_params
+        return float(self.embedding_params + layers + self.norm_params + head)
+
+    @property
+    def active_params(self) -> float:
+        """Weights one token uses (MoE: only ``experts_per_token`` routed experts)."""
+        if not self.is_moe:
+            return self.total_params
+        unused = self.n_moe_layers * (self.n_experts - self.experts_per_token) * self.expert_params
+        return self.total_params - unused
+
+    @property
+    def kv_elements_per_token(self) -> int:
+        """K and V elements stored per token, all layers (GQA: KV heads, not query heads)."""
+        return 2 * self.n_layers * self.n_kv_heads * self.head_dim
+
+    def kv_bytes(self, tokens: Any, kv_bytes_per_element: float) -> Any:
+        """KV-cache bytes for ``tokens`` cached tokens (scalar or array)."""
+        return tokens * self.kv_elements_per_token * kv_bytes_per_element
+
+    def summary(self) -> dict[str, Any]:
+        """Headline numbers for tables and ``--json``."""
+        return {
+            "name": self.name,
+            "params": self.total_params,
+            "active_params": self.active_params,
+            "n_layers": self.n_layers,
+            "d_model": self.d_model,
+            "n_heads": self.n_heads,
+            "n_kv_heads": self.n_kv_heads,
+            "head_dim": self.head_dim,
+            "d_ff": self.d_ff,
+            "vocab_size": self.vocab_size,
+            "n_experts": self.n_experts,
+            "experts_per_token": self.experts_per_token,
+            "max_context": self.max_context,
+        }
+
+
+_SUPPORTED = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3")
+
+
+def _from_hf_dict(cfg: dict[str, Any], name: str | None) -> ModelSpec:
+    arch = str(cfg.get("model_type", ""))
+    if arch not in _SUPPORTED:
+        raise SpecroofError(f"unsupported architecture model_type={arch!r}; supported: {', '.join(_SUPPORTED)}")
+    if "kv_lora_rank" in cfg and cfg.get("kv_lora_rank"):
+        raise SpecroofError(
+            f"model_type={arch!r} uses multi-head latent attention (kv_lora_rank), which the cost model "
+            "does not price yet; only its MoE layout with standard attention is supported"
+        )
+
+    def req(key: str) -> Any:
+        if key not in cfg:
+            raise SpecroofError(f"config for model_type={arch!r} is missing field {key!r}")
+        return cfg[key]
+
+    d = int(req("hidden_size"))
+    heads = int(req("num_attention_heads"))
+    kv = int(cfg.get("num_key_value_heads") or heads)
+    head_dim = int(cfg.get("head_dim") or d // heads)
+    act = str(cfg.get("hidden_act", "silu"))
+    kind = "swiglu" if act in ("silu", "swish") else "gelu"
+    fields: dict[str, Any] = dict(
+        name=name or str(cfg.get("_name_or_path") or arch),
+        n_layers=int(req("num_hidden_layers")),
+        d_model=d,
+        n_heads=heads,
+        n_kv_heads=kv,
+        head_dim=head_dim,
+        d_ff=int(cfg.get("intermediate_size") or 0),
+        vocab_size=int(req("vocab_size")),
+        mlp_kind=kind,
+        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        qkv_bias=bool(cfg.get("attention_bias", arch == "qwen2" or arch == "qwen2_moe")),
+        max_context=int(cfg.get("max_position_embeddings", 4096)),
+    )
+    if arch == "mixtral":
+        fields.update(n_experts=int(req("num_local_experts")), experts_per_token=int(req("num_experts_per_tok")))
+        fields["d_ff_expert"] = fields["d_ff"]
+    elif arch in ("qwen2_moe", "qwen3_moe"):
+        fields.update(
+            n_experts=int(req("num_experts")),
+            experts_per_token=int(req("num_experts_per_tok")),
+            d_ff_expert=int(req("moe_intermediate_size")),
+        )
+        shared = int(cfg.get("shared_expert_intermediate_size") or 0)
+        if shared:
+            fields.update(n_shared_experts=1, d_ff_shared=shared)
+        fields["n_dense_layers"] = len(cfg.get("mlp_only_layers") or [])
+    elif arch.startswith("deepseek"):
+        fields.update(
+            n_experts=int(req("n_routed_experts")),
+            experts_per_token=int(req("num_experts_per_tok")),
+            d_ff_expert=int(req("moe_intermediate_size")),
+            n_shared_experts=int(cfg.get("n_shared_experts") or 0),
+            n_dense_layers=int(cfg.get("first_k_dense_replace") or 0),
+        )
+    return ModelSpec(**fields)
+
+
+def _llama(name: str, L: int, d: int, H: int, kv: int, ff: int, vocab: int, ctx: int, **kw: Any) -> ModelSpec:
+    return ModelSpec(name, L, d, H, kv, kw.pop("head_dim", d // H), ff, vocab, max_context=ctx, **kw)
+
+
+#: Published shapes (from each model's config.json) of the models people pair in speculation.
+PRESETS: dict[str, ModelSpec] = {
+    m.name: m
+    for m in (
+        _llama("llama-2-7b", 32, 4096, 32, 32, 11008, 32000, 4096),
+        _llama("llama-2-13b", 40, 5120, 40, 40, 13824, 32000, 4096),
+        _llama("llama-2-70b", 80, 8192, 64, 8, 28672, 32000, 4096),
+        _llama("vicuna-7b", 32, 4096, 32, 32, 11008, 32000, 4096),
+        _llama("llama-3.1-8b", 32, 4096, 32, 8, 14336, 128256, 131072),
+        _llama("llama-3.1-70b", 80, 8192, 64, 8, 28672, 128256, 131072),
+        _llama("llama-3.2-1b", 16, 2048, 32, 8, 8192, 128256, 131072, head_dim=64, tie_embeddings=True),
+        _llama("llama-3.2-3b", 28, 3072, 24, 8, 8192, 128256, 131072, head_dim=128, tie_embeddings=True),
+        _llama("qwen2.5-0.5b", 24, 896, 14, 2, 4864, 151936, 32768, tie_embeddings=True, qkv_bias=True),
+        _llama("qwen2.5-1.5b", 28, 1536, 12, 2, 8960, 151936, 32768, tie_embeddings=True, qkv_bias=True),
+        _llama("qwen2.5-7b", 28, 3584, 28, 4, 18944, 152064, 32768, qkv_bias=True),
+        _llama("qwen2.5-72b", 80, 8192, 64, 8, 29568, 152064, 32768, qkv_bias=True),
+        _llama("mistral-7b", 32, 4096, 32, 8, 14336, 32000, 32768),
+        _llama(
+            "mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, 32768, n_experts=8, experts_per_token=2, d_ff_expert=14336
+        ),
+        _llama("llama-68m", 2, 768, 12, 12, 3072, 32000, 2048),
+        _llama("llama-160m", 12, 768, 12, 12, 3072, 32000, 2048),
+    )
+}
+
+
+def get_model(name: str | ModelSpec) -> ModelSpec:
+    """A preset by name (lower-case, e.g. ``'llama-3.1-8b'``), or the spec itself."""
+    if isinstance(name, ModelSpec):
+        return name
+    key = name.strip().lower()
+    if key in PRESETS:
+        return PRESETS[key]
+    import difflib
+
+    close = difflib.get_close_matches(key, list(PRESETS), n=3, cutoff=0.5)
+    hint = f"; closest: {', '.join(close)}" if close else f"; presets: {', '.join(PRESETS)}"
+    raise SpecroofError(f"unknown model preset {name!r}{hint}")

@@ -1,0 +1,161 @@
+"""Plots: roofline charts, batch sweeps (and, in other modules' terms, speedup maps, trees).
+
+Every function accepts an optional matplotlib ``Axes`` and returns the ``Figure``,
+labels axes with units and uses log axes where a quantity spans decades.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg", force=False)
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from roofline.hardware import Hardware, load_hardware  # noqa: E402
+from roofline.model import ModelSpec, get_model  # noqa: E402
+from roofline.roofline import batch_sweep, pass_time  # noqa: E402
+
+
+def _axes(ax: Axes | None, size: tuple[float, float] = (7.0, 4.5)) -> tuple[Figure, Axes]:
+    if ax is not None:
+        return ax.figure, ax  # type: ignore[return-value]
+    fig, new_ax = plt.subplots(figsize=size, layout="constrained")
+    return fig, new_ax
+
+
+def _as_list(hardware: Any) -> list[Hardware]:
+    items = hardware if isinstance(hardware, (list, tuple)) else [hardware]
+    return [load_hardware(h) for h in items]
+
+
+def roofline_chart(
+    hardware: Hardware | str | Sequence[Hardware | str],
+    dtypes: Sequence[str] | None = None,
+    *,
+    spec: ModelSpec | str | None = None,
+    seed_points: bool = True,
+    points: Sequence[dict[str, Any]] = (),
+    ax: Axes | None = None,
+) -> Figure:
+    """Log-log roofline: attainable TFLOP/s against intensity (FLOP/byte), one roof per dtype.
+
+    With ``seed_points`` the seeds' points are marked on the first profile's first
+    dtype: A (decode at batch 1 of ``spec``, default the 13B abstract model), B (the
+    ridge) and C (far right, 10x the ridge). ``points`` adds user points, each a dict
+    with ``label``, ``intensity`` (FLOP/byte) and optionally ``flop_per_s``.
+    """
+    hws = _as_list(hardware)
+    fig, ax = _axes(ax)
+    x = np.logspace(-1, 4, 400)
+    styles = ["-", "--", ":", "-."]
+    for i, hw in enumerate(hws):
+        kinds: list[str] = list(dtypes) if dtypes else [d for d in ("fp32", "bf16", "fp8") if d in hw.dtypes]
+        kinds = kinds or list(hw.dtypes)
+        color = f"C{i % 10}"
+        for j, d in enumerate(kinds):
+            if d not in hw.dtypes:
+                continue
+            ax.plot(x, hw.attainable(x, d) / 1e12, styles[j % 4], color=color, label=f"{hw.name} {d}")
+            ax.plot([hw.ridge(d)], [hw.peak(d) / 1e12], "o", color=color, ms=3)
+    if seed_points and hws:
+        hw = hws[0]
+        prefer: list[str] = list(dtypes) if dtypes else [dd for dd in ("fp16", "bf16") if dd in hw.dtypes]
+        d = (prefer or list(hw.dtypes))[0]
+        model = get_model(spec) if spec is not None else ModelSpec.from_params(13e9)
+        a = float(pass_time(model, hw, 1, 1, 0, d).intensity)
+        ridge = hw.ridge(d)
+        for label, xi in (("A: decode, batch 1", a), ("B: ridge", ridge), ("C: far right", 10 * ridge)):
+            yi = float(hw.attainable(xi, d)) / 1e12
+            ax.plot([xi], [yi], "s", color="k", ms=6)
+            ax.annotate(label, (xi, yi), textcoords="offset points", xytext=(6, -12), fontsize=8)
+    for p in points:
+        xi = float(p["intensity"])
+        yi = float(p.get("flop_per_s", hws[0].attainable(xi, (dtypes or ["bf16"])[0]))) / 1e12
+        ax.plot([xi], [yi], "^", ms=7)
+        ax.annotate(str(p.get("label", "")), (xi, yi), textcoords="offset points", xytext=(6, 4), fontsize=8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP/byte)")
+    ax.set_ylabel("attainable (TFLOP/s)")
+    ax.set_title("Roofline")
+    ax.grid(True, which="both", alpha=0.25)
+    ax.legend(fontsize=7, loc="lower right")
+    return fig
+
+
+def batch_sweep_chart(
+    spec: ModelSpec | str,
+    hardware: Hardware | str | Sequence[Hardware | str],
+    batches: Sequence[int] | np.ndarray | None = None,
+    context: int = 1024,
+    dtype: str = "fp16",
+    *,
+    data: pd.DataFrame | None = None,
+    ax: Axes | None = None,
+) -> Figure:
+    """Total throughput (tokens/s, left) and per-user latency (ms/token, right) against batch.
+
+    Batches whose KV cache does not fit in memory are drawn faded.
+    """
+    hws = _as_list(hardware)
+    fig, ax = _axes(ax)
+    ax2 = ax.twinx()
+    b = np.unique(np.round(np.logspace(0, 9, 40, base=2))).astype(int) if batches is None else np.asarray(batches)
+    for i, hw in enumerate(hws):
+        df = data if data is not None else batch_sweep(spec, hw, b, context=context, dtype=dtype)
+        fits = df["fits_in_memory"].to_numpy()
+        c = f"C{i % 10}"
+        ax.plot(df["batch"], df["tokens_per_s_total"], "-", color=c, label=f"{hw.name}: throughput")
+        ax2.plot(df["batch"], df["latency_per_token_s"] * 1e3, "--", color=c, label=f"{hw.name}: latency")
+        if (~fits).any():
+            ax.plot(df["batch"][~fits], df["tokens_per_s_total"][~fits], "x", color=c, alpha=0.5)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("batch size (sequences)")
+    ax.set_ylabel("total throughput (tokens/s), solid")
+    ax2.set_ylabel("per-user latency (ms/token), dashed")
+    ax.set_title(f"{get_model(spec).name}, context {context}, {dtype} (x: KV does not fit)")
+    ax.grid(True, which="both", alpha=0.25)
+    lines = ax.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
+    labels = ax.get_legend_handles_labels()[1] + ax2.get_legend_handles_labels()[1]
+    ax.legend(lines, labels, fontsize=7, loc="upper left")
+    return fig
+
+
+def tokens_sweep_chart(
+    spec: ModelSpec | str,
+    hardware: Hardware | str | Sequence[Hardware | str],
+    max_tokens: int = 512,
+    batch: int = 1,
+    context: int = 0,
+    dtype: str = "fp16",
+    *,
+    ax: Axes | None = None,
+) -> Figure:
+    """Pass time against new tokens per pass: flat while memory bound, rising past the crossover."""
+    from roofline.roofline import crossover_tokens
+
+    hws = _as_list(hardware)
+    fig, ax = _axes(ax)
+    n = np.arange(1, max_tokens + 1)
+    for i, hw in enumerate(hws):
+        st = pass_time(spec, hw, batch, n, context, dtype)
+        k = int(crossover_tokens(spec, hw, batch, context, dtype))
+        c = f"C{i % 10}"
+        ax.plot(n, st.t_step_s * 1e3, color=c, label=f"{hw.name} (K = {k})")
+        if 1 <= k <= max_tokens:
+            ax.axvline(k, color=c, ls=":", lw=1)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("new tokens per pass")
+    ax.set_ylabel("pass time (ms)")
+    ax.set_title(f"{get_model(spec).name}: batch {batch}, context {context}, {dtype}")
+    ax.grid(True, which="both", alpha=0.25)
+    ax.legend(fontsize=8)
+    return fig

@@ -1,0 +1,302 @@
+"""Time of a forward pass on a hardware profile: the roofline, crossover K, sweeps.
+
+time(op) = max(bytes / bandwidth, flops / peak[dtype]); a pass is the sum over
+operators plus a fixed overhead. A pass is *memory bound* when its total
+memory time is at least its total compute time; the crossover K is the largest
+number of new tokens for which that still holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from roofline.cost import PassCost, forward_cost
+from roofline.errors import SpecroofError, check_min
+from roofline.hardware import Hardware, dtype_bytes, load_hardware
+from roofline.model import ModelSpec, get_model
+
+Array = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Time of one pass (seconds) with its per-operator breakdown.
+
+    ``op_*`` arrays have shape ``(n_operators, *shape)``; totals have ``shape``.
+    """
+
+    operators: tuple[str, ...]
+    op_memory_s: Array
+    op_compute_s: Array
+    op_time_s: Array
+    t_memory_s: Array
+    t_compute_s: Array
+    overhead_s: float
+    t_step_s: Array
+    tokens: npt.NDArray[np.int64]
+    intensity: Array
+    ridge: float
+
+    @property
+    def memory_bound(self) -> npt.NDArray[np.bool_]:
+        """True where the pass moves bytes for longer than it computes."""
+        return self.t_memory_s >= self.t_compute_s
+
+    @property
+    def tokens_per_s(self) -> Array:
+        """Tokens processed per second (batch x new tokens over the pass time)."""
+        return self.tokens / self.t_step_s
+
+    @property
+    def bound(self) -> npt.NDArray[np.str_]:
+        return np.where(self.memory_bound, "memory", "compute")
+
+    def breakdown(self) -> pd.DataFrame:
+        """Per-operator times of one configuration, with the bound of each operator."""
+        if self.t_step_s.size != 1:
+            raise SpecroofError("breakdown() needs a single configuration; index the sweep first")
+        k = len(self.operators)
+        mem, comp, t = (a.reshape(k) for a in (self.op_memory_s, self.op_compute_s, self.op_time_s))
+        return pd.DataFrame(
+            {
+                "operator": self.operators,
+                "t_memory_s": mem,
+                "t_compute_s": comp,
+                "t_s": t,
+                "bound": np.where(comp > mem, "compute", "memory"),
+            }
+        )
+
+
+def step_time(
+    cost: PassCost,
+    hardware: Hardware | str,
+    dtype: str | None = None,
+    *,
+    efficiency: bool = False,
+    overhead_s: float | None = None,
+) -> StepTime:
+    """Roofline time of the pass ``cost`` on ``hardware``.
+
+    ``dtype`` picks the compute ceiling (default: the pass's activation dtype).
+    ``efficiency=True`` scales the datasheet ceilings by the profile's achievable
+    fractions. ``overhead_s`` is the fixed time per pass; by default the profile's
+    measured pass overhead plus per-layer overhead (zero for datasheet profiles).
+    """
+    hw = load_hardware(hardware)
+    dtype = dtype or cost.compute_dtype
+    bw = hw.bandwidth(efficiency)
+    peak = hw.peak(dtype, efficiency)
+    if overhead_s is None:
+        overhead_s = hw.pass_overhead_s + cost.n_layers * hw.layer_overhead_s
+    elif overhead_s < 0:
+        raise SpecroofError(f"overhead_s must be >= 0 (got {overhead_s})")
+    op_mem = cost.bytes / bw
+    op_comp = cost.flops / peak
+    op_t = np.maximum(op_mem, op_comp)
+    return StepTime(
+        operators=cost.operators,
+        op_memory_s=op_mem,
+        op_compute_s=op_comp,
+        op_time_s=op_t,
+        t_memory_s=op_mem.sum(axis=0),
+        t_compute_s=op_comp.sum(axis=0),
+        overhead_s=float(overhead_s),
+        t_step_s=op_t.sum(axis=0) + overhead_s,
+        tokens=cost.tokens,
+        intensity=cost.intensity,
+        ridge=peak / bw,
+    )
+
+
+def pass_time(
+    spec: ModelSpec | str,
+    hardware: Hardware | str,
+    batch: Any = 1,
+    new_tokens: Any = 1,
+    context: Any = 0,
+    dtype: str = "fp16",
+    *,
+    weight_dtype: str | None = None,
+    kv_dtype: str | None = None,
+    tree: Any = None,
+    efficiency: bool = False,
+    overhead_s: float | None = None,
+) -> StepTime:
+    """Shortcut: :func:`forward_cost` then :func:`step_time` (``dtype`` = compute/activation dtype)."""
+    cost = forward_cost(spec, batch, new_tokens, context, weight_dtype or dtype, kv_dtype, dtype, tree)
+    return step_time(cost, hardware, dtype, efficiency=efficiency, overhead_s=overhead_s)
+
+
+def weights_only_crossover(spec: ModelSpec | str, hardware: Hardware | str, dtype: str = "fp16") -> float:
+    """The seeds' K = t_memory / t_compute_per_token, counting weights only (a float)."""
+    spec, hw = get_model(spec), load_hardware(hardware)
+    t_mem = spec.total_params * dtype_bytes(dtype) / hw.bandwidth()
+    t_tok = 2.0 * spec.active_params / hw.peak(dtype)
+    return t_mem / t_tok
+
+
+def crossover_tokens(
+    spec: ModelSpec | str,
+    hardware: Hardware | str,
+    batch: Any = 1,
+    context: Any = 0,
+    dtype: str = "fp16",
+    *,
+    weight_dtype: str | None = None,
+    kv_dtype: str | None = None,
+    efficiency: bool = False,
+    max_tokens: int = 1 << 20,
+) -> npt.NDArray[np.int64]:
+    """Largest number of new tokens per sequence for which the pass stays memory bound.
+
+    Exact on the integer grid (vectorised bisection over batch x context). 0 means
+    even a one-token pass is compute bound; ``max_tokens`` (capped by the model's
+    context) means it never flips.
+    """
+    spec, hw = get_model(spec), load_hardware(hardware)
+    B = check_min("batch", batch, 1, integer=True)
+    L = check_min("context", context, 0, integer=True)
+    B, L = np.broadcast_arrays(B, L)
+    cap = np.minimum(max_tokens, spec.max_context - L)
+    if np.any(cap < 1):
+        raise SpecroofError(f"context leaves no room for new tokens within max context {spec.max_context}")
+
+    def mem_bound(n: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+        st = pass_time(spec, hw, B, n, L, dtype, weight_dtype=weight_dtype, kv_dtype=kv_dtype, efficiency=efficiency)
+        return st.memory_bound
+
+    lo = np.zeros(B.shape, dtype=np.int64)  # invariant: lo is memory bound (0 trivially)
+    hi = cap.astype(np.int64) + 1  # invariant: hi is compute bound (or past the cap)
+    top = mem_bound(cap.astype(np.int64))
+    lo = np.where(top, cap, lo)
+    hi = np.where(top, cap + 1, hi)
+    while np.any(hi - lo > 1):
+        mid = (lo + hi) // 2
+        mid_ok = np.where(hi - lo > 1, mid, np.maximum(lo, 1))
+        ok = mem_bound(mid_ok)
+        active = hi - lo > 1
+        lo = np.where(active & ok, mid, lo)
+        hi = np.where(active & ~ok, mid, hi)
+    return lo
+
+
+# -- memory, batch and phase sweeps -------------------------------------------
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """Device memory of one configuration, in bytes."""
+
+    weights_bytes: float
+    kv_bytes: Any
+    activation_bytes: Any
+
+    @property
+    def total_bytes(self) -> Any:
+        return self.weights_bytes + self.kv_bytes + self.activation_bytes
+
+
+def memory_footprint(
+    spec: ModelSpec | str,
+    batch: Any = 1,
+    context: Any = 0,
+    weight_dtype: str = "fp16",
+    kv_dtype: str | None = None,
+    act_dtype: str | None = None,
+    new_tokens: Any = 1,
+) -> Footprint:
+    """Weights + KV cache (``batch`` x ``context`` tokens) + peak activations of one pass."""
+    spec = get_model(spec)
+    act_dtype = act_dtype or (weight_dtype if weight_dtype in ("fp32", "bf16", "fp16") else "fp16")
+    kv_dtype = kv_dtype or act_dtype
+    B = check_min("batch", batch, 1, integer=True)
+    L = check_min("context", context, 0, integer=True)
+    n = check_min("new_tokens", new_tokens, 1, integer=True)
+    weights = spec.total_params * dtype_bytes(weight_dtype)
+    kv = spec.kv_bytes(B * (L + n), dtype_bytes(kv_dtype))
+    widest = max(spec.d_model, spec.mlp_matrices * max(spec.d_ff, spec.d_ff_expert), spec.vocab_size)
+    act = B * n * 2 * widest * dtype_bytes(act_dtype) if not spec.is_abstract else 0.0 * B
+    return Footprint(weights, kv, act)
+
+
+def max_batch(
+    spec: ModelSpec | str,
+    hardware: Hardware | str,
+    context: int,
+    weight_dtype: str = "fp16",
+    kv_dtype: str | None = None,
+    new_tokens: int = 1,
+    limit: int = 1 << 20,
+) -> int:
+    """Largest batch whose weights + KV + activations fit in the device memory (0 if none)."""
+    hw = load_hardware(hardware)
+    if hw.memory_bytes is None:
+        raise SpecroofError(f"hardware {hw.id!r} has no memory capacity in its profile")
+    batches = np.arange(1, limit + 1)
+    fp = memory_footprint(spec, batches, context, weight_dtype, kv_dtype, new_tokens=new_tokens)
+    fits = np.nonzero(fp.total_bytes <= hw.memory_bytes)[0]
+    return int(batches[fits[-1]]) if fits.size else 0
+
+
+def batch_sweep(
+    spec: ModelSpec | str,
+    hardware: Hardware | str,
+    batches: Any,
+    context: int = 0,
+    new_tokens: int = 1,
+    dtype: str = "fp16",
+    *,
+    efficiency: bool = False,
+) -> pd.DataFrame:
+    """Per-user latency and total throughput against batch size (the seeds' batch graph)."""
+    spec, hw = get_model(spec), load_hardware(hardware)
+    B = check_min("batches", batches, 1, integer=True).ravel()
+    st = pass_time(spec, hw, B, new_tokens, context, dtype, efficiency=efficiency)
+    fp = memory_footprint(spec, B, context, dtype, new_tokens=new_tokens)
+    cap = hw.memory_bytes if hw.memory_bytes is not None else np.inf
+    return pd.DataFrame(
+        {
+            "batch": B,
+            "t_step_s": st.t_step_s,
+            "latency_per_token_s": st.t_step_s / new_tokens,
+            "tokens_per_s_per_user": new_tokens / st.t_step_s,
+            "tokens_per_s_total": st.tokens_per_s,
+            "intensity_flop_per_byte": st.intensity,
+            "bound": st.bound,
+            "memory_bytes": fp.total_bytes,
+            "fits_in_memory": fp.total_bytes <= cap,
+        }
+    )
+
+
+def prefill_vs_decode(
+    spec: ModelSpec | str,
+    hardware: Hardware | str,
+    prompt_tokens: int,
+    batch: int = 1,
+    dtype: str = "fp16",
+) -> pd.DataFrame:
+    """Prefill of ``prompt_tokens`` against one decode step after it: time, intensity, bound."""
+    rows = []
+    for phase, n, ctx in (("prefill", prompt_tokens, 0), ("decode", 1, prompt_tokens)):
+        st = pass_time(spec, hardware, batch, n, ctx, dtype)
+        rows.append(
+            {
+                "phase": phase,
+                "new_tokens": n,
+                "context": ctx,
+                "t_step_s": float(st.t_step_s),
+                "t_memory_s": float(st.t_memory_s),
+                "t_compute_s": float(st.t_compute_s),
+                "intensity_flop_per_byte": float(st.intensity),
+                "tokens_per_s": float(st.tokens_per_s),
+                "bound": str(st.bound),
+            }
+        )
+    return pd.DataFrame(rows)

@@ -1,0 +1,89 @@
+"""The CLI: tables, --json fields, exit status 2 with a one-line error and no traceback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from roofline.cli import main
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_hardware_list_and_show(capsys):
+    code, out, _ = run(capsys, "hardware", "list")
+    assert code == 0 and "h100-sxm-80gb" in out and "tpu-v6e" in out
+    code, out, _ = run(capsys, "hardware", "show", "a100-sxm-80gb", "--json")
+    info = json.loads(out)
+    assert info["ridge_flop_per_byte"]["fp16"] == pytest.approx(153.0, abs=0.05)
+    assert info["sources"]["memory"]
+
+
+def test_roofline_json_has_the_seed_numbers(capsys):
+    code, out, _ = run(
+        capsys, "roofline", "--hardware", "a100-sxm-80gb", "--params", "13e9", "--dtype", "fp16", "--json"
+    )
+    d = json.loads(out)
+    assert code == 0
+    assert d["weight_bytes"] == 26e9
+    assert d["t_memory_s"] == pytest.approx(12.75e-3, abs=5e-6)
+    assert d["t_compute_s"] == pytest.approx(0.0833e-3, abs=5e-8)
+    assert d["t_step_s"] == pytest.approx(12.75e-3, abs=5e-6)
+    assert d["tokens_per_s"] == pytest.approx(78, abs=0.5)
+    assert d["arithmetic_intensity"] == pytest.approx(1.0)
+    assert d["ridge_flop_per_byte"] == pytest.approx(153, abs=0.5)
+    assert d["crossover_tokens"] == 153
+
+
+def test_roofline_table_and_plot(capsys, tmp_path):
+    png = tmp_path / "r.png"
+    code, out, _ = run(
+        capsys,
+        "roofline",
+        "--hardware",
+        "h100-sxm",
+        "--model",
+        "llama-3.1-8b",
+        "--dtype",
+        "bf16",
+        "--batch",
+        "8",
+        "--context",
+        "4096",
+        "--plot",
+        str(png),
+    )
+    assert code == 0 and "crossover K" in out and png.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["roofline", "--hardware", "h100", "--params", "13e9"], "ambiguous"),
+        (["roofline", "--hardware", "a100-sxm-80gb", "--params", "13e9", "--batch", "-3"], "batch must be >= 1"),
+        (["roofline", "--hardware", "a100-sxm-80gb", "--params", "13e9", "--dtype", "fp9"], "unknown dtype 'fp9'"),
+        (["roofline", "--hardware", "a100-sxm-80gb", "--model", "llama-9"], "unknown model preset"),
+        (["roofline", "--hardware", "a100-sxm-80gb", "--model", "llama-2-7b", "--context", "99999"], "exceeds"),
+        (["hardware", "show", "nope-gpu"], "unknown hardware"),
+    ],
+)
+def test_bad_input_exits_2_with_a_message(capsys, argv, message):
+    code, _, err = run(capsys, *argv)
+    assert code == 2
+    assert message in err and "Traceback" not in err
+
+
+def test_argparse_errors_exit_2_in_a_subprocess():
+    p = subprocess.run(
+        [sys.executable, "-m", "roofline.cli", "roofline", "--hardware", "x", "--batch", "many"],
+        capture_output=True,
+        text=True,
+    )
+    assert p.returncode == 2 and "Traceback" not in p.stderr and "invalid int value" in p.stderr
