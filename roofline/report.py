@@ -67,7 +67,7 @@ def seed_example(w: ReportWriter) -> Section:
     h100_iso = h100.replace(
         name=f"{h100.name} (peak held at A100's)", peak_flop_per_s={**h100.peak_flop_per_s, "fp16": a100.peak("fp16")}
     )
-    rows = []
+    rows: list[dict[str, Any]] = []
     for hw in (a100, h100_iso, h100):
         st = pass_time(m, hw, 1, 1, 0, "fp16")
         rows.append(
