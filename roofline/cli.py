@@ -193,6 +193,105 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- speculation ---------------------------------------------------------------------
+
+
+def cmd_speedup(args: argparse.Namespace) -> int:
+    from roofline.speculative import expected_tokens, ideal_speedup, optimal_gamma
+
+    if args.gamma == "auto":
+        g, s = optimal_gamma(args.alpha, args.c, args.max_gamma)
+        gamma, sp = int(g), float(s)
+    else:
+        try:
+            gamma = int(args.gamma)
+        except ValueError:
+            raise SpecroofError(f"--gamma must be a whole number or 'auto' (got {args.gamma!r})") from None
+        sp = float(ideal_speedup(args.alpha, gamma, args.c))
+    e = float(expected_tokens(args.alpha, gamma))
+    payload = {"alpha": args.alpha, "c": args.c, "gamma": gamma, "expected_tokens": e, "speedup": sp}
+    emit(args, payload, f"alpha {args.alpha}, c {args.c}: gamma {gamma} -> {e:.3f} tokens per round, speedup {sp:.3f}x")
+    return 0
+
+
+def read_curve(path: str) -> list[float]:
+    """An acceptance curve from JSON (a list, or {"curve": [...]}) or whitespace/comma separated text."""
+    from pathlib import Path
+
+    p = Path(path)
+    if not p.is_file():
+        raise SpecroofError(f"acceptance-curve file {path!r} does not exist")
+    text = p.read_text()
+    try:
+        data = json.loads(text)
+        values = data["curve"] if isinstance(data, dict) else data
+    except (json.JSONDecodeError, KeyError):
+        values = text.replace(",", " ").split()
+    try:
+        return [float(v) for v in values]
+    except (TypeError, ValueError):
+        raise SpecroofError(f"{path}: expected a list of acceptance probabilities") from None
+
+
+def drafter_from_args(args: argparse.Namespace) -> Any:
+    from roofline.speculative import DraftModel, EarlyExit, Heads, ParallelBlock, PromptLookup, SlidingWindowSelfDraft
+
+    chosen = [
+        x
+        for x in (
+            args.draft and DraftModel(get_model(args.draft)),
+            args.early_exit and EarlyExit(args.early_exit),
+            args.heads and Heads(args.heads),
+            args.block and ParallelBlock(get_model(args.block)),
+            args.window and SlidingWindowSelfDraft(args.window),
+            args.prompt_lookup and PromptLookup(),
+        )
+        if x
+    ]
+    if not chosen:
+        raise SpecroofError(
+            "choose a drafter: --draft PRESET, --early-exit L, --heads N, --block PRESET, --window W or --prompt-lookup"
+        )
+    return chosen
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from roofline.planner import plan, recommend
+
+    acceptance: Any = read_curve(args.acceptance_curve) if args.acceptance_curve else args.alpha
+    if acceptance is None:
+        raise SpecroofError("give --alpha A or --acceptance-curve FILE")
+    drafters = drafter_from_args(args)
+    kw = dict(gammas=range(0, args.max_gamma + 1), dtype=args.dtype, tp=args.tp)
+    table = plan(args.hardware, args.target, drafters, acceptance, batch=args.batch, context=args.context, **kw)
+    best = []
+    for hw in args.hardware:
+        for b in args.batch:
+            for c in args.context:
+                rec = recommend(hw, args.target, drafters, acceptance, batch=b, context=c, **kw)
+                best.append(
+                    {"hardware": load_hardware(hw).id, "batch": b, "context": c, **rec.row, "reason": rec.reason}
+                )
+    payload = {"recommendations": best, "table": table.head(args.top).to_dict(orient="records")}
+    lines = [f"{r['hardware']}  batch {r['batch']:>4}  context {r['context']:>6}:  {r['reason']}" for r in best]
+    shown = table.head(args.top)[
+        [
+            "hardware",
+            "strategy",
+            "gamma",
+            "batch",
+            "context",
+            "expected_tokens",
+            "t_round_s",
+            "tokens_per_s_per_user",
+            "tokens_per_s_total",
+            "speedup",
+        ]
+    ]
+    emit(args, payload, "\n".join(lines) + "\n\n" + shown.round(4).to_string(index=False))
+    return 0
+
+
 # -- report ----------------------------------------------------------------------
 
 
@@ -243,6 +342,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", default=None, help="write a roofline chart PNG here")
     _add_json(p)
     p.set_defaults(func=cmd_roofline)
+
+    p = sub.add_parser("speedup", help="idealised speedup E / (gamma c + 1) (Leviathan), or the best gamma")
+    p.add_argument("--alpha", type=float, required=True, help="per-token acceptance rate in [0, 1]")
+    p.add_argument("--gamma", default="auto", help="speculation length, or 'auto' for the optimum")
+    p.add_argument("--c", type=float, required=True, help="draft step cost over target step cost")
+    p.add_argument("--max-gamma", type=int, default=64)
+    _add_json(p)
+    p.set_defaults(func=cmd_speedup)
+
+    p = sub.add_parser("plan", help="choose strategy and gamma for a GPU, target and drafter(s)")
+    p.add_argument("--hardware", nargs="+", required=True)
+    p.add_argument("--target", required=True, help="target model preset")
+    p.add_argument("--draft", help="separate draft model preset")
+    p.add_argument("--early-exit", type=int, help="self-speculation with the first L layers")
+    p.add_argument("--heads", type=int, help="Medusa-style heads (count)")
+    p.add_argument("--block", help="DFlash-style parallel block drafter preset")
+    p.add_argument("--window", type=int, help="sliding-window self-draft over the last W tokens")
+    p.add_argument("--prompt-lookup", action="store_true", help="n-gram drafting at no device cost")
+    p.add_argument("--alpha", type=float, help="per-token acceptance rate")
+    p.add_argument("--acceptance-curve", help="JSON/text file with per-position acceptance a_1..a_g")
+    p.add_argument("--batch", type=int_list, default=[1])
+    p.add_argument("--context", type=int_list, default=[1024])
+    p.add_argument("--max-gamma", type=int, default=16)
+    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree of the target")
+    p.add_argument("--top", type=int, default=10, help="rows of the ranked table to show")
+    _add_json(p)
+    p.set_defaults(func=cmd_plan)
 
     from roofline.report import DEFAULT_GPUS
 

@@ -159,3 +159,104 @@ def tokens_sweep_chart(
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(fontsize=8)
     return fig
+
+
+def speedup_map(
+    c: float,
+    alphas: np.ndarray | None = None,
+    max_gamma: int = 16,
+    *,
+    ax: Axes | None = None,
+) -> Figure:
+    """Idealised speedup E / (gamma c + 1) over (alpha, gamma), with the optimal-gamma ridge drawn."""
+    from roofline.speculative import ideal_speedup, optimal_gamma
+
+    fig, ax = _axes(ax)
+    a = np.linspace(0.0, 0.99, 100) if alphas is None else np.asarray(alphas)
+    g = np.arange(0, max_gamma + 1)
+    s = ideal_speedup(a[None, :], g[:, None], c)
+    mesh = ax.pcolormesh(a, g, s, shading="nearest", cmap="viridis")
+    ax.contour(a, g[1:], s[1:], levels=[1.0], colors="w", linewidths=1.0, linestyles="--")
+    best, _ = optimal_gamma(a, c, max_gamma)
+    ax.plot(a, best, color="r", lw=2, label="optimal gamma")
+    fig.colorbar(mesh, ax=ax, label="speedup (x)")
+    ax.set_xlabel("acceptance rate alpha")
+    ax.set_ylabel("speculation length gamma (tokens)")
+    ax.set_title(f"Idealised speedup, draft cost c = {c:g} (dashed: speedup 1)")
+    ax.legend(loc="upper left", fontsize=8)
+    return fig
+
+
+def speedup_vs_batch(
+    target: ModelSpec | str,
+    drafter: Any,
+    hardware: Hardware | str | Sequence[Hardware | str],
+    acceptance: Any,
+    context: int = 1024,
+    batches: Sequence[int] | np.ndarray | None = None,
+    gammas: Sequence[int] | range = range(0, 17),
+    dtype: str = "bf16",
+    *,
+    ax: Axes | None = None,
+) -> Figure:
+    """Total tokens/s against batch with the best gamma (solid) and without speculation (dashed), per GPU."""
+    from roofline.planner import plan
+
+    hws = _as_list(hardware)
+    fig, ax = _axes(ax)
+    b = 2 ** np.arange(0, 11) if batches is None else np.asarray(batches)
+    for i, hw in enumerate(hws):
+        t = plan(hw, target, drafter, acceptance, batch=b, context=context, gammas=gammas, dtype=dtype)
+        t = t[t["fits_in_memory"]]
+        base = t[t["gamma"] == 0].sort_values("batch")
+        best = t.sort_values("speedup", ascending=False).groupby("batch", as_index=False).first().sort_values("batch")
+        c = f"C{i % 10}"
+        ax.plot(best["batch"], best["tokens_per_s_total"], "-o", ms=3, color=c, label=f"{hw.name}: best gamma")
+        ax.plot(base["batch"], base["tokens_per_s_total"], "--", color=c, label=f"{hw.name}: no speculation")
+        for _, r in best.iterrows():
+            ax.annotate(
+                str(int(r["gamma"])),
+                (r["batch"], r["tokens_per_s_total"]),
+                fontsize=7,
+                xytext=(0, 4),
+                textcoords="offset points",
+            )
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("batch size (sequences, only those whose KV fits)")
+    ax.set_ylabel("total throughput (tokens/s)")
+    ax.set_title(f"{get_model(target).name}, context {context}: best gamma annotated")
+    ax.grid(True, which="both", alpha=0.25)
+    ax.legend(fontsize=7)
+    return fig
+
+
+def optimal_gamma_vs_alpha(
+    target: ModelSpec | str,
+    drafter: Any,
+    hardware: Hardware | str | Sequence[Hardware | str],
+    alphas: np.ndarray | None = None,
+    batch: int = 1,
+    context: int = 1024,
+    max_gamma: int = 16,
+    dtype: str = "bf16",
+    *,
+    ax: Axes | None = None,
+) -> Figure:
+    """The roofline-optimal gamma against alpha, one line per GPU (real draft and verify costs)."""
+    from roofline.speculative import speedup
+
+    hws = _as_list(hardware)
+    fig, ax = _axes(ax)
+    a = np.linspace(0.3, 0.98, 69) if alphas is None else np.asarray(alphas)
+    g = np.arange(0, max_gamma + 1)
+    for i, hw in enumerate(hws):
+        r = speedup(target, drafter, hw, a[:, None], g[None, :], batch, context, dtype)
+        best = np.argmax(r.speedup, axis=1)
+        ax.step(a, g[best], where="mid", color=f"C{i % 10}", label=hw.name)
+    ax.set_xlabel("acceptance rate alpha")
+    ax.set_ylabel("optimal gamma (tokens)")
+    ax.set_title(f"{get_model(target).name}: batch {batch}, context {context}")
+    ax.grid(True, alpha=0.25)
+    ax.legend(fontsize=8)
+    return fig

@@ -134,6 +134,73 @@ def rooflines(w: ReportWriter, gpus: Sequence[str]) -> Section:
     )
 
 
+#: The pairing the default report plans for, with assumed acceptance rates (replace with measured ones).
+DEFAULT_PAIRING: dict[str, Any] = {
+    "target": "llama-3.1-8b",
+    "drafters": ("llama-3.2-1b", 8),  # a separate 1B draft, and early exit after layer 8
+    "acceptance": {"draft llama-3.2-1b": 0.75, "early exit @8": 0.5},
+}
+
+
+def speculation(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | None = None) -> Section:
+    """Speedup map, speedup against batch, and the plan for the pairing on every GPU."""
+    from roofline.planner import recommend, speculation_stops_paying
+    from roofline.plot import optimal_gamma_vs_alpha, speedup_map, speedup_vs_batch
+    from roofline.speculative import EarlyExit, draft_cost_ratio
+
+    cfg = pairing or DEFAULT_PAIRING
+    target = cfg["target"]
+    draft_name, exit_layer = cfg["drafters"]
+    drafters = [draft_name, EarlyExit(exit_layer)]
+    acc = cfg["acceptance"]
+    c = draft_cost_ratio(target, draft_name, gpus[0])
+    body = f"<p>Target {target}; drafters: {draft_name} and early exit after layer {exit_layer}; "
+    body += f"assumed acceptance {acc}. Draft cost ratio c = {c:.3f} on {gpus[0]} at batch 1.</p>"
+    body += w.figure(
+        speedup_map(c), "speedup_map", f"Idealised speedup over (alpha, gamma) at c = {c:.3f}, optimal gamma in red"
+    )
+    first_alpha = acc[f"draft {draft_name}"]
+    body += w.figure(
+        speedup_vs_batch(target, draft_name, list(gpus[:3]), first_alpha, context=128),
+        "speedup_vs_batch",
+        f"Total throughput against batch with the best gamma and without speculation (context 128, alpha {first_alpha})",
+    )
+    body += w.figure(
+        optimal_gamma_vs_alpha(target, draft_name, list(gpus), batch=64, context=1024),
+        "optimal_gamma",
+        "Roofline-optimal gamma against alpha per GPU (batch 64, context 1024)",
+    )
+    rows = []
+    for g in gpus:
+        for batch in (1, 8, 64):
+            for context in (1024, 32768):
+                rec = recommend(g, target, drafters, acc, batch=batch, context=context)
+                rows.append(
+                    {
+                        "hardware": g,
+                        "batch": batch,
+                        "context": context,
+                        "strategy": rec.row["strategy"],
+                        "gamma": int(rec.row["gamma"]),
+                        "expected_tokens": rec.row["expected_tokens"],
+                        "t_round_ms": rec.row["t_round_s"] * 1e3,
+                        "tokens_per_s_per_user": rec.row["tokens_per_s_per_user"],
+                        "speedup": rec.row["speedup"],
+                        "fits_in_memory": bool(rec.row["fits_in_memory"]),
+                    }
+                )
+    stops = {g: speculation_stops_paying(g, target, draft_name, first_alpha, context=128) for g in gpus}
+    body += "<h3>Plan per GPU (best strategy and gamma)</h3>" + w.table(pd.DataFrame(rows), "plan")
+    body += "<p>Batch at which speculation with the draft model stops paying (context 128): "
+    body += ", ".join(f"{k}: {v if v is not None else 'never (within memory)'}" for k, v in stops.items()) + "</p>"
+    return Section(
+        "Speculative decoding: where it pays and which gamma",
+        body,
+        ["plan.csv"],
+        {"plan": rows, "stops_paying_batch": stops},
+    )
+
+
 _CSS = """
 body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 table.data{border-collapse:collapse;font-size:13px;margin:1em 0}
@@ -150,7 +217,7 @@ def write_report(
 ) -> dict[str, Any]:
     """Build every section, write ``index.html`` and ``summary.json``; return the summary."""
     w = ReportWriter(out_dir)
-    sections = [seed_example(w), rooflines(w, gpus)]
+    sections = [seed_example(w), rooflines(w, gpus), speculation(w, gpus)]
     sections += [make(w) for make in extra]
     parts = [f"<h2>{html.escape(s.title)}</h2>\n{s.body_html}" for s in sections]
     page = (

@@ -80,6 +80,7 @@ def step_time(
     *,
     efficiency: bool = False,
     overhead_s: float | None = None,
+    tp: int = 1,
 ) -> StepTime:
     """Roofline time of the pass ``cost`` on ``hardware``.
 
@@ -87,8 +88,18 @@ def step_time(
     ``efficiency=True`` scales the datasheet ceilings by the profile's achievable
     fractions. ``overhead_s`` is the fixed time per pass; by default the profile's
     measured pass overhead plus per-layer overhead (zero for datasheet profiles).
+    ``tp`` > 1 splits weights, KV and work over ``tp`` devices (tensor parallelism)
+    and adds two ring all-reduces of the hidden state per layer over the profile's
+    per-direction interconnect bandwidth, 2 (tp - 1) / tp x bytes / link each.
     """
     hw = load_hardware(hardware)
+    tp = int(check_min("tp", tp, 1, integer=True))
+    comm: Any = 0.0
+    if tp > 1:
+        if hw.interconnect_bytes_per_s is None:
+            raise SpecroofError(f"tp={tp} needs an interconnect bandwidth, which {hw.id!r} does not list")
+        per_allreduce = 2.0 * (tp - 1) / tp * np.asarray(cost.allreduce_bytes) / hw.interconnect_bytes_per_s
+        comm = 2 * cost.n_layers * per_allreduce
     dtype = dtype or cost.compute_dtype
     bw = hw.bandwidth(efficiency)
     peak = hw.peak(dtype, efficiency)
@@ -96,8 +107,8 @@ def step_time(
         overhead_s = hw.pass_overhead_s + cost.n_layers * hw.layer_overhead_s
     elif overhead_s < 0:
         raise SpecroofError(f"overhead_s must be >= 0 (got {overhead_s})")
-    op_mem = cost.bytes / bw
-    op_comp = cost.flops / peak
+    op_mem = cost.bytes / (bw * tp)
+    op_comp = cost.flops / (peak * tp)
     op_t = np.maximum(op_mem, op_comp)
     return StepTime(
         operators=cost.operators,
@@ -107,7 +118,7 @@ def step_time(
         t_memory_s=op_mem.sum(axis=0),
         t_compute_s=op_comp.sum(axis=0),
         overhead_s=float(overhead_s),
-        t_step_s=op_t.sum(axis=0) + overhead_s,
+        t_step_s=op_t.sum(axis=0) + overhead_s + comm,
         tokens=cost.tokens,
         intensity=cost.intensity,
         ridge=peak / bw,
@@ -127,10 +138,11 @@ def pass_time(
     tree: Any = None,
     efficiency: bool = False,
     overhead_s: float | None = None,
+    tp: int = 1,
 ) -> StepTime:
     """Shortcut: :func:`forward_cost` then :func:`step_time` (``dtype`` = compute/activation dtype)."""
     cost = forward_cost(spec, batch, new_tokens, context, weight_dtype or dtype, kv_dtype, dtype, tree)
-    return step_time(cost, hardware, dtype, efficiency=efficiency, overhead_s=overhead_s)
+    return step_time(cost, hardware, dtype, efficiency=efficiency, overhead_s=overhead_s, tp=tp)
 
 
 def weights_only_crossover(spec: ModelSpec | str, hardware: Hardware | str, dtype: str = "fp16") -> float:

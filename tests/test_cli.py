@@ -87,3 +87,95 @@ def test_argparse_errors_exit_2_in_a_subprocess():
         text=True,
     )
     assert p.returncode == 2 and "Traceback" not in p.stderr and "invalid int value" in p.stderr
+
+
+def test_speedup_json_auto_and_fixed(capsys):
+    code, out, _ = run(capsys, "speedup", "--alpha", "0.8", "--gamma", "auto", "--c", "0.05", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["gamma"] == 8 and d["speedup"] == pytest.approx(3.092, abs=1e-3)
+    code, out, _ = run(capsys, "speedup", "--alpha", "1", "--gamma", "4", "--c", "0", "--json")
+    d = json.loads(out)
+    assert d["expected_tokens"] == 5 and d["speedup"] == 5
+
+
+def test_plan_with_alpha_and_with_a_curve_file(capsys, tmp_path):
+    code, out, _ = run(
+        capsys,
+        "plan",
+        "--hardware",
+        "h100-sxm-80gb",
+        "--target",
+        "llama-3.1-8b",
+        "--draft",
+        "llama-3.2-1b",
+        "--early-exit",
+        "8",
+        "--alpha",
+        "0.8",
+        "--batch",
+        "1,64",
+        "--context",
+        "1024",
+        "--json",
+    )
+    d = json.loads(out)
+    assert code == 0 and len(d["recommendations"]) == 2
+    assert d["recommendations"][0]["gamma"] >= 1 and "reason" in d["recommendations"][0]
+    curve = tmp_path / "curve.json"
+    curve.write_text(json.dumps({"curve": [0.9, 0.8, 0.7, 0.6]}))
+    code, out, _ = run(
+        capsys,
+        "plan",
+        "--hardware",
+        "a100-sxm-80gb",
+        "--target",
+        "llama-2-7b",
+        "--draft",
+        "llama-68m",
+        "--acceptance-curve",
+        str(curve),
+    )
+    assert code == 0 and "gamma" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["speedup", "--alpha", "1.5", "--c", "0.1"], "alpha must lie in [0, 1]"),
+        (["speedup", "--alpha", "0.5", "--c", "-1"], "c must be >= 0"),
+        (["speedup", "--alpha", "0.5", "--c", "0.1", "--gamma", "-2"], "gamma must be >= 0"),
+        (["speedup", "--alpha", "0.5", "--c", "0.1", "--gamma", "many"], "--gamma must be a whole number"),
+        (["plan", "--hardware", "h100-sxm-80gb", "--target", "llama-3.1-8b", "--alpha", "0.8"], "choose a drafter"),
+        (
+            [
+                "plan",
+                "--hardware",
+                "h100-sxm-80gb",
+                "--target",
+                "llama-3.1-8b",
+                "--draft",
+                "llama-3.1-70b",
+                "--alpha",
+                "0.8",
+            ],
+            "not smaller than the target",
+        ),
+        (
+            [
+                "plan",
+                "--hardware",
+                "h100-sxm-80gb",
+                "--target",
+                "llama-3.1-8b",
+                "--draft",
+                "llama-3.2-1b",
+                "--acceptance-curve",
+                "/nope",
+            ],
+            "does not exist",
+        ),
+    ],
+)
+def test_speculation_cli_errors_exit_2(capsys, argv, message):
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and message in err and "Traceback" not in err

@@ -1,0 +1,513 @@
+"""Chain speculative decoding: expected tokens, speedup, optimal gamma, drafter cost models.
+
+Closed forms (Leviathan et al. 2023) broadcast over numpy arrays. The roofline
+speedup prices every term with the cost model at the real batch and context:
+
+    speedup = E x T_target(1) / (T_draft(gamma) + T_verify(gamma + 1) + T_overhead)
+
+where the verify pass is a (gamma + 1)-token pass over the cache, not one step.
+Times are seconds, memory is bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from roofline.errors import SpecroofError, as_array, check_min, check_range
+from roofline.hardware import Hardware, dtype_bytes, load_hardware
+from roofline.model import ModelSpec, get_model
+from roofline.roofline import memory_footprint, pass_time
+
+Array = npt.NDArray[np.float64]
+
+
+# -- closed forms ------------------------------------------------------------------
+
+
+def expected_tokens(alpha: Any, gamma: Any) -> Array:
+    """Expected tokens per round, bonus/correction included: (1 - a^(g+1)) / (1 - a).
+
+    Exact at a = 1 (g + 1) and accurate next to it: 1 - a^(g+1) is computed as
+    -expm1((g+1) log1p(-(1-a))), so there is no cancellation as a -> 1.
+    """
+    a = check_range("alpha", alpha, 0.0, 1.0)
+    g = check_min("gamma", gamma, 0, integer=True)
+    a, g = np.broadcast_arrays(a, g)
+    one_minus = 1.0 - a
+    with np.errstate(divide="ignore", invalid="ignore"):
+        power = a ** (g + 1)
+        direct = (1.0 - power) / one_minus
+        # near a = 1 the direct form cancels; expm1/log1p keeps full precision there
+        near_one = -np.expm1((g + 1) * np.log1p(-one_minus)) / one_minus
+        series = np.where(power < 0.5, direct, near_one)
+    series = np.where(one_minus == 0.0, g + 1.0, series)
+    return np.clip(series, 1.0, g + 1.0)  # the exact bounds; rounding must not cross them
+
+
+def expected_tokens_curve(curve: Any, gamma: Any = None) -> Array:
+    """Expected tokens per round for per-position acceptance a_1..a_g: 1 + sum_j prod_{i<=j} a_i.
+
+    ``curve`` has positions on its last axis (leading axes broadcast). With
+    ``gamma`` the first ``gamma`` positions are used (gamma may be an array).
+    """
+    c = check_range("acceptance curve", curve, 0.0, 1.0)
+    if c.ndim == 0 or c.shape[-1] == 0:
+        raise SpecroofError("acceptance curve must have at least one position")
+    cum = np.concatenate([np.ones((*c.shape[:-1], 1)), np.cumprod(c, axis=-1)], axis=-1)
+    partial = np.cumsum(cum, axis=-1)  # partial[..., g] = E with gamma = g
+    if gamma is None:
+        return partial[..., -1]
+    g = check_min("gamma", gamma, 0, integer=True)
+    if np.any(g > c.shape[-1]):
+        raise SpecroofError(
+            f"gamma ({int(g.max())}) exceeds the acceptance curve's {c.shape[-1]} positions; measure more positions"
+        )
+    if c.ndim == 1:
+        return partial[g]
+    return np.take_along_axis(partial, np.broadcast_to(g, partial.shape[:-1])[..., None], axis=-1)[..., 0]
+
+
+def ideal_speedup(alpha: Any, gamma: Any, c: Any) -> Array:
+    """Leviathan's idealised speedup E / (gamma c + 1): verify costs one step, a draft step costs c."""
+    cc = check_min("c", c, 0.0)
+    g = check_min("gamma", gamma, 0, integer=True)
+    return expected_tokens(alpha, g) / (g * cc + 1.0)
+
+
+def optimal_gamma(alpha: Any, c: Any, max_gamma: int = 64) -> tuple[npt.NDArray[np.int64], Array]:
+    """Integer gamma in [0, max_gamma] maximising :func:`ideal_speedup` (ties to the smaller), and that speedup."""
+    check_min("max_gamma", max_gamma, 0, integer=True)
+    a = check_range("alpha", alpha, 0.0, 1.0)[..., None]
+    cc = check_min("c", c, 0.0)[..., None]
+    g = np.arange(max_gamma + 1)
+    s = ideal_speedup(a, g, cc)
+    best = np.argmax(s, axis=-1)  # first maximum: the smaller gamma wins ties
+    return best.astype(np.int64), np.take_along_axis(s, best[..., None], axis=-1)[..., 0]
+
+
+def break_even_alpha(gamma: Any, c: Any) -> Array:
+    """Smallest alpha at which E(alpha, gamma) = gamma c + 1 (speculation breaks even); NaN if none."""
+    g = check_min("gamma", gamma, 1, integer=True)
+    cc = check_min("c", c, 0.0)
+    g, cc = np.broadcast_arrays(g, cc)
+    target = g * cc + 1.0
+    lo, hi = np.zeros(g.shape), np.ones(g.shape)
+    for _ in range(60):  # E is increasing in alpha: bisection to float precision
+        mid = (lo + hi) / 2
+        above = expected_tokens(mid, g) >= target
+        hi = np.where(above, mid, hi)
+        lo = np.where(above, lo, mid)
+    return np.where(target > g + 1.0, np.nan, np.where(target <= 1.0, 0.0, hi))
+
+
+def acceptance_rate(p: Any, q: Any, axis: int = -1) -> Array:
+    """alpha = sum_x min(p(x), q(x)) = 1 - total variation distance, for arrays of distributions."""
+    pp, qq = as_array("p", p), as_array("q", q)
+    for name, d in (("p", pp), ("q", qq)):
+        if np.any(d < 0):
+            raise SpecroofError(f"{name} has negative probabilities")
+        if not np.allclose(d.sum(axis=axis), 1.0, atol=1e-6):
+            raise SpecroofError(f"{name} must sum to 1 along axis {axis} (sums: {np.unique(d.sum(axis=axis))[:3]})")
+    return np.minimum(pp, qq).sum(axis=axis)
+
+
+@dataclass(frozen=True)
+class SpecMetrics:
+    """Speculation metrics in vLLM / Spec-Bench units.
+
+    ``acceptance_rate`` = accepted / drafted (no bonus token);
+    ``mean_acceptance_length`` = 1 + accepted / rounds (bonus included);
+    ``system_efficiency`` = emitted / (rounds x (gamma + 1));
+    ``per_position`` = accepted at position i / rounds.
+    """
+
+    rounds: int
+    acceptance_rate: float
+    mean_acceptance_length: float
+    system_efficiency: float
+    per_position: Array | None = None
+
+
+def metrics_from_counts(
+    rounds: int,
+    drafted: int,
+    accepted: int,
+    emitted: int,
+    gamma: int,
+    accepted_per_position: Any = None,
+) -> SpecMetrics:
+    """Summary metrics from the counters a serving system keeps (see :class:`SpecMetrics`)."""
+    r = int(check_min("rounds", rounds, 1, integer=True))
+    g = int(check_min("gamma", gamma, 0, integer=True))
+    d = int(check_min("drafted", drafted, 0, integer=True))
+    a = int(check_min("accepted", accepted, 0, integer=True))
+    e = int(check_min("emitted", emitted, 0, integer=True))
+    if a > d:
+        raise SpecroofError(f"accepted ({a}) cannot exceed drafted ({d})")
+    if e > r * (g + 1):
+        raise SpecroofError(f"emitted ({e}) cannot exceed rounds x (gamma + 1) = {r * (g + 1)}")
+    per = None
+    if accepted_per_position is not None:
+        per_counts = check_min("accepted_per_position", accepted_per_position, 0, integer=True)
+        if per_counts.ndim != 1 or per_counts.size != g:
+            raise SpecroofError(f"accepted_per_position must have gamma = {g} entries (got {per_counts.size})")
+        if np.any(np.diff(per_counts) > 0):
+            raise SpecroofError("accepted_per_position must not increase: position i+1 needs position i accepted")
+        per = per_counts / r
+    return SpecMetrics(r, a / d if d else float("nan"), 1.0 + a / r, e / (r * (g + 1)), per)
+
+
+# -- drafter cost models -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ctx:
+    """What a drafter needs to price itself: target, hardware and pass options."""
+
+    target: ModelSpec
+    hw: Hardware
+    dtype: str
+    efficiency: bool
+    overhead_s: float | None
+    tp: int
+
+
+class Drafter(Protocol):
+    """A way of proposing tokens, priced by the cost model."""
+
+    @property
+    def name(self) -> str:
+        """Label used in tables and as the key of per-drafter acceptance."""
+        ...
+
+    def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: Any, context: Any) -> Array:
+        """Seconds to propose ``gamma`` tokens for each of ``batch`` sequences."""
+        ...
+
+    def verify_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: Any, context: Any) -> Array:
+        """Seconds of the target's verify pass over gamma + 1 tokens."""
+        ...
+
+    def extra_memory_bytes(self, ctx: Ctx, batch: Any, context: Any) -> Array:
+        """Device memory the drafter adds (weights + its own KV), bytes."""
+        ...
+
+
+def _steps(ctx: Ctx, spec: ModelSpec, gamma: npt.NDArray[np.int64], batch: Any, context: Any) -> Array:
+    """Time of ``gamma`` one-token autoregressive steps of ``spec`` starting at ``context`` (exact sum)."""
+    gmax = int(np.max(gamma)) if np.size(gamma) else 0
+    if gmax == 0:
+        return np.zeros(np.broadcast_shapes(np.shape(gamma), np.shape(batch), np.shape(context)))
+    i = np.arange(gmax)
+    B = np.asarray(batch)[..., None]
+    L = np.asarray(context)[..., None] + i
+    t = pass_time(spec, ctx.hw, B, 1, L, ctx.dtype, efficiency=ctx.efficiency, overhead_s=ctx.overhead_s).t_step_s
+    cum = np.concatenate([np.zeros((*t.shape[:-1], 1)), np.cumsum(t, axis=-1)], axis=-1)
+    shape = np.broadcast_shapes(np.shape(gamma), cum.shape[:-1])
+    cum = np.broadcast_to(cum, (*shape, gmax + 1))
+    idx = np.broadcast_to(np.asarray(gamma), shape)[..., None]
+    return np.take_along_axis(cum, idx, axis=-1)[..., 0]
+
+
+def _verify(ctx: Ctx, spec: ModelSpec, gamma: Any, batch: Any, context: Any) -> Array:
+    st = pass_time(
+        spec,
+        ctx.hw,
+        batch,
+        gamma + 1,
+        context,
+        ctx.dtype,
+        efficiency=ctx.efficiency,
+        overhead_s=ctx.overhead_s,
+        tp=ctx.tp,
+    )
+    return st.t_step_s
+
+
+def _check_smaller(draft: ModelSpec, target: ModelSpec) -> None:
+    if draft.total_params >= target.total_params:
+        raise SpecroofError(
+            f"drafter {draft.name} ({draft.total_params / 1e9:.2f}B params) is not smaller than "
+            f"the target {target.name} ({target.total_params / 1e9:.2f}B)"
+        )
+
+
+def _no_memory(batch: Any, context: Any) -> Array:
+    return np.zeros(np.broadcast_shapes(np.shape(batch), np.shape(context)))
+
+
+@dataclass(frozen=True)
+class DraftModel:
+    """A separate small draft model: gamma autoregressive steps, its own weights and KV cache."""
+
+    spec: ModelSpec
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "spec", get_model(self.spec))
+        object.__setattr__(self, "name", self.name or f"draft {self.spec.name}")
+
+    def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: Any, context: Any) -> Array:
+        _check_smaller(self.spec, ctx.target)
+        return _steps(ctx, self.spec, gamma, batch, context)
+
+    def verify_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: Any, context: Any) -> Array:
+        return _verify(ctx, ctx.target, gamma, batch, context)
+
+    def extra_memory_bytes(self, ctx: Ctx, batch: Any, context: Any) -> Array:
+        fp = memory_footprint(self.spec, batch, context, ctx.dtype)
+        return np.asarray(fp.weights_bytes + fp.kv_bytes, dtype=float)
+
+
+@dataclass(frozen=True)
+class EarlyExit:
+    """Self-speculation (LayerSkip): the target's first ``layers`` layers plus its head draft.
+
+    Verification reuses those layers' KV and activations, so the verify pass runs
+    only the remaining layers over the gamma + 1 tokens. No extra weights or KV.
+    """
+
+    layers: int
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name", self.name or f"early exit @{self.layers}")
+
+    def _check(self, ctx: Ctx) -> None:
+        if not 1 <= self.layers < ctx.target.n_layers:
+            raise SpecroofError(f"early-exit layers must lie in [1, {ctx.target.n_layers - 1}] (got {self.layers})")
+
+    def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: Any, context: Any) -> Array:
+        self._check(ctx)
+        return _steps(ctx, ctx.target.replace(n_layers=self.layers), gamma, batch, context)
+
+    def verify_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: Any, context: Any) -> Array:
+        self._check(ctx)
+        return _verify(ctx, ctx.target.replace(n_layers=ctx.target.n_layers - self.layers), gamma, batch, context)
+
+    def extra_memory_bytes(self, ctx: Ctx, batch: Any, context: Any) -> Array:
+        return _no_memory(batch, context)
+
+
+@dataclass(frozen=True)
+class Heads:
+    """Medusa/EAGLE-style extra heads: one cheap step proposes the whole chain or tree.
+
+    ``params`` is the weight count of all heads together (default: ``n_heads`` Medusa
+    heads, each a d x d residual block plus its own d x vocab projection).
+    """
+
+    n_heads: int = 4
+    params: float | None = None
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        check_min("n_heads", self.n_heads, 1, integer=True)
+        object.__setattr__(self, "name", self.name or f"{self.n_heads} heads")
+
+    def head_params(self, target: ModelSpec) -> float:
+        if self.params is not None:
+            return float(self.params)
+        return self.n_heads * (target.d_model**2 + target.d_model * target.vocab_size)
+
+    def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: Any, context: Any) -> Array:
+        heads = ModelSpec.from_params(self.head_params(ctx.target), name=self.name)
+        t = pass_time(
+            heads, ctx.hw, batch, 1, 0, ctx.dtype, efficiency=ctx.efficiency, overhead_s=ctx.overhead_s
+        ).t_step_s
+        shape = np.broadcast_shapes(np.shape(gamma), np.shape(t), np.shape(context))
+        return np.where(np.broadcast_to(gamma, shape) > 0, np.broadcast_to(t, shape), 0.0)
+
+    def verify_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: Any, context: Any) -> Array:
+        return _verify(ctx, ctx.target, gamma, batch, context)
+
+    def extra_memory_bytes(self, ctx: Ctx, batch: Any, context: Any) -> Array:
+        return _no_memory(batch, context) + self.head_params(ctx.target) * dtype_bytes(ctx.dtype)
+
+
+@dataclass(frozen=True)
+class ParallelBlock:
+    """DFlash-style block drafter: one pass of a small model proposes the whole gamma-token block."""
+
+    spec: ModelSpec
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "spec", get_model(self.spec))
+        object.__setattr__(self, "name", self.name or f"block {self.spec.name}")
+
+    def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: Any, context: Any) -> Array:
+        _check_smaller(self.spec, ctx.target)
+        g = np.maximum(gamma, 1)
+        t = pass_time(
+            self.spec, ctx.hw, batch, g, context, ctx.dtype, efficiency=ctx.efficiency, overhead_s=ctx.overhead_s
+        ).t_step_s
+        return np.where(np.asarray(gamma) > 0, t, 0.0)
+
+    def verify_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: Any, context: Any) -> Array:
+        return _verify(ctx, ctx.target, gamma, batch, context)
+
+    def extra_memory_bytes(self, ctx: Ctx, batch: Any, context: Any) -> Array:
+        fp = memory_footprint(self.spec, batch, context, ctx.dtype)
+        return np.asarray(fp.weights_bytes + fp.kv_bytes, dtype=float)
+
+
+@dataclass(frozen=True)
+class PromptLookup:
+    """Prompt lookup / n-gram drafting: proposals come from the context on the host, at no device cost."""
+
+    name: str = "prompt lookup"
+
+    def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: Any, context: Any) -> Array:
+        return np.zeros(np.broadcast_shapes(np.shape(gamma), np.shape(batch), np.shape(context)))
+
+    def verify_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: Any, context: Any) -> Array:
+        return _verify(ctx, ctx.target, gamma, batch, context)
+
+    def extra_memory_bytes(self, ctx: Ctx, batch: Any, context: Any) -> Array:
+        return _no_memory(batch, context)
+
+
+@dataclass(frozen=True)
+class SlidingWindowSelfDraft:
+    """The target drafts for itself over only the last ``window`` cached tokens (MagicDec/TriForce style).
+
+    At long context the KV read dominates a step, so a windowed self-draft is much
+    cheaper than a full step while sharing the target's weights.
+    """
+
+    window: int
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        check_min("window", self.window, 1, integer=True)
+        object.__setattr__(self, "name", self.name or f"self-draft window {self.window}")
+
+    def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: Any, context: Any) -> Array:
+        return _steps(ctx, ctx.target, gamma, batch, np.minimum(context, self.window))
+
+    def verify_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: Any, context: Any) -> Array:
+        return _verify(ctx, ctx.target, gamma, batch, context)
+
+    def extra_memory_bytes(self, ctx: Ctx, batch: Any, context: Any) -> Array:
+        return _no_memory(batch, context)
+
+
+def as_drafter(d: Any) -> Drafter:
+    """A drafter from a Drafter, a ModelSpec/preset name (separate draft model), or None (prompt lookup)."""
+    if d is None:
+        return PromptLookup()
+    if isinstance(d, (str, ModelSpec)):
+        return DraftModel(get_model(d))
+    if hasattr(d, "draft_time") and hasattr(d, "verify_time"):
+        return d  # type: ignore[no-any-return]
+    raise SpecroofError(f"cannot use {d!r} as a drafter: give a ModelSpec, a preset name or a drafter object")
+
+
+# -- the roofline speedup ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SpeedupResult:
+    """Every term of a speculative round (seconds) and what it buys. Arrays broadcast over inputs."""
+
+    gamma: npt.NDArray[np.int64]
+    expected_tokens: Array
+    t_target_step_s: Array
+    t_draft_s: Array
+    t_verify_s: Array
+    t_overhead_s: float
+    t_round_s: Array
+    speedup: Array
+    tokens_per_s_per_user: Array
+    tokens_per_s_total: Array
+    baseline_tokens_per_s_per_user: Array
+    extra_memory_bytes: Array
+    memory_bytes: Array
+    fits_in_memory: npt.NDArray[np.bool_]
+    drafter: str = ""
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+def speedup(
+    target: ModelSpec | str,
+    drafter: Any,
+    hardware: Hardware | str,
+    alpha_or_curve: Any,
+    gamma: Any,
+    batch: Any = 1,
+    context: Any = 1024,
+    dtype: str = "bf16",
+    *,
+    curve: bool | None = None,
+    efficiency: bool = False,
+    overhead_s: float | None = None,
+    round_overhead_s: float = 0.0,
+    tp: int = 1,
+) -> SpeedupResult:
+    """Roofline speedup of chain speculation over plain decoding at the same batch and context.
+
+    ``alpha_or_curve`` is a per-token acceptance rate (scalar or array, broadcast
+    with the other arguments) or, for a 1-D input with ``curve=True`` (the default
+    for lists), a measured per-position acceptance curve a_1..a_g. gamma = 0 is
+    plain decoding (speedup 1). ``round_overhead_s`` adds a fixed cost per round
+    (sampling, rollback) on top of the passes.
+    """
+    spec, hw = get_model(target), load_hardware(hardware)
+    d = as_drafter(drafter)
+    g = check_min("gamma", gamma, 0, integer=True)
+    B = check_min("batch", batch, 1, integer=True)
+    L = check_min("context", context, 0, integer=True)
+    if round_overhead_s < 0:
+        raise SpecroofError(f"round_overhead_s must be >= 0 (got {round_overhead_s})")
+    is_curve = isinstance(alpha_or_curve, (list, tuple)) if curve is None else curve
+    E = expected_tokens_curve(alpha_or_curve, g) if is_curve else expected_tokens(alpha_or_curve, g)
+    ctx = Ctx(spec, hw, dtype, efficiency, overhead_s, tp)
+    base = pass_time(spec, hw, B, 1, L, dtype, efficiency=efficiency, overhead_s=overhead_s, tp=tp).t_step_s
+    t_draft = d.draft_time(ctx, g, B, L)
+    t_verify = d.verify_time(ctx, g, B, L)
+    spec_round = t_draft + t_verify + round_overhead_s
+    # gamma = 0 is plain decoding: no draft, no verify overhead, one token per step
+    t_round = np.where(g == 0, base, spec_round)
+    E = np.where(g == 0, 1.0, E)
+    extra = d.extra_memory_bytes(ctx, B, L)
+    target_fp = memory_footprint(spec, B, L, dtype, new_tokens=np.maximum(g, 0) + 1)
+    mem = (target_fp.total_bytes / tp) + extra
+    cap = hw.memory_bytes if hw.memory_bytes is not None else np.inf
+    return SpeedupResult(
+        gamma=g,
+        expected_tokens=E,
+        t_target_step_s=base,
+        t_draft_s=np.where(g == 0, 0.0, t_draft),
+        t_verify_s=np.where(g == 0, base, t_verify),
+        t_overhead_s=round_overhead_s,
+        t_round_s=t_round,
+        speedup=E * base / t_round,
+        tokens_per_s_per_user=E / t_round,
+        tokens_per_s_total=B * E / t_round,
+        baseline_tokens_per_s_per_user=1.0 / base,
+        extra_memory_bytes=extra,
+        memory_bytes=mem,
+        fits_in_memory=mem <= cap,
+        drafter=d.name,
+    )
+
+
+def draft_cost_ratio(
+    target: ModelSpec | str,
+    drafter: Any,
+    hardware: Hardware | str,
+    batch: int = 1,
+    context: int = 1024,
+    dtype: str = "bf16",
+) -> float:
+    """Leviathan's c: one draft step over one target step, priced by the cost model."""
+    spec, hw = get_model(target), load_hardware(hardware)
+    ctx = Ctx(spec, hw, dtype, False, None, 1)
+    d = as_drafter(drafter)
+    one = np.asarray(1)
+    return float(d.draft_time(ctx, one, batch, context) / pass_time(spec, hw, batch, 1, context, dtype).t_step_s)
