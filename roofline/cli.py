@@ -292,6 +292,80 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- trees -----------------------------------------------------------------------------
+
+
+def read_acceptance_vector(path: str) -> Any:
+    """Sibling-rank acceptance from JSON: a list (rank 0 first), {"p": [...]}, or {"sequoia": [...]}."""
+    from pathlib import Path
+
+    from roofline.trees import SiblingRankAcceptance
+
+    p = Path(path)
+    if not p.is_file():
+        raise SpecroofError(f"acceptance-vector file {path!r} does not exist")
+    try:
+        data = json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise SpecroofError(f"{path}: not valid JSON ({exc})") from None
+    if isinstance(data, dict) and "sequoia" in data:
+        return SiblingRankAcceptance.from_sequoia(data["sequoia"])
+    values = data.get("p") if isinstance(data, dict) else data
+    if not isinstance(values, list):
+        raise SpecroofError(f"{path}: expected a list, {{'p': [...]}} or {{'sequoia': [...]}}")
+    return SiblingRankAcceptance(values)
+
+
+def cmd_tree(args: argparse.Namespace) -> int:
+    from roofline.trees import best_tree_size, optimal_tree
+
+    acc = read_acceptance_vector(args.acceptance_vector)
+    opt = optimal_tree(acc, args.budget, args.max_depth)
+    t = opt.tree
+    payload: dict[str, Any] = {
+        "expected_tokens": opt.expected_tokens,
+        "n_nodes": t.n_nodes,
+        "depth": t.depth,
+        "parents": t.parents.tolist(),
+        "paths": [list(p) for p in t.paths()],
+        "widths": t.widths.tolist(),
+    }
+    lines = [
+        f"optimal tree for budget {args.budget}, depth <= {args.max_depth}: {t.n_nodes} nodes, depth {t.depth}, "
+        f"widths {t.widths.tolist()}",
+        f"expected tokens per round: {opt.expected_tokens:.4f} (bonus included)",
+        "paths (sibling ranks): " + " ".join("".join(map(str, p)) for p in t.paths()),
+    ]
+    if args.hardware:
+        if not (args.target and args.draft):
+            raise SpecroofError("--hardware needs --target and --draft as well")
+        choice = best_tree_size(
+            args.hardware,
+            args.target,
+            args.draft,
+            acc,
+            args.batch,
+            args.context,
+            budgets=sorted({b for b in (1, 2, 4, 8, 16, 32, 64, 128) if b < args.budget} | {args.budget}),
+            max_depth=args.max_depth,
+            dtype=args.dtype,
+        )
+        b = choice.best
+        payload["hardware_choice"] = {
+            k: (float(v) if isinstance(v, (int, float, np.floating, np.integer)) else v) for k, v in b.items()
+        }
+        payload["hardware_choice"]["parents"] = choice.tree.parents.tolist()
+        lines.append(
+            f"on {args.hardware}: best tree {int(b['n_nodes'])} nodes, depth {int(b['depth'])}: "
+            f"{b['expected_tokens']:.3f} tokens per {b['t_round_s'] * 1e3:.2f} ms round, speedup {b['speedup']:.2f}x"
+        )
+    if args.plot:
+        fig = opt.tree.draw(values=opt.tree.path_probabilities(acc))
+        fig.savefig(args.plot, dpi=110)
+    emit(args, payload, "\n".join(lines))
+    return 0
+
+
 # -- report ----------------------------------------------------------------------
 
 
@@ -370,6 +444,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top", type=int, default=10, help="rows of the ranked table to show")
     _add_json(p)
     p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("tree", help="optimal draft tree for a sibling-rank acceptance vector (and its size for a GPU)")
+    p.add_argument("--acceptance-vector", required=True, help="JSON: [p0, p1, ...], {'p': [...]} or {'sequoia': [...]}")
+    p.add_argument("--budget", type=int, required=True, help="draft nodes per round (not counting the root)")
+    p.add_argument("--max-depth", type=int, default=8, help="draft levels")
+    p.add_argument("--hardware", help="also choose the tree size for this GPU")
+    p.add_argument("--target", help="target preset (with --hardware)")
+    p.add_argument("--draft", help="draft preset (with --hardware)")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--context", type=int, default=1024)
+    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--plot", help="write a drawing of the tree (PNG)")
+    _add_json(p)
+    p.set_defaults(func=cmd_tree)
 
     from roofline.report import DEFAULT_GPUS
 

@@ -260,3 +260,61 @@ def optimal_gamma_vs_alpha(
     ax.grid(True, alpha=0.25)
     ax.legend(fontsize=8)
     return fig
+
+
+def tree_budget_chart(
+    acceptance: Any,
+    max_budget: int = 64,
+    max_depth: int = 8,
+    *,
+    ax: Axes | None = None,
+) -> Figure:
+    """Expected tokens against node budget: chains, full k-ary trees and the optimal tree."""
+    from roofline.trees import AcceptanceModel, SiblingRankAcceptance, Tree, optimal_tree
+
+    model = acceptance if isinstance(acceptance, AcceptanceModel) else SiblingRankAcceptance(acceptance)
+    fig, ax = _axes(ax)
+    opt = optimal_tree(model, max_budget, max_depth)
+    n = np.arange(0, max_budget + 1)
+    ax.plot(n, opt.table[:, max_depth], "-", lw=2, label=f"optimal tree (depth <= {max_depth})")
+    chains = [Tree.chain(k).expected_tokens(model) for k in range(0, min(max_budget, max_depth) + 1)]
+    ax.plot(np.arange(len(chains)), chains, "o-", ms=3, label="chain")
+    for b in (2, 3, 4):
+        pts = [
+            (t.n_nodes, t.expected_tokens(model))
+            for d in range(1, max_depth + 1)
+            if (t := Tree.kary(b, d)).n_nodes <= max_budget
+        ]
+        if pts:
+            ax.plot(*zip(*pts, strict=True), "s--", ms=4, label=f"{b}-ary full tree")
+    ax.set_xlabel("draft nodes verified per round (budget)")
+    ax.set_ylabel("expected tokens per round (bonus included)")
+    ax.set_title("Chain vs tree under the same acceptance")
+    ax.grid(True, alpha=0.25)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def tree_size_per_gpu(
+    choices: dict[str, Any],
+    *,
+    ax: Axes | None = None,
+) -> Figure:
+    """Bar chart of the chosen tree size (and its speedup) per GPU, from ``best_tree_size`` results."""
+    fig, ax = _axes(ax)
+    names = list(choices)
+    sizes = [int(choices[k].best["n_nodes"]) for k in names]
+    bars = ax.bar(names, sizes, color=[f"C{i % 10}" for i in range(len(names))])
+    for bar, k in zip(bars, names, strict=True):
+        c = choices[k].best
+        ax.annotate(
+            f"{c['speedup']:.2f}x, depth {int(c['depth'])}",
+            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
+    ax.set_ylabel("chosen tree size (draft nodes)")
+    ax.set_title("Hardware-aware tree size: argmax expected tokens / round time")
+    ax.tick_params(axis="x", labelrotation=20)
+    return fig

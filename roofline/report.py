@@ -201,6 +201,50 @@ def speculation(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | 
     )
 
 
+def trees_section(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | None = None) -> Section:
+    """The seeds' chain vs tree, expected tokens against budget, and the tree size each GPU should use."""
+    from roofline.plot import tree_budget_chart, tree_size_per_gpu
+    from roofline.trees import IIDAcceptance, Tree, best_tree_size
+
+    seed_rows = []
+    for p in (0.6, 0.8):
+        m = IIDAcceptance(p)
+        e_tree, e_chain = Tree.kary(2, 3).expected_tokens(m), Tree.chain(3).expected_tokens(m)
+        seed_rows.append(
+            {"p": p, "E_tree_14_nodes": e_tree, "E_chain_3_nodes": e_chain, "tree_over_chain": e_tree / e_chain}
+        )
+    body = "<p>Seed 001: full binary tree of depth 3 (14 nodes) against a 3-token chain, i.i.d. acceptance p.</p>"
+    body += w.table(pd.DataFrame(seed_rows), "seed_trees")
+    cfg = pairing or DEFAULT_PAIRING
+    alpha = cfg["acceptance"][f"draft {cfg['drafters'][0]}"]
+    model = IIDAcceptance(alpha)
+    body += w.figure(
+        tree_budget_chart(model, 64, 8),
+        "tree_budget",
+        f"Expected tokens against node budget (i.i.d. acceptance {alpha})",
+    )
+    budgets = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+    choices = {
+        g: best_tree_size(g, cfg["target"], cfg["drafters"][0], model, 1, 1024, budgets, max_depth=10) for g in gpus
+    }
+    body += w.figure(
+        tree_size_per_gpu(choices),
+        "tree_size_per_gpu",
+        f"Tree size chosen per GPU for {cfg['target']} + {cfg['drafters'][0]} (batch 1, context 1024)",
+    )
+    rows = [
+        {"hardware": g, **{k: c.best[k] for k in ("n_nodes", "depth", "expected_tokens", "t_round_s", "speedup")}}
+        for g, c in choices.items()
+    ]
+    body += w.table(pd.DataFrame(rows), "tree_size")
+    return Section(
+        "Draft trees: chain vs tree, and the tree size per GPU",
+        body,
+        ["seed_trees.csv", "tree_size.csv"],
+        {"seed_trees": seed_rows, "tree_size": rows},
+    )
+
+
 _CSS = """
 body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 table.data{border-collapse:collapse;font-size:13px;margin:1em 0}
@@ -217,7 +261,7 @@ def write_report(
 ) -> dict[str, Any]:
     """Build every section, write ``index.html`` and ``summary.json``; return the summary."""
     w = ReportWriter(out_dir)
-    sections = [seed_example(w), rooflines(w, gpus), speculation(w, gpus)]
+    sections = [seed_example(w), rooflines(w, gpus), speculation(w, gpus), trees_section(w, gpus)]
     sections += [make(w) for make in extra]
     parts = [f"<h2>{html.escape(s.title)}</h2>\n{s.body_html}" for s in sections]
     page = (

@@ -11,6 +11,7 @@ Times are seconds, memory is bytes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -196,6 +197,10 @@ class Drafter(Protocol):
         """Device memory the drafter adds (weights + its own KV), bytes."""
         ...
 
+    def tree_draft_time(self, ctx: Ctx, widths: Sequence[int], batch: int, context: int) -> float:
+        """Seconds to draft a tree level by level (``widths[l]`` nodes at level l + 1)."""
+        ...
+
 
 def _steps(ctx: Ctx, spec: ModelSpec, gamma: npt.NDArray[np.int64], batch: Any, context: Any) -> Array:
     """Time of ``gamma`` one-token autoregressive steps of ``spec`` starting at ``context`` (exact sum)."""
@@ -226,6 +231,18 @@ def _verify(ctx: Ctx, spec: ModelSpec, gamma: Any, batch: Any, context: Any) -> 
         tp=ctx.tp,
     )
     return st.t_step_s
+
+
+def _levels(ctx: Ctx, spec: ModelSpec, widths: Sequence[int], batch: int, context: int) -> float:
+    """One pass of ``spec`` per tree level, each over that level's width of new tokens."""
+    w = np.asarray(widths, dtype=np.int64)
+    if w.size == 0:
+        return 0.0
+    ctxs = context + np.concatenate([[0], np.cumsum(w)[:-1]])
+    t = pass_time(
+        spec, ctx.hw, batch, w, ctxs, ctx.dtype, efficiency=ctx.efficiency, overhead_s=ctx.overhead_s
+    ).t_step_s
+    return float(np.sum(t))
 
 
 def _check_smaller(draft: ModelSpec, target: ModelSpec) -> None:
@@ -262,6 +279,10 @@ class DraftModel:
         fp = memory_footprint(self.spec, batch, context, ctx.dtype)
         return np.asarray(fp.weights_bytes + fp.kv_bytes, dtype=float)
 
+    def tree_draft_time(self, ctx: Ctx, widths: Sequence[int], batch: int, context: int) -> float:
+        _check_smaller(self.spec, ctx.target)
+        return _levels(ctx, self.spec, widths, batch, context)
+
 
 @dataclass(frozen=True)
 class EarlyExit:
@@ -291,6 +312,10 @@ class EarlyExit:
 
     def extra_memory_bytes(self, ctx: Ctx, batch: Any, context: Any) -> Array:
         return _no_memory(batch, context)
+
+    def tree_draft_time(self, ctx: Ctx, widths: Sequence[int], batch: int, context: int) -> float:
+        self._check(ctx)
+        return _levels(ctx, ctx.target.replace(n_layers=self.layers), widths, batch, context)
 
 
 @dataclass(frozen=True)
@@ -328,6 +353,10 @@ class Heads:
     def extra_memory_bytes(self, ctx: Ctx, batch: Any, context: Any) -> Array:
         return _no_memory(batch, context) + self.head_params(ctx.target) * dtype_bytes(ctx.dtype)
 
+    def tree_draft_time(self, ctx: Ctx, widths: Sequence[int], batch: int, context: int) -> float:
+        # the heads see only the last hidden state: one pass proposes every level's top-k
+        return float(self.draft_time(ctx, np.asarray(1 if len(widths) else 0), batch, context))
+
 
 @dataclass(frozen=True)
 class ParallelBlock:
@@ -355,6 +384,10 @@ class ParallelBlock:
         fp = memory_footprint(self.spec, batch, context, ctx.dtype)
         return np.asarray(fp.weights_bytes + fp.kv_bytes, dtype=float)
 
+    def tree_draft_time(self, ctx: Ctx, widths: Sequence[int], batch: int, context: int) -> float:
+        # DDTree: one block pass gives every position's distribution; the tree is grown from them
+        return float(self.draft_time(ctx, np.asarray(len(widths)), batch, context))
+
 
 @dataclass(frozen=True)
 class PromptLookup:
@@ -370,6 +403,9 @@ class PromptLookup:
 
     def extra_memory_bytes(self, ctx: Ctx, batch: Any, context: Any) -> Array:
         return _no_memory(batch, context)
+
+    def tree_draft_time(self, ctx: Ctx, widths: Sequence[int], batch: int, context: int) -> float:
+        return 0.0
 
 
 @dataclass(frozen=True)
@@ -395,6 +431,9 @@ class SlidingWindowSelfDraft:
 
     def extra_memory_bytes(self, ctx: Ctx, batch: Any, context: Any) -> Array:
         return _no_memory(batch, context)
+
+    def tree_draft_time(self, ctx: Ctx, widths: Sequence[int], batch: int, context: int) -> float:
+        return _levels(ctx, ctx.target, widths, batch, min(context, self.window))
 
 
 def as_drafter(d: Any) -> Drafter:

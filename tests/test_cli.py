@@ -179,3 +179,52 @@ def test_plan_with_alpha_and_with_a_curve_file(capsys, tmp_path):
 def test_speculation_cli_errors_exit_2(capsys, argv, message):
     code, _, err = run(capsys, *argv)
     assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_tree_command_json_and_hardware(capsys, tmp_path):
+    vec = tmp_path / "v.json"
+    vec.write_text(json.dumps({"sequoia": [0, 0.6, 0.2, 0.1, 0.1]}))
+    code, out, _ = run(capsys, "tree", "--acceptance-vector", str(vec), "--budget", "8", "--max-depth", "4", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["n_nodes"] == 8 and len(d["parents"]) == 8 and d["depth"] <= 4
+    from roofline.trees import SiblingRankAcceptance, Tree
+
+    assert Tree(d["parents"]).expected_tokens(SiblingRankAcceptance([0.6, 0.2, 0.1])) == pytest.approx(
+        d["expected_tokens"]
+    )
+    png = tmp_path / "t.png"
+    code, out, _ = run(
+        capsys,
+        "tree",
+        "--acceptance-vector",
+        str(vec),
+        "--budget",
+        "16",
+        "--hardware",
+        "a100-sxm-80gb",
+        "--target",
+        "llama-2-13b",
+        "--draft",
+        "llama-68m",
+        "--plot",
+        str(png),
+    )
+    assert code == 0 and "on a100-sxm-80gb: best tree" in out and png.stat().st_size > 5000
+
+
+@pytest.mark.parametrize(
+    ("content", "extra", "message"),
+    [
+        ("[0.8, 0.5]", [], "sum to at most 1"),
+        ("{", [], "not valid JSON"),
+        ("[0.5]", ["--budget", "-1"], "n_nodes must be >= 0"),
+        ("[0.5]", ["--max-depth", "0"], "max_depth must be >= 1"),
+        ("[0.5]", ["--hardware", "a100-sxm-80gb"], "needs --target and --draft"),
+    ],
+)
+def test_tree_command_errors(capsys, tmp_path, content, extra, message):
+    vec = tmp_path / "v.json"
+    vec.write_text(content)
+    argv = ["tree", "--acceptance-vector", str(vec), "--budget", "4", *extra]
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and message in err

@@ -1,0 +1,703 @@
+"""Draft trees: structure, masks, position ids, expected tokens, optimal trees, tree size for a GPU.
+
+A tree is a parent array over draft nodes; -1 means "child of the committed
+prefix". Parents come before children, so every pass over nodes in index order
+sees a node's parent first. Acceptance models give each node a factor
+f(depth, sibling rank); the probability that a node lies on the accepted path is
+the product of the factors along its path, and expected tokens per round are
+1 (the bonus/correction token) plus the sum of those probabilities.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from roofline.errors import SpecroofError, as_array, check_min, check_range
+
+IntArray = npt.NDArray[np.int64]
+Array = npt.NDArray[np.float64]
+
+
+# -- structure --------------------------------------------------------------------------
+
+
+class Tree:
+    """A draft tree from a parent array (-1 = child of the committed prefix), validated.
+
+    ``tokens`` optionally labels each node with a token id (for verification).
+    """
+
+    def __init__(
+        self, parents: Sequence[int] | npt.ArrayLike, tokens: Sequence[int] | npt.ArrayLike | None = None
+    ) -> None:
+        p = np.asarray(parents)
+        if p.ndim != 1 or (p.size and not np.issubdtype(p.dtype, np.integer)):
+            raise SpecroofError(f"parents must be a 1-D list of integers (got {parents!r})")
+        p = p.astype(np.int64)
+        n = p.size
+        bad = np.nonzero((p < -1) | (p >= n))[0]
+        if bad.size:
+            i = int(bad[0])
+            raise SpecroofError(f"node {i} is an orphan: its parent {int(p[i])} is not a node (use -1 for the prefix)")
+        late = np.nonzero(p >= np.arange(n))[0]
+        if late.size:
+            i = int(late[0])
+            seen, j = set(), i
+            while j != -1 and j not in seen:
+                seen.add(j)
+                j = int(p[j])
+            if j != -1:
+                raise SpecroofError(f"parents contain a cycle through node {j}")
+            raise SpecroofError(f"node {i}'s parent {int(p[i])} comes after it; list parents before children")
+        self.parents: IntArray = p
+        depth = np.zeros(n, dtype=np.int64)
+        rank = np.zeros(n, dtype=np.int64)
+        counts: dict[int, int] = {}
+        for i, par in enumerate(p.tolist()):
+            depth[i] = 1 if par == -1 else depth[par] + 1
+            rank[i] = counts.get(par, 0)
+            counts[par] = rank[i] + 1
+        self.depths: IntArray = depth
+        self.ranks: IntArray = rank
+        if tokens is not None:
+            t = np.asarray(tokens, dtype=np.int64)
+            if t.shape != (n,):
+                raise SpecroofError(f"tokens must have one entry per node ({n}), got {t.shape}")
+            self.tokens: IntArray | None = t
+        else:
+            self.tokens = None
+
+    # -- constructors ----------------------------------------------------------------
+    @classmethod
+    def chain(cls, n: int) -> Tree:
+        """A chain of ``n`` draft tokens (the causal case)."""
+        n = int(check_min("n", n, 0, integer=True))
+        return cls(np.arange(n) - 1)
+
+    @classmethod
+    def kary(cls, b: int, depth: int) -> Tree:
+        """A full tree with ``b`` children per node and ``depth`` draft levels (b + b^2 + ... nodes)."""
+        b = int(check_min("b", b, 1, integer=True))
+        depth = int(check_min("depth", depth, 0, integer=True))
+        parents: list[int] = []
+        level = [-1]
+        for _ in range(depth):
+            nxt = []
+            for par in level:
+                for _ in range(b):
+                    parents.append(par)
+                    nxt.append(len(parents) - 1)
+            level = nxt
+        return cls(parents)
+
+    @classmethod
+    def from_paths(cls, paths: Sequence[Sequence[int]]) -> Tree:
+        """From Medusa "choices": each node is the tuple of sibling ranks on its path from the prefix."""
+        keyed = sorted({tuple(int(r) for r in path) for path in paths}, key=lambda t: (len(t), t))
+        index: dict[tuple[int, ...], int] = {}
+        parents = []
+        for path in keyed:
+            if not path or min(path) < 0:
+                raise SpecroofError(f"invalid path {path!r}: paths are non-empty tuples of ranks >= 0")
+            if len(path) > 1 and path[:-1] not in index:
+                raise SpecroofError(f"path {path!r} has no parent path {path[:-1]!r}")
+            parents.append(-1 if len(path) == 1 else index[path[:-1]])
+            index[path] = len(parents) - 1
+        return cls(parents)
+
+    @classmethod
+    def from_sequoia(cls, growmap: dict[str, Any]) -> Tree:
+        """From a Sequoia growmap (``Successors``: children of each node; node 0 is the root)."""
+        if "Successors" not in growmap:
+            raise SpecroofError("a Sequoia growmap needs a 'Successors' list (children of each node, root = node 0)")
+        succ = [list(map(int, s)) for s in growmap["Successors"]]
+        parent = {0: -1}
+        for i, children in enumerate(succ):
+            for c in children:
+                if c in parent:
+                    raise SpecroofError(f"growmap node {c} has two parents")
+                parent[c] = i
+        size = len(succ)
+        if set(parent) != set(range(size)):
+            raise SpecroofError("growmap Successors do not reach every node from the root")
+        # Sequoia numbers nodes breadth-first, parents first; drop the root (our prefix)
+        return cls([parent[i] - 1 if parent[i] > 0 else -1 for i in range(1, size)])
+
+    @classmethod
+    def from_json(cls, text: str) -> Tree:
+        data = json.loads(text)
+        if not isinstance(data, dict) or "parents" not in data:
+            raise SpecroofError("tree JSON must be an object with a 'parents' list")
+        return cls(data["parents"], data.get("tokens"))
+
+    def to_json(self) -> str:
+        data: dict[str, Any] = {"parents": self.parents.tolist()}
+        if self.tokens is not None:
+            data["tokens"] = self.tokens.tolist()
+        return json.dumps(data)
+
+    def breadth_first(self) -> Tree:
+        """The same tree renumbered level by level (parents' order, then sibling rank)."""
+        paths = self.paths()
+        order = sorted(range(self.n_nodes), key=lambda i: (len(paths[i]), paths[i]))
+        new = {old: k for k, old in enumerate(order)}
+        parents = [-1 if self.parents[o] < 0 else new[int(self.parents[o])] for o in order]
+        tokens = None if self.tokens is None else self.tokens[order]
+        return Tree(parents, tokens)
+
+    # -- derived structure -------------------------------------------------------------
+    @property
+    def n_nodes(self) -> int:
+        return int(self.parents.size)
+
+    @property
+    def depth(self) -> int:
+        """Draft levels (0 for an empty tree)."""
+        return int(self.depths.max()) if self.n_nodes else 0
+
+    @property
+    def widths(self) -> IntArray:
+        """Nodes per level, level 1 first."""
+        return np.bincount(self.depths, minlength=self.depth + 1)[1:]
+
+    def children(self, node: int) -> IntArray:
+        """Children of ``node`` (-1 for the prefix) in sibling-rank order."""
+        return np.nonzero(self.parents == node)[0]
+
+    def ancestors_matrix(self) -> npt.NDArray[np.bool_]:
+        """``m[i, j]`` is True when j is i or an ancestor of i."""
+        n = self.n_nodes
+        m = np.zeros((n, n), dtype=bool)
+        for i, par in enumerate(self.parents.tolist()):
+            if par >= 0:
+                m[i] = m[par]
+            m[i, i] = True
+        return m
+
+    def attention_mask(self, prefix_len: int = 0) -> npt.NDArray[np.bool_]:
+        """Ancestor-or-self mask, shape (n, prefix_len + n): every node sees the whole prefix."""
+        p = int(check_min("prefix_len", prefix_len, 0, integer=True))
+        return np.concatenate([np.ones((self.n_nodes, p), dtype=bool), self.ancestors_matrix()], axis=1)
+
+    def position_ids(self, prefix_len: int = 0) -> IntArray:
+        """Rotary position of each node: prefix length + depth - 1 (siblings share a position)."""
+        p = int(check_min("prefix_len", prefix_len, 0, integer=True))
+        return p + self.depths - 1
+
+    def paths(self) -> list[tuple[int, ...]]:
+        """Each node's path as sibling ranks from the prefix (Medusa's "choices" format)."""
+        out: list[tuple[int, ...]] = []
+        for i, par in enumerate(self.parents.tolist()):
+            out.append((*(out[par] if par >= 0 else ()), int(self.ranks[i])))
+        return out
+
+    def node_paths(self) -> list[list[int]]:
+        """Each node's path as node indices from the first level down to the node."""
+        out: list[list[int]] = []
+        for i, par in enumerate(self.parents.tolist()):
+            out.append([*(out[par] if par >= 0 else []), i])
+        return out
+
+    def expected_tokens(self, model: AcceptanceModel) -> float:
+        """Expected tokens per round under ``model``, the bonus/correction token included."""
+        return 1.0 + float(self.path_probabilities(model).sum())
+
+    def path_probabilities(self, model: AcceptanceModel) -> Array:
+        """Probability that each node lies on the accepted path."""
+        f = model.factor(self.depths, self.ranks)
+        prob = np.empty(self.n_nodes)
+        for i, par in enumerate(self.parents.tolist()):
+            prob[i] = f[i] * (prob[par] if par >= 0 else 1.0)
+        return prob
+
+    def draw(self, ax: Any = None, labels: Sequence[str] | None = None, values: Array | None = None) -> Any:
+        """Draw the tree (prefix at the top); returns the matplotlib Figure."""
+        from roofline.plot import _axes
+
+        fig, ax = _axes(ax, (min(12.0, 2 + 0.45 * max(self.n_nodes, 1)), 1.5 + 0.9 * self.depth))
+        x = np.zeros(self.n_nodes)
+        leaves = 0.0
+
+        def place(node: int) -> float:
+            nonlocal leaves
+            kids = self.children(node)
+            if kids.size == 0:
+                pos = leaves
+                leaves += 1.0
+            else:
+                pos = float(np.mean([place(int(k)) for k in kids]))
+            if node >= 0:
+                x[node] = pos
+            return pos
+
+        root_x = place(-1)
+        ax.plot([root_x], [0], "s", color="k", ms=9)
+        ax.annotate("prefix", (root_x, 0), xytext=(8, 0), textcoords="offset points", va="center", fontsize=8)
+        for i, par in enumerate(self.parents.tolist()):
+            px, py = (root_x, 0) if par < 0 else (x[par], self.depths[par])
+            ax.plot([px, x[i]], [-py, -self.depths[i]], "-", color="0.6", lw=1)
+        color = values if values is not None else None
+        sc = ax.scatter(x, -self.depths, c=color, cmap="viridis", s=120, zorder=3, vmin=0, vmax=1)
+        if values is not None:
+            fig.colorbar(sc, ax=ax, label="P(on accepted path)")
+        names = labels if labels is not None else [str(i) for i in range(self.n_nodes)]
+        for i in range(self.n_nodes):
+            ax.annotate(
+                names[i],
+                (x[i], -self.depths[i]),
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="w" if values is not None else "k",
+            )
+        ax.set_yticks(-np.arange(self.depth + 1), ["prefix", *[f"depth {d}" for d in range(1, self.depth + 1)]])
+        ax.set_xticks([])
+        ax.set_title(f"draft tree: {self.n_nodes} nodes, depth {self.depth}")
+        return fig
+
+    def __repr__(self) -> str:
+        return f"Tree(n_nodes={self.n_nodes}, depth={self.depth}, parents={self.parents.tolist()})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Tree) and np.array_equal(self.parents, other.parents)
+
+    def __hash__(self) -> int:
+        return hash(self.parents.tobytes())
+
+
+# -- acceptance models -----------------------------------------------------------------------
+
+
+class AcceptanceModel:
+    """Gives each node a factor f(depth, sibling rank) in [0, 1]."""
+
+    def factor(self, depth: IntArray, rank: IntArray) -> Array:
+        raise NotImplementedError
+
+    @property
+    def max_rank(self) -> int | None:
+        """Number of sibling ranks that can be accepted (None: unbounded)."""
+        return None
+
+    @property
+    def max_depth(self) -> int | None:
+        return None
+
+
+def _check_vector(name: str, p: Any) -> Array:
+    v = check_range(name, p, 0.0, 1.0)
+    if v.ndim != 1 or v.size == 0:
+        raise SpecroofError(f"{name} must be a non-empty 1-D vector")
+    if v.sum() > 1.0 + 1e-9:
+        raise SpecroofError(f"{name} must sum to at most 1 (one child at most is accepted); it sums to {v.sum():.4f}")
+    return v
+
+
+@dataclass(frozen=True)
+class IIDAcceptance(AcceptanceModel):
+    """Every candidate is accepted independently with probability ``p`` (the seeds' model).
+
+    The walk takes the first accepted sibling, so the rank-k child is the one
+    taken with probability p (1 - p)^k and a level with b children survives with
+    1 - (1 - p)^b.
+    """
+
+    p: float
+
+    def __post_init__(self) -> None:
+        check_range("p", self.p, 0.0, 1.0)
+
+    def factor(self, depth: IntArray, rank: IntArray) -> Array:
+        return self.p * (1.0 - self.p) ** np.asarray(rank, dtype=float)
+
+    def as_sibling_rank(self, k: int) -> SiblingRankAcceptance:
+        """The same model as a Sequoia vector over the first ``k`` ranks."""
+        return SiblingRankAcceptance(self.factor(np.ones(k, dtype=np.int64), np.arange(k)))
+
+
+@dataclass(frozen=True)
+class SiblingRankAcceptance(AcceptanceModel):
+    """Sequoia's vector: ``p[k]`` = probability that the k-th child (0-indexed) is the one accepted."""
+
+    p: Any
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "p", _check_vector("sibling-rank vector", self.p))
+
+    @classmethod
+    def from_sequoia(cls, vector: Sequence[float]) -> SiblingRankAcceptance:
+        """From Sequoia's saved layout: element 0 unused, elements 1..K the ranks, last = none accepted."""
+        v = as_array("Sequoia vector", vector)
+        if v.ndim != 1 or v.size < 3:
+            raise SpecroofError("a Sequoia acceptance vector has element 0 unused, the ranks, and a last 'none' entry")
+        return cls(v[1:-1])
+
+    def factor(self, depth: IntArray, rank: IntArray) -> Array:
+        r = np.asarray(rank)
+        return np.where(r < self.p.size, self.p[np.minimum(r, self.p.size - 1)], 0.0)
+
+    @property
+    def max_rank(self) -> int:
+        return int(self.p.size)
+
+
+@dataclass(frozen=True)
+class DepthRankAcceptance(AcceptanceModel):
+    """``table[d, r]``: probability that the rank-r candidate at depth d + 1 is correct (Medusa head top-k accuracies)."""
+
+    table: Any
+
+    def __post_init__(self) -> None:
+        t = check_range("depth x rank table", self.table, 0.0, 1.0)
+        if t.ndim != 2 or t.size == 0:
+            raise SpecroofError("depth x rank table must be 2-D: one row per depth, one column per rank")
+        if np.any(t.sum(axis=1) > 1.0 + 1e-9):
+            raise SpecroofError(
+                "each row of the depth x rank table must sum to at most 1 (candidates exclude each other)"
+            )
+        object.__setattr__(self, "table", t)
+
+    def factor(self, depth: IntArray, rank: IntArray) -> Array:
+        d, r = np.asarray(depth) - 1, np.asarray(rank)
+        ok = (d < self.table.shape[0]) & (r < self.table.shape[1])
+        return np.where(
+            ok, self.table[np.minimum(d, self.table.shape[0] - 1), np.minimum(r, self.table.shape[1] - 1)], 0.0
+        )
+
+    @property
+    def max_rank(self) -> int:
+        return int(self.table.shape[1])
+
+    @property
+    def max_depth(self) -> int:
+        return int(self.table.shape[0])
+
+
+@dataclass(frozen=True)
+class ChainCurveAcceptance(DepthRankAcceptance):
+    """A measured per-position chain curve a_1..a_g: only rank 0 can be accepted at each depth."""
+
+    def __init__(self, curve: Any) -> None:
+        c = check_range("acceptance curve", curve, 0.0, 1.0)
+        if c.ndim != 1 or c.size == 0:
+            raise SpecroofError("acceptance curve must be a non-empty 1-D vector")
+        super().__init__(c[:, None])
+
+
+# -- optimal trees ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OptimalTree:
+    """The best tree for a budget and depth limit, and the best value for every smaller one.
+
+    ``table[n, d]`` = best expected tokens (bonus included) with n draft nodes within
+    d draft levels (NaN where infeasible).
+    """
+
+    tree: Tree
+    expected_tokens: float
+    table: Array
+    _builder: Callable[[int, int], Tree] = field(repr=False)
+
+    def tree_for(self, n_nodes: int, max_depth: int) -> Tree:
+        """The optimal tree of ``n_nodes`` draft nodes within ``max_depth`` levels."""
+        if not (0 <= n_nodes < self.table.shape[0] and 0 <= max_depth < self.table.shape[1]):
+            raise SpecroofError(f"(n_nodes, max_depth) must lie within the table's {self.table.shape} range")
+        if np.isnan(self.table[n_nodes, max_depth]):
+            raise SpecroofError(f"no tree of {n_nodes} nodes fits within {max_depth} levels")
+        return self._builder(n_nodes, max_depth)
+
+
+def sequoia_dp(p: Array, m_max: int, l_max: int) -> tuple[Array, IntArray, IntArray]:
+    """Sequoia's recurrence, vectorised as max-plus convolutions.
+
+    T[m, l, b]: best expected tokens of a subtree with m nodes (root included), at
+    most l levels (root included) and b root children. Returns (T, best b for each
+    (m, l), argmax y for each (m, l, b)); -inf where infeasible.
+    """
+    K = p.size
+    T = np.full((m_max + 1, l_max + 1, K + 1), -np.inf)
+    Y = np.zeros((m_max + 1, l_max + 1, K + 1), dtype=np.int64)
+    T[1, 1:, 0] = 1.0
+    F = np.full((m_max + 1, l_max + 1), -np.inf)  # best over b
+    F[1, 1:] = 1.0
+    m = np.arange(m_max + 1)
+    y = np.arange(m_max + 1)
+    rest = m[:, None] - y[None, :]  # nodes left for the b-th child's subtree
+    valid = (y[None, :] >= 1) & (rest >= 1)
+    rest_c = np.clip(rest, 0, m_max)
+    for level in range(2, l_max + 1):
+        sub = F[:, level - 1]
+        child = np.where(valid, sub[rest_c], -np.inf)  # child[m, y] = F[m - y, l - 1]
+        for b in range(1, K + 1):
+            left = T[:, level, b - 1]  # first b - 1 children and the root, y nodes
+            cand = left[None, :] + p[b - 1] * child
+            if b == 1:
+                cand = np.where(y[None, :] == 1, 1.0 + p[0] * child, -np.inf)
+            best_y = np.argmax(cand, axis=1)
+            T[:, level, b] = cand[m, best_y]
+            Y[:, level, b] = best_y
+        T[1, level, 0] = 1.0
+        F[:, level] = T[:, level, :].max(axis=1)
+    B = np.argmax(T, axis=2)
+    return T, B, Y
+
+
+def sequoia_dp_reference(p: Sequence[float], m_max: int, l_max: int) -> list[list[float]]:
+    """The same recurrence as a plain triple loop (for tests and the benchmark); returns best over b."""
+    K = len(p)
+    ninf = float("-inf")
+    T = [[[ninf] * (K + 1) for _ in range(l_max + 1)] for _ in range(m_max + 1)]
+    for level in range(1, l_max + 1):
+        T[1][level][0] = 1.0
+    for mm in range(2, m_max + 1):
+        for level in range(2, l_max + 1):
+            T[mm][level][1] = 1.0 + p[0] * max(T[mm - 1][level - 1])
+            for b in range(2, K + 1):
+                best = ninf
+                for yy in range(1, mm):
+                    v = T[yy][level][b - 1] + p[b - 1] * max(T[mm - yy][level - 1])
+                    if v > best:
+                        best = v
+                T[mm][level][b] = best
+    return [[max(T[mm][level]) for level in range(l_max + 1)] for mm in range(m_max + 1)]
+
+
+def _sequoia_tree(T: Array, B: IntArray, Y: IntArray, m: int, level: int) -> Tree:
+    parents: list[int] = []
+
+    def build(node: int, mm: int, ll: int, b: int) -> None:
+        # peel children off from the last rank down: child b has m - y nodes
+        subtrees = []
+        while b >= 1:
+            y = int(Y[mm, ll, b]) if b > 1 else 1
+            subtrees.append((mm - y, ll - 1))
+            mm, b = y, b - 1
+        for cm, cl in reversed(subtrees):
+            parents.append(node)
+            me = len(parents) - 1
+            build(me, cm, cl, int(B[cm, cl]))
+
+    build(-1, m, level, int(B[m, level]))
+    return Tree(parents).breadth_first()
+
+
+def _best_first(model: AcceptanceModel, n_nodes: int, max_depth: int) -> tuple[list[int], list[int], list[float]]:
+    """Nodes in best-first order (parent index, depth, path probability), closed under parent and lower ranks."""
+    parents: list[int] = []
+    depths: list[int] = []
+    values: list[float] = []
+    max_rank = model.max_rank or n_nodes
+    heap: list[tuple[float, int, int, int, int]] = []  # (-value, tiebreak, parent, depth, rank)
+    counter = 0
+
+    def push(parent: int, depth: int, rank: int, parent_value: float) -> None:
+        nonlocal counter
+        if depth > max_depth or rank >= max_rank:
+            return
+        v = parent_value * float(model.factor(np.array([depth]), np.array([rank]))[0])
+        # zero-value nodes still exist (they sort last): NaN is kept for trees that cannot exist
+        heapq.heappush(heap, (-v, counter, parent, depth, rank))
+        counter += 1
+
+    push(-1, 1, 0, 1.0)
+    while heap and len(parents) < n_nodes:
+        neg, _, par, d, r = heapq.heappop(heap)
+        parents.append(par)
+        depths.append(d)
+        values.append(-neg)
+        me = len(parents) - 1
+        push(par, d, r + 1, 1.0 if par < 0 else values[par])  # next sibling
+        push(me, d + 1, 0, -neg)  # first child
+    return parents, depths, values
+
+
+def optimal_tree(acceptance: AcceptanceModel | Sequence[float], n_nodes: int, max_depth: int) -> OptimalTree:
+    """The tree with at most ``n_nodes`` draft nodes and ``max_depth`` levels maximising expected tokens.
+
+    A :class:`SiblingRankAcceptance` (or a plain vector) uses Sequoia's exact dynamic
+    program; Sequoia's (m, l) is (n_nodes + 1, max_depth + 1). Product-form models
+    (:class:`IIDAcceptance`, :class:`DepthRankAcceptance`) use best-first growth, which
+    is optimal when factors do not increase with rank (children never beat parents).
+    """
+    n = int(check_min("n_nodes", n_nodes, 0, integer=True))
+    d = int(check_min("max_depth", max_depth, 1, integer=True))
+    model = acceptance if isinstance(acceptance, AcceptanceModel) else SiblingRankAcceptance(acceptance)
+    if isinstance(model, SiblingRankAcceptance):
+        T, B, Y = sequoia_dp(model.p, n + 1, d + 1)
+        F = T.max(axis=2)
+        table = F[1:, 1:].copy()
+        table[~np.isfinite(table)] = np.nan
+
+        def build(nn: int, dd: int) -> Tree:
+            return _sequoia_tree(T, B, Y, nn + 1, dd + 1)
+
+        # the budget is "at most n": more nodes never hurt, but a vector may run out of ranks
+        best_n = int(np.nanargmax(table[:, d]))
+        return OptimalTree(build(best_n, d), float(table[best_n, d]), table, build)
+
+    # product form: one best-first order per depth limit gives nested optimal trees for every n
+    table = np.full((n + 1, d + 1), np.nan)
+    table[0, :] = 1.0
+    orders = {}
+    for dd in range(1, d + 1):
+        par, _, val = _best_first(model, n, dd)
+        orders[dd] = par
+        cum = 1.0 + np.cumsum(val)
+        table[1 : len(val) + 1, dd] = cum  # beyond len(val) no tree exists (rank/depth limits): NaN
+
+    def build_pf(nn: int, dd: int) -> Tree:
+        if dd == 0:
+            return Tree([])
+        return Tree(orders[dd][:nn])
+
+    best_n = int(np.nanargmax(table[:, d]))
+    return OptimalTree(build_pf(best_n, d), float(table[best_n, d]), table, build_pf)
+
+
+def eagle2_tree(
+    propose: Callable[[tuple[int, ...]], Any],
+    depth: int,
+    top_k: int,
+    n_keep: int,
+) -> tuple[Tree, Array]:
+    """EAGLE-2 style dynamic tree.
+
+    ``propose(path)`` returns the draft's probabilities of the candidate children of
+    the node at ``path`` (a tuple of sibling ranks; () is the prefix), best first.
+    Each level expands the ``top_k`` children of the ``top_k`` best nodes by
+    cumulative log-probability; at the end all candidates are reranked and the best
+    ``n_keep`` are kept (ancestors always outrank descendants, so the result is a tree).
+    Returns the tree and each node's cumulative probability.
+    """
+    depth = int(check_min("depth", depth, 1, integer=True))
+    top_k = int(check_min("top_k", top_k, 1, integer=True))
+    n_keep = int(check_min("n_keep", n_keep, 1, integer=True))
+    nodes: dict[tuple[int, ...], float] = {}
+    beams: list[tuple[tuple[int, ...], float]] = [((), 0.0)]
+    for _ in range(depth):
+        cands: list[tuple[tuple[int, ...], float]] = []
+        for path, logp in beams:
+            probs = as_array("proposed probabilities", propose(path))
+            if np.any(probs < 0) or np.any(probs > 1):
+                raise SpecroofError("propose() must return probabilities in [0, 1]")
+            for r, pr in enumerate(probs[:top_k]):
+                if pr > 0:
+                    cands.append(((*path, r), logp + float(np.log(pr))))
+        for path, lp in cands:
+            nodes[path] = lp
+        beams = sorted(cands, key=lambda t: -t[1])[:top_k]
+    # rerank: ties prefer shorter paths so parents precede children
+    kept = sorted(nodes.items(), key=lambda t: (-t[1], len(t[0])))[:n_keep]
+    kept_paths = {p for p, _ in kept}
+    kept = [(p, lp) for p, lp in kept if all(p[:i] in kept_paths for i in range(1, len(p)))]
+    # renumber sibling ranks to be contiguous among kept children
+    tree = _tree_from_ranked_paths([p for p, _ in kept])
+    order = {p: lp for p, lp in kept}
+    probs = np.exp([order[p] for p in _original_paths(kept)])
+    return tree, probs
+
+
+def _original_paths(kept: list[tuple[tuple[int, ...], float]]) -> list[tuple[int, ...]]:
+    return sorted((p for p, _ in kept), key=lambda t: (len(t), t))
+
+
+def _tree_from_ranked_paths(paths: list[tuple[int, ...]]) -> Tree:
+    ordered = sorted(paths, key=lambda t: (len(t), t))
+    index: dict[tuple[int, ...], int] = {}
+    parents = []
+    for p in ordered:
+        parents.append(-1 if len(p) == 1 else index[p[:-1]])
+        index[p] = len(parents) - 1
+    return Tree(parents)
+
+
+# -- tree size for a GPU --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TreeSizeChoice:
+    """Every (budget, depth) priced on the hardware, and the best one."""
+
+    table: pd.DataFrame
+    best: dict[str, Any]
+    tree: Tree
+
+
+def best_tree_size(
+    hardware: Any,
+    target: Any,
+    drafter: Any,
+    acceptance: AcceptanceModel | Sequence[float],
+    batch: int = 1,
+    context: int = 1024,
+    budgets: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128),
+    max_depth: int = 10,
+    dtype: str = "bf16",
+    *,
+    verify_latency: dict[int, float] | None = None,
+) -> TreeSizeChoice:
+    """Choose the tree size that maximises expected tokens / round time on ``hardware``.
+
+    For each budget n and depth d the optimal tree is priced: the drafter runs one
+    pass per level over that level's nodes (a draft model or early exit), or one pass
+    in all (heads, block drafters), and the target verifies the n nodes in one
+    tree-masked pass (each node attends to its ancestors), from the cost model or
+    from ``verify_latency`` (a measured table: nodes -> seconds).
+    """
+    from roofline.hardware import load_hardware
+    from roofline.model import get_model
+    from roofline.roofline import pass_time
+    from roofline.speculative import Ctx, as_drafter
+
+    hw, spec, d = load_hardware(hardware), get_model(target), as_drafter(drafter)
+    budgets = [int(b) for b in check_min("budgets", list(budgets), 1, integer=True)]
+    opt = optimal_tree(acceptance, max(budgets), max_depth)
+    ctx = Ctx(spec, hw, dtype, False, None, 1)
+    t1 = float(pass_time(spec, hw, batch, 1, context, dtype).t_step_s)
+    rows = []
+    for n in budgets:
+        for depth in range(1, max_depth + 1):
+            e = opt.table[n, depth]
+            if np.isnan(e):
+                continue
+            tree = opt.tree_for(n, depth)
+            if tree.depth < depth:  # the same tree as a shallower limit: already priced
+                continue
+            # the last level is verified, not drafted from: only levels 1..depth are drafted
+            t_draft = d.tree_draft_time(ctx, tree.widths.tolist(), batch, context)
+            if verify_latency is not None:
+                if tree.n_nodes + 1 not in verify_latency and tree.n_nodes not in verify_latency:
+                    raise SpecroofError(f"verify_latency has no entry for a {tree.n_nodes}-node tree")
+                t_verify = verify_latency.get(tree.n_nodes + 1, verify_latency.get(tree.n_nodes, np.nan))
+            else:
+                # the verify pass holds the tree plus the pending bonus/root token
+                depths = np.concatenate([[1], tree.depths + 1])
+                t_verify = float(pass_time(spec, hw, batch, None, context, dtype, tree=depths).t_step_s)
+            t_round = t_draft + t_verify
+            rows.append(
+                {
+                    "n_nodes": tree.n_nodes,
+                    "budget": n,
+                    "depth": tree.depth,
+                    "expected_tokens": float(e),
+                    "t_draft_s": t_draft,
+                    "t_verify_s": t_verify,
+                    "t_round_s": t_round,
+                    "tokens_per_s_per_user": e / t_round,
+                    "speedup": e * t1 / t_round,
+                }
+            )
+    table = pd.DataFrame(rows).drop_duplicates(subset=["n_nodes", "depth"]).sort_values("speedup", ascending=False)
+    table = table.reset_index(drop=True)
+    best = table.iloc[0].to_dict()
+    return TreeSizeChoice(table, best, opt.tree_for(int(best["budget"]), int(best["depth"])))
