@@ -1,0 +1,215 @@
+"""Verification rules in torch, batched, mirroring ``roofline.sampling`` exactly.
+
+Same semantics and the same uniforms give the same tokens as the numpy rules.
+No Python loop over the batch; chain verification is a fixed number of tensor
+ops whatever gamma is; tree verification loops over the tree's levels and
+sibling ranks only. With ``validate=False`` nothing synchronises with the host;
+``validate=True`` (the default) adds one sync to check that every proposed token
+had q > 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from roofline.errors import SpecroofError
+
+
+@dataclass(frozen=True)
+class ChainResultT:
+    """Per sequence: accepted count and emitted tokens (accepted drafts, then correction/bonus; -1 padded)."""
+
+    n_accepted: torch.Tensor
+    tokens: torch.Tensor
+    lossy: bool = False
+
+
+@dataclass(frozen=True)
+class TreeResultT:
+    """Per sequence: accepted count, accepted node path and emitted tokens (-1 padded)."""
+
+    n_accepted: torch.Tensor
+    path: torch.Tensor
+    tokens: torch.Tensor
+    lossy: bool = False
+
+
+def process_logits(
+    logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0
+) -> torch.Tensor:
+    """Temperature (0 = greedy one-hot), top-k, top-p, min-p, as ``roofline.sampling.process_logits``."""
+    if torch.isnan(logits).any() or torch.isposinf(logits).any():
+        raise SpecroofError("logits contain NaN or +inf")
+    x = logits.double()
+    if temperature == 0.0:
+        return torch.nn.functional.one_hot(x.argmax(-1), x.shape[-1]).double()
+    x = x / temperature
+    V = x.shape[-1]
+    if 0 < top_k < V:
+        kth = torch.sort(x, dim=-1).values[..., V - top_k].unsqueeze(-1)
+        x = torch.where(x < kth, torch.full_like(x, -torch.inf), x)
+    p = torch.softmax(x, dim=-1)
+    if top_p < 1.0:
+        sorted_p, order = torch.sort(p, dim=-1, descending=True, stable=True)
+        before = torch.cumsum(sorted_p, dim=-1) - sorted_p
+        keep = torch.zeros_like(p, dtype=torch.bool).scatter(-1, order, before < top_p)
+        p = torch.where(keep, p, torch.zeros_like(p))
+        p = p / p.sum(-1, keepdim=True)
+    if min_p > 0.0:
+        p = torch.where(p >= min_p * p.amax(-1, keepdim=True), p, torch.zeros_like(p))
+        p = p / p.sum(-1, keepdim=True)
+    return p
+
+
+def sample_from(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF sampling, one index per row (the same arithmetic as the numpy version)."""
+    cdf = torch.cumsum(probs, dim=-1)
+    target = (u.to(cdf.dtype).unsqueeze(-1) * cdf[..., -1:]).contiguous()
+    # searchsorted(right=True) counts the cdf entries <= target, like the numpy rule
+    idx = torch.searchsorted(cdf.contiguous(), target, right=True).squeeze(-1)
+    return idx.clamp(max=probs.shape[-1] - 1)
+
+
+def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """norm(max(p - q, 0)), falling back to p where they agree to rounding."""
+    r = (p - q).clamp(min=0.0)
+    z = r.sum(-1, keepdim=True)
+    return torch.where(z > 1e-12, r / torch.where(z > 0, z, torch.ones_like(z)), p)
+
+
+def accept_probability(px: torch.Tensor, qx: torch.Tensor) -> torch.Tensor:
+    """min(1, p(x) / q(x))."""
+    return torch.clamp(px / torch.where(qx > 0, qx, torch.ones_like(qx)), max=1.0)
+
+
+def verify_chain(
+    p: torch.Tensor,
+    q: torch.Tensor,
+    draft_tokens: torch.Tensor,
+    *,
+    uniforms: tuple[torch.Tensor, torch.Tensor] | None = None,
+    generator: torch.Generator | None = None,
+    validate: bool = True,
+) -> ChainResultT:
+    """Chain speculative sampling for a batch: p (B, g+1, V), q (B, g, V), draft_tokens (B, g)."""
+    B, g = draft_tokens.shape
+    if uniforms is None:
+        ua = torch.rand(B, g, generator=generator, dtype=torch.float64, device=p.device)
+        us = torch.rand(B, generator=generator, dtype=torch.float64, device=p.device)
+    else:
+        ua, us = uniforms
+    x = draft_tokens.long()
+    px = p[:, :g].gather(-1, x.unsqueeze(-1)).squeeze(-1)
+    qx = q.gather(-1, x.unsqueeze(-1)).squeeze(-1)
+    if validate and bool((qx <= 0).any()):
+        raise SpecroofError("a draft token has q = 0: the draft could not have proposed it")
+    accept = ua < accept_probability(px, qx)
+    n = torch.cumprod(accept.long(), dim=1).sum(1)
+    V = p.shape[-1]
+    p_n = p.gather(1, n.view(B, 1, 1).expand(B, 1, V)).squeeze(1)
+    if g:
+        # after all-accepted there is no draft to subtract: residual(p, 0) is p itself
+        rejected = (n < g).to(q.dtype).unsqueeze(-1)
+        q_n = q.gather(1, n.clamp(max=g - 1).view(B, 1, 1).expand(B, 1, V)).squeeze(1)
+        final_dist = residual(p_n, q_n * rejected)
+    else:
+        final_dist = p_n
+    final = sample_from(final_dist, us)
+    pos = torch.arange(g + 1, device=p.device).unsqueeze(0)
+    padded = torch.cat([x, torch.full((B, 1), -1, dtype=torch.long, device=p.device)], dim=1)
+    tokens = torch.where(pos < n.unsqueeze(1), padded, torch.full_like(padded, -1))
+    tokens = tokens.scatter(1, n.unsqueeze(1), final.unsqueeze(1))
+    return ChainResultT(n, tokens)
+
+
+def verify_greedy(p: torch.Tensor, draft_tokens: torch.Tensor) -> ChainResultT:
+    """Greedy verification for a batch (no randomness, no host sync)."""
+    B, g = draft_tokens.shape
+    best = p.argmax(-1)
+    n = torch.cumprod((best[:, :g] == draft_tokens).long(), dim=1).sum(1)
+    pos = torch.arange(g + 1, device=p.device).unsqueeze(0)
+    tokens = torch.where(pos <= n.unsqueeze(1), best, torch.full_like(best, -1))
+    return ChainResultT(n, tokens)
+
+
+def _children_table(parents: list[int], device: torch.device) -> torch.Tensor:
+    kids: list[list[int]] = [[] for _ in range(len(parents) + 1)]
+    for i, par in enumerate(parents):
+        kids[par + 1].append(i)
+    width = max(1, max(len(k) for k in kids))
+    table = torch.full((len(kids), width), -1, dtype=torch.long)
+    for r, k in enumerate(kids):
+        if k:
+            table[r, : len(k)] = torch.tensor(k)
+    return table.to(device)
+
+
+def verify_tree(
+    p: torch.Tensor,
+    q: torch.Tensor,
+    parents: list[int],
+    node_tokens: torch.Tensor,
+    *,
+    variant: str = "sequoia",
+    uniforms: tuple[torch.Tensor, torch.Tensor] | None = None,
+    generator: torch.Generator | None = None,
+    validate: bool = True,
+) -> TreeResultT:
+    """Multi-candidate tree verification for a batch; see ``roofline.sampling.verify_tree``.
+
+    p, q: (B, n + 1, V); node_tokens: (B, n); ``parents`` the tree's parent array.
+    """
+    if variant not in ("sequoia", "specinfer"):
+        raise SpecroofError(f"unknown tree variant {variant!r}; choose 'sequoia' or 'specinfer'")
+    B, n = node_tokens.shape
+    dev = p.device
+    depths = [0] * n
+    for i, par in enumerate(parents):
+        depths[i] = 1 if par < 0 else depths[par] + 1
+    max_depth = max(depths, default=0)
+    if uniforms is None:
+        ua = torch.rand(B, n, generator=generator, dtype=torch.float64, device=dev)
+        us = torch.rand(B, generator=generator, dtype=torch.float64, device=dev)
+    else:
+        ua, us = uniforms
+    kids = _children_table(parents, dev)
+    rows = torch.arange(B, device=dev)
+    tok = node_tokens.long()
+    cur = torch.full((B,), -1, dtype=torch.long, device=dev)
+    P, Q = p[:, 0].clone(), q[:, 0].clone()
+    done = torch.zeros(B, dtype=torch.bool, device=dev)
+    path = torch.full((B, max_depth + 1), -1, dtype=torch.long, device=dev)
+    reached = torch.zeros(B, dtype=torch.long, device=dev)
+    bad = torch.zeros((), dtype=torch.bool, device=dev)
+    for _ in range(max_depth + 1):
+        moved = torch.zeros(B, dtype=torch.bool, device=dev)
+        for k in range(kids.shape[1]):
+            child = kids[cur + 1, k]
+            act = ~done & ~moved & (child >= 0)
+            c = torch.where(act, child, torch.zeros_like(child))
+            x = tok[rows, c]
+            px, qx = P[rows, x], Q[rows, x]
+            bad = bad | (act & (qx <= 0)).any()
+            acc = act & (ua[rows, c] < accept_probability(px, qx))
+            rej = (act & ~acc).unsqueeze(-1)
+            P = torch.where(rej, residual(P, Q), P)
+            if variant == "sequoia":
+                Qr = Q.scatter(1, x.unsqueeze(1), 0.0)
+                z = Qr.sum(-1, keepdim=True)
+                Q = torch.where(rej, Qr / torch.where(z > 0, z, torch.ones_like(z)), Q)
+            moved = moved | acc
+            path[rows, reached] = torch.where(acc, c, path[rows, reached])
+            reached = reached + acc.long()
+            cur = torch.where(acc, c, cur)
+        done = done | ~moved
+        nxt = torch.where(moved, cur + 1, torch.zeros_like(cur))
+        P = torch.where(moved.unsqueeze(-1), p[rows, nxt], P)
+        Q = torch.where(moved.unsqueeze(-1), q[rows, nxt], Q)
+    if validate and bool(bad):
+        raise SpecroofError("a tree node's token has q = 0: the draft could not have proposed it")
+    final = sample_from(P, us)
+    tokens = torch.where(path >= 0, tok.gather(1, path.clamp(min=0)), torch.full_like(path, -1))
+    tokens = tokens.scatter(1, reached.unsqueeze(1), final.unsqueeze(1))
+    return TreeResultT(reached, path[:, :max_depth], tokens)
