@@ -366,6 +366,94 @@ def cmd_tree(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- measure (imports torch lazily: the analytic CLI works without it) -------------------------
+
+
+def _need_measure() -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise SpecroofError("measurement needs torch: pip install 'specroof[measure]'") from None
+
+
+def cmd_measure_device(args: argparse.Namespace) -> int:
+    _need_measure()
+    from measure.device import describe, match_profile
+
+    info = describe(args.device)
+    info["matched_profile"] = match_profile(info)
+    lines = [f"{k:<22} {v}" for k, v in info.items() if k != "caches_bytes"]
+    if info.get("matched_profile") is None:
+        lines.append("no built-in profile matches this device: `specroof measure bench` writes a measured one")
+    emit(args, info, "\n".join(lines))
+    return 0
+
+
+def cmd_measure_bench(args: argparse.Namespace) -> int:
+    _need_measure()
+    from measure.microbench import measure_profile
+
+    hw = measure_profile(
+        args.out,
+        args.device,
+        dtypes=args.dtype.split(","),
+        progress=lambda name: print(f"  measuring {name} ...", file=sys.stderr),
+    )
+    m = hw.measured
+    assert m is not None
+    payload = {
+        "profile": args.out,
+        "bandwidth_bytes_per_s": m.bandwidth_bytes_per_s,
+        "peak_flop_per_s": m.peak_flop_per_s,
+        "pass_overhead_s": m.pass_overhead_s,
+    }
+    lines = [
+        f"wrote {args.out} (load it with --hardware {args.out})",
+        f"  copy bandwidth   {format_quantity(m.bandwidth_bytes_per_s or 0, 'B/s')}",
+    ]
+    lines += [f"  {d} matmul      {format_quantity(v, 'FLOP/s')}" for d, v in m.peak_flop_per_s.items()]
+    lines.append(f"  dispatch         {format_quantity(m.pass_overhead_s or 0, 's')}")
+    emit(args, payload, "\n".join(lines))
+    return 0
+
+
+def cmd_measure_sweep(args: argparse.Namespace) -> int:
+    _need_measure()
+    from measure.verify import sweep
+
+    if args.hf:
+        from measure.models import Transformer
+
+        target: Any = Transformer.from_hf(args.hf, dtype=args.dtype.split(",")[0], device=args.device or "cpu")
+    elif args.spec:
+        target = ModelSpec.from_hf_config(args.spec)
+    elif args.model:
+        target = get_model(args.model)
+    else:
+        raise SpecroofError("give a model: --model PRESET, --spec config.json or --hf CHECKPOINT_FOLDER")
+    df = sweep(
+        target,
+        args.batch,
+        args.tokens,
+        args.context,
+        args.dtype.split(","),
+        device=args.device,
+        hardware=args.hardware,
+        repeats=args.repeats,
+        rounds=args.rounds,
+        out=args.out,
+        resume=args.resume,
+    )
+    cols = [
+        c
+        for c in ("dtype", "batch", "new_tokens", "context", "status", "t_median_s", "t_iqr_s", "t_predicted_s")
+        if c in df
+    ]
+    payload = {"out": args.out, "points": len(df), "rows": df[cols].to_dict(orient="records")}
+    emit(args, payload, df[cols].to_string(index=False) + (f"\nsaved to {args.out}" if args.out else ""))
+    return 0
+
+
 # -- report ----------------------------------------------------------------------
 
 
@@ -458,6 +546,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", help="write a drawing of the tree (PNG)")
     _add_json(p)
     p.set_defaults(func=cmd_tree)
+
+    meas = sub.add_parser("measure", help="measure this device (needs specroof[measure])")
+    msub = meas.add_subparsers(dest="measure_command", required=True, parser_class=_Parser)
+    p = msub.add_parser("device", help="what device is this and which profile matches")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
+    _add_json(p)
+    p.set_defaults(func=cmd_measure_device)
+    p = msub.add_parser("bench", help="microbenchmarks -> a measured hardware profile TOML")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="fp32,bf16", help="dtypes to measure matmul FLOP/s for")
+    p.add_argument("--out", default="measured-profile.toml")
+    _add_json(p)
+    p.set_defaults(func=cmd_measure_bench)
+    p = msub.add_parser("sweep", help="time verify passes over batch x new tokens x context x dtype")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--model", help="preset (random weights)")
+    g.add_argument("--spec", help="a config.json (random weights)")
+    g.add_argument("--hf", help="a Hugging Face checkpoint folder")
+    p.add_argument("--batch", type=int_list, default=[1])
+    p.add_argument("--tokens", type=int_list, default=[1, 2, 4, 8, 16, 32, 64])
+    p.add_argument("--context", type=int_list, default=[128])
+    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--device", default=None)
+    p.add_argument("--hardware", default=None, help="profile for the predicted column (e.g. a measured TOML)")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=1, help="shuffled visits of the grid, samples pooled")
+    p.add_argument("--out", default=None, help="folder for results.csv + meta.json (saved as measured)")
+    p.add_argument("--resume", action="store_true", help="skip points already saved in --out")
+    _add_json(p)
+    p.set_defaults(func=cmd_measure_sweep)
 
     from roofline.report import DEFAULT_GPUS
 

@@ -63,6 +63,8 @@ class Measured:
     peak_flop_per_s: dict[str, float] = field(default_factory=dict)
     pass_overhead_s: float | None = None
     layer_overhead_s: float | None = None
+    #: tokens per pass at which matrix units reach half their peak (0: the pure roofline)
+    matmul_half_tokens: float = 0.0
     provenance: dict[str, Any] = field(default_factory=dict)
 
 
@@ -120,6 +122,15 @@ class Hardware:
         if self.measured is not None and self.measured.pass_overhead_s is not None:
             return self.measured.pass_overhead_s
         return 0.0
+
+    @property
+    def matmul_half_tokens(self) -> float:
+        """Tokens per pass at which compute reaches half its peak (measured/fitted; 0 for a datasheet profile).
+
+        Small matrix products do not fill the matrix units: compute time is modelled as
+        flops / peak x (1 + half_tokens / tokens), which moves the knee left by half_tokens.
+        """
+        return self.measured.matmul_half_tokens if self.measured is not None else 0.0
 
     @property
     def layer_overhead_s(self) -> float:
@@ -292,7 +303,7 @@ def parse_profile(data: dict[str, Any], where: str, profile_id: str) -> Hardware
 
 def _measured_block(where: str, block: dict[str, Any]) -> Measured:
     w = f"{where} [measured]"
-    known = {"bandwidth_GB_per_s", "pass_overhead_us", "layer_overhead_us", "compute"}
+    known = {"bandwidth_GB_per_s", "pass_overhead_us", "layer_overhead_us", "compute", "matmul_half_tokens"}
     bw = None
     if "bandwidth_GB_per_s" in block:
         bw = _num(w, "bandwidth_GB_per_s", block["bandwidth_GB_per_s"]) * _GB
@@ -303,8 +314,11 @@ def _measured_block(where: str, block: dict[str, Any]) -> Measured:
     layer_over = None
     if "layer_overhead_us" in block:
         layer_over = _num(w, "layer_overhead_us", block["layer_overhead_us"], positive=False) * 1e-6
-    provenance = {k: v for k, v in block.items() if k not in known}
-    return Measured(bw, peaks, pass_over, layer_over, provenance)
+    half = _num(w, "matmul_half_tokens", block.get("matmul_half_tokens", 0.0), positive=False)
+    if half < 0:
+        raise SpecroofError(f"{w}: field 'matmul_half_tokens' must be >= 0 (got {half})")
+    provenance = {k: v for k, v in block.items() if k not in known}  # the rest is provenance
+    return Measured(bw, peaks, pass_over, layer_over, half, provenance)
 
 
 # -- finding profiles ---------------------------------------------------------

@@ -318,3 +318,32 @@ def tree_size_per_gpu(
     ax.set_title("Hardware-aware tree size: argmax expected tokens / round time")
     ax.tick_params(axis="x", labelrotation=20)
     return fig
+
+
+def fit_overlay(
+    validation: pd.DataFrame,
+    *,
+    ax: Axes | None = None,
+) -> Figure:
+    """Measured verify-pass time against new tokens, with the a-priori and fitted roofline predictions.
+
+    ``validation`` is the table of ``measure.fit.validate`` (columns new_tokens,
+    t_median_s, t_apriori_s, t_fitted_s, batch, context, dtype).
+    """
+    fig, ax = _axes(ax)
+    groups = list(validation.groupby(["dtype", "batch", "context"]))
+    for i, ((dt, b, c), g) in enumerate(groups):
+        g = g.sort_values("new_tokens")
+        col = f"C{i % 10}"
+        lab = f"{dt}, batch {b}, context {c}"
+        ax.plot(g["new_tokens"], g["t_median_s"] * 1e3, "o", color=col, ms=4, label=f"measured: {lab}")
+        ax.plot(g["new_tokens"], g["t_fitted_s"] * 1e3, "-", color=col, lw=1.5)
+        ax.plot(g["new_tokens"], g["t_apriori_s"] * 1e3, ":", color=col, lw=1)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("new tokens per sequence in the verify pass")
+    ax.set_ylabel("pass time (ms)")
+    ax.set_title("Verify pass: measured (dots), fitted roofline (solid), a-priori roofline (dotted)")
+    ax.grid(True, which="both", alpha=0.25)
+    ax.legend(fontsize=7)
+    return fig

@@ -109,6 +109,8 @@ def step_time(
         raise SpecroofError(f"overhead_s must be >= 0 (got {overhead_s})")
     op_mem = cost.bytes / (bw * tp)
     op_comp = cost.flops / (peak * tp)
+    if hw.matmul_half_tokens:
+        op_comp = op_comp * (1.0 + hw.matmul_half_tokens / cost.tokens)
     op_t = np.maximum(op_mem, op_comp)
     return StepTime(
         operators=cost.operators,

@@ -1,0 +1,204 @@
+"""Microbenchmarks: achieved memory bandwidth, matmul FLOP/s per dtype, per-pass dispatch overhead.
+
+Each figure is the median over repetitions (spread reported beside it), taken
+with ``measure.timing``. ``measure_profile`` turns them into a hardware profile
+TOML with a ``[measured]`` block that ``roofline.load_hardware`` loads.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import platform
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from measure.device import describe, match_profile
+from measure.timing import Timing, time_fn
+from roofline.errors import SpecroofError
+from roofline.hardware import Hardware, load_hardware
+
+TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One achieved figure: ``value`` in SI units (bytes/s, FLOP/s or seconds) and its timing."""
+
+    name: str
+    value: float
+    unit: str
+    timing: Timing
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def spread(self) -> float:
+        """Relative IQR of the underlying times."""
+        return self.timing.iqr_s / self.timing.median_s if self.timing.median_s else 0.0
+
+
+def _default_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        return 2 << 30
+    llc = describe(device).get("llc_bytes") or 64 << 20
+    return int(min(max(4 * llc, 512 << 20), 2 << 30))  # well beyond the last-level cache
+
+
+def bandwidth(
+    device: str | torch.device = "cpu",
+    nbytes: int | None = None,
+    repeats: int = 10,
+    threads: int | None = None,
+) -> dict[str, Measurement]:
+    """Achieved bandwidth of a copy (read + write counted) and of a read-only reduction, bytes/s."""
+    dev = torch.device(device)
+    n = int(nbytes or _default_bytes(dev)) // 4
+    src = torch.ones(n, dtype=torch.float32, device=dev)
+    dst = torch.empty_like(src)
+    copy = time_fn(lambda: dst.copy_(src), warmup=2, repeats=repeats, device=dev, threads=threads)
+    read = time_fn(lambda: src.sum(), warmup=2, repeats=repeats, device=dev, threads=threads)
+    size = n * 4
+    return {
+        "copy": Measurement("copy bandwidth", 2 * size / copy.median_s, "B/s", copy, {"bytes": size}),
+        "read": Measurement("read bandwidth", size / read.median_s, "B/s", read, {"bytes": size}),
+    }
+
+
+def matmul_flops(
+    dtype: str,
+    device: str | torch.device = "cpu",
+    shapes: Sequence[tuple[int, int, int]] | None = None,
+    repeats: int = 5,
+    threads: int | None = None,
+) -> Measurement:
+    """Best achieved FLOP/s of ``x @ W.T`` for ``dtype`` over verify-pass shapes (M tokens, K, N).
+
+    The default shapes are those of a verify pass near its knee (a few hundred
+    tokens against a d x d or d x 4d weight), not the large squares that flatter a
+    GEMM library: the ceiling the roofline needs is the one those passes can reach.
+    """
+    if dtype not in TORCH_DTYPES:
+        raise SpecroofError(f"matmul benchmark supports {', '.join(TORCH_DTYPES)} (got {dtype!r})")
+    dev = torch.device(device)
+    if shapes is None:
+        d = 4096 if dev.type == "cuda" else 2048
+        ms = (256, 512, 1024, 2048) if dev.type == "cuda" else (64, 128, 256)
+        shapes = [(m, d, n) for m in ms for n in (d, 4 * d)]
+    best: Measurement | None = None
+    for m_, k_, n_ in shapes:
+        a = torch.randn(m_, k_, device=dev).to(TORCH_DTYPES[dtype])
+        w = torch.randn(n_, k_, device=dev).to(TORCH_DTYPES[dtype])
+        t = time_fn(
+            lambda a=a, w=w: torch.nn.functional.linear(a, w), warmup=2, repeats=repeats, device=dev, threads=threads
+        )
+        meas = Measurement(f"{dtype} matmul", 2.0 * m_ * k_ * n_ / t.median_s, "FLOP/s", t, {"shape": (m_, k_, n_)})
+        if best is None or meas.value > best.value:
+            best = meas
+    assert best is not None
+    return best
+
+
+def dispatch_overhead(device: str | torch.device = "cpu", repeats: int = 200) -> Measurement:
+    """Time of one tiny op (an add on 1 element): the per-kernel launch and framework cost, seconds."""
+    dev = torch.device(device)
+    x = torch.ones(1, device=dev)
+    t = time_fn(lambda: x.add(1.0), warmup=20, repeats=repeats, device=dev)
+    return Measurement("dispatch overhead", t.median_s, "s", t)
+
+
+def run_all(
+    device: str | torch.device = "cpu",
+    dtypes: Sequence[str] = ("fp32", "bf16"),
+    threads: int | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Measurement]:
+    """Every microbenchmark on ``device``: bandwidth, matmul per dtype, dispatch overhead."""
+    out: dict[str, Measurement] = {}
+    steps: list[tuple[str, Callable[[], Any]]] = [("bandwidth", lambda: bandwidth(device, threads=threads))]
+    steps += [(f"matmul {d}", lambda d=d: matmul_flops(d, device, threads=threads)) for d in dtypes]
+    steps.append(("dispatch", lambda: dispatch_overhead(device)))
+    for name, fn in steps:
+        if progress:
+            progress(name)
+        res = fn()
+        if isinstance(res, dict):
+            out.update(res)
+        else:
+            out[name.replace(" ", "_")] = res
+    return out
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, str):
+        return '"' + v.replace("\\\\", "\\\\\\\\").replace('"', '\\\\"') + '"'
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return repr(float(v)) if isinstance(v, float) else str(v)
+
+
+def profile_toml(
+    results: dict[str, Measurement], device: str | torch.device = "cpu", base: Hardware | None = None
+) -> str:
+    """A hardware profile TOML: datasheet blocks of ``base`` (if any) plus a ``[measured]`` block."""
+    info = describe(device)
+    copy_bw = results["copy"].value
+    compute = {k.split("_")[1]: m.value for k, m in results.items() if k.startswith("matmul_")}
+    lines = [f"name = {_toml_value((base.name if base else info['name']) + ' (measured)')}"]
+    lines += [
+        f"vendor = {_toml_value(base.vendor if base else info.get('vendor', ''))}",
+        f"kind = {_toml_value(info['kind'])}",
+    ]
+    lines += ["", "[memory]"]
+    if base is not None:
+        if base.memory_bytes:
+            lines.append(f"capacity_GB = {base.memory_bytes / 1e9!r}")
+        lines.append(f"bandwidth_GB_per_s = {base.bandwidth_bytes_per_s / 1e9!r}")
+        lines.append(f"source = {_toml_value(base.sources.get('memory', 'datasheet'))}")
+        lines += ["", "[compute]"]
+        for d, v in base.peak_flop_per_s.items():
+            lines.append(f"{d}_{'TOP' if d.startswith('int') else 'TFLOP'}_per_s = {v / 1e12!r}")
+        lines.append(f"source = {_toml_value(base.sources.get('compute', 'datasheet'))}")
+    else:
+        if info.get("memory_bytes"):
+            lines.append(f"capacity_GB = {info['memory_bytes'] / 1e9!r}")
+        lines.append(f"bandwidth_GB_per_s = {copy_bw / 1e9!r}")
+        lines.append('source = "no datasheet for this device: the achieved copy bandwidth (specroof measure bench)"')
+        lines += ["", "[compute]"]
+        for d, v in compute.items():
+            lines.append(f"{d}_TFLOP_per_s = {v / 1e12!r}")
+        lines.append('source = "no datasheet for this device: the achieved matmul rate (specroof measure bench)"')
+    lines += ["", "[measured]"]
+    lines.append(f"bandwidth_GB_per_s = {copy_bw / 1e9!r}")
+    lines.append(f"read_bandwidth_GB_per_s = {results['read'].value / 1e9!r}")
+    lines.append(f"pass_overhead_us = {results['dispatch'].value * 1e6!r}")
+    lines.append(f"date = {_toml_value(_dt.datetime.now().isoformat(timespec='seconds'))}")
+    lines.append(
+        'method = "specroof measure bench: fp32 copy/read over buffers beyond the LLC; best square matmul per dtype; 1-element add for dispatch; medians"'
+    )
+    lines.append(f"device = {_toml_value(info['name'])}")
+    lines.append(f"torch_version = {_toml_value(torch.__version__)}")
+    lines.append(f"python_version = {_toml_value(platform.python_version())}")
+    lines += ["", "[measured.compute]"]
+    for d, v in compute.items():
+        lines.append(f"{d}_TFLOP_per_s = {v / 1e12!r}")
+    return "\n".join(lines) + "\n"
+
+
+def measure_profile(
+    out: str | Path,
+    device: str | torch.device = "cpu",
+    dtypes: Sequence[str] = ("fp32", "bf16"),
+    threads: int | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Hardware:
+    """Run the microbenchmarks, write a profile TOML to ``out`` and load it back (validated)."""
+    results = run_all(device, dtypes, threads, progress)
+    match = match_profile(describe(device))
+    base = load_hardware(match) if match else None
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(profile_toml(results, device, base))
+    return load_hardware(str(path))

@@ -1,0 +1,447 @@
+"""A Llama-style decoder with a static batched KV cache, per-sequence lengths and tree masks.
+
+One readable model file in the spirit of gpt-fast: RMSNorm, RoPE (Hugging Face's
+rotate-half layout, so HF weights load unpermuted), grouped-query attention,
+SwiGLU, optional MoE layers. Built from a ``roofline.ModelSpec`` with random
+weights (latency does not depend on weight values) or loaded from a Hugging Face
+checkpoint folder (config.json + safetensors) for Llama / Mistral / Qwen2 layouts.
+
+The cache holds ``max_batch`` sequences of up to ``max_seq`` tokens; each sequence
+has its own length. A forward pass takes ``n`` new tokens per sequence, written at
+cache slots ``length .. length + n - 1``, with a causal or tree mask over them.
+Attention reads only the first ``max(length) + n`` slots, so its cost follows the
+real context, not the cache's capacity. Rolling back is setting a length; a tree
+commit gathers the accepted path's KV into contiguous slots.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from roofline.errors import SpecroofError
+from roofline.model import ModelSpec
+
+TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass(frozen=True)
+class RopeConfig:
+    """Rotary embedding settings (HF names): base theta and optional llama3 frequency scaling."""
+
+    theta: float = 10000.0
+    scaling: dict[str, Any] | None = None
+
+
+def rope_config_from_hf(cfg: dict[str, Any]) -> RopeConfig:
+    """Rope settings from a HF config: old layout (rope_theta, rope_scaling) or v5 (rope_parameters)."""
+    params = cfg.get("rope_parameters") or {}
+    theta = cfg.get("rope_theta", params.get("rope_theta", 10000.0))
+    scaling = cfg.get("rope_scaling") or (params if params.get("rope_type", "default") != "default" else None)
+    return RopeConfig(float(theta), scaling)
+
+
+def rope_frequencies(head_dim: int, max_pos: int, cfg: RopeConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin tables, (max_pos, head_dim), in HF's concatenated [f, f] layout."""
+    inv = 1.0 / (cfg.theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    sc = cfg.scaling or {}
+    kind = sc.get("rope_type", sc.get("type"))
+    if kind == "llama3":
+        factor, lo, hi = sc["factor"], sc.get("low_freq_factor", 1.0), sc.get("high_freq_factor", 4.0)
+        old = sc.get("original_max_position_embeddings", 8192)
+        wavelen = 2 * math.pi / inv
+        smooth = (old / wavelen - lo) / (hi - lo)
+        scaled = torch.where(wavelen > old / lo, inv / factor, inv)
+        mid = (wavelen <= old / lo) & (wavelen >= old / hi)
+        inv = torch.where(mid, (1 - smooth) * inv / factor + smooth * inv, scaled)
+    elif kind not in (None, "default"):
+        raise SpecroofError(f"rope scaling type {kind!r} is not supported (supported: default, llama3)")
+    t = torch.arange(max_pos, dtype=torch.float64)
+    freqs = torch.outer(t, inv)
+    emb = torch.cat([freqs, freqs], dim=-1)
+    return emb.cos().float(), emb.sin().float()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: (B, H, n, D); cos/sin: (B, 1, n, D) already in x's dtype."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
+
+
+class Linear(nn.Linear):
+    """nn.Linear with an optional matrix-vector path for one-token passes (``matvec``).
+
+    On CPUs the bf16 GEMM kernels reach ~70% of the bandwidth torch.mv does for a
+    single row (measured: 21 vs 30 GB/s). It is off by default: with it a one-token
+    pass uses a different kernel family than every longer pass, a step no roofline
+    expresses, which would hide the memory-bound plateau the sweeps measure.
+    """
+
+    matvec: bool = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.matvec and x.numel() == self.in_features and x.device.type == "cpu":
+            y = torch.mv(self.weight, x.reshape(-1))
+            if self.bias is not None:
+                y = y + self.bias
+            return y.view(*x.shape[:-1], self.out_features)
+        return F.linear(x, self.weight, self.bias)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float, dtype: torch.dtype, device: torch.device) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim, dtype=dtype, device=device))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # normalise in fp32 as the reference implementations do; one fused op instead of six
+        y = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)
+        return y.to(x.dtype) * self.weight
+
+
+class MLP(nn.Module):
+    def __init__(self, d: int, ff: int, kind: str, dtype: torch.dtype, device: torch.device) -> None:
+        super().__init__()
+        self.kind = kind
+        kw: dict[str, Any] = dict(bias=False, dtype=dtype, device=device)
+        # gate and up projections fused into one matrix (gpt-fast's w13): one read, one op
+        self.w13 = Linear(d, 2 * ff if kind == "swiglu" else ff, **kw)
+        self.down_proj = Linear(ff, d, **kw)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kind == "swiglu":
+            gate, up = self.w13(x).chunk(2, dim=-1)
+            return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(F.gelu(self.w13(x), approximate="tanh"))
+
+
+class MoE(nn.Module):
+    """Top-k routed experts plus optional shared experts (Mixtral / Qwen-MoE / DeepSeek layouts)."""
+
+    def __init__(self, spec: ModelSpec, dtype: torch.dtype, device: torch.device) -> None:
+        super().__init__()
+        self.k = spec.experts_per_token
+        self.gate = Linear(spec.d_model, spec.n_experts, bias=False, dtype=dtype, device=device)
+        self.experts = nn.ModuleList(
+            MLP(spec.d_model, spec.d_ff_expert, spec.mlp_kind, dtype, device) for _ in range(spec.n_experts)
+        )
+        ff_shared = spec.d_ff_shared or spec.d_ff_expert
+        self.shared = nn.ModuleList(
+            MLP(spec.d_model, ff_shared, spec.mlp_kind, dtype, device) for _ in range(spec.n_shared_experts)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        flat = x.reshape(-1, shape[-1])
+        weights, chosen = torch.topk(torch.softmax(self.gate(flat).float(), dim=-1), self.k, dim=-1)
+        weights = (weights / weights.sum(-1, keepdim=True)).to(x.dtype)
+        out = torch.zeros_like(flat)
+        for e, expert in enumerate(self.experts):
+            rows, slot = torch.nonzero(chosen == e, as_tuple=True)
+            if rows.numel():
+                out.index_add_(0, rows, expert(flat[rows]) * weights[rows, slot, None])
+        for s in self.shared:
+            out = out + s(flat)
+        return out.reshape(shape)
+
+
+class Attention(nn.Module):
+    def __init__(self, spec: ModelSpec, dtype: torch.dtype, device: torch.device) -> None:
+        super().__init__()
+        self.h, self.kv, self.hd = spec.n_heads, spec.n_kv_heads, spec.head_dim
+        d = spec.d_model
+        # q, k and v fused into one matrix: one weight read and one op per layer
+        self.wqkv = Linear(d, (self.h + 2 * self.kv) * self.hd, bias=spec.qkv_bias, dtype=dtype, device=device)
+        self.o_proj = Linear(self.h * self.hd, d, bias=False, dtype=dtype, device=device)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        where: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+        kv_len: int,
+        mask: torch.Tensor | None,
+    ) -> torch.Tensor:
+        B, n, _ = x.shape
+        qkv = self.wqkv(x).view(B, n, self.h + 2 * self.kv, self.hd).transpose(1, 2)
+        qk = apply_rope(qkv[:, : self.h + self.kv], cos, sin)  # q and k rotated in one call
+        q, k, v = qk[:, : self.h], qk[:, self.h :], qkv[:, self.h + self.kv :]
+        # index_put_ writes only the new rows (scatter_ on the cache copied the whole buffer)
+        k_cache.index_put_(where, k)
+        v_cache.index_put_(where, v)
+        keys, values = k_cache[:B, :, :kv_len], v_cache[:B, :, :kv_len]
+        g = self.h // self.kv
+        if g > 1:
+            # grouped-query attention without expanding K/V: the g query heads of a KV head
+            # become g x n queries of that head (SDPA's own GQA path copied K/V per head when masked)
+            q = q.reshape(B, self.kv, g * n, self.hd)
+            if mask is not None:
+                mask = mask.unsqueeze(2).expand(B, 1, g, n, kv_len).reshape(B, 1, g * n, kv_len)
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+        out = out.reshape(B, self.h, n, self.hd)
+        return self.o_proj(out.transpose(1, 2).reshape(B, n, self.h * self.hd))
+
+
+class Block(nn.Module):
+    def __init__(self, spec: ModelSpec, moe: bool, eps: float, dtype: torch.dtype, device: torch.device) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(spec.d_model, eps, dtype, device)
+        self.self_attn = Attention(spec, dtype, device)
+        self.post_attention_layernorm = RMSNorm(spec.d_model, eps, dtype, device)
+        self.mlp: nn.Module = (
+            MoE(spec, dtype, device) if moe else MLP(spec.d_model, spec.d_ff, spec.mlp_kind, dtype, device)
+        )
+
+
+class KVCache:
+    """Static KV buffers for every layer plus each sequence's committed length (kept on the host)."""
+
+    def __init__(self, spec: ModelSpec, max_batch: int, max_seq: int, dtype: torch.dtype, device: torch.device) -> None:
+        shape = (max_batch, spec.n_kv_heads, max_seq, spec.head_dim)
+        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(spec.n_layers)]
+        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(spec.n_layers)]
+        self.lengths = np.zeros(max_batch, dtype=np.int64)
+        self.max_batch, self.max_seq = max_batch, max_seq
+
+    @property
+    def bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (*self.k, *self.v))
+
+    def rollback(self, lengths: Any) -> None:
+        """Set each sequence's committed length (stale slots beyond it are masked and overwritten later)."""
+        new = np.asarray(lengths, dtype=np.int64).reshape(-1)
+        b = new.size
+        if np.any(new < 0) or np.any(new > self.max_seq):
+            raise SpecroofError(f"lengths must lie in [0, {self.max_seq}]")
+        self.lengths[:b] = new
+
+    def commit_paths(self, paths: torch.Tensor, n_accepted: torch.Tensor) -> None:
+        """Move each sequence's accepted tree nodes into contiguous slots after its length.
+
+        ``paths``: (B, depth) node indices of the accepted path (buffer order of the last
+        pass, -1 padded); ``n_accepted``: (B,). Lengths grow by ``n_accepted``.
+        """
+        B, depth = paths.shape
+        if depth == 0:
+            return
+        dev = self.k[0].device
+        base = torch.as_tensor(self.lengths[:B], device=dev).view(B, 1)
+        steps = torch.arange(depth, device=dev).view(1, depth)
+        valid = steps < n_accepted.view(B, 1).to(dev)
+        src = torch.where(valid, base + paths.to(dev).clamp(min=0), base + steps)
+        dst = base + steps
+        bi = torch.arange(B, device=dev).view(B, 1, 1)
+        for buf in (*self.k, *self.v):
+            hi = torch.arange(buf.shape[1], device=dev).view(1, -1, 1)
+            gathered = buf[bi, hi, src.view(B, 1, depth)]  # (B, H, depth, D), a copy
+            buf.index_put_((bi, hi, dst.view(B, 1, depth)), gathered)
+        self.lengths[:B] += n_accepted.cpu().numpy().astype(np.int64)
+
+
+def _fuse_hf_projections(raw: dict[str, torch.Tensor], n_layers: int) -> dict[str, torch.Tensor]:
+    """Map HF's separate q/k/v and gate/up tensors onto the fused wqkv and w13 (other names unchanged)."""
+    state = dict(raw)
+    for i in range(n_layers):
+        a, m = f"layers.{i}.self_attn.", f"layers.{i}.mlp."
+        for kind in ("weight", "bias"):
+            parts = [state.pop(f"{a}{p}_proj.{kind}", None) for p in "qkv"]
+            if all(t is not None for t in parts):
+                state[f"{a}wqkv.{kind}"] = torch.cat(parts, dim=0)  # type: ignore[arg-type]
+        gate, up = state.pop(f"{m}gate_proj.weight", None), state.pop(f"{m}up_proj.weight", None)
+        if gate is not None and up is not None:
+            state[f"{m}w13.weight"] = torch.cat([gate, up], dim=0)
+        elif up is not None:
+            state[f"{m}w13.weight"] = up
+    return state
+
+
+class Transformer(nn.Module):
+    """Llama-style decoder LM over a static batched KV cache (see the module docstring)."""
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        *,
+        dtype: str | torch.dtype = "bf16",
+        device: str | torch.device = "cpu",
+        rope: RopeConfig | None = None,
+        norm_eps: float = 1e-5,
+        init_std: float | None = 0.02,
+        matvec: bool = False,
+    ) -> None:
+        super().__init__()
+        if spec.is_abstract:
+            raise SpecroofError("an abstract ModelSpec (from_params) has no shapes to build a model from")
+        self.spec = spec
+        tdtype = TORCH_DTYPES[dtype] if isinstance(dtype, str) else dtype
+        dev = torch.device(device)
+        self.dtype, self.device_ = tdtype, dev
+        self.embed_tokens = nn.Embedding(spec.vocab_size, spec.d_model, dtype=tdtype, device=dev)
+        moe_from = spec.n_dense_layers if spec.is_moe else spec.n_layers
+        self.layers = nn.ModuleList(Block(spec, i >= moe_from, norm_eps, tdtype, dev) for i in range(spec.n_layers))
+        self.norm = RMSNorm(spec.d_model, norm_eps, tdtype, dev)
+        self.lm_head = Linear(spec.d_model, spec.vocab_size, bias=False, dtype=tdtype, device=dev)
+        if spec.tie_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+        self.rope = rope or RopeConfig()
+        self.set_matvec(matvec)
+        self.cache: KVCache | None = None
+        self._cos = self._sin = torch.empty(0)
+        if init_std is not None:
+            with torch.no_grad():
+                for name, p in self.named_parameters():
+                    if "norm" in name:
+                        p.fill_(1.0)
+                    elif name.endswith("bias"):
+                        p.zero_()
+                    else:
+                        p.normal_(0.0, init_std)
+
+    @property
+    def device(self) -> torch.device:
+        return self.device_
+
+    def set_matvec(self, on: bool) -> None:
+        """Use torch.mv for one-token passes on the CPU (faster decode; see :class:`Linear`)."""
+        for mod in self.modules():
+            if isinstance(mod, Linear):
+                mod.matvec = on
+
+    def setup_cache(self, max_batch: int, max_seq: int) -> KVCache:
+        """Allocate the static cache (and RoPE tables) for ``max_batch`` sequences of ``max_seq`` tokens."""
+        if max_seq > self.spec.max_context:
+            raise SpecroofError(f"max_seq {max_seq} exceeds the model's max context {self.spec.max_context}")
+        self.cache = KVCache(self.spec, max_batch, max_seq, self.dtype, self.device)
+        self._cos, self._sin = (t.to(self.device) for t in rope_frequencies(self.spec.head_dim, max_seq, self.rope))
+        return self.cache
+
+    def forward(self, tokens: torch.Tensor, tree: Any = None, *, new_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (B, n, V) for ``n`` new tokens per sequence after each sequence's cached length.
+
+        Default: the new tokens form a causal chain. ``tree`` (a ``roofline.trees.Tree``
+        with n nodes, or its parent array) makes them a draft tree: each node sees its
+        ancestors and gets position length + depth - 1. ``new_mask`` (n, n) or (B, n, n)
+        bool overrides the mask among new tokens (positions then follow the chain).
+        The cache lengths are not advanced: call ``advance``, ``rollback`` or ``commit``.
+        """
+        if self.cache is None:
+            raise SpecroofError("call setup_cache(max_batch, max_seq) before running the model")
+        B, n = tokens.shape
+        c = self.cache
+        if B > c.max_batch:
+            raise SpecroofError(f"batch {B} exceeds the cache's max_batch {c.max_batch}")
+        lengths = c.lengths[:B]
+        kv_len = int(lengths.max()) + n
+        if kv_len > c.max_seq:
+            raise SpecroofError(f"{kv_len} tokens exceed the cache's max_seq {c.max_seq}")
+        dev = self.device
+        L = torch.as_tensor(lengths, device=dev).view(B, 1)
+        offs = torch.arange(n, device=dev).view(1, n)
+        if tree is not None:
+            from roofline.trees import Tree
+
+            t = tree if isinstance(tree, Tree) else Tree(tree)
+            if t.n_nodes != n:
+                raise SpecroofError(f"tree has {t.n_nodes} nodes but {n} tokens were given")
+            among = torch.as_tensor(t.ancestors_matrix(), device=dev).expand(B, n, n)
+            positions = L + torch.as_tensor(t.depths - 1, device=dev).view(1, n)
+        else:
+            if new_mask is not None:
+                among = new_mask.to(dev).bool().expand(B, n, n)
+            else:
+                among = torch.ones(n, n, dtype=torch.bool, device=dev).tril().expand(B, n, n)
+            positions = L + offs
+        slots = L + offs
+        mask: torch.Tensor | None = None
+        if n > 1 or np.any(lengths != lengths[0]):  # one token over equal lengths sees every key
+            j = torch.arange(kv_len, device=dev).view(1, 1, kv_len)
+            rel = j - L.view(B, 1, 1)  # key slot relative to the sequence's first new slot
+            in_new = (rel >= 0) & (rel < n)
+            new_ok = among.gather(2, rel.clamp(0, n - 1).expand(B, n, kv_len))
+            mask = ((rel < 0) | (in_new & new_ok)).unsqueeze(1)  # (B, 1, n, kv_len)
+        cos = self._cos[positions].unsqueeze(1).to(self.dtype)
+        sin = self._sin[positions].unsqueeze(1).to(self.dtype)
+        kvh = self.spec.n_kv_heads
+        arange_b = torch.arange(B, device=dev).view(B, 1, 1)
+        where = (arange_b, torch.arange(kvh, device=dev).view(1, kvh, 1), slots.view(B, 1, n))
+        h = self.embed_tokens(tokens)
+        for i, layer in enumerate(self.layers):
+            a = layer.self_attn(layer.input_layernorm(h), cos, sin, c.k[i], c.v[i], where, kv_len, mask)
+            h = h + a
+            h = h + layer.mlp(layer.post_attention_layernorm(h))
+        return self.lm_head(self.norm(h))
+
+    def advance(self, n: Any) -> None:
+        """Commit ``n`` (scalar or per-sequence) tokens of the last pass in place (chain case)."""
+        assert self.cache is not None
+        add = np.broadcast_to(np.asarray(n, dtype=np.int64), (self.cache.max_batch,))
+        self.cache.lengths += add
+
+    @classmethod
+    def from_hf(
+        cls, path: str | Path, *, dtype: str | torch.dtype = "fp32", device: str | torch.device = "cpu"
+    ) -> Transformer:
+        """Load a local Hugging Face checkpoint folder (config.json + *.safetensors), Llama/Mistral/Qwen2."""
+        folder = Path(path)
+        cfg_path = folder / "config.json"
+        if not cfg_path.is_file():
+            raise SpecroofError(f"no config.json in {str(folder)!r}")
+        cfg = json.loads(cfg_path.read_text())
+        if cfg.get("model_type") not in ("llama", "mistral", "qwen2"):
+            raise SpecroofError(f"from_hf supports llama, mistral and qwen2 layouts (got {cfg.get('model_type')!r})")
+        spec = ModelSpec.from_hf_config(cfg, name=folder.name)
+        rope = rope_config_from_hf(cfg)
+        model = cls(
+            spec, dtype=dtype, device="meta", rope=rope, norm_eps=float(cfg.get("rms_norm_eps", 1e-5)), init_std=None
+        )
+        files = sorted(folder.glob("*.safetensors"))
+        if not files:
+            raise SpecroofError(f"no *.safetensors files in {str(folder)!r}")
+        from safetensors.torch import load_file
+
+        raw: dict[str, torch.Tensor] = {}
+        for f in files:
+            for k, v in load_file(str(f)).items():
+                raw[k.removeprefix("model.")] = v
+        state = _fuse_hf_projections(raw, spec.n_layers)
+        if spec.tie_embeddings:
+            state.pop("lm_head.weight", None)
+        model.to_empty(device=device)
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        missing = [m for m in missing if not (spec.tie_embeddings and m == "lm_head.weight")]
+        if missing or unexpected:
+            raise SpecroofError(
+                f"checkpoint does not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}"
+            )
+        if spec.tie_embeddings:
+            model.lm_head.weight = model.embed_tokens.weight
+        model.device_ = torch.device(device)
+        return model.to(model.dtype)
+
+    def weight_bytes(self, include_embedding: bool = False) -> int:
+        """Bytes of weights one decode step reads (gpt-fast's figure: without the embedding table)."""
+        total = 0
+        seen: set[int] = set()
+        for name, p in self.named_parameters():
+            if id(p) in seen:
+                continue
+            seen.add(id(p))
+            if name.startswith("embed_tokens") and not include_embedding:
+                continue
+            total += p.numel() * p.element_size()
+        if self.spec.tie_embeddings and not include_embedding:
+            total += self.lm_head.weight.numel() * self.lm_head.weight.element_size()
+        return total
