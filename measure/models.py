@@ -328,7 +328,14 @@ class Transformer(nn.Module):
         self._cos, self._sin = (t.to(self.device) for t in rope_frequencies(self.spec.head_dim, max_seq, self.rope))
         return self.cache
 
-    def forward(self, tokens: torch.Tensor, tree: Any = None, *, new_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        tree: Any = None,
+        *,
+        new_mask: torch.Tensor | None = None,
+        n_layers: int | None = None,
+    ) -> torch.Tensor:
         """Logits (B, n, V) for ``n`` new tokens per sequence after each sequence's cached length.
 
         Default: the new tokens form a causal chain. ``tree`` (a ``roofline.trees.Tree``
@@ -336,6 +343,9 @@ class Transformer(nn.Module):
         ancestors and gets position length + depth - 1. ``new_mask`` (n, n) or (B, n, n)
         bool overrides the mask among new tokens (positions then follow the chain).
         The cache lengths are not advanced: call ``advance``, ``rollback`` or ``commit``.
+        ``n_layers`` runs only the first layers and then the final norm and head: the
+        early-exit (self-speculative) draft, which writes exactly the KV the full pass
+        writes for those layers.
         """
         if self.cache is None:
             raise SpecroofError("call setup_cache(max_batch, max_seq) before running the model")
@@ -378,7 +388,8 @@ class Transformer(nn.Module):
         arange_b = torch.arange(B, device=dev).view(B, 1, 1)
         where = (arange_b, torch.arange(kvh, device=dev).view(1, kvh, 1), slots.view(B, 1, n))
         h = self.embed_tokens(tokens)
-        for i, layer in enumerate(self.layers):
+        layers = self.layers if n_layers is None else self.layers[:n_layers]
+        for i, layer in enumerate(layers):
             a = layer.self_attn(layer.input_layernorm(h), cos, sin, c.k[i], c.v[i], where, kv_len, mask)
             h = h + a
             h = h + layer.mlp(layer.post_attention_layernorm(h))

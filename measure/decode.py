@@ -1,0 +1,340 @@
+"""Real batched speculative decoding (chain) and the autoregressive baseline.
+
+Both caches (target and draft) hold every committed token except the last one,
+which is the pending input of the next pass. A round: the drafter proposes gamma
+tokens with their distributions, the target verifies the pending token plus the
+gamma drafts in one pass, the torch rules of ``measure.sampling`` accept a
+prefix per sequence (ragged), and each cache is rolled back to its committed
+length. Nothing in a round loops over the sequences in Python, except the
+prompt-lookup drafter's n-gram search, which runs on the host by nature.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from measure import sampling as ts
+from measure.models import Transformer
+from measure.timing import synchronize
+from roofline.errors import SpecroofError
+from roofline.sampling import SamplingParams
+from roofline.speculative import SpecMetrics, metrics_from_counts
+
+
+@dataclass
+class GenerationResult:
+    """Emitted tokens per sequence, timings (s) and, for speculation, per-round statistics."""
+
+    tokens: list[list[int]]
+    decode_s: float
+    prefill_s: float
+    rounds: pd.DataFrame = field(default_factory=pd.DataFrame)
+    gamma: int = 0
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(len(t) for t in self.tokens)
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Emitted tokens over decode time (prefill excluded), all sequences together."""
+        return self.n_tokens / self.decode_s if self.decode_s > 0 else float("nan")
+
+    def metrics(self) -> SpecMetrics:
+        """vLLM/Spec-Bench metrics over every (round, sequence) that was still running."""
+        r = self.rounds
+        if r.empty:
+            raise SpecroofError("no speculative rounds were recorded")
+        per_pos = np.array([(r["accepted"] > i).sum() for i in range(self.gamma)])
+        return metrics_from_counts(
+            len(r), len(r) * self.gamma, int(r["accepted"].sum()), int(r["emitted"].sum()), self.gamma, per_pos
+        )
+
+    def acceptance_curve(self) -> np.ndarray:
+        """P(position i accepted | position i - 1 accepted), i = 1..gamma: the per-position curve."""
+        a = self.rounds["accepted"].to_numpy()
+        reach = np.array([(a >= i).sum() for i in range(self.gamma + 1)], dtype=float)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return reach[1:] / reach[:-1]
+
+
+def _probs(logits: torch.Tensor, sp: SamplingParams) -> torch.Tensor:
+    return ts.process_logits(logits, sp.temperature, sp.top_k, sp.top_p, sp.min_p)
+
+
+def _sample(probs: torch.Tensor, gen: torch.Generator | None) -> torch.Tensor:
+    u = torch.rand(probs.shape[:-1], generator=gen, dtype=torch.float64, device=probs.device)
+    return ts.sample_from(probs, u)
+
+
+def _prepare(model: Transformer, prompts: Sequence[Sequence[int]], extra: int) -> tuple[torch.Tensor, np.ndarray]:
+    """Allocate the cache and prefill every prompt but its last token (right-padded, ragged lengths)."""
+    if not prompts or any(len(p) < 2 for p in prompts):
+        raise SpecroofError("every prompt needs at least 2 tokens")
+    lens = np.array([len(p) for p in prompts], dtype=np.int64)
+    B = len(prompts)
+    model.setup_cache(B, int(lens.max()) + extra + 2)
+    padded = torch.zeros(B, int(lens.max()) - 1, dtype=torch.long, device=model.device)
+    for b, p in enumerate(prompts):
+        padded[b, : len(p) - 1] = torch.as_tensor(p[:-1])
+    with torch.no_grad():
+        model(padded)
+    model.cache.rollback(lens - 1)  # type: ignore[union-attr]
+    last = torch.as_tensor([p[-1] for p in prompts], device=model.device)
+    return last, lens
+
+
+def autoregressive_generate(
+    model: Transformer,
+    prompts: Sequence[Sequence[int]],
+    max_new_tokens: int,
+    sampling: SamplingParams | None = None,
+    *,
+    eos: int | None = None,
+    seed: int = 0,
+) -> GenerationResult:
+    """The baseline: one target step per token for a batch of prompts (ragged lengths)."""
+    sp = sampling or SamplingParams(temperature=0.0)
+    gen = torch.Generator(device=model.device).manual_seed(seed)
+    t0 = time.perf_counter()
+    pending, _ = _prepare(model, prompts, max_new_tokens)
+    synchronize(model.device)
+    t1 = time.perf_counter()
+    B = len(prompts)
+    out = torch.zeros(B, max_new_tokens, dtype=torch.long, device=model.device)
+    done = torch.zeros(B, dtype=torch.bool, device=model.device)
+    with torch.no_grad():
+        for i in range(max_new_tokens):
+            logits = model(pending.view(B, 1))[:, -1]
+            model.advance(1)
+            nxt = _sample(_probs(logits, sp), gen)
+            out[:, i] = nxt
+            pending = nxt
+            if eos is not None:
+                done |= nxt == eos
+                if bool(done.all()):
+                    out = out[:, : i + 1]
+                    break
+    synchronize(model.device)
+    t2 = time.perf_counter()
+    return GenerationResult(_trim(out.tolist(), eos, max_new_tokens), t2 - t1, t1 - t0)
+
+
+def _trim(rows: list[list[int]], eos: int | None, limit: int) -> list[list[int]]:
+    out = []
+    for r in rows:
+        r = r[:limit]
+        if eos is not None and eos in r:
+            r = r[: r.index(eos) + 1]
+        out.append(r)
+    return out
+
+
+# -- drafters -------------------------------------------------------------------------------
+
+
+class DraftModelDrafter:
+    """A separate small model with its own cache (re-fed the last two committed tokens each round)."""
+
+    def __init__(self, model: Transformer) -> None:
+        self.model = model
+        self.name = f"draft {model.spec.name}"
+
+    def start(self, prompts: Sequence[Sequence[int]], extra: int) -> None:
+        _prepare(self.model, prompts, extra)
+
+    def propose(
+        self, last2: torch.Tensor, committed: np.ndarray, gamma: int, sp: SamplingParams, gen: torch.Generator | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        m = self.model
+        m.cache.rollback(committed - 2)  # type: ignore[union-attr]
+        feed = last2
+        xs, qs = [], []
+        with torch.no_grad():
+            for _ in range(gamma):
+                logits = m(feed)[:, -1]
+                m.advance(feed.shape[1])
+                q = _probs(logits, sp)
+                x = _sample(q, gen)
+                xs.append(x)
+                qs.append(q)
+                feed = x.view(-1, 1)
+        return torch.stack(xs, 1), torch.stack(qs, 1)
+
+
+class EarlyExitDrafter:
+    """Self-speculation: the target's first ``layers`` layers plus its norm and head, on the target's cache."""
+
+    def __init__(self, target: Transformer, layers: int) -> None:
+        if not 1 <= layers < target.spec.n_layers:
+            raise SpecroofError(f"early-exit layers must lie in [1, {target.spec.n_layers - 1}] (got {layers})")
+        self.target, self.layers = target, layers
+        self.name = f"early exit @{layers}"
+
+    def start(self, prompts: Sequence[Sequence[int]], extra: int) -> None:
+        pass  # shares the target's cache
+
+    def propose(
+        self, last2: torch.Tensor, committed: np.ndarray, gamma: int, sp: SamplingParams, gen: torch.Generator | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        m = self.target
+        m.cache.rollback(committed - 1)  # type: ignore[union-attr]
+        feed = last2[:, 1:]
+        xs, qs = [], []
+        with torch.no_grad():
+            for _ in range(gamma):
+                logits = m(feed, n_layers=self.layers)[:, -1]
+                m.advance(1)
+                q = _probs(logits, sp)
+                x = _sample(q, gen)
+                xs.append(x)
+                qs.append(q)
+                feed = x.view(-1, 1)
+        return torch.stack(xs, 1), torch.stack(qs, 1)
+
+
+class PromptLookupDrafter:
+    """n-gram prompt lookup: propose what followed the last match of the latest ``ngram`` tokens."""
+
+    def __init__(self, vocab_size: int, ngram: int = 3) -> None:
+        self.vocab, self.ngram = vocab_size, ngram
+        self.name = f"prompt lookup n={ngram}"
+        self.history: list[list[int]] = []
+
+    def start(self, prompts: Sequence[Sequence[int]], extra: int) -> None:
+        self.history = [list(p) for p in prompts]
+
+    def propose(
+        self, last2: torch.Tensor, committed: np.ndarray, gamma: int, sp: SamplingParams, gen: torch.Generator | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        props = []
+        for h in self.history:  # host-side search: the only per-sequence loop of a round
+            prop: list[int] = []
+            for n in range(self.ngram, 0, -1):
+                key = h[-n:]
+                for start in range(len(h) - n - 1, -1, -1):
+                    if h[start : start + n] == key:
+                        prop = h[start + n : start + n + gamma]
+                        break
+                if prop:
+                    break
+            prop = (prop + [h[-1]] * gamma)[:gamma]
+            props.append(prop)
+        x = torch.as_tensor(props, device=last2.device)
+        # a deterministic proposal has q = one-hot: acceptance is p(x), still lossless
+        q = torch.nn.functional.one_hot(x, self.vocab).double()
+        return x, q
+
+    def extend(self, emitted: list[list[int]]) -> None:
+        for h, e in zip(self.history, emitted, strict=True):
+            h.extend(e)
+
+
+def speculative_generate(
+    target: Transformer,
+    drafter: Any,
+    prompts: Sequence[Sequence[int]],
+    gamma: int,
+    max_new_tokens: int,
+    sampling: SamplingParams | None = None,
+    *,
+    eos: int | None = None,
+    seed: int = 0,
+) -> GenerationResult:
+    """Chain speculative decoding for a batch: lossless (rejection sampling) or greedy (temperature 0).
+
+    ``drafter``: a :class:`Transformer` (a separate draft model), an int (early exit
+    after that many target layers), ``"prompt-lookup"``, or a drafter object.
+    Returns the tokens and a per-round DataFrame (accepted and emitted per sequence,
+    draft / verify / accept / commit seconds).
+    """
+    if gamma < 1:
+        raise SpecroofError(f"gamma must be >= 1 (got {gamma})")
+    sp = sampling or SamplingParams(temperature=0.0)
+    if isinstance(drafter, Transformer):
+        if drafter.spec.vocab_size != target.spec.vocab_size:
+            raise SpecroofError("draft and target must share a vocabulary")
+        d: Any = DraftModelDrafter(drafter)
+    elif isinstance(drafter, int):
+        d = EarlyExitDrafter(target, drafter)
+    elif drafter == "prompt-lookup":
+        d = PromptLookupDrafter(target.spec.vocab_size)
+    else:
+        d = drafter
+    dev = target.device
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    B = len(prompts)
+    t0 = time.perf_counter()
+    pending, lens = _prepare(target, prompts, max_new_tokens + gamma + 2)
+    d.start(prompts, max_new_tokens + gamma + 2)
+    synchronize(dev)
+    t1 = time.perf_counter()
+    committed = lens.copy()  # tokens committed per sequence (prompt + emitted)
+    prev = torch.as_tensor([p[-2] for p in prompts], device=dev)
+    emitted: list[list[int]] = [[] for _ in range(B)]
+    active = np.ones(B, dtype=bool)
+    stats = []
+    rnd = 0
+    with torch.no_grad():
+        while active.any():
+            ta = time.perf_counter()
+            last2 = torch.stack([prev, pending], 1)
+            x, q = d.propose(last2, committed, gamma, sp, gen)
+            synchronize(dev)
+            tb = time.perf_counter()
+            target.cache.rollback(committed - 1)  # type: ignore[union-attr]
+            logits = target(torch.cat([pending.view(B, 1), x], 1))
+            p = _probs(logits, sp)
+            synchronize(dev)
+            tc = time.perf_counter()
+            if sp.greedy:
+                res = ts.verify_greedy(p, x)
+            else:
+                res = ts.verify_chain(p, q, x, generator=gen, validate=False)
+            # finished sequences still ride along in the batch but stay frozen
+            n_acc = np.where(active, res.n_accepted.cpu().numpy(), 0)
+            toks = res.tokens.cpu().numpy()
+            td = time.perf_counter()
+            # commit: the pending token and the accepted drafts enter the target cache
+            target.cache.rollback(committed + n_acc)  # type: ignore[union-attr]
+            new = [toks[b, : n_acc[b] + 1].tolist() for b in range(B)]
+            if isinstance(d, PromptLookupDrafter):
+                d.extend([nw if a else [] for nw, a in zip(new, active, strict=True)])
+            for b in np.nonzero(active)[0]:
+                emitted[b].extend(new[b])
+            committed = committed + np.where(active, n_acc + 1, 0)
+            idx = torch.as_tensor(n_acc, device=dev)
+            live = torch.as_tensor(active, device=dev)
+            new_prev = torch.where(idx > 0, x.gather(1, (idx - 1).clamp(min=0).view(B, 1)).view(B), pending)
+            new_pending = res.tokens.gather(1, idx.view(B, 1)).view(B).to(dev)
+            prev = torch.where(live, new_prev, prev)
+            pending = torch.where(live, new_pending, pending)
+            te = time.perf_counter()
+            for b in np.nonzero(active)[0]:
+                stats.append(
+                    {
+                        "round": rnd,
+                        "seq": int(b),
+                        "accepted": int(n_acc[b]),
+                        "emitted": int(n_acc[b] + 1),
+                        "t_draft_s": tb - ta,
+                        "t_verify_s": tc - tb,
+                        "t_accept_s": td - tc,
+                        "t_commit_s": te - td,
+                    }
+                )
+            for b in np.nonzero(active)[0]:
+                hit_eos = eos is not None and eos in emitted[b]
+                if len(emitted[b]) >= max_new_tokens or hit_eos:
+                    active[b] = False
+            rnd += 1
+    synchronize(dev)
+    t2 = time.perf_counter()
+    return GenerationResult(_trim(emitted, eos, max_new_tokens), t2 - t1, t1 - t0, pd.DataFrame(stats), gamma)

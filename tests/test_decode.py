@@ -1,0 +1,96 @@
+"""Real batched speculative decoding: greedy equals the baseline exactly; sampling keeps the target's distribution."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+torch = pytest.importorskip("torch")
+
+from measure.decode import autoregressive_generate, speculative_generate  # noqa: E402
+from measure.models import Transformer  # noqa: E402
+from roofline import SpecroofError  # noqa: E402
+from roofline.model import ModelSpec  # noqa: E402
+from roofline.sampling import SamplingParams  # noqa: E402
+
+SPEC = ModelSpec("target", 4, 64, 4, 2, 16, 128, 50, max_context=1024)
+PROMPTS = [[1, 2, 3, 4, 5], [7, 8, 9], [3, 3, 3, 3, 3, 3, 3], [10, 11, 12, 10, 11, 12, 10, 11]]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    torch.manual_seed(0)
+    target = Transformer(SPEC, dtype="fp32", init_std=0.08)
+    draft = Transformer(SPEC.replace(n_layers=1, name="draft"), dtype="fp32", init_std=0.08)
+    with torch.no_grad():  # a draft that shares the target's embedding and first layer agrees often
+        draft.embed_tokens.weight.copy_(target.embed_tokens.weight)
+        draft.lm_head.weight.copy_(target.lm_head.weight)
+        draft.layers[0].load_state_dict(target.layers[0].state_dict())
+    return target, draft
+
+
+@pytest.mark.parametrize("which", ["draft", "early-exit", "prompt-lookup"])
+@pytest.mark.parametrize("gamma", [1, 3, 6])
+def test_greedy_speculation_emits_exactly_the_baseline(pair, which, gamma):
+    target, draft = pair
+    base = autoregressive_generate(target, PROMPTS, 24)
+    drafter = {"draft": draft, "early-exit": 2, "prompt-lookup": "prompt-lookup"}[which]
+    spec = speculative_generate(target, drafter, PROMPTS, gamma, 24)
+    assert spec.tokens == base.tokens
+    m = spec.metrics()
+    assert 1.0 <= m.mean_acceptance_length <= gamma + 1
+    assert set(spec.rounds.columns) >= {"accepted", "emitted", "t_draft_s", "t_verify_s", "t_accept_s", "t_commit_s"}
+
+
+def test_the_early_exit_drafter_accepts_something(pair):
+    target, _ = pair
+    res = speculative_generate(target, 3, PROMPTS, 4, 32)
+    assert res.metrics().acceptance_rate > 0.05
+    curve = res.acceptance_curve()
+    assert curve.shape == (4,) and np.all((curve[np.isfinite(curve)] >= 0) & (curve[np.isfinite(curve)] <= 1))
+
+
+@pytest.mark.parametrize("which", ["draft", "early-exit"])
+def test_sampled_first_tokens_follow_the_target(pair, which):
+    target, draft = pair
+    prompt = [4, 9, 2, 7, 1]
+    n = 4000
+    with torch.no_grad():
+        target.setup_cache(1, 16)
+        p = torch.softmax(target(torch.as_tensor([prompt]))[0, -1].double(), -1).numpy()
+    drafter = draft if which == "draft" else 2
+    res = speculative_generate(target, drafter, [prompt] * n, 3, 2, SamplingParams(temperature=1.0), seed=3)
+    first = np.array([t[0] for t in res.tokens])
+    second = np.array([t[1] for t in res.tokens])
+    counts = np.bincount(first, minlength=p.size)
+    keep = p * n >= 5  # chi-square needs enough expected counts per cell
+    observed, expected = counts[keep], p[keep] * n
+    if (~keep).any():
+        observed, expected = np.append(observed, counts[~keep].sum()), np.append(expected, p[~keep].sum() * n)
+    expected = expected * observed.sum() / expected.sum()
+    assert stats.chisquare(observed, expected).pvalue > 1e-3
+    assert res.metrics().acceptance_rate > 0.0 and len(set(second.tolist())) > 5
+
+
+def test_eos_and_length_limits(pair):
+    target, _ = pair
+    base = autoregressive_generate(target, PROMPTS, 10)
+    eos = base.tokens[0][3]  # the 4th token of sequence 0
+    res = speculative_generate(target, 2, PROMPTS, 4, 10, eos=eos)
+    assert res.tokens[0] == base.tokens[0][: base.tokens[0].index(eos) + 1]
+    for t in res.tokens:
+        assert len(t) <= 10 and (eos not in t[:-1])
+
+
+def test_bad_input(pair):
+    target, draft = pair
+    with pytest.raises(SpecroofError, match="gamma must be >= 1"):
+        speculative_generate(target, draft, PROMPTS, 0, 5)
+    with pytest.raises(SpecroofError, match="at least 2 tokens"):
+        speculative_generate(target, draft, [[1]], 2, 5)
+    with pytest.raises(SpecroofError, match="early-exit layers"):
+        speculative_generate(target, 9, PROMPTS, 2, 5)
+    other = Transformer(SPEC.replace(vocab_size=60, name="v60"), dtype="fp32")
+    with pytest.raises(SpecroofError, match="share a vocabulary"):
+        speculative_generate(target, other, PROMPTS, 2, 5)
