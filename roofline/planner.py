@@ -150,7 +150,7 @@ def recommend(
     table = plan(
         hardware, target, drafter, acceptance, batch=batch, context=context, gammas=gammas, dtype=dtype, **kwargs
     )
-    best = table.iloc[0].to_dict()
+    best = {str(k): v for k, v in table.iloc[0].items()}
     hw = load_hardware(hardware)
     k = int(crossover_tokens(target, hw, batch, context, dtype))
     if best["gamma"] == 0:

@@ -9,18 +9,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg", force=False)
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.axes import Axes  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-
-from roofline.hardware import Hardware, load_hardware  # noqa: E402
-from roofline.model import ModelSpec, get_model  # noqa: E402
-from roofline.roofline import batch_sweep, pass_time  # noqa: E402
+from roofline.hardware import Hardware, load_hardware
+from roofline.model import ModelSpec, get_model
+from roofline.roofline import batch_sweep, pass_time
 
 
 def _axes(ax: Axes | None, size: tuple[float, float] = (7.0, 4.5)) -> tuple[Figure, Axes]:

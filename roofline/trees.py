@@ -699,5 +699,5 @@ def best_tree_size(
             )
     table = pd.DataFrame(rows).drop_duplicates(subset=["n_nodes", "depth"]).sort_values("speedup", ascending=False)
     table = table.reset_index(drop=True)
-    best = table.iloc[0].to_dict()
+    best = {str(k): v for k, v in table.iloc[0].items()}
     return TreeSizeChoice(table, best, opt.tree_for(int(best["budget"]), int(best["depth"])))
