@@ -139,11 +139,10 @@ def fit(
     # Parameters: log bandwidth, log FLOP/s per dtype, half-saturation tokens, pass and layer overheads.
     bw0 = hw.bandwidth()
     t_min = float(t.min())
-    nd = len(dtypes)
     x0 = np.array([np.log(bw0), *np.log(peak0), 8.0, min(1e-5, 0.1 * t_min), 0.0])
-    lo = np.array([np.log(bw0 / 3), *[-np.inf] * nd, 0.0, 0.0, 0.0])
+    lo = np.array([np.log(bw0 / 3), *(np.log(peak0) - np.log(1e3)), 0.0, 0.0, 0.0])
     layer_cap = 0.5 * t_min / spec.n_layers if per_layer_overhead else 1e-15
-    hi = np.array([np.log(bw0 * 1.5), *[np.inf] * nd, 4096.0, 0.5 * t_min, layer_cap])
+    hi = np.array([np.log(bw0 * 1.5), *(np.log(peak0) + np.log(1e3)), 4096.0, 0.5 * t_min, layer_cap])
     x0 = np.clip(x0, lo, np.nextafter(hi, -np.inf))
     tokens = (df["batch"] * df["new_tokens"]).to_numpy(dtype=float)
 

@@ -454,13 +454,69 @@ def cmd_measure_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_measure_fit(args: argparse.Namespace) -> int:
+    _need_measure()
+    from pathlib import Path
+
+    from measure.fit import fit, validate
+    from measure.store import RESULTS
+
+    folder = Path(args.sweep)
+    if not (folder / RESULTS).is_file():
+        raise SpecroofError(f"no {RESULTS} in {args.sweep!r}: run `specroof measure sweep --out DIR` first")
+    df = pd.read_csv(folder / RESULTS)
+    if args.spec:
+        spec = ModelSpec.from_hf_config(args.spec)
+    else:
+        name = str(df["model"].iloc[0]) if "model" in df and not args.model else args.model
+        spec = get_model(name)
+    apriori = load_hardware(args.hardware)
+    res = fit(df, spec, apriori)
+    out = Path(args.out or folder / "fitted-profile.toml")
+    res.write_toml(out)
+    _, summary = validate(df, spec, apriori, res.hardware)
+    payload = {
+        "fitted_profile": str(out),
+        "fit_mape": res.mape,
+        "apriori_mape": summary["apriori_mape"],
+        "params": res.params,
+        "crossover": summary["crossover"],
+    }
+    lines = [
+        f"fitted {res.n_points} points: MAPE {res.mape:.1%} (a-priori {summary['apriori_mape']:.1%})",
+        *(f"  {k} = {v:.4g}" for k, v in res.params.items()),
+        f"wrote {out}",
+    ]
+    emit(args, payload, "\n".join(lines))
+    return 0
+
+
 # -- report ----------------------------------------------------------------------
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from roofline.report import write_report
+    from roofline.report import DEFAULT_PAIRING, write_report
 
-    summary = write_report(args.out, args.hardware)
+    extra: list[Any] = []
+    if not args.skip_measure:
+        try:
+            from measure.report import measurement_section
+        except ImportError:
+            print(
+                "torch is not installed: the measured section is skipped (pip install 'specroof[measure]')",
+                file=sys.stderr,
+            )
+        else:
+            extra.append(lambda w: measurement_section(w, quick=args.quick))
+    pairing = dict(DEFAULT_PAIRING)
+    if args.target or args.draft or args.alpha is not None:
+        draft = args.draft or DEFAULT_PAIRING["drafters"][0]
+        pairing = {
+            "target": args.target or DEFAULT_PAIRING["target"],
+            "drafters": (draft, args.early_exit),
+            "acceptance": {f"draft {draft}": args.alpha or 0.75, f"early exit @{args.early_exit}": 0.5},
+        }
+    summary = write_report(args.out, args.hardware, extra, pairing)
     seed = summary["seed_example"]
     table = pd.DataFrame(seed)[
         ["hardware", "t_memory_ms", "t_compute_ms", "tokens_per_s", "ridge_flop_per_byte", "K_exact"]
@@ -576,12 +632,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="skip points already saved in --out")
     _add_json(p)
     p.set_defaults(func=cmd_measure_sweep)
+    p = msub.add_parser("fit", help="fit the roofline to a saved sweep; write the fitted profile")
+    p.add_argument("--sweep", required=True, help="folder written by `measure sweep --out`")
+    p.add_argument("--hardware", required=True, help="starting profile (e.g. the one `measure bench` wrote)")
+    p.add_argument("--model", help="preset the sweep measured (default: the name in the results)")
+    p.add_argument("--spec", help="config.json the sweep measured")
+    p.add_argument("--out", help="where to write the fitted profile (default SWEEP/fitted-profile.toml)")
+    _add_json(p)
+    p.set_defaults(func=cmd_measure_fit)
 
     from roofline.report import DEFAULT_GPUS
 
     p = sub.add_parser("report", help="the main job: seeds' example, rooflines, plans, written to a folder")
     p.add_argument("--out", default="specroof-report", help="output folder (default ./specroof-report)")
     p.add_argument("--hardware", nargs="+", default=list(DEFAULT_GPUS), help="GPUs to cover")
+    p.add_argument("--quick", action="store_true", help="a small measured sweep (under a minute)")
+    p.add_argument("--skip-measure", action="store_true", help="analytic sections only")
+    p.add_argument("--target", help="target preset for the plans (default llama-3.1-8b)")
+    p.add_argument("--draft", help="draft preset for the plans (default llama-3.2-1b)")
+    p.add_argument("--early-exit", type=int, default=8, help="early-exit layer of the self-drafter")
+    p.add_argument("--alpha", type=float, help="acceptance rate of the draft model (default 0.75)")
     _add_json(p)
     p.set_defaults(func=cmd_report)
 

@@ -254,19 +254,36 @@ h2{border-bottom:2px solid #444;padding-bottom:4px;margin-top:2em}
 """
 
 
+_LOADED = """<script>
+window.addEventListener("load", () => {
+  const imgs = Array.from(document.images);
+  document.body.dataset.imagesTotal = imgs.length;
+  document.body.dataset.imagesLoaded = imgs.filter(i => i.complete && i.naturalWidth > 0).length;
+  document.body.dataset.tables = document.querySelectorAll("table").length;
+});
+</script>"""
+
+
 def write_report(
     out_dir: str | Path = "specroof-report",
     gpus: Sequence[str] = DEFAULT_GPUS,
     extra: Sequence[Callable[[ReportWriter], Section]] = (),
+    pairing: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Build every section, write ``index.html`` and ``summary.json``; return the summary."""
+    """Build every section, write ``index.html`` and ``summary.json``; return the summary.
+
+    ``pairing`` overrides the default target, drafters and acceptance (see ``DEFAULT_PAIRING``).
+    """
     w = ReportWriter(out_dir)
-    sections = [seed_example(w), rooflines(w, gpus), speculation(w, gpus), trees_section(w, gpus)]
+    sections = [seed_example(w), rooflines(w, gpus), speculation(w, gpus, pairing), trees_section(w, gpus, pairing)]
     sections += [make(w) for make in extra]
-    parts = [f"<h2>{html.escape(s.title)}</h2>\n{s.body_html}" for s in sections]
+    toc = "".join(f"<li><a href='#s{i}'>{html.escape(s.title)}</a></li>" for i, s in enumerate(sections))
+    parts = [f"<h2 id='s{i}'>{html.escape(s.title)}</h2>\n{s.body_html}" for i, s in enumerate(sections)]
     page = (
         "<!doctype html><html><head><meta charset='utf-8'><title>specroof report</title>"
-        f"<style>{_CSS}</style></head><body><h1>specroof report</h1>\n" + "\n".join(parts) + "</body></html>"
+        f"<style>{_CSS}</style>{_LOADED}</head><body><h1>specroof report</h1><ol>{toc}</ol>\n"
+        + "\n".join(parts)
+        + "</body></html>"
     )
     (w.out / "index.html").write_text(page)
     summary: dict[str, Any] = {"gpus": list(gpus), "sections": [s.title for s in sections]}

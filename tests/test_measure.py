@@ -204,3 +204,36 @@ def test_cuda_path_uses_events_and_runs_a_sweep():
         TINY, batch=[1], new_tokens=[1, 8], context=[64], dtype=["bf16"], device="cuda", repeats=2, progress=False
     )
     assert set(df["status"]) == {"ok"}
+
+
+def test_measure_fit_cli(capsys, tmp_path):
+    out = tmp_path / "sw"
+    cfg = _config(tmp_path)
+    assert (
+        main(
+            [
+                "measure",
+                "sweep",
+                "--spec",
+                str(cfg),
+                "--tokens",
+                "1,2,4,8",
+                "--context",
+                "0,64",
+                "--dtype",
+                "fp32",
+                "--repeats",
+                "1",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    code = main(["measure", "fit", "--sweep", str(out), "--spec", str(cfg), "--hardware", "a100-sxm-80gb", "--json"])
+    d = json.loads(capsys.readouterr().out)
+    assert code == 0 and d["fit_mape"] < d["apriori_mape"]
+    fitted = load_hardware(d["fitted_profile"])
+    assert fitted.measured is not None and fitted.measured.provenance["fit_mape"] == pytest.approx(d["fit_mape"])
+    assert main(["measure", "fit", "--sweep", str(tmp_path / "nope"), "--hardware", "a100-sxm-80gb"]) == 2

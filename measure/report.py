@@ -1,0 +1,77 @@
+"""The measured section of ``specroof report``: microbenchmarks, a verify sweep, the fit, validation.
+
+Kept in ``measure`` (torch) and handed to ``roofline.report.write_report`` as an
+extra section, so the analytic report never imports torch.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from measure.device import default_device, describe
+from measure.fit import sweep_fit_validate
+from roofline.model import ModelSpec
+from roofline.plot import fit_overlay
+from roofline.report import ReportWriter, Section
+
+#: Default: 12 layers of d 1024 (~0.27e9 weights, 0.5 GB in bf16); quick: a tiny model.
+FULL = ModelSpec("report-270m", 12, 1024, 16, 4, 64, 4096, 32000, max_context=4096)
+QUICK = ModelSpec("report-quick", 4, 512, 8, 4, 64, 1536, 8000, max_context=2048)
+
+
+def measurement_section(w: ReportWriter, quick: bool = False) -> Section:
+    """Measure this device, fit the roofline to it and show predicted against measured."""
+    dev = default_device()
+    info = describe(dev)
+    spec = QUICK if quick else FULL
+    grid = dict(batch=[1], context=[128]) if quick else dict(batch=[1, 4], context=[128, 1024])
+    tokens = [1, 2, 4, 8, 16, 32] if quick else [1, 2, 4, 8, 12, 16, 24, 32, 48, 64]
+    res = sweep_fit_validate(
+        spec, new_tokens=tokens, repeats=3 if quick else 6, device=dev, out=w.out / "measure", **grid
+    )
+    s = res.summary
+    ap = res.apriori
+    dev_rows = pd.DataFrame(
+        [
+            {
+                "device": info["name"],
+                "kind": info["kind"],
+                "torch": info["torch_version"],
+                "copy_bandwidth_GB_per_s": ap.bandwidth() / 1e9,
+                "matmul_TFLOP_per_s": ", ".join(f"{d} {v / 1e12:.2f}" for d, v in ap.measured.peak_flop_per_s.items())
+                if ap.measured
+                else "",
+                "dispatch_us": ap.pass_overhead_s * 1e6,
+            }
+        ]
+    )
+    body = "<h3>This device</h3>" + w.table(dev_rows, "device")
+    body += (
+        f"<p>Verify passes of {spec.name} ({spec.total_params / 1e9:.2f}e9 weights, bf16) over "
+        f"{s['points']} points. MAPE of the verify-pass time: a-priori (microbenchmark ceilings) "
+        f"{s['apriori_mape']:.1%}, fitted {s['fit_mape']:.1%}.</p>"
+    )
+    body += w.figure(
+        fit_overlay(res.validation), "measured_vs_predicted", "Verify pass: measured, a-priori and fitted roofline"
+    )
+    cols = ["batch", "new_tokens", "context", "t_median_s", "t_apriori_s", "t_fitted_s", "err_apriori", "err_fitted"]
+    body += "<h3>Validation, point by point</h3>" + w.table(res.validation[cols], "validation")
+    if s["crossover"]:
+        body += "<h3>Crossover K: measured knee against predictions</h3>" + w.table(
+            pd.DataFrame(s["crossover"]), "crossover_measured"
+        )
+    fitted = {k: (v / 1e9 if "bandwidth" in k else v / 1e12 if "flop" in k else v) for k, v in s["fit_params"].items()}
+    body += (
+        "<p>Fitted parameters (GB/s, TFLOP/s, tokens, s): "
+        + ", ".join(f"{k} {v:.4g}" for k, v in fitted.items())
+        + "</p>"
+    )
+    return Section(
+        f"Measured on this device: {info['name']}",
+        body,
+        ["validation.csv"],
+        {
+            "measurement": {k: s[k] for k in ("apriori_mape", "fit_mape", "points", "crossover")}
+            | {"device": info["name"]}
+        },
+    )
