@@ -272,8 +272,10 @@ def speculative_generate(
     gen = torch.Generator(device=dev).manual_seed(seed)
     B = len(prompts)
     t0 = time.perf_counter()
-    pending, lens = _prepare(target, prompts, max_new_tokens + gamma + 2)
-    d.start(prompts, max_new_tokens + gamma + 2)
+    # the last round may overshoot by gamma and the draft runs gamma more slots ahead
+    headroom = max_new_tokens + 2 * gamma + 4
+    pending, lens = _prepare(target, prompts, headroom)
+    d.start(prompts, headroom)
     synchronize(dev)
     t1 = time.perf_counter()
     committed = lens.copy()  # tokens committed per sequence (prompt + emitted)
@@ -316,24 +318,17 @@ def speculative_generate(
             new_pending = res.tokens.gather(1, idx.view(B, 1)).view(B).to(dev)
             prev = torch.where(live, new_prev, prev)
             pending = torch.where(live, new_pending, pending)
-            te = time.perf_counter()
-            for b in np.nonzero(active)[0]:
-                stats.append(
-                    {
-                        "round": rnd,
-                        "seq": int(b),
-                        "accepted": int(n_acc[b]),
-                        "emitted": int(n_acc[b] + 1),
-                        "t_draft_s": tb - ta,
-                        "t_verify_s": tc - tb,
-                        "t_accept_s": td - tc,
-                        "t_commit_s": te - td,
-                    }
-                )
-            for b in np.nonzero(active)[0]:
+            was_active = np.nonzero(active)[0]
+            for b in was_active:
                 hit_eos = eos is not None and eos in emitted[b]
                 if len(emitted[b]) >= max_new_tokens or hit_eos:
                     active[b] = False
+            te = time.perf_counter()  # commit includes the host bookkeeping of the round
+            times = {"t_draft_s": tb - ta, "t_verify_s": tc - tb, "t_accept_s": td - tc, "t_commit_s": te - td}
+            for b in was_active:
+                stats.append(
+                    {"round": rnd, "seq": int(b), "accepted": int(n_acc[b]), "emitted": int(n_acc[b] + 1), **times}
+                )
             rnd += 1
     synchronize(dev)
     t2 = time.perf_counter()

@@ -53,12 +53,15 @@ def measured_knee(new_tokens: Sequence[float], t: Sequence[float]) -> float:
     return best_k
 
 
-def _costs(df: pd.DataFrame, spec: ModelSpec) -> dict[str, Any]:
-    """Per-point operator FLOPs and bytes, grouped by dtype (one vectorised cost call per dtype)."""
-    out: dict[str, Any] = {}
-    for dt, g in df.groupby("dtype", sort=False):
-        c = forward_cost(spec, g["batch"].to_numpy(), g["new_tokens"].to_numpy(), g["context"].to_numpy(), str(dt))
-        out[str(dt)] = (g.index.to_numpy(), c.flops, c.bytes)
+def _costs(df: pd.DataFrame, specs: dict[str, ModelSpec]) -> dict[str, list[Any]]:
+    """Per-point operator FLOPs, bytes and layer counts, grouped by dtype and model (vectorised per group)."""
+    out: dict[str, list[Any]] = {}
+    keys = ["dtype", "model"] if len(specs) > 1 else ["dtype"]
+    for key, g in df.groupby(keys, sort=False):
+        dt = str(key[0] if isinstance(key, tuple) else key)
+        spec = specs[str(key[1])] if len(specs) > 1 else next(iter(specs.values()))
+        c = forward_cost(spec, g["batch"].to_numpy(), g["new_tokens"].to_numpy(), g["context"].to_numpy(), dt)
+        out.setdefault(dt, []).append((g.index.to_numpy(), c.flops, c.bytes, spec.n_layers))
     return out
 
 
@@ -111,22 +114,26 @@ class FitResult:
 
 def fit(
     sweep_df: pd.DataFrame,
-    spec: ModelSpec | str,
+    spec: ModelSpec | str | dict[str, ModelSpec],
     hardware: Hardware | str,
     *,
     per_layer_overhead: bool = True,
 ) -> FitResult:
     """Fit bandwidth, FLOP/s per dtype and overheads to the measured verify passes in ``sweep_df``.
 
-    ``hardware`` provides the starting point (its measured or datasheet ceilings);
-    rows with status other than ``ok`` are ignored.
+    ``spec`` may be a dict from the sweep's ``model`` names to specs: sweeping models
+    of different depths (a target and its draft) is what separates the per-pass from
+    the per-layer overhead. ``hardware`` provides the starting point; rows with status
+    other than ``ok`` are ignored.
     """
-    spec, hw = get_model(spec), load_hardware(hardware)
+    specs = {k: get_model(v) for k, v in spec.items()} if isinstance(spec, dict) else {"": get_model(spec)}
+    spec = next(iter(specs.values()))
+    hw = load_hardware(hardware)
     df = sweep_df[sweep_df.get("status", "ok") == "ok"].reset_index(drop=True)
     if len(df) < 3:
         raise SpecroofError(f"the fit needs at least 3 measured points (got {len(df)})")
     t = df["t_median_s"].to_numpy(dtype=float)
-    costs = _costs(df, spec)
+    costs = _costs(df, specs)
     dtypes = list(costs)
     for d in dtypes:
         if d not in hw.dtypes and d not in ("fp32", "bf16", "fp16"):
@@ -141,7 +148,8 @@ def fit(
     t_min = float(t.min())
     x0 = np.array([np.log(bw0), *np.log(peak0), 8.0, min(1e-5, 0.1 * t_min), 0.0])
     lo = np.array([np.log(bw0 / 3), *(np.log(peak0) - np.log(1e3)), 0.0, 0.0, 0.0])
-    layer_cap = 0.5 * t_min / spec.n_layers if per_layer_overhead else 1e-15
+    max_layers = max(sp.n_layers for sp in specs.values())
+    layer_cap = 0.5 * t_min / max_layers if per_layer_overhead else 1e-15
     hi = np.array([np.log(bw0 * 1.5), *(np.log(peak0) + np.log(1e3)), 4096.0, 0.5 * t_min, layer_cap])
     x0 = np.clip(x0, lo, np.nextafter(hi, -np.inf))
     tokens = (df["batch"] * df["new_tokens"]).to_numpy(dtype=float)
@@ -150,13 +158,13 @@ def fit(
         bw = np.exp(x[0])
         pred = np.empty(len(df))
         for i, d in enumerate(dtypes):
-            idx, flops, nbytes = costs[d]
-            comp = flops / np.exp(x[1 + i]) * (1.0 + x[-3] / tokens[idx])
-            pred[idx] = np.maximum(nbytes / bw, comp).sum(axis=0) + x[-2] + spec.n_layers * x[-1]
+            for idx, flops, nbytes, layers in costs[d]:
+                comp = flops / np.exp(x[1 + i]) * (1.0 + x[-3] / tokens[idx])
+                pred[idx] = np.maximum(nbytes / bw, comp).sum(axis=0) + x[-2] + layers * x[-1]
         return pred
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        pull = 0.05 * np.array([x[-2], spec.n_layers * x[-1]]) / t_min
+        pull = 0.05 * np.array([x[-2], max_layers * x[-1]]) / t_min
         return np.concatenate([(predict(x) - t) / t, pull])
 
     res = least_squares(residuals, x0, bounds=(lo, hi), x_scale="jac", max_nfev=4000)

@@ -395,6 +395,34 @@ class Transformer(nn.Module):
             h = h + layer.mlp(layer.post_attention_layernorm(h))
         return self.lm_head(self.norm(h))
 
+    def forward_train(
+        self, tokens: torch.Tensor, exit_layer: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Causal logits for training, without the cache; also the early-exit logits after ``exit_layer`` layers.
+
+        The early-exit head is the model's own final norm and lm_head (LayerSkip-style),
+        so training it makes the first layers a usable self-drafter.
+        """
+        B, n = tokens.shape
+        pos = torch.arange(n, device=tokens.device)
+        cos, sin = rope_frequencies(self.spec.head_dim, n, self.rope)
+        cos = cos.to(tokens.device)[pos].view(1, 1, n, -1).to(self.dtype)
+        sin = sin.to(tokens.device)[pos].view(1, 1, n, -1).to(self.dtype)
+        h = self.embed_tokens(tokens)
+        early = None
+        for i, layer in enumerate(self.layers):
+            a = layer.self_attn
+            x = layer.input_layernorm(h)
+            qkv = a.wqkv(x).view(B, n, a.h + 2 * a.kv, a.hd).transpose(1, 2)
+            qk = apply_rope(qkv[:, : a.h + a.kv], cos, sin)
+            q, k, v = qk[:, : a.h], qk[:, a.h :], qkv[:, a.h + a.kv :]
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=a.kv != a.h)
+            h = h + a.o_proj(out.transpose(1, 2).reshape(B, n, a.h * a.hd))
+            h = h + layer.mlp(layer.post_attention_layernorm(h))
+            if exit_layer is not None and i + 1 == exit_layer:
+                early = self.lm_head(self.norm(h))
+        return self.lm_head(self.norm(h)), early
+
     def advance(self, n: Any) -> None:
         """Commit ``n`` (scalar or per-sequence) tokens of the last pass in place (chain case)."""
         assert self.cache is not None

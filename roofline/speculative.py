@@ -289,11 +289,13 @@ class EarlyExit:
     """Self-speculation (LayerSkip): the target's first ``layers`` layers plus its head draft.
 
     Verification reuses those layers' KV and activations, so the verify pass runs
-    only the remaining layers over the gamma + 1 tokens. No extra weights or KV.
+    only the remaining layers over the gamma + 1 tokens (``reuse_kv=False`` prices
+    an implementation that recomputes every layer). No extra weights or KV.
     """
 
     layers: int
     name: str = ""
+    reuse_kv: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "name", self.name or f"early exit @{self.layers}")
@@ -308,7 +310,8 @@ class EarlyExit:
 
     def verify_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: Any, context: Any) -> Array:
         self._check(ctx)
-        return _verify(ctx, ctx.target.replace(n_layers=ctx.target.n_layers - self.layers), gamma, batch, context)
+        verified = ctx.target.replace(n_layers=ctx.target.n_layers - self.layers) if self.reuse_kv else ctx.target
+        return _verify(ctx, verified, gamma, batch, context)
 
     def extra_memory_bytes(self, ctx: Ctx, batch: Any, context: Any) -> Array:
         return _no_memory(batch, context)

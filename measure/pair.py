@@ -1,0 +1,221 @@
+"""A real draft/target pair that works offline: byte-level models trained on the Python standard library.
+
+Hub downloads are impossible on these machines, so the project makes its own
+pair, reproducibly: a small byte-level Llama-style target trained on the source
+of the standard library (every machine has it), with an early-exit loss after
+its first layer so that layer drafts usefully (LayerSkip-style), and a one-layer
+draft distilled from the target's distribution. The weights are built on first
+use and cached under ``~/.cache/specroof`` (or ``SPECROOF_CACHE``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sysconfig
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from measure.models import Transformer
+from roofline.model import ModelSpec
+
+VERSION = "pair-v1"
+
+
+@dataclass(frozen=True)
+class PairConfig:
+    """Sizes and training budget of the offline pair (defaults build in a few minutes on 2 cores)."""
+
+    target_layers: int = 4
+    target_dim: int = 256
+    draft_layers: int = 1
+    draft_dim: int = 128
+    exit_layer: int = 1
+    seq_len: int = 128
+    batch: int = 16
+    target_steps: int = 700
+    draft_steps: int = 400
+    lr: float = 3e-3
+    seed: int = 0
+    corpus_bytes: int = 4_000_000
+
+    def target_spec(self) -> ModelSpec:
+        h = self.target_dim // 64
+        return ModelSpec(
+            "pair-target", self.target_layers, self.target_dim, h, h, 64, 3 * self.target_dim, 256, max_context=2048
+        )
+
+    def draft_spec(self) -> ModelSpec:
+        h = max(1, self.draft_dim // 64)
+        return ModelSpec(
+            "pair-draft", self.draft_layers, self.draft_dim, h, h, 64, 3 * self.draft_dim, 256, max_context=2048
+        )
+
+
+def corpus(limit: int = 4_000_000) -> tuple[np.ndarray, np.ndarray]:
+    """Bytes of the standard library's .py files (sorted, so reproducible): (train, held-out last 5%)."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    chunks, total = [], 0
+    for f in sorted(root.glob("*.py")):
+        b = f.read_bytes()
+        chunks.append(b)
+        total += len(b)
+        if total >= limit:
+            break
+    data = np.frombuffer(b"\n".join(chunks)[:limit], dtype=np.uint8)
+    cut = int(len(data) * 0.95)
+    return data[:cut], data[cut:]
+
+
+def _batches(data: np.ndarray, cfg: PairConfig, gen: np.random.Generator) -> torch.Tensor:
+    starts = gen.integers(0, len(data) - cfg.seq_len - 1, cfg.batch)
+    return torch.as_tensor(np.stack([data[s : s + cfg.seq_len + 1] for s in starts]).astype(np.int64))
+
+
+def _cosine(step: int, total: int, lr: float) -> float:
+    warm = max(1, total // 20)
+    if step < warm:
+        return lr * (step + 1) / warm
+    return lr * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, total - warm)))
+
+
+def train_pair(
+    cfg: PairConfig = PairConfig(), log: Callable[[str], None] | None = None
+) -> tuple[Transformer, Transformer, dict]:
+    """Train the target (with an early-exit loss) and distil the draft; returns both and training stats."""
+    torch.manual_seed(cfg.seed)
+    gen = np.random.default_rng(cfg.seed)
+    train, held = corpus(cfg.corpus_bytes)
+    target = Transformer(cfg.target_spec(), dtype="fp32")
+    opt = torch.optim.AdamW(target.parameters(), lr=cfg.lr, weight_decay=0.01)
+    t0 = time.perf_counter()
+    for step in range(cfg.target_steps):
+        for g in opt.param_groups:
+            g["lr"] = _cosine(step, cfg.target_steps, cfg.lr)
+        xy = _batches(train, cfg, gen)
+        logits, early = target.forward_train(xy[:, :-1], exit_layer=cfg.exit_layer)
+        loss = F.cross_entropy(logits.reshape(-1, 256), xy[:, 1:].reshape(-1))
+        loss_early = F.cross_entropy(early.reshape(-1, 256), xy[:, 1:].reshape(-1))  # type: ignore[union-attr]
+        opt.zero_grad()
+        (loss + 0.3 * loss_early).backward()
+        torch.nn.utils.clip_grad_norm_(target.parameters(), 1.0)
+        opt.step()
+        if log and step % 100 == 0:
+            log(f"target step {step}: loss {loss.item():.3f} nats/byte, early exit {loss_early.item():.3f}")
+    target_s = time.perf_counter() - t0
+    draft = Transformer(cfg.draft_spec(), dtype="fp32")
+    opt = torch.optim.AdamW(draft.parameters(), lr=cfg.lr, weight_decay=0.01)
+    t1 = time.perf_counter()
+    for step in range(cfg.draft_steps):
+        for g in opt.param_groups:
+            g["lr"] = _cosine(step, cfg.draft_steps, cfg.lr)
+        xy = _batches(train, cfg, gen)
+        with torch.no_grad():
+            teacher = F.log_softmax(target.forward_train(xy[:, :-1])[0], -1)
+        student = F.log_softmax(draft.forward_train(xy[:, :-1])[0], -1)
+        loss = F.kl_div(student, teacher, log_target=True, reduction="batchmean") / cfg.seq_len
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if log and step % 100 == 0:
+            log(f"draft step {step}: KL to target {loss.item():.3f}")
+    draft_s = time.perf_counter() - t1
+    stats = {"target_train_s": target_s, "draft_train_s": draft_s, "held_out": held_out_loss(target, draft, held, cfg)}
+    return target.eval(), draft.eval(), stats
+
+
+@torch.no_grad()
+def held_out_loss(target: Transformer, draft: Transformer, held: np.ndarray, cfg: PairConfig) -> dict[str, float]:
+    """Cross-entropy (nats/byte) of target, early exit and draft on held-out text."""
+    xy = torch.as_tensor(
+        np.stack([held[i : i + cfg.seq_len + 1] for i in range(0, 32 * cfg.seq_len, cfg.seq_len)]).astype(np.int64)
+    )
+    full, early = target.forward_train(xy[:, :-1], exit_layer=cfg.exit_layer)
+    d = draft.forward_train(xy[:, :-1])[0]
+    y = xy[:, 1:].reshape(-1)
+    return {
+        "target": F.cross_entropy(full.reshape(-1, 256), y).item(),
+        "early_exit": F.cross_entropy(early.reshape(-1, 256), y).item(),  # type: ignore[union-attr]
+        "draft": F.cross_entropy(d.reshape(-1, 256), y).item(),
+    }
+
+
+#: The default pair, built by ``train_pair(PairConfig())`` and shipped in bf16 (about 7 MB).
+SHIPPED = Path(__file__).with_name("pair_weights")
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("SPECROOF_CACHE", Path.home() / ".cache" / "specroof")) / VERSION
+
+
+def _save(model: Transformer, path: Path) -> None:
+    from safetensors.torch import save_file
+
+    state = {
+        k: v.contiguous()
+        for k, v in model.state_dict().items()
+        if k != "lm_head.weight" or not model.spec.tie_embeddings
+    }
+    save_file(state, str(path))
+
+
+def ship(source: Path, dest: Path = SHIPPED) -> None:
+    """Copy a built pair into the package in bf16 (halves the size; decoding upcasts as asked)."""
+    from safetensors.torch import load_file, save_file
+
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in ("target", "draft"):
+        state = load_file(str(source / f"{name}.safetensors"))
+        save_file({k: v.to(torch.bfloat16).contiguous() for k, v in state.items()}, str(dest / f"{name}.safetensors"))
+    (dest / "meta.json").write_text((source / "meta.json").read_text())
+
+
+def _load(spec: ModelSpec, path: Path, device: str | torch.device, dtype: str) -> Transformer:
+    from safetensors.torch import load_file
+
+    m = Transformer(spec, dtype="fp32", init_std=None)
+    m.load_state_dict({k: v.float() for k, v in load_file(str(path)).items()})
+    m = m.to(device=device, dtype={"fp32": torch.float32, "bf16": torch.bfloat16}[dtype])
+    m.device_, m.dtype = torch.device(device), {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+    return m.eval()
+
+
+def load_pair(
+    cfg: PairConfig = PairConfig(),
+    *,
+    device: str | torch.device = "cpu",
+    dtype: str = "fp32",
+    rebuild: bool = False,
+    cache: Path | None = None,
+    log: Callable[[str], None] | None = None,
+) -> tuple[Transformer, Transformer, dict]:
+    """The pair: shipped weights for the default config, else the cache (built on first use)."""
+    if cache is None and not rebuild and cfg == PairConfig() and (SHIPPED / "meta.json").exists():
+        cache = SHIPPED
+    folder = cache or cache_dir()
+    meta_path = folder / "meta.json"
+    if rebuild or not meta_path.exists() or json.loads(meta_path.read_text()).get("config") != asdict(cfg):
+        folder.mkdir(parents=True, exist_ok=True)
+        target, draft, stats = train_pair(cfg, log)
+        _save(target, folder / "target.safetensors")
+        _save(draft, folder / "draft.safetensors")
+        meta_path.write_text(json.dumps({"config": asdict(cfg), "stats": stats, "version": VERSION}, indent=2))
+    meta = json.loads(meta_path.read_text())
+    target = _load(cfg.target_spec(), folder / "target.safetensors", device, dtype)
+    draft = _load(cfg.draft_spec(), folder / "draft.safetensors", device, dtype)
+    return target, draft, meta["stats"]
+
+
+def held_out_prompts(n: int, length: int = 64, seed: int = 0) -> list[list[int]]:
+    """``n`` prompts of ``length`` bytes from the held-out text (never seen in training)."""
+    _, held = corpus()
+    gen = np.random.default_rng(seed)
+    starts = gen.integers(0, len(held) - length - 1, n)
+    return [held[s : s + length].astype(int).tolist() for s in starts]
