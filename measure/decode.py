@@ -140,6 +140,28 @@ def _trim(rows: list[list[int]], eos: int | None, limit: int) -> list[list[int]]
 # -- drafters -------------------------------------------------------------------------------
 
 
+def _draft_steps(
+    m: Transformer,
+    feed: torch.Tensor,
+    gamma: int,
+    sp: SamplingParams,
+    gen: torch.Generator | None,
+    n_layers: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """gamma autoregressive draft steps from ``feed``: the proposed tokens (B, gamma) and their q (B, gamma, V)."""
+    xs, qs = [], []
+    with torch.no_grad():
+        for _ in range(gamma):
+            logits = m(feed, n_layers=n_layers)[:, -1]
+            m.advance(feed.shape[1])
+            q = _probs(logits, sp)
+            x = _sample(q, gen)
+            xs.append(x)
+            qs.append(q)
+            feed = x.view(-1, 1)
+    return torch.stack(xs, 1), torch.stack(qs, 1)
+
+
 class DraftModelDrafter:
     """A separate small model with its own cache (re-fed the last two committed tokens each round)."""
 
@@ -155,18 +177,7 @@ class DraftModelDrafter:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         m = self.model
         m.cache.rollback(committed - 2)  # type: ignore[union-attr]
-        feed = last2
-        xs, qs = [], []
-        with torch.no_grad():
-            for _ in range(gamma):
-                logits = m(feed)[:, -1]
-                m.advance(feed.shape[1])
-                q = _probs(logits, sp)
-                x = _sample(q, gen)
-                xs.append(x)
-                qs.append(q)
-                feed = x.view(-1, 1)
-        return torch.stack(xs, 1), torch.stack(qs, 1)
+        return _draft_steps(m, last2, gamma, sp, gen)
 
 
 class EarlyExitDrafter:
@@ -186,18 +197,7 @@ class EarlyExitDrafter:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         m = self.target
         m.cache.rollback(committed - 1)  # type: ignore[union-attr]
-        feed = last2[:, 1:]
-        xs, qs = [], []
-        with torch.no_grad():
-            for _ in range(gamma):
-                logits = m(feed, n_layers=self.layers)[:, -1]
-                m.advance(1)
-                q = _probs(logits, sp)
-                x = _sample(q, gen)
-                xs.append(x)
-                qs.append(q)
-                feed = x.view(-1, 1)
-        return torch.stack(xs, 1), torch.stack(qs, 1)
+        return _draft_steps(m, last2[:, 1:], gamma, sp, gen, n_layers=self.layers)
 
 
 class PromptLookupDrafter:

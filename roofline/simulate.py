@@ -13,6 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from roofline.errors import SpecroofError, as_array, check_min, check_range
+from roofline.sampling import sample_from
 
 
 @dataclass(frozen=True)
@@ -54,13 +55,6 @@ def simulate_chain(alpha_or_curve: Any, gamma: int, rounds: int, rng: np.random.
     return SimResult(accepted.astype(np.int64), g)
 
 
-def _sample(dist: npt.NDArray[np.float64], u: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
-    """Inverse-CDF sampling of one index per row of ``dist`` given uniforms ``u``."""
-    cdf = np.cumsum(dist, axis=-1)
-    idx = (u[..., None] * cdf[..., -1:] >= cdf).sum(axis=-1)
-    return np.minimum(idx, dist.shape[-1] - 1)
-
-
 def simulate_from_distributions(p: Any, q: Any, gamma: int, rounds: int, rng: np.random.Generator) -> SimResult:
     """Simulate rounds where every position has target ``p`` and draft ``q`` (1-D, same vocab).
 
@@ -76,6 +70,6 @@ def simulate_from_distributions(p: Any, q: Any, gamma: int, rounds: int, rng: np
             raise SpecroofError(f"{name} must be a probability distribution (non-negative, summing to 1)")
     g = int(check_min("gamma", gamma, 0, integer=True))
     n = int(check_min("rounds", rounds, 1, integer=True))
-    x = _sample(np.broadcast_to(qq, (n, g, qq.size)), rng.random((n, g)))
+    x = sample_from(np.broadcast_to(qq, (n, g, qq.size)), rng.random((n, g)))
     ok = rng.random((n, g)) < np.minimum(1.0, pp[x] / qq[x])
     return SimResult(np.cumprod(ok, axis=1).sum(axis=1).astype(np.int64), g)
