@@ -104,9 +104,8 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim, dtype=dtype, device=device))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # normalise in fp32 as the reference implementations do; one fused op instead of six
-        y = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)
-        return y.to(x.dtype) * self.weight
+        # one fused op (it accumulates in fp32 for bf16/fp16 inputs); the weight is applied inside
+        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
 
 
 class MLP(nn.Module):

@@ -491,6 +491,79 @@ def cmd_measure_fit(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_measure_spec(args: argparse.Namespace) -> int:
+    _need_measure()
+    from pathlib import Path
+
+    from measure.fit import fit, validate
+    from measure.models import Transformer
+    from measure.pair import held_out_prompts, load_pair
+    from measure.specval import speedup_validation
+    from measure.verify import sweep
+
+    if args.pair != "offline" and not args.hf:
+        raise SpecroofError(
+            "give --pair offline or --hf TARGET_FOLDER (with --draft-hf DRAFT_FOLDER or --early-exit L)"
+        )
+    if args.pair == "offline":
+        target, draft, _ = load_pair()
+    else:
+        target = Transformer.from_hf(args.hf, dtype="fp32")
+        draft = Transformer.from_hf(args.draft_hf, dtype="fp32") if args.draft_hf else None
+    drafters: dict[str, Any] = {}
+    if args.early_exit:
+        drafters[f"early exit @{args.early_exit}"] = args.early_exit
+    if draft is not None and not args.early_exit_only:
+        drafters[f"draft {draft.spec.name}"] = draft
+    if not drafters:
+        raise SpecroofError("no drafter: give a draft (--pair offline or --draft-hf) or --early-exit L")
+    out = Path(args.out)
+    kw = dict(
+        batch=args.batch,
+        new_tokens=[1, 2, 3, 4, 5, 6, 8, 9, 12, 16],
+        context=[64, 160],
+        repeats=2,
+        rounds=3,
+        hardware=args.hardware,
+        progress=not args.json,
+    )
+    models = {target.spec.name: target.spec}
+    frames = [sweep(target, out=out / "sweep-target", **kw)]
+    if draft is not None:
+        models[draft.spec.name] = draft.spec
+        frames.append(sweep(draft, out=out / "sweep-draft", **kw))
+    df = pd.concat(frames, ignore_index=True)
+    apriori = load_hardware(args.hardware)
+    fitted = fit(df, models, apriori)
+    fitted.write_toml(out / "fitted-profile.toml")
+    table, summary = validate(df[df["model"] == target.spec.name], target.spec, apriori, fitted.hardware)
+    table.to_csv(out / "validation.csv", index=False)
+    prompts = {b: held_out_prompts(b, seed=b) for b in args.batch}
+    spec_df = speedup_validation(target, drafters, prompts, args.gamma, fitted.hardware, max_new_tokens=args.tokens)
+    spec_df.to_csv(out / "speedup.csv", index=False)
+    knees = summary["crossover"]
+    payload = {
+        "fit_mape": fitted.mape,
+        "apriori_mape": summary["apriori_mape"],
+        "crossover_measured": [k["crossover_measured"] for k in knees],
+        "crossover_predicted": [k["crossover_fitted"] for k in knees],
+        "speedup": spec_df[
+            ["drafter", "gamma", "batch", "speedup_measured", "speedup_predicted", "acceptance_rate"]
+        ].to_dict(orient="records"),
+        "speedup_error_max": float(spec_df["rel_error"].abs().max()),
+        "out": str(out),
+    }
+    shown = spec_df[
+        ["drafter", "batch", "gamma", "acceptance_rate", "speedup_measured", "speedup_predicted", "rel_error"]
+    ]
+    text = (
+        f"fit MAPE {fitted.mape:.1%} (a-priori {summary['apriori_mape']:.1%}); largest speedup error "
+        f"{payload['speedup_error_max']:.0%}\n" + shown.round(3).to_string(index=False) + f"\nwritten to {out}"
+    )
+    emit(args, payload, text)
+    return 0
+
+
 # -- report ----------------------------------------------------------------------
 
 
@@ -640,6 +713,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="where to write the fitted profile (default SWEEP/fitted-profile.toml)")
     _add_json(p)
     p.set_defaults(func=cmd_measure_fit)
+    p = msub.add_parser("spec", help="sweep, fit, then baseline vs speculative decoding: predicted vs measured speedup")
+    p.add_argument("--pair", choices=["offline"], help="the shipped byte-level pair (measure.pair)")
+    p.add_argument("--hf", help="target: a Hugging Face checkpoint folder")
+    p.add_argument("--draft-hf", help="draft: a Hugging Face checkpoint folder")
+    p.add_argument("--early-exit", type=int, help="also an early-exit drafter after L target layers")
+    p.add_argument("--early-exit-only", action="store_true", help="skip the separate draft model")
+    p.add_argument("--gamma", type=int_list, default=[1, 2, 4, 8])
+    p.add_argument("--batch", type=int_list, default=[1, 4])
+    p.add_argument("--tokens", type=int, default=64, help="new tokens per sequence")
+    p.add_argument("--hardware", default="a100-sxm-80gb", help="starting profile for the fit (e.g. a measured TOML)")
+    p.add_argument("--out", default="specroof-spec")
+    _add_json(p)
+    p.set_defaults(func=cmd_measure_spec)
 
     from roofline.report import DEFAULT_GPUS
 

@@ -45,3 +45,44 @@ def test_build_from_scratch_scaled_down(tmp_path):
     assert stats["held_out"]["target"] < 5.0  # below uniform over bytes (ln 256 = 5.55)
     again, _, _ = load_pair(cfg, cache=tmp_path / "pair")  # cached: no retraining
     assert torch.equal(again.embed_tokens.weight, target.embed_tokens.weight.to(again.dtype))
+
+
+def test_measure_spec_cli(tmp_path, capsys):
+    import json
+
+    from roofline.cli import main
+
+    code = main(
+        [
+            "measure",
+            "spec",
+            "--pair",
+            "offline",
+            "--early-exit",
+            "1",
+            "--gamma",
+            "1,2",
+            "--batch",
+            "1",
+            "--tokens",
+            "8",
+            "--out",
+            str(tmp_path / "spec"),
+            "--json",
+        ]
+    )
+    d = json.loads(capsys.readouterr().out)
+    assert code == 0
+    for key in (
+        "fit_mape",
+        "apriori_mape",
+        "crossover_measured",
+        "crossover_predicted",
+        "speedup",
+        "speedup_error_max",
+    ):
+        assert key in d
+    assert {r["gamma"] for r in d["speedup"]} == {1, 2} and len(d["speedup"]) == 4  # 2 drafters x 2 gammas
+    assert all(r["speedup_measured"] > 0 and r["speedup_predicted"] > 0 for r in d["speedup"])
+    assert (tmp_path / "spec" / "speedup.csv").exists() and (tmp_path / "spec" / "fitted-profile.toml").exists()
+    assert main(["measure", "spec", "--gamma", "1"]) == 2
