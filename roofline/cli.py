@@ -370,10 +370,10 @@ def cmd_tree(args: argparse.Namespace) -> int:
 
 
 def _need_measure() -> None:
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        raise SpecroofError("measurement needs torch: pip install 'specroof[measure]'") from None
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:  # checked without importing: roofline stays torch-free
+        raise SpecroofError("measurement needs torch: pip install 'specroof[measure]'")
 
 
 def cmd_measure_device(args: argparse.Namespace) -> int:
