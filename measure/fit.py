@@ -21,7 +21,7 @@ from scipy.optimize import least_squares
 
 from roofline.cost import forward_cost
 from roofline.errors import SpecroofError
-from roofline.hardware import Hardware, Measured, load_hardware
+from roofline.hardware import Hardware, Measured, load_hardware, profile_toml_lines
 from roofline.model import ModelSpec, get_model
 from roofline.roofline import crossover_tokens, pass_time
 
@@ -76,22 +76,9 @@ class FitResult:
     n_points: int
     table: pd.DataFrame
 
-    def write_toml(self, path: str | Path, base_text: str | None = None) -> Path:
-        """Write the fitted profile: the base profile's blocks plus a ``[measured]`` block with provenance."""
-        hw = self.hardware
-        lines = []
-        if base_text is None:
-            lines += [f'name = "{hw.name}"', f'kind = "{hw.kind}"', "", "[memory]"]
-            lines.append(f"bandwidth_GB_per_s = {hw.bandwidth_bytes_per_s / 1e9!r}")
-            if hw.memory_bytes:
-                lines.append(f"capacity_GB = {hw.memory_bytes / 1e9!r}")
-            lines.append(f'source = "{hw.sources.get("memory", "measured")}"')
-            lines += ["", "[compute]"]
-            for d, v in hw.peak_flop_per_s.items():
-                lines.append(f"{d}_TFLOP_per_s = {v / 1e12!r}")
-            lines.append(f'source = "{hw.sources.get("compute", "measured")}"')
-        else:
-            lines.append(base_text.split("\n[measured]")[0].rstrip())
+    def write_toml(self, path: str | Path) -> Path:
+        """Write the fitted profile: the starting profile's blocks plus a ``[measured]`` block with provenance."""
+        lines = profile_toml_lines(self.hardware)
         lines += ["", "[measured]"]
         lines.append(f"bandwidth_GB_per_s = {self.params['bandwidth_bytes_per_s'] / 1e9!r}")
         lines.append(f"pass_overhead_us = {self.params['pass_overhead_s'] * 1e6!r}")

@@ -19,7 +19,7 @@ import torch
 from measure.device import describe, match_profile
 from measure.timing import Timing, time_fn
 from roofline.errors import SpecroofError
-from roofline.hardware import Hardware, load_hardware
+from roofline.hardware import Hardware, load_hardware, profile_toml_lines, toml_value
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -131,14 +131,6 @@ def run_all(
     return out
 
 
-def _toml_value(v: Any) -> str:
-    if isinstance(v, str):
-        return '"' + v.replace("\\\\", "\\\\\\\\").replace('"', '\\\\"') + '"'
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    return repr(float(v)) if isinstance(v, float) else str(v)
-
-
 def profile_toml(
     results: dict[str, Measurement], device: str | torch.device = "cpu", base: Hardware | None = None
 ) -> str:
@@ -146,41 +138,32 @@ def profile_toml(
     info = describe(device)
     copy_bw = results["copy"].value
     compute = {k.split("_")[1]: m.value for k, m in results.items() if k.startswith("matmul_")}
-    lines = [f"name = {_toml_value((base.name if base else info['name']) + ' (measured)')}"]
-    lines += [
-        f"vendor = {_toml_value(base.vendor if base else info.get('vendor', ''))}",
-        f"kind = {_toml_value(info['kind'])}",
-    ]
-    lines += ["", "[memory]"]
-    if base is not None:
-        if base.memory_bytes:
-            lines.append(f"capacity_GB = {base.memory_bytes / 1e9!r}")
-        lines.append(f"bandwidth_GB_per_s = {base.bandwidth_bytes_per_s / 1e9!r}")
-        lines.append(f"source = {_toml_value(base.sources.get('memory', 'datasheet'))}")
-        lines += ["", "[compute]"]
-        for d, v in base.peak_flop_per_s.items():
-            lines.append(f"{d}_{'TOP' if d.startswith('int') else 'TFLOP'}_per_s = {v / 1e12!r}")
-        lines.append(f"source = {_toml_value(base.sources.get('compute', 'datasheet'))}")
-    else:
-        if info.get("memory_bytes"):
-            lines.append(f"capacity_GB = {info['memory_bytes'] / 1e9!r}")
-        lines.append(f"bandwidth_GB_per_s = {copy_bw / 1e9!r}")
-        lines.append('source = "no datasheet for this device: the achieved copy bandwidth (specroof measure bench)"')
-        lines += ["", "[compute]"]
-        for d, v in compute.items():
-            lines.append(f"{d}_TFLOP_per_s = {v / 1e12!r}")
-        lines.append('source = "no datasheet for this device: the achieved matmul rate (specroof measure bench)"')
+    if base is None:  # no datasheet: the achieved figures stand in for the ceilings, and say so
+        base = Hardware(
+            id="measured",
+            name=str(info["name"]),
+            vendor=str(info.get("vendor", "")),
+            kind=str(info["kind"]),
+            bandwidth_bytes_per_s=copy_bw,
+            peak_flop_per_s=compute,
+            memory_bytes=info.get("memory_bytes"),
+            sources={
+                "memory": "no datasheet for this device: the achieved copy bandwidth (specroof measure bench)",
+                "compute": "no datasheet for this device: the achieved matmul rate (specroof measure bench)",
+            },
+        )
+    lines = profile_toml_lines(base.replace(name=f"{base.name} (measured)"))
     lines += ["", "[measured]"]
     lines.append(f"bandwidth_GB_per_s = {copy_bw / 1e9!r}")
     lines.append(f"read_bandwidth_GB_per_s = {results['read'].value / 1e9!r}")
     lines.append(f"pass_overhead_us = {results['dispatch'].value * 1e6!r}")
-    lines.append(f"date = {_toml_value(_dt.datetime.now().isoformat(timespec='seconds'))}")
+    lines.append(f"date = {toml_value(_dt.datetime.now().isoformat(timespec='seconds'))}")
     lines.append(
         'method = "specroof measure bench: fp32 copy/read over buffers beyond the LLC; best square matmul per dtype; 1-element add for dispatch; medians"'
     )
-    lines.append(f"device = {_toml_value(info['name'])}")
-    lines.append(f"torch_version = {_toml_value(torch.__version__)}")
-    lines.append(f"python_version = {_toml_value(platform.python_version())}")
+    lines.append(f"device = {toml_value(info['name'])}")
+    lines.append(f"torch_version = {toml_value(torch.__version__)}")
+    lines.append(f"python_version = {toml_value(platform.python_version())}")
     lines += ["", "[measured.compute]"]
     for d, v in compute.items():
         lines.append(f"{d}_TFLOP_per_s = {v / 1e12!r}")

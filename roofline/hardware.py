@@ -321,6 +321,36 @@ def _measured_block(where: str, block: dict[str, Any]) -> Measured:
     return Measured(bw, peaks, pass_over, layer_over, half, provenance)
 
 
+# -- writing profiles ---------------------------------------------------------
+
+
+def toml_value(v: Any) -> str:
+    """A scalar as TOML (strings quoted and escaped)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return repr(float(v)) if isinstance(v, float) else str(v)
+
+
+def profile_toml_lines(hw: Hardware) -> list[str]:
+    """The top-level fields and datasheet blocks of ``hw`` as TOML lines (a ``[measured]`` block may follow)."""
+    lines = [f"name = {toml_value(hw.name)}", f"vendor = {toml_value(hw.vendor)}", f"kind = {toml_value(hw.kind)}"]
+    lines += ["", "[memory]"]
+    if hw.memory_bytes:
+        lines.append(f"capacity_GB = {hw.memory_bytes / _GB!r}")
+    lines.append(f"bandwidth_GB_per_s = {hw.bandwidth_bytes_per_s / _GB!r}")
+    lines.append(f"source = {toml_value(hw.sources.get('memory') or 'unknown')}")
+    lines += ["", "[compute]"]
+    for d, v in hw.peak_flop_per_s.items():
+        lines.append(f"{d}_{'TOP' if d.startswith('int') else 'TFLOP'}_per_s = {v / 1e12!r}")
+    lines.append(f"source = {toml_value(hw.sources.get('compute') or 'unknown')}")
+    if hw.interconnect_bytes_per_s:
+        lines += ["", "[interconnect]", f"per_direction_GB_per_s = {hw.interconnect_bytes_per_s / _GB!r}"]
+        lines.append(f"source = {toml_value(hw.sources.get('interconnect') or 'unknown')}")
+    return lines
+
+
 # -- finding profiles ---------------------------------------------------------
 
 

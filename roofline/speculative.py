@@ -258,19 +258,17 @@ def _no_memory(batch: Any, context: Any) -> Array:
 
 
 @dataclass(frozen=True)
-class DraftModel:
-    """A separate small draft model: gamma autoregressive steps, its own weights and KV cache."""
+class _SmallModel:
+    """A drafter that is a separate small model: its own weights and KV cache count as extra memory."""
 
     spec: ModelSpec
     name: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "spec", get_model(self.spec))
-        object.__setattr__(self, "name", self.name or f"draft {self.spec.name}")
+        object.__setattr__(self, "name", self.name or f"{self._label} {self.spec.name}")
 
-    def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: Any, context: Any) -> Array:
-        _check_smaller(self.spec, ctx.target)
-        return _steps(ctx, self.spec, gamma, batch, context)
+    _label = "draft"
 
     def verify_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: Any, context: Any) -> Array:
         return _verify(ctx, ctx.target, gamma, batch, context)
@@ -278,6 +276,15 @@ class DraftModel:
     def extra_memory_bytes(self, ctx: Ctx, batch: Any, context: Any) -> Array:
         fp = memory_footprint(self.spec, batch, context, ctx.dtype)
         return np.asarray(fp.weights_bytes + fp.kv_bytes, dtype=float)
+
+
+@dataclass(frozen=True)
+class DraftModel(_SmallModel):
+    """A separate small draft model: gamma autoregressive steps, its own weights and KV cache."""
+
+    def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: Any, context: Any) -> Array:
+        _check_smaller(self.spec, ctx.target)
+        return _steps(ctx, self.spec, gamma, batch, context)
 
     def tree_draft_time(self, ctx: Ctx, widths: Sequence[int], batch: int, context: int) -> float:
         _check_smaller(self.spec, ctx.target)
@@ -362,15 +369,10 @@ class Heads:
 
 
 @dataclass(frozen=True)
-class ParallelBlock:
+class ParallelBlock(_SmallModel):
     """DFlash-style block drafter: one pass of a small model proposes the whole gamma-token block."""
 
-    spec: ModelSpec
-    name: str = ""
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "spec", get_model(self.spec))
-        object.__setattr__(self, "name", self.name or f"block {self.spec.name}")
+    _label = "block"
 
     def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: Any, context: Any) -> Array:
         _check_smaller(self.spec, ctx.target)
@@ -379,13 +381,6 @@ class ParallelBlock:
             self.spec, ctx.hw, batch, g, context, ctx.dtype, efficiency=ctx.efficiency, overhead_s=ctx.overhead_s
         ).t_step_s
         return np.where(np.asarray(gamma) > 0, t, 0.0)
-
-    def verify_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: Any, context: Any) -> Array:
-        return _verify(ctx, ctx.target, gamma, batch, context)
-
-    def extra_memory_bytes(self, ctx: Ctx, batch: Any, context: Any) -> Array:
-        fp = memory_footprint(self.spec, batch, context, ctx.dtype)
-        return np.asarray(fp.weights_bytes + fp.kv_bytes, dtype=float)
 
     def tree_draft_time(self, ctx: Ctx, widths: Sequence[int], batch: int, context: int) -> float:
         # DDTree: one block pass gives every position's distribution; the tree is grown from them
