@@ -32,6 +32,10 @@ def test_wheel_ships_the_profiles(tmp_path):
         capture_output=True,
     )
     wheel = next(wheel_dir.glob("specroof-*.whl"))
+    import zipfile
+
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "measure/pair_weights/target.safetensors" in names and "measure/pair_weights/meta.json" in names
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
         check=True,
