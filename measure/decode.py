@@ -114,7 +114,7 @@ def autoregressive_generate(
         for i in range(max_new_tokens):
             logits = model(pending.view(B, 1))[:, -1]
             model.advance(1)
-            nxt = _sample(_probs(logits, sp), gen)
+            nxt = logits.argmax(-1) if sp.greedy else _sample(_probs(logits, sp), gen)
             out[:, i] = nxt
             pending = nxt
             if eos is not None:
@@ -154,12 +154,16 @@ def _draft_steps(
         for _ in range(gamma):
             logits = m(feed, n_layers=n_layers)[:, -1]
             m.advance(feed.shape[1])
-            q = _probs(logits, sp)
-            x = _sample(q, gen)
+            if sp.greedy:  # the argmax is the token; greedy verification never reads q
+                x = logits.argmax(-1)
+            else:
+                q = _probs(logits, sp)
+                x = _sample(q, gen)
+                qs.append(q)
             xs.append(x)
-            qs.append(q)
             feed = x.view(-1, 1)
-    return torch.stack(xs, 1), torch.stack(qs, 1)
+    q_all = torch.stack(qs, 1) if qs else torch.empty(0)
+    return torch.stack(xs, 1), q_all
 
 
 class DraftModelDrafter:
@@ -293,13 +297,12 @@ def speculative_generate(
             tb = time.perf_counter()
             target.cache.rollback(committed - 1)  # type: ignore[union-attr]
             logits = target(torch.cat([pending.view(B, 1), x], 1))
-            p = _probs(logits, sp)
             synchronize(dev)
             tc = time.perf_counter()
-            if sp.greedy:
-                res = ts.verify_greedy(p, x)
+            if sp.greedy:  # argmax of the logits: no distributions needed
+                res = ts.verify_greedy(logits, x)
             else:
-                res = ts.verify_chain(p, q, x, generator=gen, validate=False)
+                res = ts.verify_chain(_probs(logits, sp), q, x, generator=gen, validate=False)
             # finished sequences still ride along in the batch but stay frozen
             n_acc = np.where(active, res.n_accepted.cpu().numpy(), 0)
             toks = res.tokens.cpu().numpy()
