@@ -185,6 +185,22 @@ def _prepare_chain(p: Any, q: Any, draft_tokens: Any) -> tuple[Array, Array, Int
     return pp, qq, x.astype(np.int64), single
 
 
+def _with_batch(p: Any, x: Any) -> tuple[Array, npt.NDArray[Any], bool]:
+    """(p, x) with a leading batch axis, and whether the caller passed a single sequence."""
+    pp, xx = np.asarray(p, dtype=np.float64), np.asarray(x)
+    single = xx.ndim == 1
+    return (pp[None], xx[None], True) if single else (pp, xx, False)
+
+
+def _sample_uniforms(rng: np.random.Generator | None, uniforms: Any, b: int) -> Array:
+    """One uniform per sequence for the final (correction/bonus) draw: given, or from ``rng``."""
+    if uniforms is not None:
+        return np.asarray(uniforms, dtype=np.float64).reshape(b)
+    if rng is None:
+        raise SpecroofError("pass rng (a numpy Generator) or uniforms")
+    return np.asarray(rng.random(b), dtype=np.float64)
+
+
 def _uniforms(
     rng: np.random.Generator | None, uniforms: tuple[Any, Any] | None, shape: tuple[int, ...], n: int
 ) -> tuple[Array, Array]:
@@ -243,11 +259,7 @@ def verify_chain(
 
 def verify_greedy(p: Any, draft_tokens: Any) -> ChainResult:
     """Greedy verification: accept while the draft equals the target's argmax; emit the target's token."""
-    pp = np.asarray(p, dtype=np.float64)
-    x = np.asarray(draft_tokens)
-    single = x.ndim == 1
-    if single:
-        pp, x = pp[None], x[None]
+    pp, x, single = _with_batch(p, draft_tokens)
     B, g = x.shape
     if pp.shape[:2] != (B, g + 1):
         raise SpecroofError(f"p must have shape ({g + 1}, V) for {g} draft tokens (got {pp.shape[1:]})")
@@ -280,19 +292,10 @@ def verify_typical(
     rejection (or after the last draft) emit a token sampled from the target's p.
     The result has ``lossy=True``.
     """
-    pp = np.asarray(p, dtype=np.float64)
-    x = np.asarray(draft_tokens)
-    single = x.ndim == 1
-    if single:
-        pp, x = pp[None], x[None]
+    pp, x, single = _with_batch(p, draft_tokens)
     B, g = x.shape
     _check_dist("p", pp)
-    if uniforms is not None:
-        us: Array = np.asarray(uniforms, dtype=np.float64).reshape(B)
-    elif rng is not None:
-        us = np.asarray(rng.random(B), dtype=np.float64)
-    else:
-        raise SpecroofError("pass rng (a numpy Generator) or uniforms")
+    us = _sample_uniforms(rng, uniforms, B)
     px = np.take_along_axis(pp[:, :g], x[..., None], axis=-1)[..., 0]
     ok = px > typical_threshold(pp[:, :g], eps, delta)
     n = np.cumprod(ok, axis=1).sum(axis=1).astype(np.int64)
