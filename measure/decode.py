@@ -26,6 +26,7 @@ from measure.timing import synchronize
 from roofline.errors import SpecroofError
 from roofline.sampling import SamplingParams
 from roofline.speculative import SpecMetrics, metrics_from_counts
+from roofline.trees import Tree
 
 
 @dataclass
@@ -36,7 +37,11 @@ class GenerationResult:
     decode_s: float
     prefill_s: float
     rounds: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: chain length, or the tree's depth: the most drafts one round can accept
     gamma: int = 0
+    #: draft tokens proposed per round (gamma for a chain, the node count for a tree)
+    drafted: int = 0
+    tree: Tree | None = None
 
     @property
     def n_tokens(self) -> int:
@@ -53,9 +58,29 @@ class GenerationResult:
         if r.empty:
             raise SpecroofError("no speculative rounds were recorded")
         per_pos = np.array([(r["accepted"] > i).sum() for i in range(self.gamma)])
+        drafted = self.drafted or self.gamma
         return metrics_from_counts(
-            len(r), len(r) * self.gamma, int(r["accepted"].sum()), int(r["emitted"].sum()), self.gamma, per_pos
+            len(r), len(r) * drafted, int(r["accepted"].sum()), int(r["emitted"].sum()), self.gamma, per_pos
         )
+
+    def rank_acceptance(self) -> np.ndarray:
+        """Sequoia's vector for a tree run: P(the rank-k sibling is accepted | ranks < k were rejected).
+
+        At every node the walk left, the accepted child's rank k means ranks 0..k
+        were tried and k accepted; where it stopped, every child was tried. NaN for a
+        rank never tried.
+        """
+        if self.tree is None or "ranks" not in self.rounds:
+            raise SpecroofError("sibling-rank acceptance needs a tree run")
+        width = int(np.bincount(self.tree.parents + 1).max())
+        tried, accepted = np.zeros(width), np.zeros(width)
+        for ranks, stop in zip(self.rounds["ranks"], self.rounds["stop_children"], strict=True):
+            for k in ranks:
+                tried[: k + 1] += 1
+                accepted[k] += 1
+            tried[:stop] += 1
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return accepted / tried
 
     def acceptance_curve(self) -> np.ndarray:
         """P(position i accepted | position i - 1 accepted), i = 1..gamma: the per-position curve."""
@@ -166,6 +191,62 @@ def _draft_steps(
     return torch.stack(xs, 1), q_all
 
 
+def _choose_children(
+    dist_logits: torch.Tensor, k: int, sp: SamplingParams, gen: torch.Generator | None, variant: str
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """k children per row of (R, V) draft logits: the top k (greedy), or k draws from q; returns (tokens, q)."""
+    if sp.greedy:
+        return dist_logits.topk(k, dim=-1).indices, None
+    q = _probs(dist_logits, sp)
+    if variant == "specinfer":  # i.i.d. draws with replacement, SpecInfer's multi-step rule
+        return torch.multinomial(q.float(), k, replacement=True, generator=gen), q
+    # Sequoia: without replacement, by Gumbel top-k over log q
+    u = torch.rand(q.shape, generator=gen, dtype=torch.float64, device=q.device).clamp_(1e-300, 1.0)
+    keys = torch.log(q) - torch.log(-torch.log(u))
+    return keys.topk(k, dim=-1).indices, q
+
+
+def _draft_tree(
+    m: Transformer,
+    prefix: torch.Tensor,
+    tree: Tree,
+    sp: SamplingParams,
+    gen: torch.Generator | None,
+    variant: str,
+    n_layers: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draft a breadth-first numbered ``tree`` level by level after ``prefix`` (B, k; its last token is the root).
+
+    Each level is one pass over the prefix and every node drafted so far, tree-masked:
+    the model keeps no tree state between levels, and a node's KV lands at the same
+    slot in every pass. Returns node tokens (B, n) and q (B, n + 1, V): the draft's
+    distribution after the root and after each node (zeros where unsampled or greedy).
+    """
+    B, k = prefix.shape
+    n = tree.n_nodes
+    V = m.spec.vocab_size
+    toks = torch.zeros(B, n, dtype=torch.long, device=prefix.device)
+    q_all = torch.zeros(B, n + 1, V, dtype=torch.float64, device=prefix.device) if not sp.greedy else torch.empty(0)
+    parents = tree.parents
+    depths = tree.depths
+    for d in range(1, int(depths.max()) + 1):
+        known = int((depths < d).sum())  # BFS order: the nodes above this level are the first ``known``
+        level = np.nonzero(depths == d)[0]
+        par = np.unique(parents[level])  # this level's parents (-1 = the root)
+        shape = np.concatenate([np.arange(-1, k - 1), np.where(parents[:known] < 0, k - 1, parents[:known] + k)])
+        logits = m(torch.cat([prefix, toks[:, :known]], 1), Tree(shape), n_layers=n_layers)
+        rows = torch.as_tensor(np.where(par < 0, k - 1, par + k), device=prefix.device)
+        width = int(max((parents[level] == p_).sum() for p_ in par))
+        kids, q = _choose_children(logits[:, rows].reshape(B * len(par), V), width, sp, gen, variant)
+        kids = kids.view(B, len(par), width)
+        for j, p_ in enumerate(par.tolist()):  # host loop over this level's parents, not over sequences
+            ch = level[parents[level] == p_]
+            toks[:, torch.as_tensor(ch, device=prefix.device)] = kids[:, j, : len(ch)]
+        if q is not None:
+            q_all[:, torch.as_tensor(par + 1, device=prefix.device)] = q.view(B, len(par), V)
+    return toks, q_all
+
+
 class DraftModelDrafter:
     """A separate small model with its own cache (re-fed the last two committed tokens each round)."""
 
@@ -182,6 +263,25 @@ class DraftModelDrafter:
         m = self.model
         m.cache.rollback(committed - 2)  # type: ignore[union-attr]
         return _draft_steps(m, last2, gamma, sp, gen)
+
+    def propose_tree(
+        self,
+        last2: torch.Tensor,
+        committed: np.ndarray,
+        tree: Tree,
+        sp: SamplingParams,
+        gen: torch.Generator | None,
+        variant: str,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self.model.cache.rollback(committed - 2)  # type: ignore[union-attr]
+        return _draft_tree(self.model, last2, tree, sp, gen, variant)
+
+    def commit_tree(self, committed: np.ndarray, path: torch.Tensor, n_accepted: torch.Tensor) -> None:
+        """Keep the draft KV of the accepted nodes but the last (it is re-fed next round as ``prev``)."""
+        cache = self.model.cache
+        assert cache is not None
+        cache.rollback(committed)
+        cache.commit_paths(path, (n_accepted - 1).clamp(min=0))
 
 
 class EarlyExitDrafter:
@@ -202,6 +302,21 @@ class EarlyExitDrafter:
         m = self.target
         m.cache.rollback(committed - 1)  # type: ignore[union-attr]
         return _draft_steps(m, last2[:, 1:], gamma, sp, gen, n_layers=self.layers)
+
+    def propose_tree(
+        self,
+        last2: torch.Tensor,
+        committed: np.ndarray,
+        tree: Tree,
+        sp: SamplingParams,
+        gen: torch.Generator | None,
+        variant: str,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self.target.cache.rollback(committed - 1)  # type: ignore[union-attr]
+        return _draft_tree(self.target, last2[:, 1:], tree, sp, gen, variant, n_layers=self.layers)
+
+    def commit_tree(self, committed: np.ndarray, path: torch.Tensor, n_accepted: torch.Tensor) -> None:
+        pass  # the target's commit moves the shared cache
 
 
 class PromptLookupDrafter:
@@ -245,22 +360,35 @@ def speculative_generate(
     target: Transformer,
     drafter: Any,
     prompts: Sequence[Sequence[int]],
-    gamma: int,
+    gamma: int | Tree,
     max_new_tokens: int,
     sampling: SamplingParams | None = None,
     *,
     eos: int | None = None,
     seed: int = 0,
+    tree_variant: str = "sequoia",
 ) -> GenerationResult:
-    """Chain speculative decoding for a batch: lossless (rejection sampling) or greedy (temperature 0).
+    """Speculative decoding for a batch, chain or tree: lossless (rejection sampling) or greedy (temperature 0).
 
-    ``drafter``: a :class:`Transformer` (a separate draft model), an int (early exit
-    after that many target layers), ``"prompt-lookup"``, or a drafter object.
+    ``gamma``: the chain length, or a :class:`roofline.trees.Tree` (its nodes are the
+    draft slots; a node's rank among its siblings is the rank of its token in the
+    draft's distribution when greedy, its draw order when sampled). ``drafter``: a
+    :class:`Transformer` (a separate draft model), an int (early exit after that many
+    target layers), ``"prompt-lookup"`` (chains only), or a drafter object.
+    ``tree_variant``: ``"sequoia"`` (siblings drawn without replacement) or
+    ``"specinfer"`` (with replacement), each with its own verification rule.
     Returns the tokens and a per-round DataFrame (accepted and emitted per sequence,
-    draft / verify / accept / commit seconds).
+    draft / verify / accept / commit seconds; for trees also the sibling rank of each
+    accepted node and the number of children tried where the walk stopped).
     """
-    if gamma < 1:
+    # level by level drafting needs every level's parents first in the buffer (BFS numbering)
+    tree = gamma.breadth_first() if isinstance(gamma, Tree) else None
+    if tree is None and (not isinstance(gamma, (int, np.integer)) or gamma < 1):
         raise SpecroofError(f"gamma must be >= 1 (got {gamma})")
+    if tree is not None and tree.n_nodes < 1:
+        raise SpecroofError("the draft tree needs at least one node")
+    if tree_variant not in ("sequoia", "specinfer"):
+        raise SpecroofError(f"tree_variant must be 'sequoia' or 'specinfer' (got {tree_variant!r})")
     sp = sampling or SamplingParams(temperature=0.0)
     if isinstance(drafter, Transformer):
         if drafter.spec.vocab_size != target.spec.vocab_size:
@@ -272,12 +400,21 @@ def speculative_generate(
         d = PromptLookupDrafter(target.spec.vocab_size)
     else:
         d = drafter
+    if tree is not None and not hasattr(d, "propose_tree"):
+        raise SpecroofError(f"the drafter {getattr(d, 'name', d)!r} drafts chains only")
+    depth = int(tree.depths.max()) if tree is not None else int(gamma)
+    n_draft = tree.n_nodes if tree is not None else int(gamma)
+    if tree is not None:
+        # the verify pass: the pending token is the root, the draft nodes hang below it
+        verify_tree = Tree(np.concatenate([[-1], np.where(tree.parents < 0, 0, tree.parents + 1)]))
+        tree_parents = tree.parents.tolist()
+        n_children = np.bincount(tree.parents + 1, minlength=tree.n_nodes + 1)  # index 0: the root
     dev = target.device
     gen = torch.Generator(device=dev).manual_seed(seed)
     B = len(prompts)
     t0 = time.perf_counter()
-    # the last round may overshoot by gamma and the draft runs gamma more slots ahead
-    headroom = max_new_tokens + 2 * gamma + 4
+    # the last round may overshoot by a full draft and the drafts run that many slots ahead
+    headroom = max_new_tokens + 2 * n_draft + 4
     pending, lens = _prepare(target, prompts, headroom)
     d.start(prompts, headroom)
     synchronize(dev)
@@ -292,14 +429,24 @@ def speculative_generate(
         while active.any():
             ta = time.perf_counter()
             last2 = torch.stack([prev, pending], 1)
-            x, q = d.propose(last2, committed, gamma, sp, gen)
+            if tree is None:
+                x, q = d.propose(last2, committed, int(gamma), sp, gen)
+            else:
+                x, q = d.propose_tree(last2, committed, tree, sp, gen, tree_variant)
             synchronize(dev)
             tb = time.perf_counter()
             target.cache.rollback(committed - 1)  # type: ignore[union-attr]
-            logits = target(torch.cat([pending.view(B, 1), x], 1))
+            logits = target(torch.cat([pending.view(B, 1), x], 1), verify_tree if tree is not None else None)
             synchronize(dev)
             tc = time.perf_counter()
-            if sp.greedy:  # argmax of the logits: no distributions needed
+            path = None
+            if tree is not None:
+                if sp.greedy:
+                    res: Any = ts.verify_tree_greedy(logits.argmax(-1), tree_parents, x)
+                else:
+                    res = ts.verify_tree(_probs(logits, sp), q, tree_parents, x, variant=tree_variant, generator=gen)
+                path = res.path
+            elif sp.greedy:  # argmax of the logits: no distributions needed
                 res = ts.verify_greedy(logits, x)
             else:
                 res = ts.verify_chain(_probs(logits, sp), q, x, generator=gen, validate=False)
@@ -308,16 +455,23 @@ def speculative_generate(
             toks = res.tokens.cpu().numpy()
             td = time.perf_counter()
             # commit: the pending token and the accepted drafts enter the target cache
-            target.cache.rollback(committed + n_acc)  # type: ignore[union-attr]
+            idx = torch.as_tensor(n_acc, device=dev)
+            if path is None:
+                target.cache.rollback(committed + n_acc)  # type: ignore[union-attr]
+                new_prev = torch.where(idx > 0, x.gather(1, (idx - 1).clamp(min=0).view(B, 1)).view(B), pending)
+            else:
+                target.cache.rollback(committed)  # type: ignore[union-attr]
+                target.cache.commit_paths(path, idx)  # type: ignore[union-attr]
+                d.commit_tree(committed, path, idx)
+                last_node = path.gather(1, (idx - 1).clamp(min=0).view(B, 1)).view(B).clamp(min=0)
+                new_prev = torch.where(idx > 0, x.gather(1, last_node.view(B, 1)).view(B), pending)
             new = [toks[b, : n_acc[b] + 1].tolist() for b in range(B)]
             if isinstance(d, PromptLookupDrafter):
                 d.extend([nw if a else [] for nw, a in zip(new, active, strict=True)])
             for b in np.nonzero(active)[0]:
                 emitted[b].extend(new[b])
             committed = committed + np.where(active, n_acc + 1, 0)
-            idx = torch.as_tensor(n_acc, device=dev)
             live = torch.as_tensor(active, device=dev)
-            new_prev = torch.where(idx > 0, x.gather(1, (idx - 1).clamp(min=0).view(B, 1)).view(B), pending)
             new_pending = res.tokens.gather(1, idx.view(B, 1)).view(B).to(dev)
             prev = torch.where(live, new_prev, prev)
             pending = torch.where(live, new_pending, pending)
@@ -328,11 +482,18 @@ def speculative_generate(
                     active[b] = False
             te = time.perf_counter()  # commit includes the host bookkeeping of the round
             times = {"t_draft_s": tb - ta, "t_verify_s": tc - tb, "t_accept_s": td - tc, "t_commit_s": te - td}
+            if path is not None:
+                nodes = path.cpu().numpy()
             for b in was_active:
-                stats.append(
-                    {"round": rnd, "seq": int(b), "accepted": int(n_acc[b]), "emitted": int(n_acc[b] + 1), **times}
-                )
+                row = {"round": rnd, "seq": int(b), "accepted": int(n_acc[b]), "emitted": int(n_acc[b] + 1), **times}
+                if path is not None:
+                    acc_nodes = nodes[b, : n_acc[b]]
+                    row["ranks"] = tree.ranks[acc_nodes].tolist()
+                    row["stop_children"] = int(n_children[(acc_nodes[-1] + 1) if n_acc[b] else 0])
+                stats.append(row)
             rnd += 1
     synchronize(dev)
     t2 = time.perf_counter()
-    return GenerationResult(_trim(emitted, eos, max_new_tokens), t2 - t1, t1 - t0, pd.DataFrame(stats), gamma)
+    return GenerationResult(
+        _trim(emitted, eos, max_new_tokens), t2 - t1, t1 - t0, pd.DataFrame(stats), depth, n_draft, tree
+    )

@@ -1,7 +1,10 @@
 """Fit the roofline to measured passes, and validate: predicted against measured, point by point.
 
 The fitted parameters are the effective memory bandwidth, an effective FLOP/s
-per dtype, a fixed overhead per pass and one per layer; the objective is the
+per dtype, the half-saturation tokens of small matrix products, the overlap of
+memory and compute time, a one-token (matrix-vector) bandwidth and an attention
+FLOP/s where the sweep can tell them apart, a fixed overhead per pass and one per
+layer; the objective is the
 relative error of every point (``scipy.optimize.least_squares``). The result is a
 hardware profile with a ``[measured]`` block, written back as TOML with provenance.
 """
@@ -19,49 +22,53 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from roofline.cost import forward_cost
+from roofline.cost import PassCost, forward_cost
 from roofline.errors import SpecroofError
 from roofline.hardware import Hardware, Measured, load_hardware, profile_toml_lines
 from roofline.model import ModelSpec, get_model
-from roofline.roofline import crossover_tokens, pass_time
+from roofline.roofline import combine, crossover_tokens, operator_times, pass_time
 
 
-def measured_knee(new_tokens: Sequence[float], t: Sequence[float]) -> float:
-    """Where a hinge t = a + c max(0, n - k) fits the measured times best (flat, then rising).
+def measured_knee(new_tokens: Sequence[float], t: Sequence[float], rise: float = 0.10) -> float:
+    """Tokens per sequence a pass takes before its time rises ``rise`` above the smallest pass's.
 
-    Scans k over the measured n (and half-way points), solves a and c by least
-    squares for each, returns the best k; n.max() when the curve never rises.
+    The end of the flat (memory-bound) region, read off a measured curve by linear
+    interpolation between its points: the verify width that costs at most 10% more
+    than one token. For an ideal roofline (flat at t0, then c n) it is K + rise t0 / c
+    = (1 + rise) K; on hardware whose curve bends gradually it is still defined, where
+    a hinge or an asymptote intersection is not. ``n.max()`` when the curve never rises.
     """
     n = np.asarray(new_tokens, dtype=float)
     y = np.asarray(t, dtype=float)
     ok = np.isfinite(y)
     n, y = n[ok], y[ok]
-    if n.size < 4:
-        raise SpecroofError("a knee needs at least 4 measured points")
+    if n.size < 3:
+        raise SpecroofError("a knee needs at least 3 measured points")
     order = np.argsort(n)
     n, y = n[order], y[order]
-    cands = np.unique(np.concatenate([n, (n[1:] + n[:-1]) / 2]))
-    best_k, best_err = float(n.max()), np.inf
-    for k in cands[(cands >= n[1]) & (cands < n[-2])]:  # at least two points on each side
-        X = np.stack([np.ones_like(n), np.maximum(0.0, n - k)], axis=1)
-        coef, *_ = np.linalg.lstsq(X, y, rcond=None)
-        if coef[1] * (n[-1] - k) < 0.05 * coef[0]:  # a rise under 5% of the plateau is no knee
-            continue
-        err = float(np.sum(((X @ coef) - y) ** 2 / y**2))
-        if err < best_err:
-            best_k, best_err = float(k), err
-    return best_k
+    limit = (1.0 + rise) * y[0]
+    above = np.nonzero(y > limit)[0]
+    if above.size == 0:
+        return float(n.max())
+    i = int(above[0])
+    return float(n[i - 1] + (limit - y[i - 1]) / (y[i] - y[i - 1]) * (n[i] - n[i - 1]))
 
 
-def _costs(df: pd.DataFrame, specs: dict[str, ModelSpec]) -> dict[str, list[Any]]:
-    """Per-point operator FLOPs, bytes and layer counts, grouped by dtype and model (vectorised per group)."""
-    out: dict[str, list[Any]] = {}
+def _column(statistic: str) -> str:
+    if statistic not in ("min", "median"):
+        raise SpecroofError(f"statistic must be 'min' or 'median' (got {statistic!r})")
+    return f"t_{statistic}_s"
+
+
+def _costs(df: pd.DataFrame, specs: dict[str, ModelSpec]) -> dict[str, list[tuple[np.ndarray, PassCost]]]:
+    """Per-point pass costs, grouped by dtype and model (vectorised per group): {dtype: [(row index, cost)]}."""
+    out: dict[str, list[tuple[np.ndarray, PassCost]]] = {}
     keys = ["dtype", "model"] if len(specs) > 1 else ["dtype"]
     for key, g in df.groupby(keys, sort=False):
         dt = str(key[0] if isinstance(key, tuple) else key)
         spec = specs[str(key[1])] if len(specs) > 1 else next(iter(specs.values()))
         c = forward_cost(spec, g["batch"].to_numpy(), g["new_tokens"].to_numpy(), g["context"].to_numpy(), dt)
-        out.setdefault(dt, []).append((g.index.to_numpy(), c.flops, c.bytes, spec.n_layers))
+        out.setdefault(dt, []).append((g.index.to_numpy(), c))
     return out
 
 
@@ -84,6 +91,11 @@ class FitResult:
         lines.append(f"pass_overhead_us = {self.params['pass_overhead_s'] * 1e6!r}")
         lines.append(f"layer_overhead_us = {self.params['layer_overhead_s'] * 1e6!r}")
         lines.append(f"matmul_half_tokens = {self.params['matmul_half_tokens']!r}")
+        lines.append(f"overlap = {self.params['overlap']!r}")
+        if "gemv_bandwidth_bytes_per_s" in self.params:
+            lines.append(f"gemv_bandwidth_GB_per_s = {self.params['gemv_bandwidth_bytes_per_s'] / 1e9!r}")
+        if "attention_flop_per_s" in self.params:
+            lines.append(f"attention_TFLOP_per_s = {self.params['attention_flop_per_s'] / 1e12!r}")
         lines.append(f'date = "{_dt.datetime.now().isoformat(timespec="seconds")}"')
         lines.append(
             f'method = "specroof measure fit: least squares on relative error over {self.n_points} verify passes"'
@@ -105,13 +117,25 @@ def fit(
     hardware: Hardware | str,
     *,
     per_layer_overhead: bool = True,
+    statistic: str = "min",
 ) -> FitResult:
     """Fit bandwidth, FLOP/s per dtype and overheads to the measured verify passes in ``sweep_df``.
+
+    Where the sweep has one-token and longer passes, one-token passes get their own
+    bandwidth (matrix-vector kernels); where the context varies, the attention
+    products get their own FLOP/s. Both are :func:`roofline.roofline.operator_times`
+    refinements a datasheet profile does not have.
 
     ``spec`` may be a dict from the sweep's ``model`` names to specs: sweeping models
     of different depths (a target and its draft) is what separates the per-pass from
     the per-layer overhead. ``hardware`` provides the starting point; rows with status
     other than ``ok`` are ignored.
+
+    ``statistic`` picks the measured time per point: ``"min"`` (default) or
+    ``"median"`` over the repetitions. On a shared machine interference only ever
+    adds time, so the minimum is the stable estimate of what the pass costs (Chen and
+    Revels, "Robust benchmarking in noisy environments", 2016); on a quiet device the
+    two agree.
     """
     specs = {k: get_model(v) for k, v in spec.items()} if isinstance(spec, dict) else {"": get_model(spec)}
     spec = next(iter(specs.values()))
@@ -119,39 +143,72 @@ def fit(
     df = sweep_df[sweep_df.get("status", "ok") == "ok"].reset_index(drop=True)
     if len(df) < 3:
         raise SpecroofError(f"the fit needs at least 3 measured points (got {len(df)})")
-    t = df["t_median_s"].to_numpy(dtype=float)
+    if _column(statistic) not in df:
+        raise SpecroofError(f"the sweep has no {_column(statistic)!r} column; pick statistic='median' or re-measure")
+    t = df[_column(statistic)].to_numpy(dtype=float)
     costs = _costs(df, specs)
     dtypes = list(costs)
     for d in dtypes:
         if d not in hw.dtypes and d not in ("fp32", "bf16", "fp16"):
             raise SpecroofError(f"no starting FLOP/s for dtype {d!r} in {hw.id!r}")
     peak0 = [hw.peak(d) if d in hw.dtypes else hw.peak(hw.dtypes[0]) for d in dtypes]
+    tokens = (df["batch"] * df["new_tokens"]).to_numpy(dtype=float)
+    # One-token passes run matrix-vector kernels and get their own bandwidth when the sweep has
+    # both kinds; the attention products get their own throughput when the context varies.
+    gemv = bool((tokens == 1).any() and (tokens > 1).any())
+    attn = df["context"].nunique() > 1
     # Log-parameters keep rates positive. One model streams the same weights at every point, so a
     # fixed overhead could stand in for the weight traffic: the bandwidth is held to a physical band
     # around the starting (measured) figure, the overheads to a fraction of the fastest pass, and a
     # light pull toward zero overhead decides the direction the data cannot.
-    # Parameters: log bandwidth, log FLOP/s per dtype, half-saturation tokens, pass and layer overheads.
     bw0 = hw.bandwidth()
     t_min = float(t.min())
-    x0 = np.array([np.log(bw0), *np.log(peak0), 8.0, min(1e-5, 0.1 * t_min), 0.0])
-    lo = np.array([np.log(bw0 / 3), *(np.log(peak0) - np.log(1e3)), 0.0, 0.0, 0.0])
     max_layers = max(sp.n_layers for sp in specs.values())
     layer_cap = 0.5 * t_min / max_layers if per_layer_overhead else 1e-15
-    hi = np.array([np.log(bw0 * 1.5), *(np.log(peak0) + np.log(1e3)), 4096.0, 0.5 * t_min, layer_cap])
+    names = ["log_bw", *[f"log_flops_{d}" for d in dtypes], "half_tokens"]
+    x0l = [np.log(bw0), *np.log(peak0), 1.0]
+    lol = [np.log(bw0 / 3), *(np.log(peak0) - np.log(1e3)), 0.0]
+    hil = [np.log(bw0 * 1.5), *(np.log(peak0) + np.log(1e3)), 4096.0]
+    if gemv:
+        names.append("log_gemv_bw")
+        x0l.append(np.log(bw0))
+        lol.append(np.log(bw0 / 3))
+        hil.append(np.log(bw0 * 1.5))
+    if attn:
+        names.append("log_attn_flops")
+        x0l.append(np.log(peak0[0] / 4))
+        lol.append(np.log(peak0[0]) - np.log(1e4))
+        hil.append(np.log(peak0[0]) + np.log(10))
+    # memory/compute overlap: from the starting profile (microbenchmarked), free within [0, 1]
+    names.append("overlap")
+    x0l.append(hw.overlap)
+    lol.append(0.0)
+    hil.append(1.0)
+    names += ["pass_overhead", "layer_overhead"]
+    x0 = np.array([*x0l, min(1e-5, 0.1 * t_min), 0.0])
+    lo = np.array([*lol, 0.0, 0.0])
+    hi = np.array([*hil, 0.5 * t_min, layer_cap])
     x0 = np.clip(x0, lo, np.nextafter(hi, -np.inf))
-    tokens = (df["batch"] * df["new_tokens"]).to_numpy(dtype=float)
+    at = {n: i for i, n in enumerate(names)}
 
     def predict(x: np.ndarray) -> np.ndarray:
-        bw = np.exp(x[0])
         pred = np.empty(len(df))
         for i, d in enumerate(dtypes):
-            for idx, flops, nbytes, layers in costs[d]:
-                comp = flops / np.exp(x[1 + i]) * (1.0 + x[-3] / tokens[idx])
-                pred[idx] = np.maximum(nbytes / bw, comp).sum(axis=0) + x[-2] + layers * x[-1]
+            for idx, c in costs[d]:
+                op_mem, op_comp = operator_times(
+                    c,
+                    np.exp(x[0]),
+                    np.exp(x[1 + i]),
+                    gemv_bandwidth=np.exp(x[at["log_gemv_bw"]]) if gemv else None,
+                    attention_peak=np.exp(x[at["log_attn_flops"]]) if attn else None,
+                    half_tokens=x[at["half_tokens"]],
+                )
+                over = x[at["pass_overhead"]] + c.n_layers * x[at["layer_overhead"]]
+                pred[idx] = combine(op_mem, op_comp, x[at["overlap"]]).sum(axis=0) + over
         return pred
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        pull = 0.05 * np.array([x[-2], max_layers * x[-1]]) / t_min
+        pull = 0.05 * np.array([x[at["pass_overhead"]], max_layers * x[at["layer_overhead"]]]) / t_min
         return np.concatenate([(predict(x) - t) / t, pull])
 
     res = least_squares(residuals, x0, bounds=(lo, hi), x_scale="jac", max_nfev=4000)
@@ -161,16 +218,24 @@ def fit(
     params = {
         "bandwidth_bytes_per_s": float(np.exp(x[0])),
         **{f"flop_per_s_{d}": float(np.exp(x[1 + i])) for i, d in enumerate(dtypes)},
-        "matmul_half_tokens": float(x[-3]),
-        "pass_overhead_s": float(x[-2]),
-        "layer_overhead_s": float(x[-1]),
+        "matmul_half_tokens": float(x[at["half_tokens"]]),
+        "overlap": float(x[at["overlap"]]),
+        "pass_overhead_s": float(x[at["pass_overhead"]]),
+        "layer_overhead_s": float(x[at["layer_overhead"]]),
     }
+    if gemv:
+        params["gemv_bandwidth_bytes_per_s"] = float(np.exp(x[at["log_gemv_bw"]]))
+    if attn:
+        params["attention_flop_per_s"] = float(np.exp(x[at["log_attn_flops"]]))
     measured = Measured(
         bandwidth_bytes_per_s=params["bandwidth_bytes_per_s"],
         peak_flop_per_s={d: params[f"flop_per_s_{d}"] for d in dtypes},
         pass_overhead_s=params["pass_overhead_s"],
         layer_overhead_s=params["layer_overhead_s"],
         matmul_half_tokens=params["matmul_half_tokens"],
+        gemv_bandwidth_bytes_per_s=params.get("gemv_bandwidth_bytes_per_s"),
+        attention_flop_per_s=params.get("attention_flop_per_s"),
+        overlap=params["overlap"],
         provenance={"method": "least squares on relative error", "points": len(df)},
     )
     fitted = dataclasses.replace(hw, name=f"{hw.name} (fitted)", measured=measured)
@@ -193,41 +258,50 @@ def validate(
     spec: ModelSpec | str,
     apriori: Hardware | str,
     fitted: Hardware | str,
+    *,
+    statistic: str = "min",
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Per point: measured, a-priori and fitted predictions and their errors; plus summary figures.
 
     The summary has ``apriori_mape``, ``fit_mape`` and, for every (dtype, batch,
-    context) group swept over new tokens, the measured knee against the crossover
-    K the fitted and a-priori models predict.
+    context) group swept over new tokens, the measured knee against the knee of the
+    fitted model's curve (``crossover_predicted``, same detector) and the pure
+    roofline crossovers of the fitted and a-priori profiles.
     """
     spec = get_model(spec)
     df = sweep_df[sweep_df.get("status", "ok") == "ok"].reset_index(drop=True)
     df = df.assign(
+        t_measured_s=df[_column(statistic)],
         t_apriori_s=predict_times(df, spec, apriori),
         t_fitted_s=predict_times(df, spec, fitted),
     )
-    df["err_apriori"] = (df["t_apriori_s"] - df["t_median_s"]) / df["t_median_s"]
-    df["err_fitted"] = (df["t_fitted_s"] - df["t_median_s"]) / df["t_median_s"]
+    df["err_apriori"] = (df["t_apriori_s"] - df["t_measured_s"]) / df["t_measured_s"]
+    df["err_fitted"] = (df["t_fitted_s"] - df["t_measured_s"]) / df["t_measured_s"]
     knees = []
+    fitted_hw, apriori_hw = load_hardware(fitted), load_hardware(apriori)
     for (dt, b, c), g in df.groupby(["dtype", "batch", "context"]):
         if g["new_tokens"].nunique() < 6:
             continue
-        k_meas = measured_knee(g["new_tokens"], g["t_median_s"])
+        # The predicted knee is found the way the measured one is, by the same hinge detector on the
+        # fitted model's times at the same token counts: with overheads, a one-token bandwidth and
+        # half-saturated matrix units, the model's visible bend is what a measurement can be compared
+        # with. The pure roofline crossovers (memory time = compute time) are reported beside it.
         knees.append(
             {
                 "dtype": dt,
                 "batch": int(b),
                 "context": int(c),
-                "crossover_measured": k_meas,
-                "crossover_fitted": int(crossover_tokens(spec, load_hardware(fitted), int(b), int(c), str(dt))),
-                "crossover_apriori": int(crossover_tokens(spec, load_hardware(apriori), int(b), int(c), str(dt))),
-                "crossover_fitted_curve": measured_knee(g["new_tokens"], g["t_fitted_s"]),
+                "crossover_measured": measured_knee(g["new_tokens"], g["t_measured_s"]),
+                "crossover_predicted": measured_knee(g["new_tokens"], g["t_fitted_s"]),
+                "crossover_roofline_fitted": int(crossover_tokens(spec, fitted_hw, int(b), int(c), str(dt))),
+                "crossover_roofline_apriori": int(crossover_tokens(spec, apriori_hw, int(b), int(c), str(dt))),
             }
         )
     summary = {
         "apriori_mape": float(np.mean(np.abs(df["err_apriori"]))),
         "fit_mape": float(np.mean(np.abs(df["err_fitted"]))),
         "points": len(df),
+        "statistic": statistic,
         "crossover": knees,
     }
     return df, summary
@@ -253,9 +327,11 @@ def sweep_fit_validate(
     context: Sequence[int] = (256, 2048),
     dtype: str = "bf16",
     device: Any = None,
-    repeats: int = 9,
+    repeats: int = 3,
+    rounds: int = 3,
     out: str | Path | None = None,
     progress: bool = True,
+    statistic: str = "min",
 ) -> LoopResult:
     """Measure a verify sweep, fit the roofline to it and validate both predictions against it.
 
@@ -281,13 +357,13 @@ def sweep_fit_validate(
         [dtype],
         device=dev,
         hardware=apriori_hw,
-        repeats=max(1, repeats // 3),
-        rounds=3,  # three shuffled visits per point: noise on a shared machine spreads out
+        repeats=repeats,
+        rounds=rounds,  # shuffled visits per point: noise on a shared machine spreads out
         out=outdir / "sweep" if outdir else None,
         progress=progress,
     )
-    fitted = fit(df, spec, apriori_hw)
-    table, summary = validate(df, spec, apriori_hw, fitted.hardware)
+    fitted = fit(df, spec, apriori_hw, statistic=statistic)
+    table, summary = validate(df, spec, apriori_hw, fitted.hardware, statistic=statistic)
     summary["fit_params"] = fitted.params
     if outdir is not None:
         table.to_csv(outdir / "validation.csv", index=False)

@@ -1,4 +1,4 @@
-"""Microbenchmarks: achieved memory bandwidth, matmul FLOP/s per dtype, per-pass dispatch overhead.
+"""Microbenchmarks: achieved memory bandwidth, matmul FLOP/s per dtype, dispatch overhead, overlap.
 
 Each figure is the median over repetitions (spread reported beside it), taken
 with ``measure.timing``. ``measure_profile`` turns them into a hardware profile
@@ -101,6 +101,49 @@ def matmul_flops(
     return best
 
 
+def overlap(
+    dtype: str = "bf16",
+    device: str | torch.device = "cpu",
+    repeats: int = 5,
+    threads: int | None = None,
+    nbytes: int | None = None,
+) -> Measurement:
+    """How much of a GEMM's weight streaming hides under its arithmetic at the ridge, in [0, 1].
+
+    One weight matrix well beyond the last-level cache is multiplied by 1 row (t1:
+    the streaming time) and by P and 2P rows, where arithmetic dominates (their
+    difference gives c, the arithmetic per row). At the ridge M* = t1 / c the roofline
+    says t(M*) = t1 (full overlap) and a machine whose cores both stream and compute
+    takes t1 + c M* (none); overlap = (t1 + c M* - t(M*)) / min(t1, c M*), clipped.
+    """
+    if dtype not in TORCH_DTYPES:
+        raise SpecroofError(f"overlap benchmark supports {', '.join(TORCH_DTYPES)} (got {dtype!r})")
+    dev = torch.device(device)
+    td = TORCH_DTYPES[dtype]
+    size = int(nbytes or (2 * _default_bytes(dev) if dev.type != "cuda" else 1 << 30))
+    k = 8192
+    n = max(1024, size // (k * torch.finfo(td).bits // 8))
+    w = torch.randn(n, k, device=dev).to(td)
+
+    def t_of(m: int) -> Timing:
+        x = torch.randn(m, k, device=dev).to(td)
+        return time_fn(lambda: torch.nn.functional.linear(x, w), warmup=2, repeats=repeats, device=dev, threads=threads)
+
+    t1 = t_of(1).median_s
+    big = 256 if dev.type != "cuda" else 4096
+    c = (t_of(2 * big).median_s - t_of(big).median_s) / big
+    m_star = max(2, round(t1 / c))
+    at = t_of(m_star)
+    value = (t1 + c * m_star - at.median_s) / min(t1, c * m_star)
+    return Measurement(
+        f"{dtype} memory/compute overlap",
+        float(min(1.0, max(0.0, value))),
+        "",
+        at,
+        {"ridge_rows": m_star, "t1_s": t1, "row_s": c},
+    )
+
+
 def dispatch_overhead(device: str | torch.device = "cpu", repeats: int = 200) -> Measurement:
     """Time of one tiny op (an add on 1 element): the per-kernel launch and framework cost, seconds."""
     dev = torch.device(device)
@@ -120,6 +163,8 @@ def run_all(
     steps: list[tuple[str, Callable[[], Any]]] = [("bandwidth", lambda: bandwidth(device, threads=threads))]
     steps += [(f"matmul {d}", lambda d=d: matmul_flops(d, device, threads=threads)) for d in dtypes]
     steps.append(("dispatch", lambda: dispatch_overhead(device)))
+    last = dtypes[-1]  # the narrowest dtype asked for: the one verify passes run in
+    steps.append(("overlap", lambda: {"overlap": overlap(last, device, threads=threads)}))
     for name, fn in steps:
         if progress:
             progress(name)
@@ -157,9 +202,11 @@ def profile_toml(
     lines.append(f"bandwidth_GB_per_s = {copy_bw / 1e9!r}")
     lines.append(f"read_bandwidth_GB_per_s = {results['read'].value / 1e9!r}")
     lines.append(f"pass_overhead_us = {results['dispatch'].value * 1e6!r}")
+    if "overlap" in results:
+        lines.append(f"overlap = {results['overlap'].value!r}")
     lines.append(f"date = {toml_value(_dt.datetime.now().isoformat(timespec='seconds'))}")
     lines.append(
-        'method = "specroof measure bench: fp32 copy/read over buffers beyond the LLC; best square matmul per dtype; 1-element add for dispatch; medians"'
+        'method = "specroof measure bench: fp32 copy/read over buffers beyond the LLC; best matmul over verify shapes per dtype; 1-element add for dispatch; GEMM memory/compute overlap; medians"'
     )
     lines.append(f"device = {toml_value(info['name'])}")
     lines.append(f"torch_version = {toml_value(torch.__version__)}")

@@ -10,6 +10,7 @@ use and cached under ``~/.cache/specroof`` (or ``SPECROOF_CACHE``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -24,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from measure.models import Transformer
+from roofline.errors import SpecroofError
 from roofline.model import ModelSpec
 
 VERSION = "pair-v1"
@@ -195,8 +197,13 @@ def load_pair(
     rebuild: bool = False,
     cache: Path | None = None,
     log: Callable[[str], None] | None = None,
+    width: int = 1,
 ) -> tuple[Transformer, Transformer, dict]:
-    """The pair: shipped weights for the default config, else the cache (built on first use)."""
+    """The pair: shipped weights for the default config, else the cache (built on first use).
+
+    ``width`` > 1 returns the target widened that many times (:func:`widen`): the same
+    function, memory bound on a CPU from 16 (1.75 GB in bf16) on.
+    """
     if cache is None and not rebuild and cfg == PairConfig() and (SHIPPED / "meta.json").exists():
         cache = SHIPPED
     folder = cache or cache_dir()
@@ -208,9 +215,76 @@ def load_pair(
         _save(draft, folder / "draft.safetensors")
         meta_path.write_text(json.dumps({"config": asdict(cfg), "stats": stats, "version": VERSION}, indent=2))
     meta = json.loads(meta_path.read_text())
-    target = _load(cfg.target_spec(), folder / "target.safetensors", device, dtype)
+    target = _load(cfg.target_spec(), folder / "target.safetensors", device, "fp32" if width > 1 else dtype)
     draft = _load(cfg.draft_spec(), folder / "draft.safetensors", device, dtype)
+    if width > 1:
+        target = widen(target, width, dtype=dtype)
     return target, draft, meta["stats"]
+
+
+def widen(model: Transformer, factor: int, *, dtype: str = "bf16") -> Transformer:
+    """The same function at ``factor`` x the width: a memory-bound twin of a small trained model.
+
+    Net2Net-style exact widening: the residual stream is tiled ``factor`` times (RMSNorm's
+    mean square is unchanged by tiling), every head and every MLP neuron is duplicated
+    ``factor`` times, and each weight that reads a tiled input is divided by ``factor``,
+    so every layer's output is the original output, tiled. Division by a power of two is
+    exact in binary floating point; only the order of the now longer sums changes, so
+    logits agree with the small model's to rounding. The widened model streams
+    ``factor**2`` x the layer weights per pass: on a CPU whose last-level cache holds the
+    small pair, it makes the target memory bound while keeping the trained behaviour
+    (and so the draft's acceptance) of the pair.
+    """
+    if factor < 1 or factor & (factor - 1):
+        raise SpecroofError(f"the widening factor must be a power of two (got {factor})")
+    s = model.spec
+    if s.is_moe or s.mlp_kind != "swiglu":
+        raise SpecroofError("widen() handles dense SwiGLU models only")
+    k = factor
+    wide = dataclasses.replace(
+        s,
+        name=f"{s.name}-x{k}",
+        d_model=s.d_model * k,
+        n_heads=s.n_heads * k,
+        n_kv_heads=s.n_kv_heads * k,
+        d_ff=s.d_ff * k,
+        tie_embeddings=False,
+    )
+    hd = s.head_dim
+    src = {name: p.detach().float() for name, p in model.state_dict().items()}
+
+    def tile_in(w: torch.Tensor) -> torch.Tensor:  # reads a tiled input: divide, then repeat columns
+        return (w / k).repeat(1, k)
+
+    def tile_heads(w: torch.Tensor, heads: int) -> torch.Tensor:  # (heads*hd, d) -> (k*heads*hd, k*d)
+        return tile_in(w).view(heads, hd, -1).repeat(k, 1, 1).reshape(k * heads * hd, -1)
+
+    state: dict[str, torch.Tensor] = {
+        "embed_tokens.weight": src["embed_tokens.weight"].repeat(1, k),
+        "norm.weight": src["norm.weight"].repeat(k),
+        "lm_head.weight": tile_in(src["lm_head.weight"]),
+    }
+    h, kv = s.n_heads, s.n_kv_heads
+    for i in range(s.n_layers):
+        pre = f"layers.{i}."
+        w = src[pre + "self_attn.wqkv.weight"]
+        q, kk, v = w.split([h * hd, kv * hd, kv * hd])
+        state[pre + "self_attn.wqkv.weight"] = torch.cat([tile_heads(q, h), tile_heads(kk, kv), tile_heads(v, kv)])
+        if s.qkv_bias:
+            b = src[pre + "self_attn.wqkv.bias"]
+            bq, bk, bv = b.split([h * hd, kv * hd, kv * hd])
+            state[pre + "self_attn.wqkv.bias"] = torch.cat([bq.repeat(k), bk.repeat(k), bv.repeat(k)])
+        state[pre + "self_attn.o_proj.weight"] = tile_in(src[pre + "self_attn.o_proj.weight"]).repeat(k, 1)
+        gate, up = src[pre + "mlp.w13.weight"].chunk(2)
+        state[pre + "mlp.w13.weight"] = torch.cat([tile_in(gate).repeat(k, 1), tile_in(up).repeat(k, 1)])
+        state[pre + "mlp.down_proj.weight"] = tile_in(src[pre + "mlp.down_proj.weight"]).repeat(k, 1)
+        for norm in ("input_layernorm", "post_attention_layernorm"):
+            state[pre + norm + ".weight"] = src[pre + norm + ".weight"].repeat(k)
+    eps = model.norm.eps
+    out = Transformer(wide, dtype=dtype, device=model.device, rope=model.rope, norm_eps=eps, init_std=None)
+    out.load_state_dict({name: t.to(out.dtype) for name, t in state.items()})
+    del state, src
+    return out.eval()
 
 
 def held_out_prompts(n: int, length: int = 64, seed: int = 0) -> list[list[int]]:

@@ -213,3 +213,40 @@ def verify_tree(
     tokens = torch.where(path >= 0, tok.gather(1, path.clamp(min=0)), torch.full_like(path, -1))
     tokens = tokens.scatter(1, reached.unsqueeze(1), final.unsqueeze(1))
     return TreeResultT(reached, path[:, :max_depth], tokens)
+
+
+def verify_tree_greedy(target_argmax: torch.Tensor, parents: list[int], node_tokens: torch.Tensor) -> TreeResultT:
+    """Greedy tree verification: from the root, follow the child whose token is the target's argmax.
+
+    target_argmax: (B, n + 1) the target's argmax after the root (index 0) and after
+    each node (index i + 1); node_tokens: (B, n). The emitted tokens are the accepted
+    path's tokens, then the target's argmax after its last node. Exactly the tokens
+    greedy decoding emits, whatever the tree.
+    """
+    B, n = node_tokens.shape
+    dev = node_tokens.device
+    depths = [0] * n
+    for i, par in enumerate(parents):
+        depths[i] = 1 if par < 0 else depths[par] + 1
+    max_depth = max(depths, default=0)
+    kids = _children_table(parents, dev)
+    rows = torch.arange(B, device=dev)
+    tok = node_tokens.long()
+    cur = torch.full((B,), -1, dtype=torch.long, device=dev)
+    path = torch.full((B, max_depth + 1), -1, dtype=torch.long, device=dev)
+    reached = torch.zeros(B, dtype=torch.long, device=dev)
+    done = torch.zeros(B, dtype=torch.bool, device=dev)
+    for _ in range(max_depth):
+        want = target_argmax[rows, cur + 1]
+        cand = kids[cur + 1]  # (B, width) children of the current node, -1 padded
+        hit = (cand >= 0) & (tok.gather(1, cand.clamp(min=0)) == want.unsqueeze(1)) & ~done.unsqueeze(1)
+        moved = hit.any(1)
+        child = cand.gather(1, hit.long().argmax(1, keepdim=True)).squeeze(1)  # siblings carry distinct tokens
+        path[rows, reached] = torch.where(moved, child, path[rows, reached])
+        reached = reached + moved.long()
+        cur = torch.where(moved, child, cur)
+        done = done | ~moved
+    final = target_argmax[rows, cur + 1]
+    tokens = torch.where(path >= 0, tok.gather(1, path.clamp(min=0)), torch.full_like(path, -1))
+    tokens = tokens.scatter(1, reached.unsqueeze(1), final.unsqueeze(1))
+    return TreeResultT(reached, path[:, :max_depth], tokens)

@@ -505,11 +505,22 @@ def cmd_measure_spec(args: argparse.Namespace) -> int:
         raise SpecroofError(
             "give --pair offline or --hf TARGET_FOLDER (with --draft-hf DRAFT_FOLDER or --early-exit L)"
         )
+    pair_info: dict[str, Any] = {}
     if args.pair == "offline":
-        target, draft, _ = load_pair()
+        target, draft, stats = load_pair(dtype=args.dtype, width=args.width)
+        pair_info = {
+            "target": target.spec.name,
+            "target_params": target.spec.total_params,
+            "draft": draft.spec.name,
+            "held_out": stats["held_out"],
+        }
     else:
-        target = Transformer.from_hf(args.hf, dtype="fp32")
-        draft = Transformer.from_hf(args.draft_hf, dtype="fp32") if args.draft_hf else None
+        target = Transformer.from_hf(args.hf, dtype=args.dtype)
+        draft = Transformer.from_hf(args.draft_hf, dtype=args.dtype) if args.draft_hf else None
+    # one-token passes through torch.mv on the CPU: the fastest baseline this machine has
+    for m in (target, draft):
+        if m is not None:
+            m.set_matvec(True)
     drafters: dict[str, Any] = {}
     if args.early_exit:
         drafters[f"early exit @{args.early_exit}"] = args.early_exit
@@ -518,13 +529,14 @@ def cmd_measure_spec(args: argparse.Namespace) -> int:
     if not drafters:
         raise SpecroofError("no drafter: give a draft (--pair offline or --draft-hf) or --early-exit L")
     out = Path(args.out)
+    top = max(args.batch) * (max(args.gamma) + 1)
     kw = dict(
         batch=args.batch,
-        new_tokens=[1, 2, 3, 4, 5, 6, 8, 9, 12, 16],
-        context=[64, 160],
+        new_tokens=sorted({1, 2, 3, 4, 6, *[g + 1 for g in args.gamma], 12, 16, top // max(args.batch)}),
+        context=[64, 64 + args.tokens * 2],
         repeats=2,
         rounds=3,
-        hardware=args.hardware,
+        hardware=args.hardware or None,
         progress=not args.json,
     )
     models = {target.spec.name: target.spec}
@@ -533,26 +545,46 @@ def cmd_measure_spec(args: argparse.Namespace) -> int:
         models[draft.spec.name] = draft.spec
         frames.append(sweep(draft, out=out / "sweep-draft", **kw))
     df = pd.concat(frames, ignore_index=True)
-    apriori = load_hardware(args.hardware)
+    if args.hardware:
+        apriori = load_hardware(args.hardware)
+    else:  # a-priori = this device's microbenchmarked ceilings, measured now
+        from measure.device import default_device
+        from measure.microbench import measure_profile
+
+        dts = ("fp32",) if args.dtype == "fp32" else ("fp32", args.dtype)
+        apriori = measure_profile(out / "apriori-profile.toml", default_device(), dts)
     fitted = fit(df, models, apriori)
     fitted.write_toml(out / "fitted-profile.toml")
     table, summary = validate(df[df["model"] == target.spec.name], target.spec, apriori, fitted.hardware)
     table.to_csv(out / "validation.csv", index=False)
-    prompts = {b: held_out_prompts(b, seed=b) for b in args.batch}
-    spec_df = speedup_validation(target, drafters, prompts, args.gamma, fitted.hardware, max_new_tokens=args.tokens)
+    # several prompts per batch size, decoded batch at a time: acceptance averaged over more text
+    prompts = {b: held_out_prompts(max(b, 4 // b * b), seed=b) for b in args.batch}
+    spec_df = speedup_validation(
+        target,
+        drafters,
+        prompts,
+        args.gamma,
+        fitted.hardware,
+        max_new_tokens=args.tokens,
+        dtype=args.dtype,
+        repeats=args.repeats,
+        progress=not args.json,
+    )
     spec_df.to_csv(out / "speedup.csv", index=False)
     knees = summary["crossover"]
     payload = {
         "fit_mape": fitted.mape,
         "apriori_mape": summary["apriori_mape"],
         "crossover_measured": [k["crossover_measured"] for k in knees],
-        "crossover_predicted": [k["crossover_fitted"] for k in knees],
-        "speedup": spec_df[
-            ["drafter", "gamma", "batch", "speedup_measured", "speedup_predicted", "acceptance_rate"]
-        ].to_dict(orient="records"),
+        "crossover_predicted": [k["crossover_predicted"] for k in knees],
+        "crossover": knees,
+        "fit_params": fitted.params,
+        "speedup": spec_df.to_dict(orient="records"),
         "speedup_error_max": float(spec_df["rel_error"].abs().max()),
+        "pair": pair_info,
         "out": str(out),
     }
+    (out / "summary.json").write_text(json.dumps(payload, indent=2, default=float))
     shown = spec_df[
         ["drafter", "batch", "gamma", "acceptance_rate", "speedup_measured", "speedup_predicted", "rel_error"]
     ]
@@ -722,7 +754,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gamma", type=int_list, default=[1, 2, 4, 8])
     p.add_argument("--batch", type=int_list, default=[1, 4])
     p.add_argument("--tokens", type=int, default=64, help="new tokens per sequence")
-    p.add_argument("--hardware", default="a100-sxm-80gb", help="starting profile for the fit (e.g. a measured TOML)")
+    p.add_argument("--width", type=int, default=16, help="widen the offline target this many times (memory bound)")
+    p.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
+    p.add_argument("--repeats", type=int, default=3, help="interleaved baseline/speculative repetitions")
+    p.add_argument(
+        "--hardware", default=None, help="a-priori profile and fit start (default: microbenchmark this device now)"
+    )
     p.add_argument("--out", default="specroof-spec")
     _add_json(p)
     p.set_defaults(func=cmd_measure_spec)

@@ -66,6 +66,13 @@ class Measured:
     #: tokens per pass at which matrix units reach half their peak (0: the pure roofline)
     matmul_half_tokens: float = 0.0
     provenance: dict[str, Any] = field(default_factory=dict)
+    #: bytes/s of one-token passes, when matrix-vector kernels stream at another rate than GEMMs
+    gemv_bandwidth_bytes_per_s: float | None = None
+    #: FLOP/s of the attention products (scores and values), when they run below the GEMM peak
+    attention_flop_per_s: float | None = None
+    #: share of the shorter of an operator's memory and compute time hidden under the longer
+    #: (1: the roofline's max, GPUs; 0: they add up, as on CPUs whose cores both stream and compute)
+    overlap: float | None = None
 
 
 @dataclass(frozen=True)
@@ -131,6 +138,25 @@ class Hardware:
         flops / peak x (1 + half_tokens / tokens), which moves the knee left by half_tokens.
         """
         return self.measured.matmul_half_tokens if self.measured is not None else 0.0
+
+    def gemv_bandwidth(self, efficiency: bool = False) -> float:
+        """Bandwidth (bytes/s) of one-token passes: measured matrix-vector rate if fitted, else :meth:`bandwidth`."""
+        if self.measured is not None and self.measured.gemv_bandwidth_bytes_per_s:
+            return self.measured.gemv_bandwidth_bytes_per_s
+        return self.bandwidth(efficiency)
+
+    @property
+    def overlap(self) -> float:
+        """Memory/compute overlap in [0, 1]: measured or fitted, else 1 (the roofline's max)."""
+        if self.measured is not None and self.measured.overlap is not None:
+            return self.measured.overlap
+        return 1.0
+
+    def attention_peak(self, dtype: str, efficiency: bool = False) -> float:
+        """FLOP/s of the attention products: measured/fitted if present, else :meth:`peak`."""
+        if self.measured is not None and self.measured.attention_flop_per_s:
+            return self.measured.attention_flop_per_s
+        return self.peak(dtype, efficiency)
 
     @property
     def layer_overhead_s(self) -> float:
@@ -303,10 +329,27 @@ def parse_profile(data: dict[str, Any], where: str, profile_id: str) -> Hardware
 
 def _measured_block(where: str, block: dict[str, Any]) -> Measured:
     w = f"{where} [measured]"
-    known = {"bandwidth_GB_per_s", "pass_overhead_us", "layer_overhead_us", "compute", "matmul_half_tokens"}
-    bw = None
+    known = {
+        "bandwidth_GB_per_s",
+        "gemv_bandwidth_GB_per_s",
+        "attention_TFLOP_per_s",
+        "pass_overhead_us",
+        "layer_overhead_us",
+        "compute",
+        "matmul_half_tokens",
+        "overlap",
+    }
+    bw = gemv = attn = overlap = None
+    if "overlap" in block:
+        overlap = _num(w, "overlap", block["overlap"], positive=False)
+        if not 0.0 <= overlap <= 1.0:
+            raise SpecroofError(f"{w}: field 'overlap' must lie in [0, 1] (got {overlap})")
     if "bandwidth_GB_per_s" in block:
         bw = _num(w, "bandwidth_GB_per_s", block["bandwidth_GB_per_s"]) * _GB
+    if "gemv_bandwidth_GB_per_s" in block:
+        gemv = _num(w, "gemv_bandwidth_GB_per_s", block["gemv_bandwidth_GB_per_s"]) * _GB
+    if "attention_TFLOP_per_s" in block:
+        attn = _num(w, "attention_TFLOP_per_s", block["attention_TFLOP_per_s"]) * 1e12
     peaks = _compute_block(f"{w}.compute", block.get("compute", {}))
     pass_over = None
     if "pass_overhead_us" in block:
@@ -318,7 +361,7 @@ def _measured_block(where: str, block: dict[str, Any]) -> Measured:
     if half < 0:
         raise SpecroofError(f"{w}: field 'matmul_half_tokens' must be >= 0 (got {half})")
     provenance = {k: v for k, v in block.items() if k not in known}  # the rest is provenance
-    return Measured(bw, peaks, pass_over, layer_over, half, provenance)
+    return Measured(bw, peaks, pass_over, layer_over, half, provenance, gemv, attn, overlap)
 
 
 # -- writing profiles ---------------------------------------------------------

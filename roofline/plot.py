@@ -325,7 +325,7 @@ def fit_overlay(
     """Measured verify-pass time against new tokens, with the a-priori and fitted roofline predictions.
 
     ``validation`` is the table of ``measure.fit.validate`` (columns new_tokens,
-    t_median_s, t_apriori_s, t_fitted_s, batch, context, dtype).
+    t_measured_s (or t_median_s), t_apriori_s, t_fitted_s, batch, context, dtype).
     """
     fig, ax = _axes(ax)
     groups = list(validation.groupby(["dtype", "batch", "context"]))
@@ -333,7 +333,8 @@ def fit_overlay(
         g = g.sort_values("new_tokens")
         col = f"C{i % 10}"
         lab = f"{dt}, batch {b}, context {c}"
-        ax.plot(g["new_tokens"], g["t_median_s"] * 1e3, "o", color=col, ms=4, label=f"measured: {lab}")
+        meas = g["t_measured_s"] if "t_measured_s" in g else g["t_median_s"]
+        ax.plot(g["new_tokens"], meas * 1e3, "o", color=col, ms=4, label=f"measured: {lab}")
         ax.plot(g["new_tokens"], g["t_fitted_s"] * 1e3, "-", color=col, lw=1.5)
         ax.plot(g["new_tokens"], g["t_apriori_s"] * 1e3, ":", color=col, lw=1)
     ax.set_xscale("log", base=2)

@@ -73,6 +73,54 @@ class StepTime:
         )
 
 
+#: Operators whose FLOPs are the attention products (their own throughput when fitted)
+ATTENTION_OPERATORS = ("attn_scores", "attn_values")
+
+
+def operator_times(
+    cost: PassCost,
+    bandwidth: float,
+    peak: float,
+    *,
+    gemv_bandwidth: float | None = None,
+    attention_peak: float | None = None,
+    half_tokens: float = 0.0,
+) -> tuple[Array, Array]:
+    """Per-operator memory and compute seconds of ``cost``: the roofline's two sides, before the max.
+
+    ``bandwidth`` (bytes/s) and ``peak`` (FLOP/s) are the ceilings. The optional
+    refinements a fit can supply: ``gemv_bandwidth`` streams one-token passes (they run
+    matrix-vector kernels, whose rate can differ from GEMMs'), ``attention_peak`` is the
+    attention products' throughput, and ``half_tokens`` scales the other operators'
+    compute by (1 + half_tokens / tokens), because small matrix products do not fill
+    the matrix units. The pure roofline is the default.
+    """
+    bw: Any = bandwidth
+    if gemv_bandwidth is not None and gemv_bandwidth != bandwidth:
+        bw = np.where(cost.tokens == 1, gemv_bandwidth, bandwidth)
+    op_mem = cost.bytes / bw
+    op_comp = cost.flops / peak
+    if half_tokens:
+        op_comp = op_comp * (1.0 + half_tokens / cost.tokens)
+    if attention_peak is not None and attention_peak != peak:
+        attn = np.isin(np.asarray(cost.operators), ATTENTION_OPERATORS)
+        op_comp[attn] = cost.flops[attn] / attention_peak
+    return op_mem, op_comp
+
+
+def combine(op_mem: Array, op_comp: Array, overlap: float = 1.0) -> Array:
+    """Operator time from its memory and compute time: max + (1 - overlap) x min.
+
+    ``overlap`` = 1 is the roofline (the shorter side hides under the longer, as on GPUs
+    whose copy engines and tensor cores run concurrently); 0 adds the two, which is what
+    a CPU measures when the same cores stream the weights and do the arithmetic.
+    """
+    hi = np.maximum(op_mem, op_comp)
+    if overlap >= 1.0:
+        return hi
+    return hi + (1.0 - overlap) * np.minimum(op_mem, op_comp)
+
+
 def step_time(
     cost: PassCost,
     hardware: Hardware | str,
@@ -107,11 +155,15 @@ def step_time(
         overhead_s = hw.pass_overhead_s + cost.n_layers * hw.layer_overhead_s
     elif overhead_s < 0:
         raise SpecroofError(f"overhead_s must be >= 0 (got {overhead_s})")
-    op_mem = cost.bytes / (bw * tp)
-    op_comp = cost.flops / (peak * tp)
-    if hw.matmul_half_tokens:
-        op_comp = op_comp * (1.0 + hw.matmul_half_tokens / cost.tokens)
-    op_t = np.maximum(op_mem, op_comp)
+    op_mem, op_comp = operator_times(
+        cost,
+        bw * tp,
+        peak * tp,
+        gemv_bandwidth=hw.gemv_bandwidth(efficiency) * tp,
+        attention_peak=hw.attention_peak(dtype, efficiency) * tp,
+        half_tokens=hw.matmul_half_tokens,
+    )
+    op_t = combine(op_mem, op_comp, hw.overlap)
     return StepTime(
         operators=cost.operators,
         op_memory_s=op_mem,

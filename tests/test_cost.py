@@ -169,3 +169,36 @@ def test_step_time_bad_input():
         step_time(c, "h100-sxm-80gb", overhead_s=-1.0)
     with pytest.raises(SpecroofError, match="unknown dtype 'fp7'"):
         step_time(c, "h100-sxm-80gb", "fp7")
+
+
+def test_measured_refinements_change_the_step_time_as_documented(tmp_path):
+    from roofline.hardware import Measured, load_hardware
+    from roofline.roofline import step_time
+
+    base = load_hardware("h100-sxm-80gb")
+    cost = forward_cost(L8B, 1, np.array([1, 8, 512]), 1024, "bf16")
+    plain = step_time(cost, base)
+    # overlap 0: every operator's memory and compute time add up instead of the max
+    added = step_time(cost, base.replace(measured=Measured(overlap=0.0)))
+    np.testing.assert_allclose(added.t_step_s, (plain.op_memory_s + plain.op_compute_s).sum(axis=0))
+    # a one-token bandwidth applies to one-token passes only
+    fast1 = step_time(cost, base.replace(measured=Measured(gemv_bandwidth_bytes_per_s=2 * base.bandwidth())))
+    assert fast1.t_step_s[0] == pytest.approx(plain.t_step_s[0] / 2, rel=0.01)
+    assert fast1.t_step_s[1:] == pytest.approx(plain.t_step_s[1:])
+    # a slow attention only touches the attention operators
+    slow = step_time(cost, base.replace(measured=Measured(attention_flop_per_s=base.peak("bf16") / 100)))
+    ops = list(cost.operators)
+    other = [i for i, o in enumerate(ops) if not o.startswith("attn")]
+    np.testing.assert_allclose(slow.op_compute_s[other], plain.op_compute_s[other])
+    assert (slow.op_compute_s[ops.index("attn_scores")] > 50 * plain.op_compute_s[ops.index("attn_scores")]).all()
+    # and the profile round-trips through TOML
+    p = tmp_path / "m.toml"
+    from roofline.hardware import profile_toml_lines
+
+    lines = profile_toml_lines(base) + ["", "[measured]", "overlap = 0.25", "gemv_bandwidth_GB_per_s = 5000.0"]
+    p.write_text("\n".join(lines) + "\n")
+    hw = load_hardware(str(p))
+    assert hw.overlap == 0.25 and hw.gemv_bandwidth() == 5e12
+    p.write_text("\n".join(lines[:-2] + ["overlap = 1.5"]) + "\n")
+    with pytest.raises(Exception, match="overlap"):
+        load_hardware(str(p))

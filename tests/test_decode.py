@@ -13,6 +13,7 @@ from measure.models import Transformer  # noqa: E402
 from roofline import SpecroofError  # noqa: E402
 from roofline.model import ModelSpec  # noqa: E402
 from roofline.sampling import SamplingParams  # noqa: E402
+from roofline.trees import Tree  # noqa: E402
 
 SPEC = ModelSpec("target", 4, 64, 4, 2, 16, 128, 50, max_context=1024)
 PROMPTS = [[1, 2, 3, 4, 5], [7, 8, 9], [3, 3, 3, 3, 3, 3, 3], [10, 11, 12, 10, 11, 12, 10, 11]]
@@ -94,3 +95,64 @@ def test_bad_input(pair):
     other = Transformer(SPEC.replace(vocab_size=60, name="v60"), dtype="fp32")
     with pytest.raises(SpecroofError, match="share a vocabulary"):
         speculative_generate(target, other, PROMPTS, 2, 5)
+
+
+TREES = {
+    "binary 2x3": Tree.kary(2, 3),
+    "irregular": Tree([-1, -1, -1, 0, 0, 1, 3, 3, 6]),
+    "depth-first numbered": Tree([-1, 0, 1, 0, -1, 4]),
+    "chain as a tree": Tree.chain(4),
+}
+
+
+@pytest.mark.parametrize("which", ["draft", "early-exit"])
+@pytest.mark.parametrize("shape", list(TREES))
+def test_greedy_tree_speculation_emits_exactly_the_baseline(pair, which, shape):
+    target, draft = pair
+    base = autoregressive_generate(target, PROMPTS, 24)
+    drafter = draft if which == "draft" else 2
+    res = speculative_generate(target, drafter, PROMPTS, TREES[shape], 24)
+    assert res.tokens == base.tokens
+    tree = TREES[shape]
+    assert res.gamma == tree.depth and res.drafted == tree.n_nodes
+    assert 1.0 <= res.metrics().mean_acceptance_length <= tree.depth + 1
+    ranks = res.rank_acceptance()
+    assert ranks.shape == (int(np.bincount(tree.parents + 1).max()),)
+    seen = ranks[np.isfinite(ranks)]
+    assert seen.size and np.all((seen >= 0) & (seen <= 1))
+
+
+def test_a_wider_tree_accepts_more_per_round_than_its_chain(pair):
+    target, draft = pair
+    chain = speculative_generate(target, draft, PROMPTS, Tree.chain(3), 32)
+    wide = speculative_generate(target, draft, PROMPTS, Tree.kary(3, 3), 32)
+    assert wide.metrics().mean_acceptance_length > chain.metrics().mean_acceptance_length
+    # greedy siblings are the draft's top-k: a rank > 0 sibling gets accepted sometimes
+    assert np.nansum(wide.rank_acceptance()[1:]) > 0
+
+
+@pytest.mark.parametrize("variant", ["sequoia", "specinfer"])
+def test_sampled_tree_first_tokens_follow_the_target(pair, variant):
+    target, draft = pair
+    prompt = [4, 9, 2, 7, 1]
+    n = 3000
+    with torch.no_grad():
+        target.setup_cache(1, 16)
+        p = torch.softmax(target(torch.as_tensor([prompt]))[0, -1].double(), -1).numpy()
+    res = speculative_generate(
+        target, draft, [prompt] * n, Tree.kary(3, 2), 1, SamplingParams(temperature=1.0), seed=5, tree_variant=variant
+    )
+    counts = np.bincount(np.array([t[0] for t in res.tokens]), minlength=p.size)
+    keep = p * n >= 5
+    observed, expected = counts[keep], p[keep] * n
+    if (~keep).any():
+        observed, expected = np.append(observed, counts[~keep].sum()), np.append(expected, p[~keep].sum() * n)
+    expected = expected * observed.sum() / expected.sum()
+    assert stats.chisquare(observed, expected).pvalue > 1e-3
+    assert res.metrics().acceptance_rate > 0.0
+
+
+def test_trees_need_a_model_drafter(pair):
+    target, _ = pair
+    with pytest.raises(SpecroofError, match="chains only"):
+        speculative_generate(target, "prompt-lookup", PROMPTS, Tree.kary(2, 2), 5)

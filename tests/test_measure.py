@@ -18,6 +18,7 @@ from measure.store import SweepStore  # noqa: E402
 from measure.timing import time_fn  # noqa: E402
 from roofline import SpecroofError, load_hardware  # noqa: E402
 from roofline.cli import main  # noqa: E402
+from roofline.hardware import Measured  # noqa: E402
 from roofline.model import ModelSpec  # noqa: E402
 from roofline.trees import Tree  # noqa: E402
 
@@ -127,8 +128,9 @@ def test_store_keys_survive_csv_types(tmp_path):
 
 def test_knee_of_a_hinge():
     n = np.array([1, 2, 4, 8, 12, 16, 24, 32, 48, 64])
-    t = 10.0 + 0.5 * np.maximum(0, n - 16)
-    assert measured_knee(n, t) == pytest.approx(16, abs=2)
+    t = 10.0 + 0.5 * np.maximum(0, n - 16)  # a roofline: flat at 10 until K = 16, then rising
+    assert measured_knee(n, t) == pytest.approx(18)  # 10% above the plateau: 16 + 1 / 0.5
+    assert measured_knee(n, t, rise=0.5) == pytest.approx(26)
     assert measured_knee(n, np.full(n.size, 3.0)) == n.max()
 
 
@@ -145,13 +147,48 @@ def test_fit_recovers_known_parameters():
     df = pd.DataFrame(rows)
     from measure.fit import predict_times
 
-    df["t_median_s"] = predict_times(df, spec, truth) + 20e-6
+    df["t_median_s"] = df["t_min_s"] = predict_times(df, spec, truth) + 20e-6
     start = load_hardware("a100-sxm-80gb")
     f = fit(df, spec, start)
     assert f.mape < 0.01
     assert f.params["bandwidth_bytes_per_s"] == pytest.approx(1.5e12, rel=0.05)
     table, summary = validate(df, spec, start, f.hardware)
     assert summary["fit_mape"] < 0.01 and summary["apriori_mape"] > summary["fit_mape"]
+
+
+def test_fit_recovers_one_token_bandwidth_and_attention_throughput():
+    # one-token passes stream at their own rate and attention runs far below the GEMM peak
+    # (both true of CPUs): the fit must find each refinement again, and the validation's
+    # predicted knee must sit where the same detector puts the measured one
+    m = Measured(
+        bandwidth_bytes_per_s=20e9,
+        peak_flop_per_s={"bf16": 1e12},
+        gemv_bandwidth_bytes_per_s=28e9,
+        attention_flop_per_s=0.2e12,
+        pass_overhead_s=1e-3,
+        matmul_half_tokens=8.0,
+    )
+    truth = load_hardware("a100-sxm-80gb").replace(measured=m)
+    spec = ModelSpec("m", 8, 1024, 8, 8, 128, 4096, 1000, max_context=8192)
+    rows = [
+        dict(dtype="bf16", batch=b, new_tokens=n, context=c, status="ok")
+        for b in (1, 4)
+        for n in (1, 2, 4, 8, 16, 32, 64)
+        for c in (128, 4096)
+    ]
+    df = pd.DataFrame(rows)
+    from measure.fit import predict_times
+
+    df["t_median_s"] = df["t_min_s"] = predict_times(df, spec, truth)
+    start = load_hardware("a100-sxm-80gb").replace(bandwidth_bytes_per_s=25e9, peak_flop_per_s={"bf16": 2e12})
+    f = fit(df, spec, start)
+    assert f.mape < 0.005
+    assert f.params["gemv_bandwidth_bytes_per_s"] == pytest.approx(28e9, rel=0.03)
+    assert f.params["attention_flop_per_s"] == pytest.approx(0.2e12, rel=0.05)
+    assert f.params["bandwidth_bytes_per_s"] == pytest.approx(20e9, rel=0.03)
+    _, summary = validate(df, spec, start, f.hardware)
+    for k in summary["crossover"]:
+        assert k["crossover_predicted"] == pytest.approx(k["crossover_measured"], rel=0.25)
 
 
 def test_measure_cli(capsys, tmp_path):

@@ -66,6 +66,12 @@ def test_measure_spec_cli(tmp_path, capsys):
             "1",
             "--tokens",
             "8",
+            "--width",
+            "2",
+            "--repeats",
+            "1",
+            "--hardware",
+            "a100-sxm-80gb",
             "--out",
             str(tmp_path / "spec"),
             "--json",
@@ -86,3 +92,21 @@ def test_measure_spec_cli(tmp_path, capsys):
     assert all(r["speedup_measured"] > 0 and r["speedup_predicted"] > 0 for r in d["speedup"])
     assert (tmp_path / "spec" / "speedup.csv").exists() and (tmp_path / "spec" / "fitted-profile.toml").exists()
     assert main(["measure", "spec", "--gamma", "1"]) == 2
+
+
+def test_widened_target_computes_the_same_function():
+    from measure.pair import widen
+
+    target, _, _ = load_pair()
+    wide = widen(target, 4, dtype="fp32")
+    assert wide.spec.d_model == 4 * target.spec.d_model and wide.spec.n_heads == 4 * target.spec.n_heads
+    assert wide.spec.total_params > 14 * target.spec.total_params  # layer weights grow as the square
+    x = torch.tensor(held_out_prompts(2, 48))
+    with torch.no_grad():
+        a, b = target.forward_train(x)[0], wide.forward_train(x)[0]
+    assert torch.allclose(a, b, atol=1e-4, rtol=1e-4)
+    # through the cache too: greedy speculation on the wide target emits the small target's tokens
+    prompts = held_out_prompts(2)
+    assert autoregressive_generate(wide, prompts, 16).tokens == autoregressive_generate(target, prompts, 16).tokens
+    with pytest.raises(Exception, match="power of two"):
+        widen(target, 3)
