@@ -104,7 +104,7 @@ def matmul_flops(
 def overlap(
     dtype: str = "bf16",
     device: str | torch.device = "cpu",
-    repeats: int = 5,
+    repeats: int = 3,
     threads: int | None = None,
     nbytes: int | None = None,
 ) -> Measurement:
@@ -120,7 +120,7 @@ def overlap(
         raise SpecroofError(f"overlap benchmark supports {', '.join(TORCH_DTYPES)} (got {dtype!r})")
     dev = torch.device(device)
     td = TORCH_DTYPES[dtype]
-    size = int(nbytes or (2 * _default_bytes(dev) if dev.type != "cuda" else 1 << 30))
+    size = int(nbytes or (_default_bytes(dev) if dev.type != "cuda" else 1 << 30))
     k = 8192
     n = max(1024, size // (k * torch.finfo(td).bits // 8))
     w = torch.randn(n, k, device=dev).to(td)
@@ -140,7 +140,7 @@ def overlap(
         float(min(1.0, max(0.0, value))),
         "",
         at,
-        {"ridge_rows": m_star, "t1_s": t1, "row_s": c},
+        {"ridge_rows": m_star, "t1_s": t1, "row_s": c, "weight_bytes": w.numel() * w.element_size()},
     )
 
 
@@ -182,6 +182,13 @@ def profile_toml(
     """A hardware profile TOML: datasheet blocks of ``base`` (if any) plus a ``[measured]`` block."""
     info = describe(device)
     copy_bw = results["copy"].value
+    # The memory ceiling of a verify pass is the rate a matrix product streams its weights (one row
+    # against a matrix beyond the cache), which can sit well below a plain copy's (a CPU: ~0.75x);
+    # the copy and read figures stay in the block as provenance.
+    stream_bw = copy_bw
+    if "overlap" in results:
+        ov = results["overlap"].detail
+        stream_bw = ov["weight_bytes"] / ov["t1_s"]
     compute = {k.split("_")[1]: m.value for k, m in results.items() if k.startswith("matmul_")}
     if base is None:  # no datasheet: the achieved figures stand in for the ceilings, and say so
         base = Hardware(
@@ -189,24 +196,25 @@ def profile_toml(
             name=str(info["name"]),
             vendor=str(info.get("vendor", "")),
             kind=str(info["kind"]),
-            bandwidth_bytes_per_s=copy_bw,
+            bandwidth_bytes_per_s=stream_bw,
             peak_flop_per_s=compute,
             memory_bytes=info.get("memory_bytes"),
             sources={
-                "memory": "no datasheet for this device: the achieved copy bandwidth (specroof measure bench)",
+                "memory": "no datasheet for this device: the achieved weight-streaming bandwidth (specroof measure bench)",
                 "compute": "no datasheet for this device: the achieved matmul rate (specroof measure bench)",
             },
         )
     lines = profile_toml_lines(base.replace(name=f"{base.name} (measured)"))
     lines += ["", "[measured]"]
-    lines.append(f"bandwidth_GB_per_s = {copy_bw / 1e9!r}")
+    lines.append(f"bandwidth_GB_per_s = {stream_bw / 1e9!r}")
+    lines.append(f"copy_bandwidth_GB_per_s = {copy_bw / 1e9!r}")
     lines.append(f"read_bandwidth_GB_per_s = {results['read'].value / 1e9!r}")
     lines.append(f"pass_overhead_us = {results['dispatch'].value * 1e6!r}")
     if "overlap" in results:
         lines.append(f"overlap = {results['overlap'].value!r}")
     lines.append(f"date = {toml_value(_dt.datetime.now().isoformat(timespec='seconds'))}")
     lines.append(
-        'method = "specroof measure bench: fp32 copy/read over buffers beyond the LLC; best matmul over verify shapes per dtype; 1-element add for dispatch; GEMM memory/compute overlap; medians"'
+        'method = "specroof measure bench: bandwidth = one-row GEMM streaming a matrix beyond the LLC (copy/read also given); best matmul over verify shapes per dtype; 1-element add for dispatch; GEMM memory/compute overlap at the ridge; medians"'
     )
     lines.append(f"device = {toml_value(info['name'])}")
     lines.append(f"torch_version = {toml_value(torch.__version__)}")

@@ -39,7 +39,11 @@ def measurement_section(w: ReportWriter, quick: bool = False) -> Section:
                 "device": info["name"],
                 "kind": info["kind"],
                 "torch": info["torch_version"],
-                "copy_bandwidth_GB_per_s": ap.bandwidth() / 1e9,
+                "weight_streaming_GB_per_s": ap.bandwidth() / 1e9,
+                "copy_bandwidth_GB_per_s": (
+                    ap.measured.provenance.get("copy_bandwidth_GB_per_s") if ap.measured else None
+                ),
+                "overlap": ap.overlap,
                 "matmul_TFLOP_per_s": ", ".join(f"{d} {v / 1e12:.2f}" for d, v in ap.measured.peak_flop_per_s.items())
                 if ap.measured
                 else "",

@@ -406,10 +406,14 @@ def cmd_measure_bench(args: argparse.Namespace) -> int:
         "bandwidth_bytes_per_s": m.bandwidth_bytes_per_s,
         "peak_flop_per_s": m.peak_flop_per_s,
         "pass_overhead_s": m.pass_overhead_s,
+        "copy_bandwidth_bytes_per_s": float(m.provenance.get("copy_bandwidth_GB_per_s", 0.0)) * 1e9,
+        "overlap": hw.overlap,
     }
     lines = [
         f"wrote {args.out} (load it with --hardware {args.out})",
-        f"  copy bandwidth   {format_quantity(m.bandwidth_bytes_per_s or 0, 'B/s')}",
+        f"  weight streaming {format_quantity(m.bandwidth_bytes_per_s or 0, 'B/s')} (one-row GEMM)",
+        f"  copy bandwidth   {format_quantity(payload['copy_bandwidth_bytes_per_s'], 'B/s')}",
+        f"  overlap          {hw.overlap:.2f} (memory/compute, at the ridge)",
     ]
     lines += [f"  {d} matmul      {format_quantity(v, 'FLOP/s')}" for d, v in m.peak_flop_per_s.items()]
     lines.append(f"  dispatch         {format_quantity(m.pass_overhead_s or 0, 's')}")
