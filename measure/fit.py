@@ -169,11 +169,11 @@ def fit(
     x0l = [np.log(bw0), *np.log(peak0), 1.0]
     lol = [np.log(bw0 / 3), *(np.log(peak0) - np.log(1e3)), 0.0]
     hil = [np.log(bw0 * 1.5), *(np.log(peak0) + np.log(1e3)), 4096.0]
-    if gemv:
+    if gemv:  # matrix-vector kernels can read faster than a copy writes
         names.append("log_gemv_bw")
         x0l.append(np.log(bw0))
         lol.append(np.log(bw0 / 3))
-        hil.append(np.log(bw0 * 1.5))
+        hil.append(np.log(bw0 * 2.5))
     if attn:
         names.append("log_attn_flops")
         x0l.append(np.log(peak0[0] / 4))
@@ -279,7 +279,12 @@ def validate(
     df["err_fitted"] = (df["t_fitted_s"] - df["t_measured_s"]) / df["t_measured_s"]
     knees = []
     fitted_hw, apriori_hw = load_hardware(fitted), load_hardware(apriori)
+    # one-token passes on another kernel family (a fitted matrix-vector rate): the knee is read
+    # on the curve of the multi-token passes, where verify widths live
+    gemv_apart = abs(fitted_hw.gemv_bandwidth() / fitted_hw.bandwidth() - 1.0) > 0.1
     for (dt, b, c), g in df.groupby(["dtype", "batch", "context"]):
+        if gemv_apart and int(b) == 1:
+            g = g[g["new_tokens"] > 1]
         if g["new_tokens"].nunique() < 6:
             continue
         # The predicted knee is found the way the measured one is, by the same hinge detector on the

@@ -19,7 +19,7 @@ machine shifts both sides of a ratio; the table has the median over repetitions.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,6 +29,7 @@ from measure.decode import GenerationResult, autoregressive_generate, speculativ
 from measure.models import Transformer
 from roofline.errors import SpecroofError
 from roofline.hardware import Hardware
+from roofline.model import ModelSpec
 from roofline.speculative import DraftModel, EarlyExit, metrics_from_counts, speedup
 
 
@@ -58,29 +59,31 @@ def _progress(total: int, enabled: bool) -> Any:
     return None
 
 
-def speedup_validation(
+def measure_speedups(
     target: Transformer,
     drafters: dict[str, Any],
     prompts_by_batch: dict[int, list[list[int]]],
     gammas: Sequence[int],
-    fitted: Hardware,
     *,
     max_new_tokens: int = 64,
-    dtype: str = "bf16",
     repeats: int = 3,
     progress: bool = False,
+    before_repeat: Callable[[int], None] | None = None,
 ) -> pd.DataFrame:
-    """One row per (drafter, batch, gamma): measured and predicted speedup and the terms behind them.
+    """Measured half: one row per (drafter, batch, gamma) with the speedups, acceptance and pass times.
 
     ``drafters`` maps a label to a draft :class:`Transformer` or an early-exit layer
     count. ``prompts_by_batch[b]`` holds a multiple of ``b`` prompts, decoded ``b`` at a
-    time (more prompts at batch 1 average acceptance over more text). Times in the
-    ``*_ms`` columns are per pass (draft: per draft step), measured medians against
-    the fitted profile's prediction.
+    time (more prompts at batch 1 average acceptance over more text). Each repetition
+    runs the baseline, then every drafter and gamma; ``before_repeat(i)`` runs first
+    (the CLI measures a round of its verify sweeps there, so the fit sees the machine
+    in the same period as the decoding). The ``curve`` column holds the pooled
+    per-position acceptance; ``*_ms_measured`` are medians per pass (draft: per step).
     """
     rows = []
     total = len(prompts_by_batch) * repeats * (1 + len(drafters) * len(gammas))
     bar = _progress(total, progress)
+    visit = 0
     for batch, prompts in prompts_by_batch.items():
         if not prompts or len(prompts) % batch:
             raise SpecroofError(f"batch {batch} needs a non-zero multiple of {batch} prompts (got {len(prompts)})")
@@ -91,6 +94,9 @@ def speedup_validation(
             (label, g): {"steady": [], "e2e": [], "runs": []} for label in drafters for g in gammas
         }
         for _ in range(repeats):
+            if before_repeat is not None:
+                before_repeat(visit)
+            visit += 1
             base = [autoregressive_generate(target, grp, max_new_tokens) for grp in groups]
             base_s = sum(r.decode_s for r in base)
             base_step.append(base_s / (len(groups) * max_new_tokens))
@@ -107,50 +113,96 @@ def speedup_validation(
                     acc["runs"].extend(runs)
                     if bar is not None:
                         bar.update(1)
-        for label, d in drafters.items():
-            # measure.decode's early exit recomputes every layer in verify: price exactly that
-            model_drafter = DraftModel(d.spec) if isinstance(d, Transformer) else EarlyExit(int(d), reuse_kv=False)
+        for label in drafters:
             for g in gammas:
                 acc = per[(label, g)]
                 rounds = pd.concat([r.rounds for r in acc["runs"]], ignore_index=True)
                 a = rounds["accepted"].to_numpy()
                 reach = np.array([(a >= i).sum() for i in range(g + 1)], dtype=float)
                 curve = np.divide(reach[1:], reach[:-1], out=np.zeros(g), where=reach[:-1] > 0)
-                host = float(np.median(rounds["t_accept_s"] + rounds["t_commit_s"]))
-                pred = speedup(
-                    target.spec,
-                    model_drafter,
-                    fitted,
-                    list(curve),
-                    g,
-                    batch,
-                    context,
-                    dtype,
-                    round_overhead_s=host,
-                )
                 per_pos = np.array([(a > i).sum() for i in range(g)])
                 m = metrics_from_counts(len(a), len(a) * g, int(a.sum()), int(rounds["emitted"].sum()), g, per_pos)
-                measured = float(np.nanmedian(acc["steady"]))
                 rows.append(
                     {
                         "drafter": label,
                         "batch": batch,
                         "gamma": g,
+                        "context": context,
                         "acceptance_rate": m.acceptance_rate,
                         "mean_acceptance_length": m.mean_acceptance_length,
-                        "speedup_measured": measured,
-                        "speedup_predicted": float(pred.speedup),
-                        "rel_error": float(pred.speedup) / measured - 1.0,
+                        "curve": curve.tolist(),
+                        "speedup_measured": float(np.nanmedian(acc["steady"])),
                         "speedup_end_to_end": float(np.median(acc["e2e"])),
                         "base_ms_measured": 1e3 * float(np.median(base_step)),
-                        "base_ms_predicted": 1e3 * float(pred.t_target_step_s),
                         "verify_ms_measured": 1e3 * float(rounds["t_verify_s"].median()),
-                        "verify_ms_predicted": 1e3 * float(pred.t_verify_s),
                         "draft_step_ms_measured": 1e3 * float(rounds["t_draft_s"].median()) / g,
-                        "draft_step_ms_predicted": 1e3 * float(pred.t_draft_s) / g,
-                        "host_ms_per_round": 1e3 * host,
+                        "host_ms_per_round": 1e3 * float(np.median(rounds["t_accept_s"] + rounds["t_commit_s"])),
                     }
                 )
     if bar is not None:
         bar.close()
     return pd.DataFrame(rows)
+
+
+def predict_speedups(
+    measured: pd.DataFrame,
+    target: ModelSpec,
+    drafters: dict[str, Any],
+    fitted: Hardware,
+    *,
+    dtype: str = "bf16",
+    draft_hardware: dict[str, Hardware] | None = None,
+) -> pd.DataFrame:
+    """Predicted half: the roofline speedup for every measured row, from its acceptance curve and host cost.
+
+    ``fitted`` prices the target's passes (and an early exit's); ``draft_hardware``
+    maps a drafter's label to the profile its passes are priced with (one fitted to
+    that draft model's own sweep), by default ``fitted`` too.
+    """
+    out = []
+    for row in measured.to_dict(orient="records"):
+        d = drafters[row["drafter"]]
+        # measure.decode's early exit recomputes every layer in verify: price exactly that
+        model_drafter = DraftModel(d.spec) if isinstance(d, Transformer) else EarlyExit(int(d), reuse_kv=False)
+        g = int(row["gamma"])
+        pred = speedup(
+            target,
+            model_drafter,
+            fitted,
+            list(row["curve"]),
+            g,
+            int(row["batch"]),
+            int(row["context"]),
+            dtype,
+            round_overhead_s=row["host_ms_per_round"] / 1e3,
+            draft_hardware=(draft_hardware or {}).get(row["drafter"]),
+        )
+        row.update(
+            speedup_predicted=float(pred.speedup),
+            rel_error=float(pred.speedup) / row["speedup_measured"] - 1.0,
+            base_ms_predicted=1e3 * float(pred.t_target_step_s),
+            verify_ms_predicted=1e3 * float(pred.t_verify_s),
+            draft_step_ms_predicted=1e3 * float(pred.t_draft_s) / g,
+        )
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def speedup_validation(
+    target: Transformer,
+    drafters: dict[str, Any],
+    prompts_by_batch: dict[int, list[list[int]]],
+    gammas: Sequence[int],
+    fitted: Hardware,
+    *,
+    max_new_tokens: int = 64,
+    dtype: str = "bf16",
+    repeats: int = 3,
+    progress: bool = False,
+    draft_hardware: dict[str, Hardware] | None = None,
+) -> pd.DataFrame:
+    """Measure (:func:`measure_speedups`) then predict (:func:`predict_speedups`) with an already fitted profile."""
+    measured = measure_speedups(
+        target, drafters, prompts_by_batch, gammas, max_new_tokens=max_new_tokens, repeats=repeats, progress=progress
+    )
+    return predict_speedups(measured, target.spec, drafters, fitted, dtype=dtype, draft_hardware=draft_hardware)

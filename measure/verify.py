@@ -205,6 +205,30 @@ def sweep(
     return df
 
 
+def pool_sweeps(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    """Pool sweeps of the same points measured at different times into one row per point.
+
+    The minimum is the minimum over all of them, the median and IQR are the medians of
+    the per-sweep figures, repetitions add up; a point is ``ok`` only if every sweep
+    measured it.
+    """
+    if not frames:
+        raise SpecroofError("no sweeps to pool")
+    df = pd.concat(frames, ignore_index=True)
+    keys = [k for k in ("model", *KEY) if k in df.columns]
+    keys = list(dict.fromkeys(keys))
+    agg = {
+        "t_min_s": ("t_min_s", "min"),
+        "t_median_s": ("t_median_s", "median"),
+        "t_iqr_s": ("t_iqr_s", "median"),
+        "repeats": ("repeats", "sum"),
+        "status": ("status", lambda st: "ok" if (st == "ok").all() else next(x for x in st if x != "ok")),
+    }
+    rest = [c for c in df.columns if c not in keys and c not in agg]
+    out = df.groupby(keys, sort=False, dropna=False).agg(**agg, **{c: (c, "first") for c in rest}).reset_index()
+    return out[list(df.columns)]
+
+
 def _finish(
     row: dict[str, Any],
     samples: list[float],

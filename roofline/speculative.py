@@ -485,6 +485,7 @@ def speedup(
     overhead_s: float | None = None,
     round_overhead_s: float = 0.0,
     tp: int = 1,
+    draft_hardware: Hardware | str | None = None,
 ) -> SpeedupResult:
     """Roofline speedup of chain speculation over plain decoding at the same batch and context.
 
@@ -492,7 +493,9 @@ def speedup(
     with the other arguments) or, for a 1-D input with ``curve=True`` (the default
     for lists), a measured per-position acceptance curve a_1..a_g. gamma = 0 is
     plain decoding (speedup 1). ``round_overhead_s`` adds a fixed cost per round
-    (sampling, rollback) on top of the passes.
+    (sampling, rollback) on top of the passes. ``draft_hardware`` prices the draft
+    passes with another profile (e.g. one fitted to the draft model's own sweep:
+    a model that sits in cache runs in another regime than the memory-bound target).
     """
     spec, hw = get_model(target), load_hardware(hardware)
     d = as_drafter(drafter)
@@ -504,8 +507,11 @@ def speedup(
     is_curve = isinstance(alpha_or_curve, (list, tuple)) if curve is None else curve
     E = expected_tokens_curve(alpha_or_curve, g) if is_curve else expected_tokens(alpha_or_curve, g)
     ctx = Ctx(spec, hw, dtype, efficiency, overhead_s, tp)
+    dctx = (
+        ctx if draft_hardware is None else Ctx(spec, load_hardware(draft_hardware), dtype, efficiency, overhead_s, tp)
+    )
     base = pass_time(spec, hw, B, 1, L, dtype, efficiency=efficiency, overhead_s=overhead_s, tp=tp).t_step_s
-    t_draft = d.draft_time(ctx, g, B, L)
+    t_draft = d.draft_time(dctx, g, B, L)
     t_verify = d.verify_time(ctx, g, B, L)
     spec_round = t_draft + t_verify + round_overhead_s
     # gamma = 0 is plain decoding: no draft, no verify overhead, one token per step
