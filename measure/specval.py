@@ -75,7 +75,7 @@ def measure_speedups(
     ``drafters`` maps a label to a draft :class:`Transformer` or an early-exit layer
     count. ``prompts_by_batch[b]`` holds a multiple of ``b`` prompts, decoded ``b`` at a
     time (more prompts at batch 1 average acceptance over more text). Each repetition
-    runs the baseline, then every drafter and gamma; ``before_repeat(i)`` runs first
+    runs, per batch size, the baseline, then every drafter and gamma; ``before_repeat(i)`` runs first
     (the CLI measures a round of its verify sweeps there, so the fit sees the machine
     in the same period as the decoding). The ``curve`` column holds the pooled
     per-position acceptance; ``*_ms_measured`` are medians per pass (draft: per step).
@@ -83,39 +83,42 @@ def measure_speedups(
     rows = []
     total = len(prompts_by_batch) * repeats * (1 + len(drafters) * len(gammas))
     bar = _progress(total, progress)
-    visit = 0
+    groups: dict[int, list[list[list[int]]]] = {}
     for batch, prompts in prompts_by_batch.items():
         if not prompts or len(prompts) % batch:
             raise SpecroofError(f"batch {batch} needs a non-zero multiple of {batch} prompts (got {len(prompts)})")
-        groups = [prompts[i : i + batch] for i in range(0, len(prompts), batch)]
-        context = int(np.mean([len(p) for p in prompts]) + max_new_tokens / 2)
-        base_step: list[float] = []
-        per: dict[tuple[str, int], dict[str, list[Any]]] = {
-            (label, g): {"steady": [], "e2e": [], "runs": []} for label in drafters for g in gammas
-        }
-        for _ in range(repeats):
-            if before_repeat is not None:
-                before_repeat(visit)
-            visit += 1
-            base = [autoregressive_generate(target, grp, max_new_tokens) for grp in groups]
+        groups[batch] = [prompts[i : i + batch] for i in range(0, len(prompts), batch)]
+    base_step: dict[int, list[float]] = {b: [] for b in groups}
+    per: dict[tuple[int, str, int], dict[str, list[Any]]] = {
+        (b, label, g): {"steady": [], "e2e": [], "runs": []} for b in groups for label in drafters for g in gammas
+    }
+    # repetitions outermost: each one visits every batch size, so a machine that drifts over the
+    # run drifts under every configuration alike (and under the sweeps ``before_repeat`` measures)
+    for rep in range(repeats):
+        if before_repeat is not None:
+            before_repeat(rep)
+        for batch, grps in groups.items():
+            base = [autoregressive_generate(target, grp, max_new_tokens) for grp in grps]
             base_s = sum(r.decode_s for r in base)
-            base_step.append(base_s / (len(groups) * max_new_tokens))
+            base_step[batch].append(base_s / (len(grps) * max_new_tokens))
             base_tps = sum(r.n_tokens for r in base) / base_s
             if bar is not None:
                 bar.update(1)
             for label, d in drafters.items():
                 for g in gammas:
-                    runs = [speculative_generate(target, d, grp, g, max_new_tokens) for grp in groups]
+                    runs = [speculative_generate(target, d, grp, g, max_new_tokens) for grp in grps]
                     tok, sec = map(sum, zip(*(_steady(r, batch) for r in runs), strict=True))
-                    acc = per[(label, g)]
+                    acc = per[(batch, label, g)]
                     acc["steady"].append((tok / sec) / base_tps if sec > 0 else np.nan)
                     acc["e2e"].append(base_s / sum(r.decode_s for r in runs))
                     acc["runs"].extend(runs)
                     if bar is not None:
                         bar.update(1)
+    for batch, prompts in prompts_by_batch.items():
+        context = int(np.mean([len(p) for p in prompts]) + max_new_tokens / 2)
         for label in drafters:
             for g in gammas:
-                acc = per[(label, g)]
+                acc = per[(batch, label, g)]
                 rounds = pd.concat([r.rounds for r in acc["runs"]], ignore_index=True)
                 a = rounds["accepted"].to_numpy()
                 reach = np.array([(a >= i).sum() for i in range(g + 1)], dtype=float)
@@ -133,7 +136,7 @@ def measure_speedups(
                         "curve": curve.tolist(),
                         "speedup_measured": float(np.nanmedian(acc["steady"])),
                         "speedup_end_to_end": float(np.median(acc["e2e"])),
-                        "base_ms_measured": 1e3 * float(np.median(base_step)),
+                        "base_ms_measured": 1e3 * float(np.median(base_step[batch])),
                         "verify_ms_measured": 1e3 * float(rounds["t_verify_s"].median()),
                         "draft_step_ms_measured": 1e3 * float(rounds["t_draft_s"].median()) / g,
                         "host_ms_per_round": 1e3 * float(np.median(rounds["t_accept_s"] + rounds["t_commit_s"])),
