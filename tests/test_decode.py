@@ -156,3 +156,13 @@ def test_trees_need_a_model_drafter(pair):
     target, _ = pair
     with pytest.raises(SpecroofError, match="chains only"):
         speculative_generate(target, "prompt-lookup", PROMPTS, Tree.kary(2, 2), 5)
+
+
+def test_tree_decoding_stops_at_eos_and_length(pair):
+    target, draft = pair
+    base = autoregressive_generate(target, PROMPTS, 12)
+    eos = base.tokens[1][4]
+    res = speculative_generate(target, draft, PROMPTS, Tree.kary(2, 3), 12, eos=eos)
+    assert res.tokens[1] == base.tokens[1][: base.tokens[1].index(eos) + 1]
+    for t, b in zip(res.tokens, base.tokens, strict=True):
+        assert len(t) <= 12 and t == b[: len(t)]
