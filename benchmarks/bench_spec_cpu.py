@@ -21,12 +21,13 @@ from benchmarks.record import record
 from roofline import cli
 
 GAMMAS = "1,2,4,6,8"
+REPEATS = 5
 
 
 def main() -> None:
     """Run the command, or with ``--from DIR`` re-render the section from an earlier run's folder."""
     argv = ["measure", "spec", "--pair", "offline", "--early-exit", "1", "--gamma", GAMMAS, "--batch", "1,4"]
-    argv += ["--tokens", "48", "--repeats", "3"]
+    argv += ["--tokens", "48", "--repeats", str(REPEATS)]
     if len(sys.argv) > 2 and sys.argv[1] == "--from":
         out = Path(sys.argv[2])
     else:
