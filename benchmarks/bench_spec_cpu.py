@@ -21,7 +21,7 @@ from benchmarks.record import record
 from roofline import cli
 
 GAMMAS = "1,2,4,6,8"
-REPEATS = 5
+REPEATS = 3
 
 
 def main() -> None:
