@@ -247,22 +247,22 @@ def _draft_tree(
     return toks, q_all
 
 
-class DraftModelDrafter:
-    """A separate small model with its own cache (re-fed the last two committed tokens each round)."""
+class _ModelDrafter:
+    """A drafter that runs a model on a cache: ``keep`` committed tokens are re-fed each round.
 
-    def __init__(self, model: Transformer) -> None:
-        self.model = model
-        self.name = f"draft {model.spec.name}"
+    Chains and trees share the rollback and the feed; subclasses say which model, how
+    many tokens it re-feeds and how many of its layers run.
+    """
 
-    def start(self, prompts: Sequence[Sequence[int]], extra: int) -> None:
-        _prepare(self.model, prompts, extra)
+    model: Transformer
+    keep: int
+    n_layers: int | None = None
 
     def propose(
         self, last2: torch.Tensor, committed: np.ndarray, gamma: int, sp: SamplingParams, gen: torch.Generator | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        m = self.model
-        m.cache.rollback(committed - 2)  # type: ignore[union-attr]
-        return _draft_steps(m, last2, gamma, sp, gen)
+        self.model.cache.rollback(committed - self.keep)  # type: ignore[union-attr]
+        return _draft_steps(self.model, last2[:, 2 - self.keep :], gamma, sp, gen, n_layers=self.n_layers)
 
     def propose_tree(
         self,
@@ -273,8 +273,21 @@ class DraftModelDrafter:
         gen: torch.Generator | None,
         variant: str,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        self.model.cache.rollback(committed - 2)  # type: ignore[union-attr]
-        return _draft_tree(self.model, last2, tree, sp, gen, variant)
+        self.model.cache.rollback(committed - self.keep)  # type: ignore[union-attr]
+        return _draft_tree(self.model, last2[:, 2 - self.keep :], tree, sp, gen, variant, n_layers=self.n_layers)
+
+
+class DraftModelDrafter(_ModelDrafter):
+    """A separate small model with its own cache (re-fed the last two committed tokens each round)."""
+
+    keep = 2
+
+    def __init__(self, model: Transformer) -> None:
+        self.model = model
+        self.name = f"draft {model.spec.name}"
+
+    def start(self, prompts: Sequence[Sequence[int]], extra: int) -> None:
+        _prepare(self.model, prompts, extra)
 
     def commit_tree(self, committed: np.ndarray, path: torch.Tensor, n_accepted: torch.Tensor) -> None:
         """Keep the draft KV of the accepted nodes but the last (it is re-fed next round as ``prev``)."""
@@ -284,36 +297,19 @@ class DraftModelDrafter:
         cache.commit_paths(path, (n_accepted - 1).clamp(min=0))
 
 
-class EarlyExitDrafter:
+class EarlyExitDrafter(_ModelDrafter):
     """Self-speculation: the target's first ``layers`` layers plus its norm and head, on the target's cache."""
+
+    keep = 1
 
     def __init__(self, target: Transformer, layers: int) -> None:
         if not 1 <= layers < target.spec.n_layers:
             raise SpecroofError(f"early-exit layers must lie in [1, {target.spec.n_layers - 1}] (got {layers})")
-        self.target, self.layers = target, layers
+        self.model, self.n_layers = target, layers
         self.name = f"early exit @{layers}"
 
     def start(self, prompts: Sequence[Sequence[int]], extra: int) -> None:
         pass  # shares the target's cache
-
-    def propose(
-        self, last2: torch.Tensor, committed: np.ndarray, gamma: int, sp: SamplingParams, gen: torch.Generator | None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        m = self.target
-        m.cache.rollback(committed - 1)  # type: ignore[union-attr]
-        return _draft_steps(m, last2[:, 1:], gamma, sp, gen, n_layers=self.layers)
-
-    def propose_tree(
-        self,
-        last2: torch.Tensor,
-        committed: np.ndarray,
-        tree: Tree,
-        sp: SamplingParams,
-        gen: torch.Generator | None,
-        variant: str,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        self.target.cache.rollback(committed - 1)  # type: ignore[union-attr]
-        return _draft_tree(self.target, last2[:, 1:], tree, sp, gen, variant, n_layers=self.layers)
 
     def commit_tree(self, committed: np.ndarray, path: torch.Tensor, n_accepted: torch.Tensor) -> None:
         pass  # the target's commit moves the shared cache

@@ -88,6 +88,32 @@ def _cosine(step: int, total: int, lr: float) -> float:
     return lr * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, total - warm)))
 
 
+def _train(
+    model: Transformer,
+    steps: int,
+    cfg: PairConfig,
+    next_batch: Callable[[], torch.Tensor],
+    loss_fn: Callable[[torch.Tensor], tuple[torch.Tensor, str]],
+    clip: float | None,
+    log: Callable[[str], None] | None,
+) -> float:
+    """AdamW with a cosine schedule over ``steps`` batches; ``loss_fn`` gives the loss and a log line. Seconds."""
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
+    t0 = time.perf_counter()
+    for step in range(steps):
+        for g in opt.param_groups:
+            g["lr"] = _cosine(step, steps, cfg.lr)
+        loss, line = loss_fn(next_batch())
+        opt.zero_grad()
+        loss.backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.step()
+        if log and step % 100 == 0:
+            log(f"step {step}: {line}")
+    return time.perf_counter() - t0
+
+
 def train_pair(
     cfg: PairConfig = PairConfig(), log: Callable[[str], None] | None = None
 ) -> tuple[Transformer, Transformer, dict]:
@@ -95,40 +121,29 @@ def train_pair(
     torch.manual_seed(cfg.seed)
     gen = np.random.default_rng(cfg.seed)
     train, held = corpus(cfg.corpus_bytes)
+
+    def next_batch() -> torch.Tensor:
+        return _batches(train, cfg, gen)
+
     target = Transformer(cfg.target_spec(), dtype="fp32")
-    opt = torch.optim.AdamW(target.parameters(), lr=cfg.lr, weight_decay=0.01)
-    t0 = time.perf_counter()
-    for step in range(cfg.target_steps):
-        for g in opt.param_groups:
-            g["lr"] = _cosine(step, cfg.target_steps, cfg.lr)
-        xy = _batches(train, cfg, gen)
+
+    def target_loss(xy: torch.Tensor) -> tuple[torch.Tensor, str]:
         logits, early = target.forward_train(xy[:, :-1], exit_layer=cfg.exit_layer)
         loss = F.cross_entropy(logits.reshape(-1, 256), xy[:, 1:].reshape(-1))
         loss_early = F.cross_entropy(early.reshape(-1, 256), xy[:, 1:].reshape(-1))  # type: ignore[union-attr]
-        opt.zero_grad()
-        (loss + 0.3 * loss_early).backward()
-        torch.nn.utils.clip_grad_norm_(target.parameters(), 1.0)
-        opt.step()
-        if log and step % 100 == 0:
-            log(f"target step {step}: loss {loss.item():.3f} nats/byte, early exit {loss_early.item():.3f}")
-    target_s = time.perf_counter() - t0
+        return loss + 0.3 * loss_early, f"target loss {loss.item():.3f} nats/byte, early exit {loss_early.item():.3f}"
+
+    target_s = _train(target, cfg.target_steps, cfg, next_batch, target_loss, 1.0, log)
     draft = Transformer(cfg.draft_spec(), dtype="fp32")
-    opt = torch.optim.AdamW(draft.parameters(), lr=cfg.lr, weight_decay=0.01)
-    t1 = time.perf_counter()
-    for step in range(cfg.draft_steps):
-        for g in opt.param_groups:
-            g["lr"] = _cosine(step, cfg.draft_steps, cfg.lr)
-        xy = _batches(train, cfg, gen)
+
+    def draft_loss(xy: torch.Tensor) -> tuple[torch.Tensor, str]:
         with torch.no_grad():
             teacher = F.log_softmax(target.forward_train(xy[:, :-1])[0], -1)
         student = F.log_softmax(draft.forward_train(xy[:, :-1])[0], -1)
         loss = F.kl_div(student, teacher, log_target=True, reduction="batchmean") / cfg.seq_len
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        if log and step % 100 == 0:
-            log(f"draft step {step}: KL to target {loss.item():.3f}")
-    draft_s = time.perf_counter() - t1
+        return loss, f"draft KL to target {loss.item():.3f}"
+
+    draft_s = _train(draft, cfg.draft_steps, cfg, next_batch, draft_loss, None, log)
     stats = {"target_train_s": target_s, "draft_train_s": draft_s, "held_out": held_out_loss(target, draft, held, cfg)}
     return target.eval(), draft.eval(), stats
 

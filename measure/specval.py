@@ -31,7 +31,7 @@ from measure.models import Transformer
 from roofline.errors import SpecroofError
 from roofline.hardware import Hardware
 from roofline.model import ModelSpec
-from roofline.speculative import DraftModel, EarlyExit, metrics_from_counts, speedup
+from roofline.speculative import DraftModel, EarlyExit, speedup
 
 
 def _steady(run: GenerationResult, batch: int) -> tuple[int, float]:
@@ -131,11 +131,9 @@ def measure_speedups(
                 # acceptance is lower, and mixing it in biased batched predictions low by 10-40%.
                 rounds = pd.concat([_full_rounds(r.rounds, batch) for r in acc["runs"]], ignore_index=True)
                 every = pd.concat([r.rounds for r in acc["runs"]], ignore_index=True)
-                a = rounds["accepted"].to_numpy()
-                reach = np.array([(a >= i).sum() for i in range(g + 1)], dtype=float)
-                curve = np.divide(reach[1:], reach[:-1], out=np.zeros(g), where=reach[:-1] > 0)
-                per_pos = np.array([(a > i).sum() for i in range(g)])
-                m = metrics_from_counts(len(a), len(a) * g, int(a.sum()), int(rounds["emitted"].sum()), g, per_pos)
+                steady = GenerationResult([], 0.0, 0.0, rounds, g)  # the pooled steady rounds, as one run
+                m = steady.metrics()
+                curve = np.nan_to_num(steady.acceptance_curve(), nan=0.0)  # unreached positions: 0
                 rows.append(
                     {
                         "drafter": label,

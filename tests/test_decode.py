@@ -52,6 +52,18 @@ def test_the_early_exit_drafter_accepts_something(pair):
     assert curve.shape == (4,) and np.all((curve[np.isfinite(curve)] >= 0) & (curve[np.isfinite(curve)] <= 1))
 
 
+def _first_token_pvalue(p: np.ndarray, tokens: list[list[int]]) -> float:
+    """Chi-square p-value of the emitted first tokens against the target's distribution ``p``."""
+    n = len(tokens)
+    counts = np.bincount(np.array([t[0] for t in tokens]), minlength=p.size)
+    keep = p * n >= 5  # chi-square needs enough expected counts per cell
+    observed, expected = counts[keep], p[keep] * n
+    if (~keep).any():
+        observed, expected = np.append(observed, counts[~keep].sum()), np.append(expected, p[~keep].sum() * n)
+    expected = expected * observed.sum() / expected.sum()
+    return float(stats.chisquare(observed, expected).pvalue)
+
+
 @pytest.mark.parametrize("which", ["draft", "early-exit"])
 def test_sampled_first_tokens_follow_the_target(pair, which):
     target, draft = pair
@@ -62,15 +74,8 @@ def test_sampled_first_tokens_follow_the_target(pair, which):
         p = torch.softmax(target(torch.as_tensor([prompt]))[0, -1].double(), -1).numpy()
     drafter = draft if which == "draft" else 2
     res = speculative_generate(target, drafter, [prompt] * n, 3, 2, SamplingParams(temperature=1.0), seed=3)
-    first = np.array([t[0] for t in res.tokens])
     second = np.array([t[1] for t in res.tokens])
-    counts = np.bincount(first, minlength=p.size)
-    keep = p * n >= 5  # chi-square needs enough expected counts per cell
-    observed, expected = counts[keep], p[keep] * n
-    if (~keep).any():
-        observed, expected = np.append(observed, counts[~keep].sum()), np.append(expected, p[~keep].sum() * n)
-    expected = expected * observed.sum() / expected.sum()
-    assert stats.chisquare(observed, expected).pvalue > 1e-3
+    assert _first_token_pvalue(p, res.tokens) > 1e-3
     assert res.metrics().acceptance_rate > 0.0 and len(set(second.tolist())) > 5
 
 
@@ -142,13 +147,7 @@ def test_sampled_tree_first_tokens_follow_the_target(pair, variant):
     res = speculative_generate(
         target, draft, [prompt] * n, Tree.kary(3, 2), 1, SamplingParams(temperature=1.0), seed=5, tree_variant=variant
     )
-    counts = np.bincount(np.array([t[0] for t in res.tokens]), minlength=p.size)
-    keep = p * n >= 5
-    observed, expected = counts[keep], p[keep] * n
-    if (~keep).any():
-        observed, expected = np.append(observed, counts[~keep].sum()), np.append(expected, p[~keep].sum() * n)
-    expected = expected * observed.sum() / expected.sum()
-    assert stats.chisquare(observed, expected).pvalue > 1e-3
+    assert _first_token_pvalue(p, res.tokens) > 1e-3
     assert res.metrics().acceptance_rate > 0.0
 
 
