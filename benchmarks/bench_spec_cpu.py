@@ -21,7 +21,7 @@ from benchmarks.record import record
 from roofline import cli
 
 GAMMAS = "1,2,4,6,8"
-REPEATS = 3
+REPEATS = 5
 
 
 def main() -> None:
@@ -69,10 +69,12 @@ def main() -> None:
         f"early exit after layer 1 of the target. Held-out cross-entropy (nats/byte): target {held['target']:.3f}, "
         f"early exit {held['early_exit']:.3f}, draft {held['draft']:.3f}. Greedy decoding of 48 bytes per held-out "
         "prompt (4 prompts at batch 1, one batch of 4), torch.mv for one-token passes. Blocked design: before each "
-        "of the 3 repetitions (baseline, then every drafter and gamma) one round of the target's and the draft's "
-        "verify sweeps is measured, and each repetition visits both batch sizes; the fit uses the pooled sweeps, so the passes it sees and the passes the "
-        "decoding runs come from the same periods of this shared machine. Speedups are medians over the "
-        "repetitions, each against its own baseline; `speedup_measured` is the steady state (rounds where every "
+        f"of the {REPEATS} repetitions one round of the target's and the draft's verify sweeps is measured; each "
+        "repetition then visits both batch sizes and runs every drafter and gamma in a shuffled order, each "
+        "speculative run bracketed by two baseline probes (autoregressive decoding of one group of prompts) and "
+        "compared with their mean time per token, so a slow period of this shared machine moves both sides of a "
+        "ratio. The fit uses the pooled sweeps. Speedups are medians over the "
+        "repetitions; `speedup_measured` is the steady state (rounds where every "
         "sequence of the batch is running), `speedup_end_to_end` includes the tail where finished sequences ride "
         "along in the static batch.\n\n"
         f"Verify-pass fits (median per point: a decoding run lives through the machine's typical passes): target MAPE {summary['fit_mape']:.1%} (a-priori, microbenchmark "

@@ -13,9 +13,9 @@ it. ``speedup_measured`` is therefore the steady state (tokens emitted in rounds
 where every sequence of the batch was still running, over those rounds' time),
 and the acceptance curve behind the prediction comes from those same rounds;
 ``speedup_end_to_end`` (decode time to the last token) is reported beside it.
-Baseline and speculative runs are interleaved, and each repetition's speedup is
-taken against the baseline of the same repetition, so a slow period on a shared
-machine shifts both sides of a ratio; the table has the median over repetitions.
+Every speculative run is bracketed by two baseline probes and compared with their
+mean throughput, so a slow period on a shared machine shifts both sides of a
+ratio; the table has the median over repetitions.
 """
 
 from __future__ import annotations
@@ -55,6 +55,16 @@ def _full_rounds(rounds: pd.DataFrame, batch: int) -> pd.DataFrame:
     return rounds[rounds.groupby("round")["seq"].transform("size") == batch]
 
 
+def _probe(target: Transformer, prompts: list[list[int]], max_new_tokens: int) -> float:
+    """Baseline seconds per emitted token, decoding ``prompts`` autoregressively.
+
+    Greedy and of fixed length, the baseline's speed does not depend on the text, so
+    one group of prompts is a probe of the machine's current speed.
+    """
+    r = autoregressive_generate(target, prompts, max_new_tokens)
+    return r.decode_s / r.n_tokens
+
+
 def _progress(total: int, enabled: bool) -> Any:
     if enabled:
         try:
@@ -76,28 +86,35 @@ def measure_speedups(
     repeats: int = 3,
     progress: bool = False,
     before_repeat: Callable[[int], None] | None = None,
+    seed: int = 0,
 ) -> pd.DataFrame:
     """Measured half: one row per (drafter, batch, gamma) with the speedups, acceptance and pass times.
 
     ``drafters`` maps a label to a draft :class:`Transformer` or an early-exit layer
     count. ``prompts_by_batch[b]`` holds a multiple of ``b`` prompts, decoded ``b`` at a
     time (more prompts at batch 1 average acceptance over more text). Each repetition
-    runs, per batch size, the baseline, then every drafter and gamma; ``before_repeat(i)`` runs first
-    (the CLI measures a round of its verify sweeps there, so the fit sees the machine
-    in the same period as the decoding). The ``curve`` column holds the pooled
-    per-position acceptance; ``*_ms_measured`` are medians per pass (draft: per step).
+    runs, per batch size, every drafter and gamma in a shuffled order, with a baseline
+    probe (one group of prompts, decoded autoregressively) before the first and after
+    each: a speculative run is compared with the mean throughput of the two probes
+    that bracket it, so a machine whose speed drifts over minutes moves both sides of
+    every ratio. ``before_repeat(i)`` runs first (the CLI measures a round of its
+    verify sweeps there, so the fit sees the machine in the same period as the
+    decoding). The ``curve`` column holds the pooled per-position acceptance;
+    ``*_ms_measured`` are medians per pass (draft: per step).
     """
     rows = []
-    total = len(prompts_by_batch) * repeats * (1 + len(drafters) * len(gammas))
+    configs = [(label, g) for label in drafters for g in gammas]
+    total = len(prompts_by_batch) * repeats * (1 + 2 * len(configs))
     bar = _progress(total, progress)
     groups: dict[int, list[list[list[int]]]] = {}
     for batch, prompts in prompts_by_batch.items():
         if not prompts or len(prompts) % batch:
             raise SpecroofError(f"batch {batch} needs a non-zero multiple of {batch} prompts (got {len(prompts)})")
         groups[batch] = [prompts[i : i + batch] for i in range(0, len(prompts), batch)]
+    rng = np.random.default_rng(seed)
     base_step: dict[int, list[float]] = {b: [] for b in groups}
     per: dict[tuple[int, str, int], dict[str, list[Any]]] = {
-        (b, label, g): {"steady": [], "e2e": [], "runs": []} for b in groups for label in drafters for g in gammas
+        (b, label, g): {"steady": [], "e2e": [], "runs": []} for b in groups for label, g in configs
     }
     # repetitions outermost: each one visits every batch size, so a machine that drifts over the
     # run drifts under every configuration alike (and under the sweeps ``before_repeat`` measures)
@@ -105,22 +122,30 @@ def measure_speedups(
         if before_repeat is not None:
             before_repeat(rep)
         for batch, grps in groups.items():
-            base = [autoregressive_generate(target, grp, max_new_tokens) for grp in grps]
-            base_s = sum(r.decode_s for r in base)
-            base_step[batch].append(base_s / (len(grps) * max_new_tokens))
-            base_tps = sum(r.n_tokens for r in base) / base_s
+            # baseline seconds per token: one probe before the first run and one after each
+            probes = [_probe(target, grps[0], max_new_tokens)]
             if bar is not None:
                 bar.update(1)
-            for label, d in drafters.items():
-                for g in gammas:
-                    runs = [speculative_generate(target, d, grp, g, max_new_tokens) for grp in grps]
-                    tok, sec = map(sum, zip(*(_steady(r, batch) for r in runs), strict=True))
-                    acc = per[(batch, label, g)]
-                    acc["steady"].append((tok / sec) / base_tps if sec > 0 else np.nan)
-                    acc["e2e"].append(base_s / sum(r.decode_s for r in runs))
-                    acc["runs"].extend(runs)
-                    if bar is not None:
-                        bar.update(1)
+            base_step[batch].append(probes[0] * batch)  # a step emits one token per sequence
+            # a shuffled order per repetition: drift cannot line up with gamma
+            for j in rng.permutation(len(configs)):
+                label, g = configs[j]
+                d = drafters[label]
+                runs = [speculative_generate(target, d, grp, g, max_new_tokens) for grp in grps]
+                if bar is not None:
+                    bar.update(1)
+                probes.append(_probe(target, grps[len(probes) % len(grps)], max_new_tokens))
+                if bar is not None:
+                    bar.update(1)
+                base_step[batch].append(probes[-1] * batch)
+                # the mean of the times (not of the rates): time is what drifts with the machine's load
+                base_tps = 2.0 / (probes[-2] + probes[-1])
+                tok, sec = map(sum, zip(*(_steady(r, batch) for r in runs), strict=True))
+                acc = per[(batch, label, g)]
+                acc["steady"].append((tok / sec) / base_tps if sec > 0 else np.nan)
+                e2e_tps = sum(r.n_tokens for r in runs) / sum(r.decode_s for r in runs)
+                acc["e2e"].append(e2e_tps / base_tps)
+                acc["runs"].extend(runs)
     for batch, prompts in prompts_by_batch.items():
         context = int(np.mean([len(p) for p in prompts]) + max_new_tokens / 2)
         for label in drafters:
