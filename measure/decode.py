@@ -42,6 +42,8 @@ class GenerationResult:
     #: draft tokens proposed per round (gamma for a chain, the node count for a tree)
     drafted: int = 0
     tree: Tree | None = None
+    #: seconds of every baseline step (``autoregressive_generate(..., step_times=True)``)
+    step_s: list[float] = field(default_factory=list)
 
     @property
     def n_tokens(self) -> int:
@@ -124,8 +126,13 @@ def autoregressive_generate(
     *,
     eos: int | None = None,
     seed: int = 0,
+    step_times: bool = False,
 ) -> GenerationResult:
-    """The baseline: one target step per token for a batch of prompts (ragged lengths)."""
+    """The baseline: one target step per token for a batch of prompts (ragged lengths).
+
+    ``step_times=True`` records every step's seconds in ``step_s`` (the device is
+    synchronised after each step, as speculative rounds are after each phase).
+    """
     sp = sampling or SamplingParams(temperature=0.0)
     gen = torch.Generator(device=model.device).manual_seed(seed)
     t0 = time.perf_counter()
@@ -135,13 +142,18 @@ def autoregressive_generate(
     B = len(prompts)
     out = torch.zeros(B, max_new_tokens, dtype=torch.long, device=model.device)
     done = torch.zeros(B, dtype=torch.bool, device=model.device)
+    steps: list[float] = []
     with torch.no_grad():
         for i in range(max_new_tokens):
+            ts = time.perf_counter()
             logits = model(pending.view(B, 1))[:, -1]
             model.advance(1)
             nxt = logits.argmax(-1) if sp.greedy else _sample(_probs(logits, sp), gen)
             out[:, i] = nxt
             pending = nxt
+            if step_times:
+                synchronize(model.device)
+                steps.append(time.perf_counter() - ts)
             if eos is not None:
                 done |= nxt == eos
                 if bool(done.all()):
@@ -149,7 +161,7 @@ def autoregressive_generate(
                     break
     synchronize(model.device)
     t2 = time.perf_counter()
-    return GenerationResult(_trim(out.tolist(), eos, max_new_tokens), t2 - t1, t1 - t0)
+    return GenerationResult(_trim(out.tolist(), eos, max_new_tokens), t2 - t1, t1 - t0, step_s=steps)
 
 
 def _trim(rows: list[list[int]], eos: int | None, limit: int) -> list[list[int]]:

@@ -86,10 +86,12 @@ def test_measure_spec_cli(tmp_path, capsys):
         "crossover_predicted",
         "speedup",
         "speedup_error_max",
+        "speedup_error_max_wall",
     ):
         assert key in d
     assert {r["gamma"] for r in d["speedup"]} == {1, 2} and len(d["speedup"]) == 4  # 2 drafters x 2 gammas
     assert all(r["speedup_measured"] > 0 and r["speedup_predicted"] > 0 for r in d["speedup"])
+    assert all(r["speedup_wall"] > 0 and r["statistic"] == "min" for r in d["speedup"])
     assert (tmp_path / "spec" / "speedup.csv").exists() and (tmp_path / "spec" / "fitted-profile.toml").exists()
     assert main(["measure", "spec", "--gamma", "1"]) == 2
 
