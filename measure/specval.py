@@ -98,7 +98,7 @@ def measure_speedups(
     max_new_tokens: int = 64,
     repeats: int = 3,
     progress: bool = False,
-    before_repeat: Callable[[int], None] | None = None,
+    before_block: Callable[[int], None] | None = None,
     seed: int = 0,
     statistic: str = "min",
 ) -> pd.DataFrame:
@@ -109,9 +109,9 @@ def measure_speedups(
     time (more prompts at batch 1 average acceptance over more text). Each repetition
     runs, per batch size, every drafter and gamma in a shuffled order, with a baseline
     probe (one group of prompts, decoded autoregressively, every step timed) before
-    the first and after each. ``before_repeat(i)`` runs first (the CLI measures a
-    round of its verify sweeps there, so the fit sees the machine in the same period
-    as the decoding).
+    the first and after each. ``before_block(i)`` runs before each (repetition, batch
+    size) block, numbered from 0 (the CLI measures a round of its verify sweeps there,
+    so the fit sees the machine in the same periods as the decoding).
 
     Three speedups per row, all over the steady rounds (the whole batch running):
 
@@ -150,11 +150,11 @@ def measure_speedups(
         (b, label, g): {"wall": [], "e2e": [], "runs": []} for b in groups for label, g in configs
     }
     # repetitions outermost: each one visits every batch size, so a machine that drifts over the
-    # run drifts under every configuration alike (and under the sweeps ``before_repeat`` measures)
+    # run drifts under every configuration alike (and under the sweeps ``before_block`` measures)
     for rep in range(repeats):
-        if before_repeat is not None:
-            before_repeat(rep)
-        for batch, grps in groups.items():
+        for k, (batch, grps) in enumerate(groups.items()):
+            if before_block is not None:
+                before_block(rep * len(groups) + k)
             # baseline seconds per token: one probe before the first run and one after each
             probes = [_probe(target, grps[0], max_new_tokens)]
             if bar is not None:

@@ -551,9 +551,10 @@ def cmd_measure_spec(args: argparse.Namespace) -> int:
 
         dts = ("fp32",) if args.dtype == "fp32" else ("fp32", args.dtype)
         apriori = measure_profile(out / "apriori-profile.toml", default_device(), dts)
-    # A blocked design: one round of each verify sweep before every repetition of the decoding, so
-    # the passes the fit sees and the passes the decoding runs come from the same periods of a
-    # shared machine whose bandwidth drifts by tens of percent over minutes.
+    # A blocked design: one round of each verify sweep before every (repetition, batch size) block
+    # of the decoding, so the passes the fit sees and the passes the decoding runs come from the
+    # same periods of a shared machine whose bandwidth drifts by tens of percent over minutes (and
+    # each sweep point gets 3 passes per block: a minimum over several periods finds a quiet one).
     frames: dict[str, list[pd.DataFrame]] = {"target": [], "draft": []}
 
     def sweep_round(i: int) -> None:
@@ -571,7 +572,7 @@ def cmd_measure_spec(args: argparse.Namespace) -> int:
         max_new_tokens=args.tokens,
         repeats=args.repeats,
         progress=not args.json,
-        before_repeat=sweep_round,
+        before_block=sweep_round,
         statistic=args.statistic,
     )
     df = pool_sweeps(frames["target"])
