@@ -241,7 +241,7 @@ def _draft_tree(
     q_all = torch.zeros(B, n + 1, V, dtype=torch.float64, device=prefix.device) if not sp.greedy else torch.empty(0)
     parents = tree.parents
     depths = tree.depths
-    for d in range(1, int(depths.max()) + 1):
+    for d in range(1, tree.depth + 1):
         known = int((depths < d).sum())  # BFS order: the nodes above this level are the first ``known``
         level = np.nonzero(depths == d)[0]
         par = np.unique(parents[level])  # this level's parents (-1 = the root)
@@ -410,7 +410,7 @@ def speculative_generate(
         d = drafter
     if tree is not None and not hasattr(d, "propose_tree"):
         raise SpecroofError(f"the drafter {getattr(d, 'name', d)!r} drafts chains only")
-    depth = int(tree.depths.max()) if tree is not None else int(gamma)
+    depth = tree.depth if tree is not None else int(gamma)
     n_draft = tree.n_nodes if tree is not None else int(gamma)
     if tree is not None:
         # the verify pass: the pending token is the root, the draft nodes hang below it

@@ -146,6 +146,14 @@ def _children_table(parents: list[int], device: torch.device) -> torch.Tensor:
     return table.to(device)
 
 
+def _tree_depth(parents: list[int]) -> int:
+    """Depth of the deepest node of a parent array listed parents-first (0 for no nodes)."""
+    depths: list[int] = []
+    for par in parents:
+        depths.append(1 if par < 0 else depths[par] + 1)
+    return max(depths, default=0)
+
+
 def verify_tree(
     p: torch.Tensor,
     q: torch.Tensor,
@@ -165,10 +173,7 @@ def verify_tree(
         raise SpecroofError(f"unknown tree variant {variant!r}; choose 'sequoia' or 'specinfer'")
     B, n = node_tokens.shape
     dev = p.device
-    depths = [0] * n
-    for i, par in enumerate(parents):
-        depths[i] = 1 if par < 0 else depths[par] + 1
-    max_depth = max(depths, default=0)
+    max_depth = _tree_depth(parents)
     if uniforms is None:
         ua = torch.rand(B, n, generator=generator, dtype=torch.float64, device=dev)
         us = torch.rand(B, generator=generator, dtype=torch.float64, device=dev)
@@ -225,10 +230,7 @@ def verify_tree_greedy(target_argmax: torch.Tensor, parents: list[int], node_tok
     """
     B, n = node_tokens.shape
     dev = node_tokens.device
-    depths = [0] * n
-    for i, par in enumerate(parents):
-        depths[i] = 1 if par < 0 else depths[par] + 1
-    max_depth = max(depths, default=0)
+    max_depth = _tree_depth(parents)
     kids = _children_table(parents, dev)
     rows = torch.arange(B, device=dev)
     tok = node_tokens.long()

@@ -64,14 +64,19 @@ def _first_token_pvalue(p: np.ndarray, tokens: list[list[int]]) -> float:
     return float(stats.chisquare(observed, expected).pvalue)
 
 
+def _next_token_probs(target, prompt: list[int]) -> np.ndarray:
+    """The target's distribution of the token after ``prompt`` (temperature 1), float64."""
+    with torch.no_grad():
+        target.setup_cache(1, 16)
+        return torch.softmax(target(torch.as_tensor([prompt]))[0, -1].double(), -1).numpy()
+
+
 @pytest.mark.parametrize("which", ["draft", "early-exit"])
 def test_sampled_first_tokens_follow_the_target(pair, which):
     target, draft = pair
     prompt = [4, 9, 2, 7, 1]
     n = 4000
-    with torch.no_grad():
-        target.setup_cache(1, 16)
-        p = torch.softmax(target(torch.as_tensor([prompt]))[0, -1].double(), -1).numpy()
+    p = _next_token_probs(target, prompt)
     drafter = draft if which == "draft" else 2
     res = speculative_generate(target, drafter, [prompt] * n, 3, 2, SamplingParams(temperature=1.0), seed=3)
     second = np.array([t[1] for t in res.tokens])
@@ -141,9 +146,7 @@ def test_sampled_tree_first_tokens_follow_the_target(pair, variant):
     target, draft = pair
     prompt = [4, 9, 2, 7, 1]
     n = 3000
-    with torch.no_grad():
-        target.setup_cache(1, 16)
-        p = torch.softmax(target(torch.as_tensor([prompt]))[0, -1].double(), -1).numpy()
+    p = _next_token_probs(target, prompt)
     res = speculative_generate(
         target, draft, [prompt] * n, Tree.kary(3, 2), 1, SamplingParams(temperature=1.0), seed=5, tree_variant=variant
     )
