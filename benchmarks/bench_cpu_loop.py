@@ -35,6 +35,7 @@ def main() -> None:
         rel = (k["crossover_predicted"] - k["crossover_measured"]) / k["crossover_measured"]
         rows.append(
             f"| {k['batch']} | {k['context']} | {k['crossover_measured']:.1f} | {k['crossover_predicted']:.1f} | {rel:+.0%} "
+            f"| {k['knee_measured']:.1f} | {k['knee_predicted']:.1f} "
             f"| {k['crossover_roofline_fitted']} | {k['crossover_roofline_apriori']} |"
         )
     p = s["fit_params"]
@@ -56,12 +57,17 @@ def main() -> None:
         f"{p.get('attention_flop_per_s', float('nan')) / 1e12:.3f} TFLOP/s, overlap {p['overlap']:.2f}.\n\n"
         f"| verify-latency MAPE | a-priori | fitted |\n|---|---|---|\n| all points | {s['apriori_mape']:.1%} | {s['fit_mape']:.1%} |\n\n"
         f"Fitted to the medians instead: MAPE {by_median.mape:.1%}.\n\n"
-        "Crossover K (new tokens per sequence before the pass time starts to rise). Measured: the hinge "
-        "(flat, then linear) that fits the measured times best; predicted: the same hinge fitted to the fitted "
-        "model's curve at every integer token count. The last two columns are the pure roofline crossovers "
-        "(memory time = compute time) of the fitted and a-priori profiles.\n\n"
-        "| batch | context | measured knee | predicted knee | predicted vs measured | roofline K (fitted) "
-        "| roofline K (a-priori) |\n|---|---|---|---|---|---|---|\n"
+        "Crossover K (new tokens per sequence; the seeds' K = memory time / compute time per token). "
+        "Measured: read off each (batch, context) curve by fitting it, every point in relative error, with the "
+        "roofline's own shape, max(M, C n) + (1 - overlap) min(M, C n) at the fitted overlap, K = M / C "
+        "(`measure.fit.measured_crossover`); predicted: the same read-out of the fitted model's curve at the "
+        f"same token counts. With overlap {p['overlap']:.2f} the curve rises from the first token, so the "
+        "10%-rise knee (beside it) is about a tenth of K and moves by a pass's noise over a gentle slope. "
+        "The last two columns are the pure roofline crossovers (memory time = compute time) of the fitted "
+        "and a-priori profiles.\n\n"
+        "| batch | context | measured K | predicted K | predicted vs measured | 10% knee measured "
+        "| 10% knee predicted | roofline K (fitted) | roofline K (a-priori) |\n"
+        "|---|---|---|---|---|---|---|---|---|\n"
         + "\n".join(rows)
         + "\n\n![CPU verify sweep](docs/cpu_verify_sweep.png)\n"
     )

@@ -88,7 +88,9 @@ def main() -> None:
         + spec[cols].to_markdown(index=False, floatfmt=".3f")
         + "\n\nPer-pass terms behind the prediction (ms; measured 10th percentiles against the fitted profile):\n\n"
         + spec[terms].to_markdown(index=False, floatfmt=".2f")
-        + "\n\nKnees of the target's verify sweep (tokens per sequence):\n\n"
+        + "\n\nCrossover K of the target's verify sweep (tokens per sequence): read off the measured curve "
+        "and off the fitted model's (`measure.fit.measured_crossover`), the 10%-rise knees beside them, and the "
+        "pure roofline crossovers of the fitted and a-priori profiles:\n\n"
         + knees.to_markdown(index=False, floatfmt=".1f")
         + f"\n\nLargest |rel_error|: {summary['speedup_error_max']:.1%} (wall-clock: "
         f"{summary['speedup_error_max_wall']:.1%}).\n"

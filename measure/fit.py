@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import least_squares
+from scipy.optimize import least_squares, minimize_scalar
 
 from roofline.cost import PassCost, forward_cost
 from roofline.errors import SpecroofError
@@ -32,11 +32,13 @@ from roofline.roofline import combine, crossover_tokens, operator_times, pass_ti
 def measured_knee(new_tokens: Sequence[float], t: Sequence[float], rise: float = 0.10) -> float:
     """Tokens per sequence a pass takes before its time rises ``rise`` above the smallest pass's.
 
-    The end of the flat (memory-bound) region, read off a measured curve by linear
-    interpolation between its points: the verify width that costs at most 10% more
-    than one token. For an ideal roofline (flat at t0, then c n) it is K + rise t0 / c
-    = (1 + rise) K; on hardware whose curve bends gradually it is still defined, where
-    a hinge or an asymptote intersection is not. ``n.max()`` when the curve never rises.
+    The verify width that costs at most 10% more than the narrowest pass, read off a
+    measured curve by linear interpolation between its points. For an ideal roofline
+    (flat at t0, then c n) it is K + rise t0 / c = (1 + rise) K; where memory and
+    compute time add (overlap 0, CPUs) it is rise K. It hangs on two points and the
+    first, so a pass's noise moves it by noise / slope tokens, which is many where the
+    curve rises gently: :func:`measured_crossover` is the steady read-out of K.
+    ``n.max()`` when the curve never rises.
     """
     n = np.asarray(new_tokens, dtype=float)
     y = np.asarray(t, dtype=float)
@@ -52,6 +54,51 @@ def measured_knee(new_tokens: Sequence[float], t: Sequence[float], rise: float =
         return float(n.max())
     i = int(above[0])
     return float(n[i - 1] + (limit - y[i - 1]) / (y[i] - y[i - 1]) * (n[i] - n[i - 1]))
+
+
+def measured_crossover(new_tokens: Sequence[float], t: Sequence[float], overlap: float = 1.0) -> float:
+    """Crossover K read off a measured curve: its memory time over its compute time per token.
+
+    The seeds' K = t_mem / t_compute_per_token, with both taken from the measurements
+    instead of from datasheets. The curve is fitted, in relative error, by the
+    roofline's own shape with two free numbers: t(n) = combine(M, M n / K, overlap),
+    that is max(M, C n) + (1 - overlap) min(M, C n) with C = M / K. For overlap 1 it
+    is the hinge flat-then-linear and K is where the two lines meet; for overlap 0 (a
+    CPU whose cores both stream and compute) it is the line M + C n and K is its
+    intercept over its slope, defined even when the sweep ends before K.
+
+    ``overlap`` is the device's, from a fit over the whole sweep: below K only
+    (1 - overlap) C is visible, so one curve cannot tell overlap and C apart. Every
+    point weighs in, which is why this is steadier than reading where the curve
+    first passes a threshold: there one pass's noise moves the answer by
+    noise / slope tokens.
+
+    Returns K in tokens per sequence, ``inf`` when the curve does not rise.
+    """
+    n = np.asarray(new_tokens, dtype=float)
+    y = np.asarray(t, dtype=float)
+    ok = np.isfinite(y)
+    n, y = n[ok], y[ok]
+    if n.size < 3:
+        raise SpecroofError("a crossover needs at least 3 measured points")
+    if np.any(y <= 0) or np.any(n <= 0):
+        raise SpecroofError("pass times and token counts must be positive")
+    if not 0.0 <= overlap <= 1.0:
+        raise SpecroofError(f"overlap must lie in [0, 1] (got {overlap})")
+
+    def err(k: np.ndarray) -> np.ndarray:
+        # for each K the shape, its best scale M in closed form, and the summed squared relative error
+        f = combine(np.ones((k.size, n.size)), n / k[:, None], overlap) / y
+        m = f.sum(axis=1) / (f * f).sum(axis=1)
+        return np.asarray(((m[:, None] * f - 1.0) ** 2).sum(axis=1))
+
+    k = np.geomspace(n.min() / 64, 1e3 * n.max(), 4001)
+    i = int(np.argmin(err(k)))
+    if i == k.size - 1:
+        return float("inf")
+    lo, hi = np.log(k[max(i - 1, 0)]), np.log(k[min(i + 1, k.size - 1)])
+    best = minimize_scalar(lambda x: float(err(np.exp(np.atleast_1d(x)))[0]), bounds=(lo, hi), method="bounded")
+    return float(np.exp(best.x))
 
 
 def _column(statistic: str) -> str:
@@ -264,9 +311,12 @@ def validate(
     """Per point: measured, a-priori and fitted predictions and their errors; plus summary figures.
 
     The summary has ``apriori_mape``, ``fit_mape`` and, for every (dtype, batch,
-    context) group swept over new tokens, the measured knee against the knee of the
-    fitted model's curve (``crossover_predicted``, same detector) and the pure
-    roofline crossovers of the fitted and a-priori profiles.
+    context) group swept over new tokens (at least 6 values): the crossover K read
+    off the measured curve (:func:`measured_crossover`, with the fitted profile's
+    overlap) against the same read-out of the fitted model's curve at the same token
+    counts (``crossover_predicted``); the 10%-rise knees of both
+    (:func:`measured_knee`); and the pure roofline crossovers of the fitted and
+    a-priori profiles.
     """
     spec = get_model(spec)
     df = sweep_df[sweep_df.get("status", "ok") == "ok"].reset_index(drop=True)
@@ -279,7 +329,7 @@ def validate(
     df["err_fitted"] = (df["t_fitted_s"] - df["t_measured_s"]) / df["t_measured_s"]
     knees = []
     fitted_hw, apriori_hw = load_hardware(fitted), load_hardware(apriori)
-    # one-token passes on another kernel family (a fitted matrix-vector rate): the knee is read
+    # one-token passes on another kernel family (a fitted matrix-vector rate): the crossover is read
     # on the curve of the multi-token passes, where verify widths live
     gemv_apart = abs(fitted_hw.gemv_bandwidth() / fitted_hw.bandwidth() - 1.0) > 0.1
     for (dt, b, c), g in df.groupby(["dtype", "batch", "context"]):
@@ -287,17 +337,20 @@ def validate(
             g = g[g["new_tokens"] > 1]
         if g["new_tokens"].nunique() < 6:
             continue
-        # The predicted knee is found the way the measured one is, by the same hinge detector on the
-        # fitted model's times at the same token counts: with overheads, a one-token bandwidth and
-        # half-saturated matrix units, the model's visible bend is what a measurement can be compared
+        # The predicted crossover is read off the fitted model's times at the same token counts, the
+        # way the measured one is off the measurements: with overheads, a one-token bandwidth and
+        # half-saturated matrix units, the model's visible curve is what a measurement can be compared
         # with. The pure roofline crossovers (memory time = compute time) are reported beside it.
+        n = g["new_tokens"]
         knees.append(
             {
                 "dtype": dt,
                 "batch": int(b),
                 "context": int(c),
-                "crossover_measured": measured_knee(g["new_tokens"], g["t_measured_s"]),
-                "crossover_predicted": measured_knee(g["new_tokens"], g["t_fitted_s"]),
+                "crossover_measured": measured_crossover(n, g["t_measured_s"], fitted_hw.overlap),
+                "crossover_predicted": measured_crossover(n, g["t_fitted_s"], fitted_hw.overlap),
+                "knee_measured": measured_knee(n, g["t_measured_s"]),
+                "knee_predicted": measured_knee(n, g["t_fitted_s"]),
                 "crossover_roofline_fitted": int(crossover_tokens(spec, fitted_hw, int(b), int(c), str(dt))),
                 "crossover_roofline_apriori": int(crossover_tokens(spec, apriori_hw, int(b), int(c), str(dt))),
             }

@@ -63,7 +63,7 @@ def measurement_section(w: ReportWriter, quick: bool = False) -> Section:
     cols = ["batch", "new_tokens", "context", "t_measured_s", "t_apriori_s", "t_fitted_s", "err_apriori", "err_fitted"]
     body += "<h3>Validation, point by point</h3>" + w.table(res.validation[cols], "validation")
     if s["crossover"]:
-        body += "<h3>Crossover K: measured knee against predictions</h3>" + w.table(
+        body += "<h3>Crossover K: read off the measured curve and off the fitted one</h3>" + w.table(
             pd.DataFrame(s["crossover"]), "crossover_measured"
         )
     fitted = {k: (v / 1e9 if "bandwidth" in k else v / 1e12 if "flop" in k else v) for k, v in s["fit_params"].items()}

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 
 from measure import verify  # noqa: E402
 from measure.device import describe, match_profile  # noqa: E402
-from measure.fit import fit, measured_knee, validate  # noqa: E402
+from measure.fit import fit, measured_crossover, measured_knee, validate  # noqa: E402
 from measure.microbench import bandwidth, dispatch_overhead, matmul_flops, measure_profile  # noqa: E402
 from measure.store import SweepStore  # noqa: E402
 from measure.timing import time_fn  # noqa: E402
@@ -20,6 +20,7 @@ from roofline import SpecroofError, load_hardware  # noqa: E402
 from roofline.cli import main  # noqa: E402
 from roofline.hardware import Measured  # noqa: E402
 from roofline.model import ModelSpec  # noqa: E402
+from roofline.roofline import combine  # noqa: E402
 from roofline.trees import Tree  # noqa: E402
 
 TINY = ModelSpec("tiny", 2, 64, 4, 2, 16, 128, 97, max_context=512)
@@ -132,6 +133,38 @@ def test_knee_of_a_hinge():
     assert measured_knee(n, t) == pytest.approx(18)  # 10% above the plateau: 16 + 1 / 0.5
     assert measured_knee(n, t, rise=0.5) == pytest.approx(26)
     assert measured_knee(n, np.full(n.size, 3.0)) == n.max()
+
+
+def test_crossover_of_every_roofline_shape():
+    n = np.array([2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64])
+    # memory time 10, compute time per token 10 / K, combined as the cost model combines them
+    for k_true, overlap in ((16, 1.0), (40, 0.5), (150, 0.0)):
+        t = combine(np.full(n.size, 10.0), 10.0 / k_true * n, overlap)
+        assert measured_crossover(n, t, overlap) == pytest.approx(k_true, rel=1e-4)
+    # a flat curve on an overlapping device: K is at least the widest pass; on an additive one, never reached
+    assert measured_crossover(n, np.full(n.size, 3.0), 1.0) == pytest.approx(n.max(), rel=0.05)
+    assert measured_crossover(n, np.full(n.size, 3.0), 0.0) == np.inf
+    with pytest.raises(SpecroofError):
+        measured_crossover(n, -np.ones(n.size))
+    with pytest.raises(SpecroofError):
+        measured_crossover(n, np.ones(n.size), overlap=1.5)
+    with pytest.raises(SpecroofError):
+        measured_crossover(n[:2], np.ones(2))
+
+
+def test_crossover_is_steadier_than_the_knee():
+    # a CPU-like curve (memory and compute time add, K = 60) over the spec run's verify widths,
+    # with 2% noise per pass: every point weighs in the crossover, two points make the knee
+    rng = np.random.default_rng(0)
+    n = np.array([2, 3, 4, 5, 6, 7, 9, 12, 16])
+    t = 1.0 + n / 60.0
+    k_err, knee_err = [], []
+    for _ in range(200):
+        y = t * np.exp(rng.normal(0.0, 0.02, n.size))
+        k_err.append(abs(measured_crossover(n, y, 0.0) / 60.0 - 1))
+        knee_err.append(abs(measured_knee(n, y) / measured_knee(n, t) - 1))
+    assert np.median(k_err) < 0.12
+    assert np.median(k_err) < 0.7 * np.median(knee_err)
 
 
 def test_fit_recovers_known_parameters():
