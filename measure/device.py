@@ -25,6 +25,19 @@ def default_device() -> torch.device:
     return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
 
 
+def resolve_device(device: str | torch.device | None = None) -> torch.device:
+    """``device`` as a torch.device (None: :func:`default_device`); CUDA asked for where there is none is an error."""
+    try:
+        dev = torch.device(device) if device is not None else default_device()
+    except RuntimeError as exc:
+        raise SpecroofError(f"unknown device {device!r}; use 'cpu' or 'cuda'") from exc
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise SpecroofError("a CUDA device was asked for but torch sees none")
+    if dev.type not in ("cpu", "cuda"):
+        raise SpecroofError(f"unsupported device type {dev.type!r}; use 'cpu' or 'cuda'")
+    return dev
+
+
 def _cpu_info() -> dict[str, Any]:
     info: dict[str, Any] = {"kind": "cpu", "name": platform.processor() or platform.machine(), "cores": os.cpu_count()}
     try:
@@ -89,15 +102,8 @@ def _gpu_info(index: int) -> dict[str, Any]:
 
 def describe(device: str | torch.device | None = None) -> dict[str, Any]:
     """Device name, memory, clocks, versions: a flat dict for a JSON sidecar."""
-    dev = torch.device(device) if device is not None else default_device()
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise SpecroofError("a CUDA device was asked for but torch sees none")
-        info = _gpu_info(dev.index or 0)
-    elif dev.type == "cpu":
-        info = _cpu_info()
-    else:
-        raise SpecroofError(f"unsupported device type {dev.type!r}; use 'cpu' or 'cuda'")
+    dev = resolve_device(device)
+    info = _gpu_info(dev.index or 0) if dev.type == "cuda" else _cpu_info()
     info.update(
         device=str(dev),
         torch_version=torch.__version__,

@@ -426,9 +426,10 @@ def cmd_measure_sweep(args: argparse.Namespace) -> int:
     from measure.verify import sweep
 
     if args.hf:
+        from measure.device import resolve_device
         from measure.models import Transformer
 
-        target: Any = Transformer.from_hf(args.hf, dtype=args.dtype.split(",")[0], device=args.device or "cpu")
+        target: Any = Transformer.from_hf(args.hf, dtype=args.dtype.split(",")[0], device=resolve_device(args.device))
     elif args.spec:
         target = ModelSpec.from_hf_config(args.spec)
     elif args.model:
@@ -509,9 +510,12 @@ def cmd_measure_spec(args: argparse.Namespace) -> int:
         raise SpecroofError(
             "give --pair offline or --hf TARGET_FOLDER (with --draft-hf DRAFT_FOLDER or --early-exit L)"
         )
+    from measure.device import resolve_device
+
+    dev = resolve_device(args.device)
     pair_info: dict[str, Any] = {}
     if args.pair == "offline":
-        target, draft, stats = load_pair(dtype=args.dtype, width=args.width)
+        target, draft, stats = load_pair(device=dev, dtype=args.dtype, width=args.width)
         pair_info = {
             "target": target.spec.name,
             "target_params": target.spec.total_params,
@@ -519,12 +523,12 @@ def cmd_measure_spec(args: argparse.Namespace) -> int:
             "held_out": stats["held_out"],
         }
     else:
-        target = Transformer.from_hf(args.hf, dtype=args.dtype)
-        draft = Transformer.from_hf(args.draft_hf, dtype=args.dtype) if args.draft_hf else None
+        target = Transformer.from_hf(args.hf, dtype=args.dtype, device=dev)
+        draft = Transformer.from_hf(args.draft_hf, dtype=args.dtype, device=dev) if args.draft_hf else None
     # one-token passes through torch.mv on the CPU: the fastest baseline this machine has
     for m in (target, draft):
         if m is not None:
-            m.set_matvec(True)
+            m.set_matvec(dev.type == "cpu")
     drafters: dict[str, Any] = {}
     if args.early_exit:
         drafters[f"early exit @{args.early_exit}"] = args.early_exit
@@ -546,11 +550,10 @@ def cmd_measure_spec(args: argparse.Namespace) -> int:
     if args.hardware:
         apriori = load_hardware(args.hardware)
     else:  # a-priori = this device's microbenchmarked ceilings, measured now
-        from measure.device import default_device
         from measure.microbench import measure_profile
 
         dts = ("fp32",) if args.dtype == "fp32" else ("fp32", args.dtype)
-        apriori = measure_profile(out / "apriori-profile.toml", default_device(), dts)
+        apriori = measure_profile(out / "apriori-profile.toml", dev, dts)
     # A blocked design: one round of each verify sweep before every (repetition, batch size) block
     # of the decoding, so the passes the fit sees and the passes the decoding runs come from the
     # same periods of a shared machine whose bandwidth drifts by tens of percent over minutes (and
@@ -788,6 +791,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--width", type=int, default=16, help="widen the offline target this many times (memory bound)")
     p.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
     p.add_argument("--repeats", type=int, default=3, help="interleaved baseline/speculative repetitions")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
     p.add_argument(
         "--statistic",
         choices=["min", "median"],

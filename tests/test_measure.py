@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from measure import verify  # noqa: E402
-from measure.device import describe, match_profile  # noqa: E402
+from measure.device import describe, match_profile, resolve_device  # noqa: E402
 from measure.fit import fit, measured_crossover, measured_knee, validate  # noqa: E402
 from measure.microbench import bandwidth, dispatch_overhead, matmul_flops, measure_profile  # noqa: E402
 from measure.store import SweepStore  # noqa: E402
@@ -40,6 +40,22 @@ def test_describe_the_cpu():
     assert match_profile({"name": "NVIDIA H100 80GB HBM3"}) == "h100-sxm-80gb"
     assert match_profile({"name": "NVIDIA A100-SXM4-80GB"}) == "a100-sxm-80gb"
     assert match_profile({"name": "Some CPU"}) is None
+
+
+def test_resolve_device():
+    assert resolve_device("cpu").type == "cpu"
+    assert resolve_device(None).type == ("cuda" if torch.cuda.is_available() else "cpu")
+    with pytest.raises(SpecroofError, match="use 'cpu' or 'cuda'"):
+        resolve_device("tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(SpecroofError, match="sees none"):
+            resolve_device("cuda")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error where there is no GPU")
+def test_measure_spec_asked_for_cuda_without_one(capsys, tmp_path):
+    code = main(["measure", "spec", "--pair", "offline", "--device", "cuda", "--out", str(tmp_path / "s")])
+    assert code == 2 and "sees none" in capsys.readouterr().err
 
 
 def test_microbenchmarks_give_sane_figures():
