@@ -237,6 +237,23 @@ def load_pair(
     return target, draft, meta["stats"]
 
 
+def widened_spec(spec: ModelSpec, factor: int) -> ModelSpec:
+    """The shape :func:`widen` gives ``spec`` (``factor`` x every width, untied head)."""
+    if factor < 1 or factor & (factor - 1):
+        raise SpecroofError(f"the widening factor must be a power of two (got {factor})")
+    if spec.is_moe or spec.mlp_kind != "swiglu":
+        raise SpecroofError("widen() handles dense SwiGLU models only")
+    return dataclasses.replace(
+        spec,
+        name=f"{spec.name}-x{factor}",
+        d_model=spec.d_model * factor,
+        n_heads=spec.n_heads * factor,
+        n_kv_heads=spec.n_kv_heads * factor,
+        d_ff=spec.d_ff * factor,
+        tie_embeddings=False,
+    )
+
+
 def widen(model: Transformer, factor: int, *, dtype: str = "bf16") -> Transformer:
     """The same function at ``factor`` x the width: a memory-bound twin of a small trained model.
 
@@ -250,21 +267,8 @@ def widen(model: Transformer, factor: int, *, dtype: str = "bf16") -> Transforme
     small pair, it makes the target memory bound while keeping the trained behaviour
     (and so the draft's acceptance) of the pair.
     """
-    if factor < 1 or factor & (factor - 1):
-        raise SpecroofError(f"the widening factor must be a power of two (got {factor})")
-    s = model.spec
-    if s.is_moe or s.mlp_kind != "swiglu":
-        raise SpecroofError("widen() handles dense SwiGLU models only")
-    k = factor
-    wide = dataclasses.replace(
-        s,
-        name=f"{s.name}-x{k}",
-        d_model=s.d_model * k,
-        n_heads=s.n_heads * k,
-        n_kv_heads=s.n_kv_heads * k,
-        d_ff=s.d_ff * k,
-        tie_embeddings=False,
-    )
+    s, k = model.spec, factor
+    wide = widened_spec(s, k)
     hd = s.head_dim
     src = {name: p.detach().float() for name, p in model.state_dict().items()}
 
