@@ -18,12 +18,20 @@ from roofline.plot import fit_overlay
 ROOT = Path(__file__).resolve().parents[1]
 #: 16 layers, d 1536, GQA 12/4 heads, SwiGLU 6144: 0.65e9 weights, 1.3 GB in bf16 (4x the 300 MiB LLC)
 TOKENS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+#: passes per point: 10 visits spread over the run, so that a slow spell of this shared host
+#: (its matmul rate swings 3x over minutes) leaves some quiet visits to every point's minimum
+ROUNDS, REPEATS = 10, 3
 SPEC = ModelSpec("cpu-650m", 16, 1536, 12, 4, 128, 6144, 32000, max_context=4096)
 
 
 def main() -> None:
     res = sweep_fit_validate(
-        SPEC, out=ROOT / "benchmarks" / "out" / "cpu_loop", progress=True, repeats=3, rounds=5, new_tokens=TOKENS
+        SPEC,
+        out=ROOT / "benchmarks" / "out" / "cpu_loop",
+        progress=True,
+        repeats=REPEATS,
+        rounds=ROUNDS,
+        new_tokens=TOKENS,
     )
     s = res.summary
     # the same sweep fitted to the medians instead, for comparison
@@ -43,8 +51,8 @@ def main() -> None:
     ap = res.apriori
     body = (
         f"Model {SPEC.name}: {SPEC.total_params / 1e9:.2f}e9 weights, bf16 ({SPEC.total_params * 2 / 1e9:.1f} GB). "
-        f"Grid: batch 1, 4 x new tokens 1..64 ({len(TOKENS)} values) x context 256, 2048; {s['points']} points, 15 "
-        f"passes each (5 shuffled visits of 3). The fit and the errors use each point's minimum: on this shared "
+        f"Grid: batch 1, 4 x new tokens 1..64 ({len(TOKENS)} values) x context 256, 2048; {s['points']} points, {ROUNDS * REPEATS} "
+        f"passes each ({ROUNDS} shuffled visits of {REPEATS}). The fit and the errors use each point's minimum: on this shared "
         f"host interference only adds time (the median's IQR reached {iqr_max:.0%} of the median at some points).\n\n"
         f"A-priori ceilings (microbenchmarks, same run): weight-streaming bandwidth {ap.bandwidth() / 1e9:.1f} GB/s "
         f"(copy {ap.measured.provenance.get('copy_bandwidth_GB_per_s', float('nan')):.1f}), bf16 matmul "
