@@ -16,6 +16,7 @@ import pandas as pd
 
 from roofline.errors import SpecroofError
 from roofline.hardware import list_hardware, load_hardware
+from roofline.jsonio import dumps
 from roofline.model import PRESETS, ModelSpec, get_model
 from roofline.roofline import crossover_tokens, memory_footprint, pass_time, weights_only_crossover
 from roofline.units import format_quantity
@@ -55,17 +56,9 @@ def float_list(text: str) -> list[float]:
 def emit(args: argparse.Namespace, payload: Any, table: pd.DataFrame | str) -> None:
     """Print ``payload`` as JSON with ``--json``, else the readable ``table``."""
     if getattr(args, "json", False):
-        print(json.dumps(payload, indent=2, default=_json_default))
+        print(dumps(payload))
     else:
         print(table if isinstance(table, str) else table.to_string(index=False))
-
-
-def _json_default(o: Any) -> Any:
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
 def model_from_args(args: argparse.Namespace) -> ModelSpec:
@@ -600,13 +593,13 @@ def cmd_measure_spec(args: argparse.Namespace) -> int:
         measured, target.spec, drafters, fitted.hardware, dtype=args.dtype, draft_hardware=draft_hw
     )
     spec_df.drop(columns=["curve"]).to_csv(out / "speedup.csv", index=False)
-    knees = summary["crossover"]
+    crossovers = summary["crossover"]
     payload = {
         "fit_mape": fitted.mape,
         "apriori_mape": summary["apriori_mape"],
-        "crossover_measured": [k["crossover_measured"] for k in knees],
-        "crossover_predicted": [k["crossover_predicted"] for k in knees],
-        "crossover": knees,
+        "crossover_measured": [k["crossover_measured"] for k in crossovers],
+        "crossover_predicted": [k["crossover_predicted"] for k in crossovers],
+        "crossover": crossovers,
         "fit_params": fitted.params,
         "draft_fit_mape": draft_fit.mape if draft_fit is not None else None,
         "speedup": spec_df.to_dict(orient="records"),
@@ -616,7 +609,7 @@ def cmd_measure_spec(args: argparse.Namespace) -> int:
         "pair": pair_info,
         "out": str(out),
     }
-    (out / "summary.json").write_text(json.dumps(payload, indent=2, default=float))
+    (out / "summary.json").write_text(dumps(payload))
     shown = spec_df[
         ["drafter", "batch", "gamma", "acceptance_rate", "speedup_measured", "speedup_predicted", "rel_error"]
         + ["speedup_wall"]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +18,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from roofline.hardware import load_hardware
+from roofline.jsonio import dumps
 from roofline.model import ModelSpec
 from roofline.roofline import crossover_tokens, pass_time, weights_only_crossover
 
@@ -289,5 +289,5 @@ def write_report(
     summary: dict[str, Any] = {"gpus": list(gpus), "sections": [s.title for s in sections]}
     for s in sections:
         summary.update(s.summary)
-    (w.out / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
+    (w.out / "summary.json").write_text(dumps(summary))
     return summary

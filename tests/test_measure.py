@@ -208,7 +208,7 @@ def test_fit_recovers_known_parameters():
 def test_fit_recovers_one_token_bandwidth_and_attention_throughput():
     # one-token passes stream at their own rate and attention runs far below the GEMM peak
     # (both true of CPUs): the fit must find each refinement again, and the validation's
-    # predicted knee must sit where the same detector puts the measured one
+    # predicted crossover must sit where the same read-out puts the measured one
     m = Measured(
         bandwidth_bytes_per_s=20e9,
         peak_flop_per_s={"bf16": 1e12},
