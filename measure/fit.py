@@ -29,6 +29,18 @@ from roofline.model import ModelSpec, get_model
 from roofline.roofline import combine, crossover_tokens, operator_times, pass_time
 
 
+def _curve(new_tokens: Sequence[float], t: Sequence[float], what: str) -> tuple[np.ndarray, np.ndarray]:
+    """The measured points of one curve with a finite time, sorted by token count (at least 3)."""
+    n = np.asarray(new_tokens, dtype=float)
+    y = np.asarray(t, dtype=float)
+    ok = np.isfinite(y)
+    n, y = n[ok], y[ok]
+    if n.size < 3:
+        raise SpecroofError(f"{what} needs at least 3 measured points")
+    order = np.argsort(n)
+    return n[order], y[order]
+
+
 def measured_knee(new_tokens: Sequence[float], t: Sequence[float], rise: float = 0.10) -> float:
     """Tokens per sequence a pass takes before its time rises ``rise`` above the smallest pass's.
 
@@ -40,14 +52,7 @@ def measured_knee(new_tokens: Sequence[float], t: Sequence[float], rise: float =
     curve rises gently: :func:`measured_crossover` is the steady read-out of K.
     ``n.max()`` when the curve never rises.
     """
-    n = np.asarray(new_tokens, dtype=float)
-    y = np.asarray(t, dtype=float)
-    ok = np.isfinite(y)
-    n, y = n[ok], y[ok]
-    if n.size < 3:
-        raise SpecroofError("a knee needs at least 3 measured points")
-    order = np.argsort(n)
-    n, y = n[order], y[order]
+    n, y = _curve(new_tokens, t, "a knee")
     limit = (1.0 + rise) * y[0]
     above = np.nonzero(y > limit)[0]
     if above.size == 0:
@@ -75,12 +80,7 @@ def measured_crossover(new_tokens: Sequence[float], t: Sequence[float], overlap:
 
     Returns K in tokens per sequence, ``inf`` when the curve does not rise.
     """
-    n = np.asarray(new_tokens, dtype=float)
-    y = np.asarray(t, dtype=float)
-    ok = np.isfinite(y)
-    n, y = n[ok], y[ok]
-    if n.size < 3:
-        raise SpecroofError("a crossover needs at least 3 measured points")
+    n, y = _curve(new_tokens, t, "a crossover")
     if np.any(y <= 0) or np.any(n <= 0):
         raise SpecroofError("pass times and token counts must be positive")
     if not 0.0 <= overlap <= 1.0:
