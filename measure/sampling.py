@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from roofline.errors import SpecroofError
+from roofline.trees import Tree
 
 
 @dataclass(frozen=True)
@@ -146,14 +147,6 @@ def _children_table(parents: list[int], device: torch.device) -> torch.Tensor:
     return table.to(device)
 
 
-def _tree_depth(parents: list[int]) -> int:
-    """Depth of the deepest node of a parent array listed parents-first (0 for no nodes)."""
-    depths: list[int] = []
-    for par in parents:
-        depths.append(1 if par < 0 else depths[par] + 1)
-    return max(depths, default=0)
-
-
 def verify_tree(
     p: torch.Tensor,
     q: torch.Tensor,
@@ -173,7 +166,7 @@ def verify_tree(
         raise SpecroofError(f"unknown tree variant {variant!r}; choose 'sequoia' or 'specinfer'")
     B, n = node_tokens.shape
     dev = p.device
-    max_depth = _tree_depth(parents)
+    max_depth = Tree(parents).depth
     if uniforms is None:
         ua = torch.rand(B, n, generator=generator, dtype=torch.float64, device=dev)
         us = torch.rand(B, generator=generator, dtype=torch.float64, device=dev)
@@ -230,7 +223,7 @@ def verify_tree_greedy(target_argmax: torch.Tensor, parents: list[int], node_tok
     """
     B, n = node_tokens.shape
     dev = node_tokens.device
-    max_depth = _tree_depth(parents)
+    max_depth = Tree(parents).depth
     kids = _children_table(parents, dev)
     rows = torch.arange(B, device=dev)
     tok = node_tokens.long()
