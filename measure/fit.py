@@ -129,6 +129,18 @@ class FitResult:
     max_abs_pct_error: float
     n_points: int
     table: pd.DataFrame
+    #: free parameters the fit adjusted
+    n_params: int = 0
+
+    @property
+    def warning(self) -> str | None:
+        """A sentence when the fit had too few points to pin its parameters (its MAPE then flatters)."""
+        if self.n_points < 2 * self.n_params:
+            return (
+                f"only {self.n_points} points for {self.n_params} free parameters: the fit can match almost any "
+                f"curve, so its MAPE says little; measure at least {2 * self.n_params} points"
+            )
+        return None
 
     def write_toml(self, path: str | Path) -> Path:
         """Write the fitted profile: the starting profile's blocks plus a ``[measured]`` block with provenance."""
@@ -287,7 +299,9 @@ def fit(
     )
     fitted = dataclasses.replace(hw, name=f"{hw.name} (fitted)", measured=measured)
     table = df.assign(t_fitted_s=pred, err_fitted=err)
-    return FitResult(fitted, params, float(np.mean(np.abs(err))), float(np.max(np.abs(err))), len(df), table)
+    return FitResult(
+        fitted, params, float(np.mean(np.abs(err))), float(np.max(np.abs(err))), len(df), table, len(names)
+    )
 
 
 def predict_times(df: pd.DataFrame, spec: ModelSpec | str, hardware: Hardware | str) -> np.ndarray:

@@ -17,11 +17,10 @@ from typing import Any
 import torch
 
 from measure.device import describe, match_profile
+from measure.models import TORCH_DTYPES
 from measure.timing import Timing, time_fn
 from roofline.errors import SpecroofError
 from roofline.hardware import Hardware, load_hardware, profile_toml_lines, toml_value
-
-TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @dataclass(frozen=True)
@@ -73,12 +72,17 @@ def matmul_flops(
     shapes: Sequence[tuple[int, int, int]] | None = None,
     repeats: int = 5,
     threads: int | None = None,
+    cap_s: float = 1.5,
 ) -> Measurement:
     """Best achieved FLOP/s of ``x @ W.T`` for ``dtype`` over verify-pass shapes (M tokens, K, N).
 
     The default shapes are those of a verify pass near its knee (a few hundred
     tokens against a d x d or d x 4d weight), not the large squares that flatter a
     GEMM library: the ceiling the roofline needs is the one those passes can reach.
+    Shapes run smallest first; a shape whose predicted time (at the best rate so far)
+    would exceed ``cap_s`` seconds over its warm-up and repetitions is skipped, so a
+    device that runs ``dtype`` slowly (bf16 on a CPU without bf16 units: ~10 GFLOP/s)
+    is measured in seconds, not minutes.
     """
     if dtype not in TORCH_DTYPES:
         raise SpecroofError(f"matmul benchmark supports {', '.join(TORCH_DTYPES)} (got {dtype!r})")
@@ -88,13 +92,16 @@ def matmul_flops(
         ms = (256, 512, 1024, 2048) if dev.type == "cuda" else (64, 128, 256)
         shapes = [(m, d, n) for m in ms for n in (d, 4 * d)]
     best: Measurement | None = None
-    for m_, k_, n_ in shapes:
+    for m_, k_, n_ in sorted(shapes, key=lambda s: s[0] * s[1] * s[2]):
+        flop = 2.0 * m_ * k_ * n_
+        if best is not None and flop / best.value * (repeats + 2) > cap_s:
+            continue
         a = torch.randn(m_, k_, device=dev).to(TORCH_DTYPES[dtype])
         w = torch.randn(n_, k_, device=dev).to(TORCH_DTYPES[dtype])
         t = time_fn(
             lambda a=a, w=w: torch.nn.functional.linear(a, w), warmup=2, repeats=repeats, device=dev, threads=threads
         )
-        meas = Measurement(f"{dtype} matmul", 2.0 * m_ * k_ * n_ / t.median_s, "FLOP/s", t, {"shape": (m_, k_, n_)})
+        meas = Measurement(f"{dtype} matmul", flop / t.median_s, "FLOP/s", t, {"shape": (m_, k_, n_)})
         if best is None or meas.value > best.value:
             best = meas
     assert best is not None
@@ -107,6 +114,7 @@ def overlap(
     repeats: int = 3,
     threads: int | None = None,
     nbytes: int | None = None,
+    flop_per_s: float | None = None,
 ) -> Measurement:
     """How much of a GEMM's weight streaming hides under its arithmetic at the ridge, in [0, 1].
 
@@ -115,6 +123,8 @@ def overlap(
     difference gives c, the arithmetic per row). At the ridge M* = t1 / c the roofline
     says t(M*) = t1 (full overlap) and a machine whose cores both stream and compute
     takes t1 + c M* (none); overlap = (t1 + c M* - t(M*)) / min(t1, c M*), clipped.
+    ``flop_per_s`` (the matmul rate, if measured) sizes P at about 8 M*, so a device
+    whose arithmetic is slow is not asked for hundreds of slow rows.
     """
     if dtype not in TORCH_DTYPES:
         raise SpecroofError(f"overlap benchmark supports {', '.join(TORCH_DTYPES)} (got {dtype!r})")
@@ -123,7 +133,8 @@ def overlap(
     size = int(nbytes or (_default_bytes(dev) if dev.type != "cuda" else 1 << 30))
     k = 8192
     n = max(1024, size // (k * torch.finfo(td).bits // 8))
-    w = torch.randn(n, k, device=dev).to(td)
+    # filled, not drawn: drawing 10^8 normals takes seconds, and the values do not change the timing
+    w = torch.full((n, k), 0.01, dtype=td, device=dev)
 
     def t_of(m: int) -> Timing:
         x = torch.randn(m, k, device=dev).to(td)
@@ -131,6 +142,9 @@ def overlap(
 
     t1 = t_of(1).median_s
     big = 256 if dev.type != "cuda" else 4096
+    if flop_per_s:  # P ~ 8 ridge rows: arithmetic dominates, and the call stays short
+        ridge_rows = t1 / (2.0 * w.numel() / flop_per_s)
+        big = int(min(big, max(8, 8 * ridge_rows)))
     c = (t_of(2 * big).median_s - t_of(big).median_s) / big
     m_star = max(2, round(t1 / c))
     at = t_of(m_star)
@@ -157,14 +171,27 @@ def run_all(
     dtypes: Sequence[str] = ("fp32", "bf16"),
     threads: int | None = None,
     progress: Callable[[str], None] | None = None,
+    nbytes: int | None = None,
 ) -> dict[str, Measurement]:
-    """Every microbenchmark on ``device``: bandwidth, matmul per dtype, dispatch overhead."""
+    """Every microbenchmark on ``device``: bandwidth, matmul per dtype, dispatch overhead, overlap.
+
+    ``nbytes`` sizes the streaming benchmarks (default: 4x the last-level cache, at
+    least 512 MiB on a CPU); a smaller size beyond the cache is quicker and still
+    measures DRAM.
+    """
     out: dict[str, Measurement] = {}
-    steps: list[tuple[str, Callable[[], Any]]] = [("bandwidth", lambda: bandwidth(device, threads=threads))]
+    steps: list[tuple[str, Callable[[], Any]]] = [
+        ("bandwidth", lambda: bandwidth(device, nbytes=nbytes, threads=threads))
+    ]
     steps += [(f"matmul {d}", lambda d=d: matmul_flops(d, device, threads=threads)) for d in dtypes]
     steps.append(("dispatch", lambda: dispatch_overhead(device)))
     last = dtypes[-1]  # the narrowest dtype asked for: the one verify passes run in
-    steps.append(("overlap", lambda: {"overlap": overlap(last, device, threads=threads)}))
+
+    def _overlap() -> dict[str, Measurement]:
+        rate = out[f"matmul_{last}"].value if f"matmul_{last}" in out else None
+        return {"overlap": overlap(last, device, threads=threads, nbytes=nbytes, flop_per_s=rate)}
+
+    steps.append(("overlap", _overlap))
     for name, fn in steps:
         if progress:
             progress(name)
@@ -231,12 +258,15 @@ def measure_profile(
     dtypes: Sequence[str] = ("fp32", "bf16"),
     threads: int | None = None,
     progress: Callable[[str], None] | None = None,
+    nbytes: int | None = None,
 ) -> Hardware:
     """Run the microbenchmarks, write a profile TOML to ``out`` and load it back (validated)."""
-    results = run_all(device, dtypes, threads, progress)
+    path = Path(out)
+    if path.is_dir():
+        raise SpecroofError(f"{str(path)!r} is a folder: give a .toml file name for the profile")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    results = run_all(device, dtypes, threads, progress, nbytes)
     match = match_profile(describe(device))
     base = load_hardware(match) if match else None
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(profile_toml(results, device, base))
     return load_hardware(str(path))

@@ -33,6 +33,14 @@ from roofline.model import ModelSpec
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    """The specroof name of a torch dtype (``torch.bfloat16`` -> ``"bf16"``)."""
+    for name, td in TORCH_DTYPES.items():
+        if td == dtype:
+            return name
+    raise SpecroofError(f"no specroof name for {dtype}; supported: {', '.join(TORCH_DTYPES)}")
+
+
 @dataclass(frozen=True)
 class RopeConfig:
     """Rotary embedding settings (HF names): base theta and optional llama3 frequency scaling."""

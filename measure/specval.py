@@ -20,15 +20,21 @@ bracket it; ``speedup_end_to_end`` includes the tail.
 
 from __future__ import annotations
 
+import json
+import os
+import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from measure.budget import Budget, WorkBar
 from measure.decode import GenerationResult, autoregressive_generate, speculative_generate
 from measure.models import Transformer
-from roofline.errors import SpecroofError
+from roofline.errors import SpecroofError, check_min
 from roofline.hardware import Hardware
 from roofline.model import ModelSpec
 from roofline.speculative import DraftModel, EarlyExit, speedup
@@ -77,16 +83,88 @@ def _probe(target: Transformer, prompts: list[list[int]], max_new_tokens: int) -
 #: pass, while the 10th percentile is stable and still below the interference.
 QUIET_QUANTILE = 0.1
 
+#: a measured speedup may exceed its physical bound by this much before the row is flagged as noise
+BOUND_SLACK = 0.02
 
-def _progress(total: int, enabled: bool) -> Any:
-    if enabled:
-        try:
-            from tqdm.auto import tqdm
 
-            return tqdm(total=total, desc="speculative runs", unit="run")
-        except ImportError:
-            pass
-    return None
+@dataclass
+class Run:
+    """One decoding run as the journal keeps it: a baseline probe or a speculative run, seconds and rounds."""
+
+    kind: str
+    rep: int
+    batch: int
+    label: str
+    gamma: int
+    decode_s: float
+    n_tokens: int
+    step_s: list[float] = field(default_factory=list)
+    rounds: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    @classmethod
+    def of(cls, kind: str, rep: int, batch: int, label: str, gamma: int, r: GenerationResult) -> Run:
+        return cls(kind, rep, batch, label, gamma, r.decode_s, r.n_tokens, list(r.step_s), r.rounds)
+
+    def to_json(self) -> str:
+        d = {k: getattr(self, k) for k in ("kind", "rep", "batch", "label", "gamma", "decode_s", "n_tokens", "step_s")}
+        d["rounds"] = self.rounds.to_dict(orient="list")
+        return json.dumps(d)
+
+    @classmethod
+    def from_json(cls, line: str) -> Run:
+        d = json.loads(line)
+        return cls(**{**d, "rounds": pd.DataFrame(d.get("rounds", {}))})
+
+
+class Journal:
+    """``runs.jsonl``: every decoding run appended (fsync'd) as it finishes, and a marker when a block is whole.
+
+    A resumed measurement reuses the blocks (repetition, batch size) that finished and
+    redoes the one that was cut short.
+    """
+
+    def __init__(self, path: str | Path | None) -> None:
+        self.path = Path(path) if path is not None else None
+
+    def write(self, line: str) -> None:
+        if self.path is None:
+            return
+        with self.path.open("a") as f:
+            f.write(line + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def run(self, run: Run) -> None:
+        self.write(run.to_json())
+
+    def end_block(self, rep: int, batch: int, seconds: float) -> None:
+        self.write(json.dumps({"kind": "block_end", "rep": rep, "batch": batch, "seconds": seconds}))
+
+    def load(self) -> tuple[dict[tuple[int, int], list[Run]], dict[tuple[int, int], float]]:
+        """Finished blocks' runs and durations; a damaged last line (a run cut off) is skipped."""
+        if self.path is None or not self.path.exists():
+            return {}, {}
+        pending: dict[tuple[int, int], list[Run]] = {}
+        done: dict[tuple[int, int], list[Run]] = {}
+        secs: dict[tuple[int, int], float] = {}
+        lines = self.path.read_text().splitlines()
+        for i, line in enumerate(lines, start=1):
+            try:
+                d = json.loads(line)
+            except json.JSONDecodeError:
+                if i == len(lines):
+                    continue  # the run being written when the process stopped
+                raise SpecroofError(f"{str(self.path)!r} line {i} is damaged (not JSON)") from None
+            key = (int(d["rep"]), int(d["batch"]))
+            if d["kind"] == "block_end":
+                done[key], secs[key] = pending.pop(key, []), float(d["seconds"])
+            else:
+                pending.setdefault(key, []).append(Run.from_json(line))
+        return done, secs
+
+
+def _progress(total: int, enabled: bool) -> WorkBar:
+    return WorkBar(total, "speculative runs", enabled)
 
 
 def measure_speedups(
@@ -101,6 +179,9 @@ def measure_speedups(
     before_block: Callable[[int], None] | None = None,
     seed: int = 0,
     statistic: str = "min",
+    budget: Budget | float | None = None,
+    journal: str | Path | None = None,
+    resume: bool = False,
 ) -> pd.DataFrame:
     """Measured half: one row per (drafter, batch, gamma) with the speedups, acceptance and pass times.
 
@@ -113,6 +194,11 @@ def measure_speedups(
     size) block, numbered from 0 (the CLI measures a round of its verify sweeps there,
     so the fit sees the machine in the same periods as the decoding).
 
+    ``repeats`` is the most repetitions; with a ``budget`` (seconds or a
+    :class:`Budget`) a further repetition starts only if the last one's duration
+    still fits (the first always runs). ``journal`` (a ``runs.jsonl`` path) receives
+    every run as it finishes; ``resume`` reuses the finished blocks found there.
+
     Three speedups per row, all over the steady rounds (the whole batch running):
 
     * ``speedup_measured``: tokens per round over the round time, against the
@@ -120,70 +206,155 @@ def measure_speedups(
       ``statistic``: ``"min"`` (the default) uses the 10th percentile of the rounds'
       and the steps' seconds, the machine without interference, which is what a
       profile fitted to each sweep point's minimum predicts; ``"median"`` the medians.
-      Speculation does not change from round to round (the same passes, a context a
-      few tokens longer), so the spread of round times is the machine's, not the
-      algorithm's.
     * ``speedup_wall``: wall-clock tokens per second over the steady rounds of a run,
       against the mean time per token of the two baseline probes that bracket it (a
       machine whose speed drifts over minutes moves both sides); median over
       repetitions.
     * ``speedup_end_to_end``: the same with the whole run, tail included.
 
-    The ``curve`` column holds the pooled per-position acceptance; ``*_ms_measured``
-    are per pass (draft: per step) at ``statistic``.
+    ``probe_spread`` is how far the two probes around a run disagreed (relative, median
+    over repetitions): the machine's noise during that configuration. ``flag`` marks a
+    row whose speedup exceeds its physical bound, mean tokens per round x baseline
+    step / verify pass (a round costs at least its verify pass): such a figure is
+    noise, not speed.
     """
     q = {"min": QUIET_QUANTILE, "median": 0.5}.get(statistic)
     if q is None:
         raise SpecroofError(f"statistic must be 'min' or 'median' (got {statistic!r})")
-    rows = []
+    repeats = int(check_min("repeats", repeats, 1, integer=True))
     configs = [(label, g) for label in drafters for g in gammas]
-    total = len(prompts_by_batch) * repeats * (1 + 2 * len(configs))
-    bar = _progress(total, progress)
     groups: dict[int, list[list[list[int]]]] = {}
     for batch, prompts in prompts_by_batch.items():
         if not prompts or len(prompts) % batch:
             raise SpecroofError(f"batch {batch} needs a non-zero multiple of {batch} prompts (got {len(prompts)})")
         groups[batch] = [prompts[i : i + batch] for i in range(0, len(prompts), batch)]
+    bud = budget if isinstance(budget, Budget) else Budget(budget)
+    jr = Journal(journal)
+    if jr.path is not None and not resume and jr.path.exists():
+        jr.path.unlink()
+    blocks, block_s = jr.load() if resume else ({}, {})
+    per_rep = len(groups) * (1 + 2 * len(configs))
+    bar = _progress(repeats * per_rep, progress)
     rng = np.random.default_rng(seed)
-    base_steps: dict[int, list[float]] = {b: [] for b in groups}
-    per: dict[tuple[int, str, int], dict[str, list[Any]]] = {
-        (b, label, g): {"wall": [], "e2e": [], "runs": []} for b in groups for label, g in configs
-    }
-    # repetitions outermost: each one visits every batch size, so a machine that drifts over the
-    # run drifts under every configuration alike (and under the sweeps ``before_block`` measures)
-    for rep in range(repeats):
-        for k, (batch, grps) in enumerate(groups.items()):
-            if before_block is not None:
-                before_block(rep * len(groups) + k)
-            # baseline seconds per token: one probe before the first run and one after each
-            probes = [_probe(target, grps[0], max_new_tokens)]
-            if bar is not None:
-                bar.update(1)
-            # a shuffled order per repetition: drift cannot line up with gamma
-            for j in rng.permutation(len(configs)):
-                label, g = configs[j]
-                d = drafters[label]
-                runs = [speculative_generate(target, d, grp, g, max_new_tokens) for grp in grps]
-                if bar is not None:
-                    bar.update(1)
-                probes.append(_probe(target, grps[len(probes) % len(grps)], max_new_tokens))
-                if bar is not None:
-                    bar.update(1)
-                # the mean of the times (not of the rates): time is what drifts with the machine's load
-                base_tps = 2.0 / sum(r.decode_s / r.n_tokens for r in probes[-2:])
-                tok, sec = map(sum, zip(*(_steady(r, batch) for r in runs), strict=True))
-                acc = per[(batch, label, g)]
-                acc["wall"].append((tok / sec) / base_tps if sec > 0 else np.nan)
-                e2e_tps = sum(r.n_tokens for r in runs) / sum(r.decode_s for r in runs)
-                acc["e2e"].append(e2e_tps / base_tps)
-                acc["runs"].extend(runs)
-            base_steps[batch].extend(t for r in probes for t in r.step_s)
+    runs: list[Run] = [r for rs in blocks.values() for r in rs]
+    try:
+        for rep in range(repeats):
+            perm = {b: rng.permutation(len(configs)) for b in groups}  # drawn even when resumed: same order
+            rep_s = sum(v for (r, _), v in block_s.items() if r == rep - 1)
+            if rep > 0 and not all((rep, b) in blocks for b in groups) and not bud.allows(rep_s):
+                break  # the next repetition would not fit: stop with what is measured
+            for k, (batch, grps) in enumerate(groups.items()):
+                if (rep, batch) in blocks:
+                    bar.update(1 + 2 * len(configs))
+                    continue
+                t0 = time.perf_counter()
+                if before_block is not None:
+                    before_block(rep * len(groups) + k)
+                block = _measure_block(
+                    target, drafters, configs, perm[batch], grps, rep, batch, max_new_tokens, jr, bar
+                )
+                block_s[(rep, batch)] = time.perf_counter() - t0
+                jr.end_block(rep, batch, block_s[(rep, batch)])
+                blocks[(rep, batch)] = block
+                runs.extend(block)
+            if rep == 0 and bud.seconds is not None:  # the bar's total: the repetitions the budget will allow
+                first = sum(v for (r, _), v in block_s.items() if r == 0)
+                fit = 1 + int(bud.remaining_s // max(first, 1e-9))
+                bar.total = min(repeats, fit) * per_rep
+    finally:
+        bar.close()
+    return _summarise(runs, drafters, gammas, prompts_by_batch, max_new_tokens, statistic, q)
+
+
+def _measure_block(
+    target: Transformer,
+    drafters: dict[str, Any],
+    configs: list[tuple[str, int]],
+    order: np.ndarray,
+    grps: list[list[list[int]]],
+    rep: int,
+    batch: int,
+    max_new_tokens: int,
+    jr: Journal,
+    bar: WorkBar,
+) -> list[Run]:
+    """One (repetition, batch) block: a probe, then each configuration followed by a probe, all journalled."""
+    out = [Run.of("probe", rep, batch, "", 0, _probe(target, grps[0], max_new_tokens))]
+    jr.run(out[-1])
+    bar.update(1)
+    n_probes = 1
+    for j in order:  # a shuffled order per repetition: drift cannot line up with gamma
+        label, g = configs[j]
+        for grp in grps:
+            out.append(
+                Run.of(
+                    "spec", rep, batch, label, g, speculative_generate(target, drafters[label], grp, g, max_new_tokens)
+                )
+            )
+            jr.run(out[-1])
+        bar.update(1)
+        out.append(Run.of("probe", rep, batch, "", 0, _probe(target, grps[n_probes % len(grps)], max_new_tokens)))
+        n_probes += 1
+        jr.run(out[-1])
+        bar.update(1)
+    return out
+
+
+def _steady_of(run: Run, batch: int) -> tuple[int, float]:
+    res = GenerationResult([], run.decode_s, 0.0, run.rounds, run.gamma)
+    return _steady(res, batch)
+
+
+def _summarise(
+    runs: list[Run],
+    drafters: dict[str, Any],
+    gammas: Sequence[int],
+    prompts_by_batch: dict[int, list[list[int]]],
+    max_new_tokens: int,
+    statistic: str,
+    q: float,
+) -> pd.DataFrame:
+    """The speedup table from journalled runs (each spec run compared with the probes around it)."""
+    rows = []
     for batch, prompts in prompts_by_batch.items():
+        mine = [r for r in runs if r.batch == batch]
+        if not mine:
+            continue
         context = int(np.mean([len(p) for p in prompts]) + max_new_tokens / 2)
-        t_base = float(np.quantile(base_steps[batch], q))
+        steps = [t for r in mine if r.kind == "probe" for t in r.step_s]
+        t_base = float(np.quantile(steps, q))
+        per: dict[tuple[str, int], dict[str, list[Any]]] = {}
+        for rep in sorted({r.rep for r in mine}):
+            seq = [r for r in mine if r.rep == rep]
+            i = 0
+            while i < len(seq):
+                if seq[i].kind != "spec":
+                    i += 1
+                    continue
+                j = i
+                while j < len(seq) and seq[j].kind == "spec":
+                    j += 1
+                before = next((r for r in reversed(seq[:i]) if r.kind == "probe"), None)
+                after = seq[j] if j < len(seq) and seq[j].kind == "probe" else None
+                spec_runs = seq[i:j]
+                i = j
+                if before is None or after is None:
+                    continue
+                tpt = [p.decode_s / p.n_tokens for p in (before, after)]
+                base_tps = 2.0 / sum(tpt)
+                tok, sec = map(sum, zip(*(_steady_of(r, batch) for r in spec_runs), strict=True))
+                acc = per.setdefault(
+                    (spec_runs[0].label, spec_runs[0].gamma), {"wall": [], "e2e": [], "runs": [], "spread": []}
+                )
+                acc["wall"].append((tok / sec) / base_tps if sec > 0 else np.nan)
+                acc["e2e"].append(sum(r.n_tokens for r in spec_runs) / sum(r.decode_s for r in spec_runs) / base_tps)
+                acc["spread"].append(abs(tpt[0] - tpt[1]) / np.mean(tpt))
+                acc["runs"].extend(spec_runs)
         for label in drafters:
             for g in gammas:
-                acc = per[(batch, label, g)]
+                acc = per.get((label, g))
+                if acc is None:
+                    continue
                 # The acceptance the prediction uses comes from the same rounds the measured speedup
                 # does: while the whole batch runs. Easy sequences finish first, so the tail's
                 # acceptance is lower, and mixing it in biased batched predictions low by 10-40%.
@@ -192,8 +363,16 @@ def measure_speedups(
                 steady = GenerationResult([], 0.0, 0.0, rounds, g)  # the pooled steady rounds, as one run
                 m = steady.metrics()
                 curve = np.nan_to_num(steady.acceptance_curve(), nan=0.0)  # unreached positions: 0
-                per_round = pd.concat([_steady_rounds(r, batch) for r in acc["runs"]], ignore_index=True)
+                per_round = pd.concat(
+                    [_steady_rounds(GenerationResult([], 0.0, 0.0, r.rounds, g), batch) for r in acc["runs"]],
+                    ignore_index=True,
+                )
                 t = per_round[["t_round_s", "t_draft_s", "t_verify_s", "t_host_s"]].quantile(q)
+                measured = float(per_round["emitted"].mean() / t["t_round_s"] / (batch / t_base))
+                wall = float(np.nanmedian(acc["wall"]))
+                # a round takes at least its verify pass: no speedup beats tokens per round x step / verify
+                bound = m.mean_acceptance_length * t_base / float(t["t_verify_s"]) * (1 + BOUND_SLACK)
+                flag = "" if max(measured, wall) <= bound else "noise: above its physical bound"
                 rows.append(
                     {
                         "drafter": label,
@@ -204,9 +383,12 @@ def measure_speedups(
                         "mean_acceptance_length": m.mean_acceptance_length,
                         "acceptance_rate_all_rounds": float(every["accepted"].sum() / (len(every) * g)),
                         "curve": curve.tolist(),
-                        "speedup_measured": float(per_round["emitted"].mean() / t["t_round_s"] / (batch / t_base)),
-                        "speedup_wall": float(np.nanmedian(acc["wall"])),
+                        "speedup_measured": measured,
+                        "speedup_wall": wall,
                         "speedup_end_to_end": float(np.median(acc["e2e"])),
+                        "repetitions": len(acc["wall"]),
+                        "probe_spread": float(np.median(acc["spread"])),
+                        "flag": flag,
                         "statistic": statistic,
                         "base_ms_measured": 1e3 * t_base,
                         "verify_ms_measured": 1e3 * float(t["t_verify_s"]),
@@ -214,8 +396,6 @@ def measure_speedups(
                         "host_ms_per_round": 1e3 * float(t["t_host_s"]),
                     }
                 )
-    if bar is not None:
-        bar.close()
     return pd.DataFrame(rows)
 
 

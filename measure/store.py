@@ -1,23 +1,33 @@
 """Results on disk: a tidy CSV appended row by row plus a JSON sidecar with provenance.
 
-A crash or Ctrl-C loses at most the point in flight; ``done()`` tells a resumed
-sweep which points are already saved.
+Every row is written, flushed and fsync'd before the next measurement starts, so
+a crash, a kill or Ctrl-C loses at most the row being written. On reading, an
+incomplete last line (a row cut off mid-write) is dropped with a warning; any
+other line that does not parse is an error naming its line number, never a
+silent change of the data. ``done()`` tells a resumed sweep which rows are saved.
+A lock file (holder's pid) keeps two runs from writing one folder at once.
 """
 
 from __future__ import annotations
 
 import csv
 import datetime as _dt
+import io
 import json
+import os
 import subprocess
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from roofline.errors import SpecroofError
+
 RESULTS = "results.csv"
 META = "meta.json"
+LOCK = ".lock"
 
 
 def git_revision(path: str | Path = ".") -> str | None:
@@ -29,8 +39,117 @@ def git_revision(path: str | Path = ".") -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class FolderLock:
+    """An exclusive lock on a results folder: ``.lock`` holds the holder's pid; a dead holder's lock is taken over."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.path = Path(folder) / LOCK
+        self.held = False
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(2):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                try:
+                    pid = int(self.path.read_text().strip() or 0)
+                except (OSError, ValueError):
+                    pid = 0
+                if pid and pid != os.getpid() and _pid_alive(pid):
+                    raise SpecroofError(
+                        f"{str(self.path.parent)!r} is in use by another run (pid {pid}); wait for it or use another --out"
+                    ) from None
+                self.path.unlink(missing_ok=True)  # stale: its holder is gone
+                continue
+            with os.fdopen(fd, "w") as f:
+                f.write(str(os.getpid()))
+            self.held = True
+            return
+        raise SpecroofError(f"could not lock {str(self.path.parent)!r}")
+
+    def release(self) -> None:
+        if self.held:
+            self.path.unlink(missing_ok=True)
+            self.held = False
+
+    def __enter__(self) -> FolderLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def read_results(path: str | Path) -> pd.DataFrame:
+    """Read a results CSV written row by row, tolerating only a cut-off last row.
+
+    A last line without its newline, or with fewer fields than the header, is a row
+    that was being written when the writer died: it is dropped with a warning. A
+    damaged line anywhere else raises :class:`SpecroofError` naming the line.
+    """
+    p = Path(path)
+    if not p.exists() or p.stat().st_size == 0:
+        return pd.DataFrame()
+    try:
+        text = p.read_text()
+    except UnicodeDecodeError as exc:
+        raise SpecroofError(f"{str(p)!r} is not a text CSV ({exc.reason})") from None
+    lines = text.split("\n")
+    complete = text.endswith("\n")
+    if complete:
+        lines = lines[:-1]
+    header = next(csv.reader([lines[0]]))
+    rows_ok = [lines[0]]
+    for i, line in enumerate(lines[1:], start=2):
+        fields = next(csv.reader([line])) if line else []
+        last = i == len(lines)
+        if len(fields) != len(header):
+            if last:
+                warnings.warn(
+                    f"{p}: dropped an incomplete last row (line {i}): it was being written when a run stopped",
+                    stacklevel=2,
+                )
+                continue
+            raise SpecroofError(
+                f"{str(p)!r} line {i} has {len(fields)} fields, the header has {len(header)}: "
+                "the file was damaged; fix or remove that line"
+            )
+        if last and not complete:
+            warnings.warn(f"{p}: dropped a last row without its newline (line {i}): it may be cut off", stacklevel=2)
+            continue
+        rows_ok.append(line)
+    return pd.read_csv(io.StringIO("\n".join(rows_ok) + "\n"))
+
+
+def _drop_cut_row(path: Path) -> None:
+    """Truncate a last row that a crash cut off (no newline), so the next row is not merged into it."""
+    with path.open("rb+") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        f.seek(max(0, size - 1))
+        if f.read(1) == b"\n":
+            return
+        f.seek(max(0, size - 65536))
+        tail = f.read()
+        cut = tail.rfind(b"\n")
+        keep = size - len(tail) + cut + 1 if cut >= 0 else 0
+        f.truncate(keep)
+    warnings.warn(f"{path}: dropped a last row cut off by an earlier run", stacklevel=3)
+
+
 class SweepStore:
-    """``out_dir/results.csv`` (one row per measured point) and ``out_dir/meta.json``."""
+    """``out_dir/results.csv`` (one row per measured visit of a point) and ``out_dir/meta.json``."""
 
     def __init__(self, out_dir: str | Path, key: Iterable[str]) -> None:
         self.dir = Path(out_dir)
@@ -41,12 +160,20 @@ class SweepStore:
     def write_meta(self, meta: dict[str, Any]) -> None:
         """Write (or extend) the JSON sidecar; earlier runs' entries are kept under ``runs``."""
         path = self.dir / META
-        old: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+        try:
+            old: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise SpecroofError(f"{str(path)!r} is damaged (not JSON); remove it or use another --out") from None
         runs = old.get("runs", [])
         runs.append(
             {**meta, "started": _dt.datetime.now().isoformat(timespec="seconds"), "git_revision": git_revision()}
         )
-        path.write_text(json.dumps({**old, **meta, "runs": runs}, indent=2, default=str))
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps({**old, **meta, "runs": runs}, indent=2, default=str))
+        tmp.replace(path)
+
+    def has_results(self) -> bool:
+        return self.path.exists() and self.path.stat().st_size > 0
 
     def clear(self) -> None:
         """Start a new results file (the JSON sidecar keeps its history of runs)."""
@@ -54,24 +181,27 @@ class SweepStore:
             self.path.unlink()
 
     def read(self) -> pd.DataFrame:
-        """Every saved row (an empty frame when nothing was saved yet)."""
-        if not self.path.exists() or self.path.stat().st_size == 0:
-            return pd.DataFrame()
-        return pd.read_csv(self.path)
+        """Every saved row (an empty frame when nothing was saved yet); see :func:`read_results`."""
+        return read_results(self.path)
 
     def done(self) -> set[tuple[str, ...]]:
-        """Keys of the points already saved (as strings, so types read back from CSV compare equal)."""
+        """Keys of the rows already saved (as strings, so types read back from CSV compare equal)."""
         df = self.read()
         if df.empty:
             return set()
+        missing = [k for k in self.key if k not in df.columns]
+        if missing:
+            raise SpecroofError(f"{str(self.path)!r} lacks the key column(s) {missing}: not a sweep of this kind")
         return {tuple(str(v) for v in row) for row in df[list(self.key)].itertuples(index=False)}
 
     def key_of(self, row: dict[str, Any]) -> tuple[str, ...]:
         return tuple(str(row[k]) for k in self.key)
 
     def append(self, row: dict[str, Any]) -> None:
-        """Append one row and flush it to disk before returning."""
-        new = not self.path.exists() or self.path.stat().st_size == 0
+        """Append one row, flushed and fsync'd before returning (a crash loses at most this row)."""
+        if self.has_results():
+            _drop_cut_row(self.path)
+        new = not self.has_results()
         header = list(row) if new else list(pd.read_csv(self.path, nrows=0).columns)
         with self.path.open("a", newline="") as f:
             w = csv.DictWriter(f, fieldnames=header, extrasaction="ignore")
@@ -79,3 +209,4 @@ class SweepStore:
                 w.writeheader()
             w.writerow(row)
             f.flush()
+            os.fsync(f.fileno())

@@ -11,6 +11,7 @@ with status ``oom``.
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,11 +20,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from measure.device import default_device, describe, match_profile
-from measure.models import Transformer
-from measure.store import SweepStore
-from measure.timing import Timing, time_fn
-from roofline.errors import SpecroofError, check_min
+from measure.budget import Budget, WorkBar
+from measure.device import describe, match_profile, resolve_device
+from measure.models import TORCH_DTYPES, Transformer, dtype_name
+from measure.store import META, RESULTS, FolderLock, SweepStore, read_results
+from measure.timing import time_fn
+from roofline.errors import SpecroofError, check_choice, check_min
 from roofline.hardware import Hardware, load_hardware
 from roofline.model import ModelSpec, get_model
 from roofline.roofline import pass_time
@@ -91,6 +93,25 @@ def _is_oom(exc: BaseException) -> bool:
     )
 
 
+#: bumped when a change to the harness would make old timings incomparable with new ones
+HARNESS_VERSION = "sweep-v2"
+
+#: a point stops being revisited once a visit improves its minimum by less than this (relative)
+CONVERGED = 0.02
+
+
+def _fingerprint(spec: ModelSpec | None, name: str, dtypes: Sequence[str], dev: torch.device) -> str:
+    """What a saved row was measured on: the model's shape, dtypes, device and harness version."""
+    shape = (
+        "x".join(
+            str(v) for v in (spec.n_layers, spec.d_model, spec.n_heads, spec.n_kv_heads, spec.d_ff, spec.vocab_size)
+        )
+        if spec is not None
+        else "external"
+    )
+    return f"{name}:{shape}:{','.join(dtypes)}:{dev.type}:{HARNESS_VERSION}"
+
+
 def sweep(
     spec_or_model: ModelSpec | str | Transformer | Any,
     batch: Sequence[int] = (1,),
@@ -106,6 +127,8 @@ def sweep(
     rounds: int = 1,
     out: str | Path | None = None,
     resume: bool = False,
+    overwrite: bool = False,
+    budget: Budget | float | None = None,
     threads: int | None = None,
     progress: bool = True,
     seed: int = 0,
@@ -118,91 +141,253 @@ def sweep(
     ``hardware`` prices each point with the roofline for the ``t_predicted_s`` column
     (default: the matched datasheet profile, if any).
 
-    ``rounds`` > 1 visits the grid that many times in a shuffled order, timing
-    ``repeats`` passes per visit, and pools each point's samples: on a shared,
-    noisy machine a slow period then spreads over many points instead of spoiling
-    a contiguous block. Rows are saved when a point's last round completes.
+    ``rounds`` > 1 visits the grid up to that many times in a shuffled order, timing
+    ``repeats`` passes per visit, and pools each point's samples: on a shared, noisy
+    machine a slow period then spreads over many points instead of spoiling a
+    contiguous block. A point is not visited again once a visit improved its minimum
+    by less than 2% (it has converged). ``budget`` (seconds or a :class:`Budget`)
+    stops further visits once spent; the first visit of every point always runs.
+
+    With ``out``, every visit is a row of ``results.csv``, written and fsync'd as it
+    completes; ``resume`` continues a saved sweep of the same model, dtype and device
+    (a different one is an error), and a folder that holds results is never cleared
+    unless ``overwrite`` is given. Everything is validated before anything is written.
     """
-    dev = torch.device(device) if device is not None else default_device()
+    dev = resolve_device(device)
     B = [int(b) for b in check_min("batch", list(batch), 1, integer=True)]
     N = [int(n) for n in check_min("new_tokens", list(new_tokens), 1, integer=True)]
     L = [int(c) for c in check_min("context", list(context), 0, integer=True)]
+    if not B or not N or not L:
+        raise SpecroofError("batch, new_tokens and context each need at least one value")
     if tree is not None:
         N = [int(tree.n_nodes)]
+    repeats = int(check_min("repeats", repeats, 1, integer=True))
+    rounds = int(check_min("rounds", rounds, 1, integer=True))
+    warmup = int(check_min("warmup", warmup, 0, integer=True))
+    if resume and overwrite:
+        raise SpecroofError("give --resume or --overwrite, not both")
+    if resume and out is None:
+        raise SpecroofError("resume needs an output folder (--out) to resume from")
+    hf = not isinstance(spec_or_model, (ModelSpec, str, Transformer))
+    if hf:
+        dtypes = [str(next(spec_or_model.parameters()).dtype).replace("torch.", "")]
+    elif isinstance(spec_or_model, Transformer):
+        dtypes = [dtype_name(spec_or_model.dtype)]
+    else:
+        dtypes = [check_choice("dtype", d, tuple(TORCH_DTYPES)) for d in dtype]
+    spec0 = _spec_of(spec_or_model)
+    if spec0 is not None and max(L) + max(N) > spec0.max_context:
+        raise SpecroofError(
+            f"context {max(L)} + {max(N)} new tokens exceeds {spec0.name}'s max context {spec0.max_context}: "
+            f"use contexts up to {spec0.max_context - max(N)}"
+        )
     hw = load_hardware(hardware) if hardware is not None else None
     if hw is None:
         match = match_profile(describe(dev))
         hw = load_hardware(match) if match else None
-    store = SweepStore(out, KEY) if out is not None else None
-    if store is not None and not resume:
-        store.clear()  # a fresh sweep: earlier rows would mix two runs
-    done = store.done() if (store is not None and resume) else set()
-    if store is not None:
-        store.write_meta({"device": describe(dev), "hardware_profile": hw.id if hw else None, "kind": "verify sweep"})
-    hf = not isinstance(spec_or_model, (ModelSpec, str, Transformer))
-    dtypes = list(dtype) if not hf else [str(next(spec_or_model.parameters()).dtype).replace("torch.", "")]
-    if isinstance(spec_or_model, Transformer):
-        dtypes = [{torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[spec_or_model.dtype]]
-    rounds = int(check_min("rounds", rounds, 1, integer=True))
-    points = list(itertools.product(dtypes, B, N, L))
-    rows: list[dict[str, Any]] = []
-    bar = _progress(len(points) * rounds, progress)
+    bud = budget if isinstance(budget, Budget) else Budget(budget)
+    name0 = spec0.name if spec0 is not None else type(spec_or_model).__name__
+    fingerprint = _fingerprint(spec0, name0, dtypes, dev)
+    store = SweepStore(out, (*KEY, "visit")) if out is not None else None
+    lock = FolderLock(out) if out is not None else None
+    if lock is not None:
+        lock.acquire()
+    try:
+        if store is not None:
+            _check_store(store, fingerprint, resume, overwrite)
+            if overwrite:
+                store.clear()
+            store.write_meta(
+                {
+                    "device": describe(dev),
+                    "hardware_profile": hw.id if hw else None,
+                    "kind": "verify sweep",
+                    "fingerprint": fingerprint,
+                }
+            )
+        saved = store.read() if (store is not None and resume) else pd.DataFrame()
+        return _sweep_points(
+            spec_or_model,
+            dtypes,
+            B,
+            N,
+            L,
+            tree,
+            dev,
+            hw,
+            repeats,
+            warmup,
+            rounds,
+            store,
+            saved,
+            bud,
+            threads,
+            progress,
+            seed,
+        )
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _spec_of(obj: Any) -> ModelSpec | None:
+    if isinstance(obj, Transformer):
+        return obj.spec
+    if isinstance(obj, (ModelSpec, str)):
+        return get_model(obj)
+    try:
+        return ModelSpec.from_hf_config(obj.config.to_dict())
+    except Exception:  # an architecture the cost model does not know: measure anyway, no prediction
+        return None
+
+
+def _check_store(store: SweepStore, fingerprint: str, resume: bool, overwrite: bool) -> None:
+    """Refuse to mix runs: existing results need --resume (same fingerprint) or --overwrite."""
+    meta_path = store.dir / META
+    if store.has_results() and not resume and not overwrite:
+        raise SpecroofError(
+            f"{str(store.dir)!r} already holds results: --resume to continue them, --overwrite to replace them, "
+            "or choose another --out"
+        )
+    if resume and meta_path.exists():
+        try:
+            old = json.loads(meta_path.read_text()).get("fingerprint")
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise SpecroofError(f"{str(meta_path)!r} is damaged (not JSON): cannot tell what was measured") from None
+        if old is not None and old != fingerprint and store.has_results():
+            raise SpecroofError(f"cannot resume: {str(store.dir)!r} holds {old}, this run measures {fingerprint}")
+
+
+def _sweep_points(
+    spec_or_model: Any,
+    dtypes: list[str],
+    B: list[int],
+    N: list[int],
+    L: list[int],
+    tree: Any,
+    dev: torch.device,
+    hw: Hardware | None,
+    repeats: int,
+    warmup: int,
+    rounds: int,
+    store: SweepStore | None,
+    saved: pd.DataFrame,
+    bud: Budget,
+    threads: int | None,
+    progress: bool,
+    seed: int,
+) -> pd.DataFrame:
+    """The measuring loop of :func:`sweep`: shuffled visits, per-visit rows, budget and convergence."""
     tree_id = "chain" if tree is None else f"tree{tree.n_nodes}d{tree.depth}"
     rng = np.random.default_rng(seed)
-    try:
-        for dt in dtypes:
-            runner, spec = _runner(spec_or_model, dt, dev, max(B), max(L) + max(N))
-            name = spec.name if spec is not None else type(spec_or_model).__name__
-            vocab = spec.vocab_size if spec is not None else spec_or_model.config.vocab_size
-            gen = torch.Generator().manual_seed(seed)
-            todo = []
-            for b, n, c in itertools.product(B, N, L):
-                row: dict[str, Any] = {
-                    "model": name,
-                    "dtype": dt,
-                    "batch": b,
-                    "new_tokens": n,
-                    "context": c,
-                    "tree": tree_id,
-                }
-                if store is not None and store.key_of(row) in done:
-                    bar.update(rounds)
-                    continue
-                todo.append((row, torch.randint(0, vocab, (b, n), generator=gen).to(dev)))
-            samples: dict[int, list[float]] = {i: [] for i in range(len(todo))}
-            failed: dict[int, str] = {}
+    visits: list[dict[str, Any]] = saved.to_dict(orient="records") if not saved.empty else []
+    for dt in dtypes:
+        runner, spec = _runner(spec_or_model, dt, dev, max(B), max(L) + max(N))
+        name = spec.name if spec is not None else type(spec_or_model).__name__
+        vocab = spec.vocab_size if spec is not None else spec_or_model.config.vocab_size
+        gen = torch.Generator().manual_seed(seed)
+        points = []
+        for b, n, c in itertools.product(B, N, L):
+            row: dict[str, Any] = {
+                "model": name,
+                "dtype": dt,
+                "batch": b,
+                "new_tokens": n,
+                "context": c,
+                "tree": tree_id,
+            }
+            tokens = torch.randint(0, vocab, (b, n), generator=gen).to(dev)
+            t_pred = _predict(spec, hw, b, n, c, dt, tree)
+            points.append((row, tokens, t_pred))
+        history: dict[int, list[dict[str, Any]]] = {i: [] for i in range(len(points))}
+        keys = [tuple(str(r[k]) for k in KEY) for r, _, _ in points]
+        for v in visits:
+            k = tuple(str(v.get(kk)) for kk in KEY)
+            if k in keys:
+                history[keys.index(k)].append(v)
+        unit = [(warmup + repeats) * (t if np.isfinite(t) else 1e-3) for _, _, t in points]
+        todo_visits = sum(max(0, (rounds if rounds > 1 else 1) - len(history[i])) for i in range(len(points)))
+        bar = WorkBar(sum(unit) * max(1, todo_visits / max(1, len(points))), f"verify sweep {name} {dt}", progress)
+        try:
             for r in range(rounds):
-                order = rng.permutation(len(todo)) if rounds > 1 else np.arange(len(todo))
+                order = rng.permutation(len(points)) if rounds > 1 else np.arange(len(points))
                 for i in order.tolist():
-                    row, tokens = todo[i]
-                    if i not in failed:
-                        try:
-                            runner.prepare(row["batch"], row["context"])
-                            t = time_fn(
-                                lambda tk=tokens, rn=runner: rn.run(tk, tree),
-                                warmup=warmup if r == 0 else 1,
-                                repeats=repeats,
-                                device=dev,
-                                threads=threads,
-                            )
-                            samples[i].extend(t.samples_s)
-                        except Exception as exc:
-                            if not _is_oom(exc):
-                                raise
-                            failed[i] = "oom"
-                            if dev.type == "cuda":
-                                torch.cuda.empty_cache()
-                    if r == rounds - 1:
-                        rows.append(_finish(row, samples[i], failed.get(i), warmup, str(dev), spec, hw, tree))
-                        if store is not None:
-                            store.append(rows[-1])
-                    bar.update(1)
-    finally:
-        bar.close()
-    df = pd.DataFrame(rows)
-    if store is not None:
-        df = store.read()
-    return df
+                    row, tokens, t_pred = points[i]
+                    h = history[i]
+                    if len(h) > r or (h and h[-1]["status"] != "ok"):
+                        continue  # saved by an earlier run, or failed (an OOM does not heal)
+                    if len(h) >= 2 and _converged(h):
+                        continue
+                    if h and bud.expired():
+                        continue  # every point has its first visit; the budget says stop
+                    visit = _measure_visit(runner, row, tokens, tree, dev, warmup if not h else 1, repeats, threads)
+                    out = {**row, "visit": len(h), **visit, "device": str(dev), "t_predicted_s": t_pred}
+                    h.append(out)
+                    if store is not None:
+                        store.append(out)
+                    bar.update(unit[i], f"{sum(len(x) > 0 for x in history.values())}/{len(points)} points")
+                if bud.expired() and all(history.values()):
+                    break
+        finally:
+            bar.close()
+        visits = [v for v in visits if tuple(str(v.get(kk)) for kk in KEY) not in keys]
+        visits += [v for h in history.values() for v in h]
+    if not visits:
+        return pd.DataFrame()
+    return pool_visits(pd.DataFrame(visits))
+
+
+def _converged(h: list[dict[str, Any]]) -> bool:
+    """A point whose last visit improved its minimum by less than ``CONVERGED``."""
+    mins = [float(v["t_min_s"]) for v in h if v.get("status") == "ok"]
+    if len(mins) < 2:
+        return False
+    return min(mins[:-1]) <= mins[-1] * (1 + CONVERGED) and min(mins) >= min(mins[:-1]) / (1 + CONVERGED)
+
+
+def _measure_visit(
+    runner: Any,
+    row: dict[str, Any],
+    tokens: torch.Tensor,
+    tree: Any,
+    dev: torch.device,
+    warmup: int,
+    repeats: int,
+    threads: int | None,
+) -> dict[str, Any]:
+    """One visit of one point: ``repeats`` timed passes; an out-of-memory error becomes status ``oom``."""
+    try:
+        runner.prepare(row["batch"], row["context"])
+        t = time_fn(lambda: runner.run(tokens, tree), warmup=warmup, repeats=repeats, device=dev, threads=threads)
+    except Exception as exc:
+        if not _is_oom(exc):
+            raise
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+        return {"status": "oom", "t_median_s": np.nan, "t_min_s": np.nan, "t_iqr_s": np.nan, "repeats": 0}
+    return {"status": "ok", **t.as_row("t")}
+
+
+def pool_visits(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per point from per-visit rows (``results.csv``): see :func:`pool_sweeps`."""
+    if df.empty:
+        return df
+    if "visit" not in df.columns:
+        return df
+    visits = df.groupby([k for k in KEY if k in df.columns], sort=False)["visit"].transform("size")
+    pooled = pool_sweeps([df.assign(visits=visits).drop(columns=["visit"])])
+    return pooled
+
+
+def load_sweep(folder: str | Path) -> pd.DataFrame:
+    """A saved sweep folder's points, one row each (visits pooled); an error if there is none."""
+    path = Path(folder) / RESULTS
+    if not path.is_file():
+        raise SpecroofError(f"no {RESULTS} in {str(folder)!r}: run `specroof measure sweep --out DIR` first")
+    df = read_results(path)
+    if df.empty:
+        raise SpecroofError(f"{str(path)!r} holds no rows yet")
+    return pool_visits(df)
 
 
 def pool_sweeps(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
@@ -229,26 +414,6 @@ def pool_sweeps(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
     return out[list(df.columns)]
 
 
-def _finish(
-    row: dict[str, Any],
-    samples: list[float],
-    status: str | None,
-    warmup: int,
-    device: str,
-    spec: ModelSpec | None,
-    hw: Hardware | None,
-    tree: Any,
-) -> dict[str, Any]:
-    out = dict(row)
-    if status is None and samples:
-        out.update(status="ok", **Timing(tuple(samples), warmup, device).as_row("t"))
-    else:
-        out.update(status=status or "error", t_median_s=np.nan, t_min_s=np.nan, t_iqr_s=np.nan, repeats=0)
-    out["device"] = device
-    out["t_predicted_s"] = _predict(spec, hw, out["batch"], out["new_tokens"], out["context"], out["dtype"], tree)
-    return out
-
-
 def _runner(obj: Any, dtype: str, dev: torch.device, max_batch: int, max_seq: int) -> tuple[Any, ModelSpec | None]:
     if isinstance(obj, Transformer):
         return ModelRunner(obj, max_batch, max_seq), obj.spec
@@ -272,21 +437,3 @@ def _predict(spec: ModelSpec | None, hw: Hardware | None, b: int, n: int, c: int
     except SpecroofError:
         return float("nan")
     return float(st.t_step_s)
-
-
-class _NoBar:
-    def update(self, n: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-def _progress(total: int, enabled: bool) -> Any:
-    if not enabled:
-        return _NoBar()
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:
-        return _NoBar()
-    return tqdm(total=total, desc="verify sweep", unit="pt")

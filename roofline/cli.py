@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -359,301 +360,93 @@ def cmd_tree(args: argparse.Namespace) -> int:
     return 0
 
 
-# -- measure (imports torch lazily: the analytic CLI works without it) -------------------------
-
-
-def _need_measure() -> None:
-    import importlib.util
-
-    if importlib.util.find_spec("torch") is None:  # checked without importing: roofline stays torch-free
-        raise SpecroofError("measurement needs torch: pip install 'specroof[measure]'")
-
-
-def cmd_measure_device(args: argparse.Namespace) -> int:
-    _need_measure()
-    from measure.device import describe, match_profile
-
-    info = describe(args.device)
-    info["matched_profile"] = match_profile(info)
-    lines = [f"{k:<22} {v}" for k, v in info.items() if k != "caches_bytes"]
-    if info.get("matched_profile") is None:
-        lines.append("no built-in profile matches this device: `specroof measure bench` writes a measured one")
-    emit(args, info, "\n".join(lines))
-    return 0
-
-
-def cmd_measure_bench(args: argparse.Namespace) -> int:
-    _need_measure()
-    from measure.microbench import measure_profile
-
-    hw = measure_profile(
-        args.out,
-        args.device,
-        dtypes=args.dtype.split(","),
-        progress=lambda name: print(f"  measuring {name} ...", file=sys.stderr),
-    )
-    m = hw.measured
-    assert m is not None
-    payload = {
-        "profile": args.out,
-        "bandwidth_bytes_per_s": m.bandwidth_bytes_per_s,
-        "peak_flop_per_s": m.peak_flop_per_s,
-        "pass_overhead_s": m.pass_overhead_s,
-        "copy_bandwidth_bytes_per_s": float(m.provenance.get("copy_bandwidth_GB_per_s", 0.0)) * 1e9,
-        "overlap": hw.overlap,
-    }
-    lines = [
-        f"wrote {args.out} (load it with --hardware {args.out})",
-        f"  weight streaming {format_quantity(m.bandwidth_bytes_per_s or 0, 'B/s')} (one-row GEMM)",
-        f"  copy bandwidth   {format_quantity(payload['copy_bandwidth_bytes_per_s'], 'B/s')}",
-        f"  overlap          {hw.overlap:.2f} (memory/compute, at the ridge)",
-    ]
-    lines += [f"  {d} matmul      {format_quantity(v, 'FLOP/s')}" for d, v in m.peak_flop_per_s.items()]
-    lines.append(f"  dispatch         {format_quantity(m.pass_overhead_s or 0, 's')}")
-    emit(args, payload, "\n".join(lines))
-    return 0
-
-
-def cmd_measure_sweep(args: argparse.Namespace) -> int:
-    _need_measure()
-    from measure.verify import sweep
-
-    if args.hf:
-        from measure.device import resolve_device
-        from measure.models import Transformer
-
-        target: Any = Transformer.from_hf(args.hf, dtype=args.dtype.split(",")[0], device=resolve_device(args.device))
-    elif args.spec:
-        target = ModelSpec.from_hf_config(args.spec)
-    elif args.model:
-        target = get_model(args.model)
-    else:
-        raise SpecroofError("give a model: --model PRESET, --spec config.json or --hf CHECKPOINT_FOLDER")
-    df = sweep(
-        target,
-        args.batch,
-        args.tokens,
-        args.context,
-        args.dtype.split(","),
-        device=args.device,
-        hardware=args.hardware,
-        repeats=args.repeats,
-        rounds=args.rounds,
-        out=args.out,
-        resume=args.resume,
-    )
-    cols = [
-        c
-        for c in ("dtype", "batch", "new_tokens", "context", "status", "t_median_s", "t_iqr_s", "t_predicted_s")
-        if c in df
-    ]
-    payload = {"out": args.out, "points": len(df), "rows": df[cols].to_dict(orient="records")}
-    emit(args, payload, df[cols].to_string(index=False) + (f"\nsaved to {args.out}" if args.out else ""))
-    return 0
-
-
-def cmd_measure_fit(args: argparse.Namespace) -> int:
-    _need_measure()
-    from pathlib import Path
-
-    from measure.fit import fit, validate
-    from measure.store import RESULTS
-
-    folder = Path(args.sweep)
-    if not (folder / RESULTS).is_file():
-        raise SpecroofError(f"no {RESULTS} in {args.sweep!r}: run `specroof measure sweep --out DIR` first")
-    df = pd.read_csv(folder / RESULTS)
-    if args.spec:
-        spec = ModelSpec.from_hf_config(args.spec)
-    else:
-        name = str(df["model"].iloc[0]) if "model" in df and not args.model else args.model
-        spec = get_model(name)
-    apriori = load_hardware(args.hardware)
-    res = fit(df, spec, apriori, statistic=args.statistic)
-    out = Path(args.out or folder / "fitted-profile.toml")
-    res.write_toml(out)
-    _, summary = validate(df, spec, apriori, res.hardware, statistic=args.statistic)
-    payload = {
-        "fitted_profile": str(out),
-        "fit_mape": res.mape,
-        "apriori_mape": summary["apriori_mape"],
-        "params": res.params,
-        "crossover": summary["crossover"],
-    }
-    lines = [
-        f"fitted {res.n_points} points: MAPE {res.mape:.1%} (a-priori {summary['apriori_mape']:.1%})",
-        *(f"  {k} = {v:.4g}" for k, v in res.params.items()),
-        f"wrote {out}",
-    ]
-    emit(args, payload, "\n".join(lines))
-    return 0
-
-
-def cmd_measure_spec(args: argparse.Namespace) -> int:
-    _need_measure()
-    from pathlib import Path
-
-    from measure.fit import fit, validate
-    from measure.models import Transformer
-    from measure.pair import held_out_prompts, load_pair
-    from measure.specval import measure_speedups, predict_speedups
-    from measure.verify import pool_sweeps, sweep
-
-    if args.pair != "offline" and not args.hf:
-        raise SpecroofError(
-            "give --pair offline or --hf TARGET_FOLDER (with --draft-hf DRAFT_FOLDER or --early-exit L)"
-        )
-    from measure.device import resolve_device
-
-    dev = resolve_device(args.device)
-    pair_info: dict[str, Any] = {}
-    if args.pair == "offline":
-        target, draft, stats = load_pair(device=dev, dtype=args.dtype, width=args.width)
-        pair_info = {
-            "target": target.spec.name,
-            "target_params": target.spec.total_params,
-            "draft": draft.spec.name,
-            "held_out": stats["held_out"],
-        }
-    else:
-        target = Transformer.from_hf(args.hf, dtype=args.dtype, device=dev)
-        draft = Transformer.from_hf(args.draft_hf, dtype=args.dtype, device=dev) if args.draft_hf else None
-    # one-token passes through torch.mv on the CPU: the fastest baseline this machine has
-    for m in (target, draft):
-        if m is not None:
-            m.set_matvec(dev.type == "cpu")
-    drafters: dict[str, Any] = {}
-    if args.early_exit:
-        drafters[f"early exit @{args.early_exit}"] = args.early_exit
-    if draft is not None and not args.early_exit_only:
-        drafters[f"draft {draft.spec.name}"] = draft
-    if not drafters:
-        raise SpecroofError("no drafter: give a draft (--pair offline or --draft-hf) or --early-exit L")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    top = max(args.batch) * (max(args.gamma) + 1)
-    kw = dict(
-        batch=args.batch,
-        new_tokens=sorted({1, 2, 3, 4, 6, *[g + 1 for g in args.gamma], 12, 16, top // max(args.batch)}),
-        context=[64, 64 + args.tokens * 2],
-        repeats=3,
-        hardware=args.hardware or None,
-        progress=False,
-    )
-    if args.hardware:
-        apriori = load_hardware(args.hardware)
-    else:  # a-priori = this device's microbenchmarked ceilings, measured now
-        from measure.microbench import measure_profile
-
-        dts = ("fp32",) if args.dtype == "fp32" else ("fp32", args.dtype)
-        apriori = measure_profile(out / "apriori-profile.toml", dev, dts)
-    # A blocked design: one round of each verify sweep before every (repetition, batch size) block
-    # of the decoding, so the passes the fit sees and the passes the decoding runs come from the
-    # same periods of a shared machine whose bandwidth drifts by tens of percent over minutes (and
-    # each sweep point gets 3 passes per block: a minimum over several periods finds a quiet one).
-    frames: dict[str, list[pd.DataFrame]] = {"target": [], "draft": []}
-
-    def sweep_round(i: int) -> None:
-        frames["target"].append(sweep(target, seed=i, **kw))
-        if draft is not None:
-            frames["draft"].append(sweep(draft, seed=i, **kw))
-
-    # several prompts per batch size, decoded batch at a time: acceptance averaged over more text
-    prompts = {b: held_out_prompts(max(b, 4 // b * b), seed=b) for b in args.batch}
-    measured = measure_speedups(
-        target,
-        drafters,
-        prompts,
-        args.gamma,
-        max_new_tokens=args.tokens,
-        repeats=args.repeats,
-        progress=not args.json,
-        before_block=sweep_round,
-        statistic=args.statistic,
-    )
-    df = pool_sweeps(frames["target"])
-    (out / "sweep-target").mkdir(exist_ok=True)
-    df.to_csv(out / "sweep-target" / "results.csv", index=False)
-    # Each model gets its own fit: a draft that sits in cache is dispatch bound, a regime the
-    # memory-bound target's passes never visit, and one set of parameters would serve neither.
-    fitted = fit(df, target.spec, apriori, statistic=args.statistic)
-    fitted.write_toml(out / "fitted-profile.toml")
-    draft_hw: dict[str, Any] = {}
-    draft_fit = None
-    if draft is not None:
-        draft_df = pool_sweeps(frames["draft"])
-        (out / "sweep-draft").mkdir(exist_ok=True)
-        draft_df.to_csv(out / "sweep-draft" / "results.csv", index=False)
-        draft_fit = fit(draft_df, draft.spec, apriori, statistic=args.statistic)
-        draft_fit.write_toml(out / "fitted-profile-draft.toml")
-        draft_hw = {f"draft {draft.spec.name}": draft_fit.hardware}
-    table, summary = validate(df, target.spec, apriori, fitted.hardware, statistic=args.statistic)
-    table.to_csv(out / "validation.csv", index=False)
-    spec_df = predict_speedups(
-        measured, target.spec, drafters, fitted.hardware, dtype=args.dtype, draft_hardware=draft_hw
-    )
-    spec_df.drop(columns=["curve"]).to_csv(out / "speedup.csv", index=False)
-    crossovers = summary["crossover"]
-    payload = {
-        "fit_mape": fitted.mape,
-        "apriori_mape": summary["apriori_mape"],
-        "crossover_measured": [k["crossover_measured"] for k in crossovers],
-        "crossover_predicted": [k["crossover_predicted"] for k in crossovers],
-        "crossover": crossovers,
-        "fit_params": fitted.params,
-        "draft_fit_mape": draft_fit.mape if draft_fit is not None else None,
-        "speedup": spec_df.to_dict(orient="records"),
-        "speedup_error_max": float(spec_df["rel_error"].abs().max()),
-        "speedup_error_max_wall": float(spec_df["rel_error_wall"].abs().max()),
-        "statistic": args.statistic,
-        "pair": pair_info,
-        "out": str(out),
-    }
-    (out / "summary.json").write_text(dumps(payload))
-    shown = spec_df[
-        ["drafter", "batch", "gamma", "acceptance_rate", "speedup_measured", "speedup_predicted", "rel_error"]
-        + ["speedup_wall"]
-    ]
-    text = (
-        f"fit MAPE {fitted.mape:.1%} (a-priori {summary['apriori_mape']:.1%}); largest speedup error "
-        f"{payload['speedup_error_max']:.0%}\n" + shown.round(3).to_string(index=False) + f"\nwritten to {out}"
-    )
-    emit(args, payload, text)
-    return 0
-
-
 # -- report ----------------------------------------------------------------------
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    import time
+
     from roofline.report import DEFAULT_PAIRING, write_report
 
+    if args.budget is not None and not args.budget > 0:
+        raise SpecroofError(f"--budget must be > 0 seconds (got {args.budget})")
+    if args.alpha is not None and not 0.0 <= args.alpha < 1.0:
+        raise SpecroofError(f"--alpha must lie in [0, 1) (got {args.alpha})")
     extra: list[Any] = []
-    if not args.skip_measure:
-        try:
-            from measure.report import measurement_section
-        except ImportError:
+    measured = not args.skip_measure
+    if measured:
+        import importlib.util
+
+        if importlib.util.find_spec("torch") is None:  # checked without importing: roofline stays torch-free
             print(
                 "torch is not installed: the measured section is skipped (pip install 'specroof[measure]')",
                 file=sys.stderr,
             )
-        else:
-            extra.append(lambda w: measurement_section(w, quick=args.quick))
+            measured = False
+    if measured:
+
+        def measured_section(w: Any) -> Any:
+            from measure.report import measurement_section
+
+            return measurement_section(
+                w, quick=args.quick, budget_s=args.budget, progress=not args.json, log=lambda m: _note(args, m)
+            )
+
+        extra.append(("Measured on this device", measured_section))
     pairing = dict(DEFAULT_PAIRING)
-    if args.target or args.draft or args.alpha is not None:
+    if args.target or args.draft or args.alpha is not None or args.early_exit is not None:
         draft = args.draft or DEFAULT_PAIRING["drafters"][0]
+        exit_layer = args.early_exit if args.early_exit is not None else DEFAULT_PAIRING["drafters"][1]
         pairing = {
             "target": args.target or DEFAULT_PAIRING["target"],
-            "drafters": (draft, args.early_exit),
-            "acceptance": {f"draft {draft}": args.alpha or 0.75, f"early exit @{args.early_exit}": 0.5},
+            "drafters": (draft, exit_layer),
+            "acceptance": {
+                f"draft {draft}": args.alpha if args.alpha is not None else 0.75,
+                f"early exit @{exit_layer}": 0.5,
+            },
         }
-    summary = write_report(args.out, args.hardware, extra, pairing)
-    seed = summary["seed_example"]
-    table = pd.DataFrame(seed)[
-        ["hardware", "t_memory_ms", "t_compute_ms", "tokens_per_s", "ridge_flop_per_byte", "K_exact"]
-    ]
-    emit(args, summary, table.round(3).to_string(index=False) + f"\n\nreport written to {args.out}/index.html")
+    t0 = time.perf_counter()
+    n_sections = 5 + len(extra)
+    done = {"n": 0}
+
+    def on_section(sec: Any) -> None:
+        done["n"] += 1
+        state = "FAILED: " + sec.error if sec.error else "done"
+        _note(args, f"[{done['n']}/{n_sections}] {sec.title}: {state} ({time.perf_counter() - t0:.0f} s)")
+
+    _note(args, f"writing {args.out}/index.html section by section ...")
+    try:
+        summary = write_report(args.out, args.hardware, extra, pairing, debug=args.debug, on_section=on_section)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: the finished sections are in {args.out}/index.html", file=sys.stderr)
+        return 130
+    summary["seconds"] = time.perf_counter() - t0
+    lines = ["The answer (roofline, batch 1): best strategy and gamma per GPU, and the best draft-tree size"]
+    if "answer" in summary:
+        table = pd.DataFrame(summary["answer"])
+        lines.append(table.round(2).to_string(index=False))
+    meas = summary.get("measurement")
+    if meas:
+        lines.append(
+            f"\nmeasured on {meas['device']} ({meas['dtype']}): verify-pass error a-priori {meas['apriori_mape']:.1%}, "
+            f"fitted {meas['fit_mape']:.1%}; best gamma measured here: "
+            + ", ".join(
+                f"{b['drafter']} batch {b['batch']}: {b['gamma']} ({b['speedup_measured']:.2f}x)"
+                for b in meas["best_measured"]
+            )
+        )
+    lines.append(f"\nreport written to {args.out}/index.html in {summary['seconds']:.0f} s")
+    emit(args, summary, "\n".join(lines))
+    if summary["failed"]:
+        names = "; ".join(f"{f['section']} ({f['error']})" for f in summary["failed"])
+        print(f"specroof: error: section(s) failed: {names}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _note(args: argparse.Namespace, message: str) -> None:
+    """A progress line on stderr (kept off stdout so --json stays parseable)."""
+    print(message, file=sys.stderr, flush=True)
 
 
 # -- parser ----------------------------------------------------------------------
@@ -734,92 +527,47 @@ def build_parser() -> argparse.ArgumentParser:
     _add_json(p)
     p.set_defaults(func=cmd_tree)
 
-    meas = sub.add_parser("measure", help="measure this device (needs specroof[measure])")
-    msub = meas.add_subparsers(dest="measure_command", required=True, parser_class=_Parser)
-    p = msub.add_parser("device", help="what device is this and which profile matches")
-    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
-    _add_json(p)
-    p.set_defaults(func=cmd_measure_device)
-    p = msub.add_parser("bench", help="microbenchmarks -> a measured hardware profile TOML")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", default="fp32,bf16", help="dtypes to measure matmul FLOP/s for")
-    p.add_argument("--out", default="measured-profile.toml")
-    _add_json(p)
-    p.set_defaults(func=cmd_measure_bench)
-    p = msub.add_parser("sweep", help="time verify passes over batch x new tokens x context x dtype")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--model", help="preset (random weights)")
-    g.add_argument("--spec", help="a config.json (random weights)")
-    g.add_argument("--hf", help="a Hugging Face checkpoint folder")
-    p.add_argument("--batch", type=int_list, default=[1])
-    p.add_argument("--tokens", type=int_list, default=[1, 2, 4, 8, 16, 32, 64])
-    p.add_argument("--context", type=int_list, default=[128])
-    p.add_argument("--dtype", default="bf16")
-    p.add_argument("--device", default=None)
-    p.add_argument("--hardware", default=None, help="profile for the predicted column (e.g. a measured TOML)")
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--rounds", type=int, default=1, help="shuffled visits of the grid, samples pooled")
-    p.add_argument("--out", default=None, help="folder for results.csv + meta.json (saved as measured)")
-    p.add_argument("--resume", action="store_true", help="skip points already saved in --out")
-    _add_json(p)
-    p.set_defaults(func=cmd_measure_sweep)
-    p = msub.add_parser("fit", help="fit the roofline to a saved sweep; write the fitted profile")
-    p.add_argument("--sweep", required=True, help="folder written by `measure sweep --out`")
-    p.add_argument("--hardware", required=True, help="starting profile (e.g. the one `measure bench` wrote)")
-    p.add_argument("--model", help="preset the sweep measured (default: the name in the results)")
-    p.add_argument("--spec", help="config.json the sweep measured")
-    p.add_argument("--out", help="where to write the fitted profile (default SWEEP/fitted-profile.toml)")
-    p.add_argument("--statistic", choices=["min", "median"], default="min", help="per-point time to fit (min)")
-    _add_json(p)
-    p.set_defaults(func=cmd_measure_fit)
-    p = msub.add_parser("spec", help="sweep, fit, then baseline vs speculative decoding: predicted vs measured speedup")
-    p.add_argument("--pair", choices=["offline"], help="the shipped byte-level pair (measure.pair)")
-    p.add_argument("--hf", help="target: a Hugging Face checkpoint folder")
-    p.add_argument("--draft-hf", help="draft: a Hugging Face checkpoint folder")
-    p.add_argument("--early-exit", type=int, help="also an early-exit drafter after L target layers")
-    p.add_argument("--early-exit-only", action="store_true", help="skip the separate draft model")
-    p.add_argument("--gamma", type=int_list, default=[1, 2, 4, 8])
-    p.add_argument("--batch", type=int_list, default=[1, 4])
-    p.add_argument("--tokens", type=int, default=64, help="new tokens per sequence")
-    p.add_argument("--width", type=int, default=16, help="widen the offline target this many times (memory bound)")
-    p.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
-    p.add_argument("--repeats", type=int, default=3, help="interleaved baseline/speculative repetitions")
-    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
-    p.add_argument(
-        "--statistic",
-        choices=["min", "median"],
-        default="min",
-        help="min: fits to each sweep point's minimum, rounds and steps at their 10th percentile (the quiet machine); "
-        "median: medians throughout",
-    )
-    p.add_argument(
-        "--hardware", default=None, help="a-priori profile and fit start (default: microbenchmark this device now)"
-    )
-    p.add_argument("--out", default="specroof-spec")
-    _add_json(p)
-    p.set_defaults(func=cmd_measure_spec)
+    _register_measure(sub)
 
     from roofline.report import DEFAULT_GPUS
 
-    p = sub.add_parser("report", help="the main job: seeds' example, rooflines, plans, written to a folder")
+    p = sub.add_parser(
+        "report", help="the main job: which gamma and tree size per GPU, rooflines, plans, and a measurement here"
+    )
     p.add_argument("--out", default="specroof-report", help="output folder (default ./specroof-report)")
     p.add_argument("--hardware", nargs="+", default=list(DEFAULT_GPUS), help="GPUs to cover")
-    p.add_argument("--quick", action="store_true", help="a small measured sweep (under a minute)")
+    p.add_argument("--quick", action="store_true", help="a small measured section (about 15 s)")
+    p.add_argument(
+        "--budget", type=float, default=None, help="seconds the measured section may take (default 100, --quick 12)"
+    )
     p.add_argument("--skip-measure", action="store_true", help="analytic sections only")
     p.add_argument("--target", help="target preset for the plans (default llama-3.1-8b)")
     p.add_argument("--draft", help="draft preset for the plans (default llama-3.2-1b)")
-    p.add_argument("--early-exit", type=int, default=8, help="early-exit layer of the self-drafter")
+    p.add_argument("--early-exit", type=int, default=None, help="early-exit layer of the self-drafter (default 8)")
     p.add_argument("--alpha", type=float, help="acceptance rate of the draft model (default 0.75)")
+    p.add_argument("--debug", action="store_true", help="tracebacks of failed sections on the page")
     _add_json(p)
     p.set_defaults(func=cmd_report)
 
-    for register in _EXTRA_COMMANDS:
-        register(sub)
     return parser
 
 
-#: Other modules register subcommands here (speedup, plan, tree, report, measure).
-_EXTRA_COMMANDS: list[Callable[[Any], None]] = []
+def _register_measure(sub: Any) -> None:
+    """``specroof measure ...`` comes from ``measure.cli`` when torch is installed, else a clear refusal."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is not None:  # found without importing it: roofline stays torch-free
+        from measure.cli import register
+
+        register(sub, _Parser)
+        return
+
+    def refuse(args: argparse.Namespace) -> int:
+        raise SpecroofError("measurement needs torch: pip install 'specroof[measure]'")
+
+    p = sub.add_parser("measure", help="measure this device (needs specroof[measure]: not installed)")
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(func=refuse)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -830,6 +578,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SpecroofError as exc:
         print(f"specroof: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # the reader went away (`specroof ... | head`): not an error of ours; silence the flush at exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        print("\nspecroof: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -3,24 +3,33 @@
 Sections are functions that take the output folder and return a :class:`Section`
 (title, HTML fragment, headline rows). The measured half (``measure``) adds its
 own sections through the same type, so the page is assembled in one place.
+
+The page is rewritten after every section, so whatever finished is on disk even if
+a later section fails or the run is interrupted; a section that raises shows its
+error on the page and the others go on.
 """
 
 from __future__ import annotations
 
 import base64
 import html
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from roofline.errors import SpecroofError
 from roofline.hardware import load_hardware
 from roofline.jsonio import dumps
-from roofline.model import ModelSpec
+from roofline.model import ModelSpec, get_model
 from roofline.roofline import crossover_tokens, pass_time, weights_only_crossover
+
+esc = html.escape
 
 #: The data-center GPUs the default report covers.
 DEFAULT_GPUS = ("a100-sxm-80gb", "h100-sxm-80gb", "h200-sxm-141gb", "b200-180gb", "mi300x-192gb")
@@ -34,6 +43,12 @@ class Section:
     body_html: str
     files: list[str] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
+    #: the error that stopped this section (its body then says what happened)
+    error: str | None = None
+
+
+#: a section maker: writes its files through the writer and returns its Section
+SectionMaker = Callable[["ReportWriter"], Section]
 
 
 class ReportWriter:
@@ -54,14 +69,102 @@ class ReportWriter:
         return f'<figure><img alt="{html.escape(alt)}" src="data:image/png;base64,{data}"><figcaption>{html.escape(alt)}</figcaption></figure>'
 
     def table(self, df: pd.DataFrame, name: str, floatfmt: str = "{:.4g}") -> str:
-        """Save ``df`` as ``name``.csv and return it as an HTML table."""
+        """Save ``df`` as ``name``.csv and return it as an HTML table (floats formatted, missing values blank)."""
         df.to_csv(self.out / f"{name}.csv", index=False)
-        return df.to_html(index=False, float_format=lambda v: floatfmt.format(v), classes="data", border=0)
+
+        def cell(v: Any) -> Any:
+            if isinstance(v, (float, np.floating)):
+                return "" if not np.isfinite(v) else floatfmt.format(v)
+            return "" if v is None else v
+
+        return df.map(cell).to_html(index=False, classes="data", border=0)
+
+
+#: The pairing the default report plans for, with assumed acceptance rates (replace with measured ones).
+DEFAULT_PAIRING: dict[str, Any] = {
+    "target": "llama-3.1-8b",
+    "drafters": ("llama-3.2-1b", 8),  # a separate 1B draft, and early exit after layer 8
+    "acceptance": {"draft llama-3.2-1b": 0.75, "early exit @8": 0.5},
+}
+
+
+def _contexts(spec: ModelSpec, wanted: Sequence[int], room: int = 64) -> list[int]:
+    """``wanted`` contexts clipped to what the model holds (leaving ``room`` for the new tokens)."""
+    top = max(1, spec.max_context - room)
+    return sorted({min(int(c), top) for c in wanted})
+
+
+def _pairing(pairing: dict[str, Any] | None) -> dict[str, Any]:
+    return pairing or DEFAULT_PAIRING
+
+
+def validate_inputs(gpus: Sequence[str], pairing: dict[str, Any] | None) -> None:
+    """Check every GPU and model name and every acceptance rate before anything is written."""
+    if not gpus:
+        raise SpecroofError("give at least one GPU (--hardware)")
+    for g in gpus:
+        load_hardware(g)
+    cfg = _pairing(pairing)
+    get_model(cfg["target"])
+    get_model(cfg["drafters"][0])
+    layers = get_model(cfg["target"]).n_layers
+    exit_layer = cfg["drafters"][1]
+    if not 1 <= int(exit_layer) < max(2, layers):
+        raise SpecroofError(f"--early-exit must lie in [1, {layers - 1}] for {cfg['target']} (got {exit_layer})")
+    for name, a in cfg["acceptance"].items():
+        if not 0.0 <= float(a) < 1.0:
+            raise SpecroofError(f"acceptance of {name} must lie in [0, 1) (got {a})")
+
+
+def answer(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | None = None) -> Section:
+    """The question first: on each GPU, speculate or not, with which gamma, and how big a draft tree."""
+    from roofline.planner import recommend
+    from roofline.speculative import EarlyExit
+    from roofline.trees import IIDAcceptance, best_tree_size
+
+    cfg = _pairing(pairing)
+    target, (draft_name, exit_layer), acc = cfg["target"], cfg["drafters"], cfg["acceptance"]
+    alpha = acc[f"draft {draft_name}"]
+    context = _contexts(get_model(target), [1024])[0]
+    rows = []
+    for g in gpus:
+        hw = load_hardware(g)
+        rec = recommend(hw, target, [draft_name, EarlyExit(exit_layer)], acc, batch=1, context=context)
+        tree = best_tree_size(hw, target, draft_name, IIDAcceptance(alpha), 1, context, (1, 4, 16, 64, 256), 10)
+        rows.append(
+            {
+                "hardware": hw.id,
+                "best_strategy": rec.row["strategy"],
+                "gamma": int(rec.row["gamma"]),
+                "chain_speedup": float(rec.row["speedup"]),
+                "tree_nodes": int(tree.best["n_nodes"]),
+                "tree_depth": int(tree.best["depth"]),
+                "tree_speedup": float(tree.best["speedup"]),
+            }
+        )
+    df = pd.DataFrame(rows)
+    body = (
+        f"<p><b>Question:</b> serving {esc(str(target))} at batch 1 and a {context}-token context, how much does "
+        f"speculative decoding buy on each GPU, and with which speculation length (gamma: draft tokens proposed "
+        f"per round) or draft-tree size? <b>Answer</b> (the roofline model, before any measurement):</p>"
+    )
+    body += w.table(df, "answer", floatfmt="{:.2f}")
+    body += (
+        f"<p>Drafters compared: {esc(str(draft_name))} (a separate draft model) and early exit after layer "
+        f"{int(exit_layer)} (the target's own first layers). The acceptance rates are <b>assumptions</b>: "
+        + ", ".join(f"{esc(k)} {v}" for k, v in acc.items())
+        + " (the chance each draft token is accepted). The tree column assumes every sibling of a tree node is "
+        f"accepted independently with that same rate ({alpha}), which flatters wide trees: with a measured "
+        "per-rank vector (<code>specroof tree --acceptance-vector</code>) the best tree is usually smaller. "
+        "Speedup is tokens per second against plain decoding on the same GPU. Pass your own models and rates with "
+        "<code>--target/--draft/--alpha</code>.</p>"
+    )
+    return Section("The answer: gamma and tree size per GPU", body, ["answer.csv"], {"answer": rows})
 
 
 def seed_example(w: ReportWriter) -> Section:
-    """The seeds' worked example: 13B fp16 on A100 80GB SXM and H100 SXM."""
-    m = ModelSpec.from_params(13e9, name="13B (seed)")
+    """The 13B-on-A100 worked example: 13B fp16 on A100 80GB SXM and H100 SXM."""
+    m = ModelSpec.from_params(13e9, name="13B (worked example)")
     a100 = load_hardware("a100-sxm-80gb")
     h100 = load_hardware("h100-sxm-80gb")
     h100_iso = h100.replace(
@@ -85,46 +188,68 @@ def seed_example(w: ReportWriter) -> Section:
         )
     df = pd.DataFrame(rows)
     speed = rows[0]["t_memory_ms"] / rows[1]["t_memory_ms"]
-    body = w.table(df, "seed_example") + (
-        f"<p>Bandwidth alone (A100 to H100, peak held): {speed:.2f}x faster decode; "
-        f"K falls from {rows[0]['K_exact']} to {rows[1]['K_exact']}.</p>"
+    body = (
+        "<p>A 13-billion-weight model in fp16 (2 bytes per weight) decoding one token at batch 1 must stream all "
+        "26 GB of weights from memory for about 26 GFLOP of arithmetic: 1 FLOP per byte. The GPU can do far more "
+        "arithmetic per byte than that (its <i>ridge</i>: peak FLOP/s over memory bandwidth), so the pass is "
+        "memory bound and the arithmetic units sit mostly idle.</p>"
     )
-    return Section("Seed worked example: 13B fp16", body, ["seed_example.csv"], {"seed_example": rows})
+    body += w.table(df, "seed_example")
+    body += (
+        "<p><b>K</b> is how many new tokens one pass can process before compute time catches up with memory time "
+        "(the crossover): every token up to K is nearly free, which is the room speculative decoding fills with "
+        "draft tokens to verify. <code>K_weights_only</code> counts only the weight bytes (ridge x bytes per "
+        "weight / 2 FLOP per weight, the back-of-the-envelope figure); <code>K_exact</code> counts every byte and "
+        "FLOP of the pass (KV cache, activations) and is what the planner uses.</p>"
+        f"<p>Bandwidth alone (A100 to H100, peak held): {speed:.2f}x faster decode; "
+        f"K falls from {rows[0]['K_exact']} to {rows[1]['K_exact']}: a faster memory leaves less free room.</p>"
+    )
+    return Section(
+        "Worked example: a 13B model on an A100 and an H100", body, ["seed_example.csv"], {"seed_example": rows}
+    )
 
 
-def rooflines(w: ReportWriter, gpus: Sequence[str]) -> Section:
+def rooflines(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | None = None) -> Section:
     """Roofline charts, decode batch sweeps and crossover K for the chosen GPUs."""
     from roofline.plot import batch_sweep_chart, roofline_chart, tokens_sweep_chart
 
+    target = _pairing(pairing)["target"]
+    spec = get_model(target)
+    contexts = _contexts(spec, (1024, 32768))
+    c0 = contexts[0]
     body = w.figure(
-        roofline_chart(list(gpus), ["bf16"]), "roofline", "Roofline of each GPU (bf16) with the seeds' points A, B, C"
+        roofline_chart(list(gpus), ["bf16"]),
+        "roofline",
+        "Roofline of each GPU (bf16): attainable TFLOP/s against arithmetic intensity (FLOP per byte moved). "
+        "Square markers on the first GPU: A = decoding one token at batch 1 (intensity ~1, deep in the "
+        "memory-bound slope), B = the ridge (memory and compute time equal), C = 10x the ridge (compute bound).",
     )
     body += w.figure(
-        batch_sweep_chart("llama-3.1-8b", list(gpus), context=1024, dtype="bf16"),
+        batch_sweep_chart(target, list(gpus), context=c0, dtype="bf16"),
         "batch_sweep",
-        "Llama-3.1-8B decode: throughput and per-user latency against batch (context 1024)",
+        f"{spec.name} decode: throughput and per-user latency against batch (context {c0})",
     )
     body += w.figure(
-        tokens_sweep_chart("llama-3.1-8b", list(gpus), 1024, 1, 1024, "bf16"),
+        tokens_sweep_chart(target, list(gpus), c0, 1, 1024, "bf16"),
         "tokens_sweep",
-        "Llama-3.1-8B verify-pass time against new tokens per pass (batch 1, context 1024): flat until K",
+        f"{spec.name} verify-pass time against new tokens per pass (batch 1, context {c0}): flat until K",
     )
     rows = []
     for g in gpus:
         hw = load_hardware(g)
         for b in (1, 8, 64):
-            for ctx in (1024, 32768):
+            for ctx in contexts:
                 rows.append(
                     {
                         "hardware": hw.id,
                         "batch": b,
                         "context": ctx,
-                        "t_decode_ms": float(pass_time("llama-3.1-8b", hw, b, 1, ctx, "bf16").t_step_s) * 1e3,
-                        "crossover_K": int(crossover_tokens("llama-3.1-8b", hw, b, ctx, "bf16")),
+                        "t_decode_ms": float(pass_time(spec, hw, b, 1, ctx, "bf16").t_step_s) * 1e3,
+                        "crossover_K": int(crossover_tokens(spec, hw, b, ctx, "bf16")),
                     }
                 )
     df = pd.DataFrame(rows)
-    body += "<h3>Crossover K (Llama-3.1-8B, bf16): new tokens per sequence that stay memory bound</h3>"
+    body += f"<h3>Crossover K ({esc(spec.name)}, bf16): new tokens per sequence that stay memory bound</h3>"
     body += w.table(df, "crossover")
     return Section(
         "Rooflines of the data-center GPUs",
@@ -134,46 +259,45 @@ def rooflines(w: ReportWriter, gpus: Sequence[str]) -> Section:
     )
 
 
-#: The pairing the default report plans for, with assumed acceptance rates (replace with measured ones).
-DEFAULT_PAIRING: dict[str, Any] = {
-    "target": "llama-3.1-8b",
-    "drafters": ("llama-3.2-1b", 8),  # a separate 1B draft, and early exit after layer 8
-    "acceptance": {"draft llama-3.2-1b": 0.75, "early exit @8": 0.5},
-}
-
-
 def speculation(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | None = None) -> Section:
     """Speedup map, speedup against batch, and the plan for the pairing on every GPU."""
     from roofline.planner import recommend, speculation_stops_paying
     from roofline.plot import optimal_gamma_vs_alpha, speedup_map, speedup_vs_batch
     from roofline.speculative import EarlyExit, draft_cost_ratio
 
-    cfg = pairing or DEFAULT_PAIRING
+    cfg = _pairing(pairing)
     target = cfg["target"]
+    spec = get_model(target)
     draft_name, exit_layer = cfg["drafters"]
     drafters = [draft_name, EarlyExit(exit_layer)]
     acc = cfg["acceptance"]
+    contexts = _contexts(spec, (1024, 32768))
     c = draft_cost_ratio(target, draft_name, gpus[0])
-    body = f"<p>Target {target}; drafters: {draft_name} and early exit after layer {exit_layer}; "
-    body += f"assumed acceptance {acc}. Draft cost ratio c = {c:.3f} on {gpus[0]} at batch 1.</p>"
+    body = (
+        f"<p>Target {esc(str(target))}; drafters: {esc(str(draft_name))} and early exit after layer {int(exit_layer)}; "
+    )
+    body += "assumed acceptance " + ", ".join(f"{esc(k)} {v}" for k, v in acc.items()) + ". "
+    body += f"Draft cost ratio c (one draft step over one target step) = {c:.3f} on {esc(str(gpus[0]))} at batch 1.</p>"
     body += w.figure(
         speedup_map(c), "speedup_map", f"Idealised speedup over (alpha, gamma) at c = {c:.3f}, optimal gamma in red"
     )
     first_alpha = acc[f"draft {draft_name}"]
+    ctx_small = _contexts(spec, [128])[0]
     body += w.figure(
-        speedup_vs_batch(target, draft_name, list(gpus[:3]), first_alpha, context=128),
+        speedup_vs_batch(target, draft_name, list(gpus[:3]), first_alpha, context=ctx_small),
         "speedup_vs_batch",
-        f"Total throughput against batch with the best gamma and without speculation (context 128, alpha {first_alpha})",
+        f"Total throughput against batch with the best gamma and without speculation (context {ctx_small}, "
+        f"alpha {first_alpha})",
     )
     body += w.figure(
-        optimal_gamma_vs_alpha(target, draft_name, list(gpus), batch=64, context=1024),
+        optimal_gamma_vs_alpha(target, draft_name, list(gpus), batch=64, context=contexts[0]),
         "optimal_gamma",
-        "Roofline-optimal gamma against alpha per GPU (batch 64, context 1024)",
+        f"Roofline-optimal gamma against alpha per GPU (batch 64, context {contexts[0]})",
     )
     rows = []
     for g in gpus:
         for batch in (1, 8, 64):
-            for context in (1024, 32768):
+            for context in contexts:
                 rec = recommend(g, target, drafters, acc, batch=batch, context=context)
                 rows.append(
                     {
@@ -189,10 +313,10 @@ def speculation(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | 
                         "fits_in_memory": bool(rec.row["fits_in_memory"]),
                     }
                 )
-    stops = {g: speculation_stops_paying(g, target, draft_name, first_alpha, context=128) for g in gpus}
+    stops = {g: speculation_stops_paying(g, target, draft_name, first_alpha, context=ctx_small) for g in gpus}
     body += "<h3>Plan per GPU (best strategy and gamma)</h3>" + w.table(pd.DataFrame(rows), "plan")
-    body += "<p>Batch at which speculation with the draft model stops paying (context 128): "
-    body += ", ".join(f"{k}: {v if v is not None else 'never (within memory)'}" for k, v in stops.items()) + "</p>"
+    body += f"<p>Batch at which speculation with the draft model stops paying (context {ctx_small}): "
+    body += ", ".join(f"{esc(k)}: {v if v is not None else 'never (within memory)'}" for k, v in stops.items()) + "</p>"
     return Section(
         "Speculative decoding: where it pays and which gamma",
         body,
@@ -202,7 +326,7 @@ def speculation(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | 
 
 
 def trees_section(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | None = None) -> Section:
-    """The seeds' chain vs tree, expected tokens against budget, and the tree size each GPU should use."""
+    """Chain vs tree (the worked example), expected tokens against budget, and the tree size each GPU should use."""
     from roofline.plot import tree_budget_chart, tree_size_per_gpu
     from roofline.trees import IIDAcceptance, Tree, best_tree_size
 
@@ -213,10 +337,17 @@ def trees_section(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] 
         seed_rows.append(
             {"p": p, "E_tree_14_nodes": e_tree, "E_chain_3_nodes": e_chain, "tree_over_chain": e_tree / e_chain}
         )
-    body = "<p>Seed 001: full binary tree of depth 3 (14 nodes) against a 3-token chain, i.i.d. acceptance p.</p>"
+    body = (
+        "<p>A draft tree proposes several candidates per position; the target verifies all of them in one pass "
+        "(a tree attention mask), and the longest accepted path is kept. Worked example: a full binary tree of "
+        "depth 3 (14 nodes) against a 3-token chain, each token accepted independently with probability p; "
+        "E = expected tokens per round.</p>"
+    )
     body += w.table(pd.DataFrame(seed_rows), "seed_trees")
-    cfg = pairing or DEFAULT_PAIRING
+    cfg = _pairing(pairing)
     alpha = cfg["acceptance"][f"draft {cfg['drafters'][0]}"]
+    spec = get_model(cfg["target"])
+    context = _contexts(spec, [1024])[0]
     model = IIDAcceptance(alpha)
     body += w.figure(
         tree_budget_chart(model, 64, 8),
@@ -225,17 +356,27 @@ def trees_section(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] 
     )
     budgets = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
     choices = {
-        g: best_tree_size(g, cfg["target"], cfg["drafters"][0], model, 1, 1024, budgets, max_depth=10) for g in gpus
+        g: best_tree_size(g, cfg["target"], cfg["drafters"][0], model, 1, context, budgets, max_depth=10) for g in gpus
     }
     body += w.figure(
         tree_size_per_gpu(choices),
         "tree_size_per_gpu",
-        f"Tree size chosen per GPU for {cfg['target']} + {cfg['drafters'][0]} (batch 1, context 1024)",
+        f"Tree size chosen per GPU for {spec.name} + {cfg['drafters'][0]} (batch 1, context {context})",
     )
     rows = [
-        {"hardware": g, **{k: c.best[k] for k in ("n_nodes", "depth", "expected_tokens", "t_round_s", "speedup")}}
+        {
+            "hardware": g,
+            **{k: c.best[k] for k in ("n_nodes", "depth", "expected_tokens", "speedup")},
+            "t_round_ms": float(c.best["t_round_s"]) * 1e3,
+        }
         for g, c in choices.items()
     ]
+    body += (
+        f"<p>Assumption: every sibling is accepted independently with probability {alpha} (i.i.d.). Real drafts "
+        "are not like that: the second-ranked candidate is accepted far less often than the first, so with a "
+        "measured per-rank vector (Sequoia's format, <code>specroof tree --acceptance-vector</code>) the best "
+        "trees are smaller and the speedups lower than below.</p>"
+    )
     body += w.table(pd.DataFrame(rows), "tree_size")
     return Section(
         "Draft trees: chain vs tree, and the tree size per GPU",
@@ -251,6 +392,8 @@ table.data{border-collapse:collapse;font-size:13px;margin:1em 0}
 table.data td,table.data th{border-bottom:1px solid #ddd;padding:3px 8px;text-align:right}
 figure{margin:1em 0}img{max-width:100%}figcaption{font-size:13px;color:#555}
 h2{border-bottom:2px solid #444;padding-bottom:4px;margin-top:2em}
+.error{background:#fee;border:1px solid #c00;padding:.5em 1em}
+.note{background:#ffd;border:1px solid #cc0;padding:.5em 1em}
 """
 
 
@@ -264,30 +407,80 @@ window.addEventListener("load", () => {
 </script>"""
 
 
-def write_report(
-    out_dir: str | Path = "specroof-report",
-    gpus: Sequence[str] = DEFAULT_GPUS,
-    extra: Sequence[Callable[[ReportWriter], Section]] = (),
-    pairing: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Build every section, write ``index.html`` and ``summary.json``; return the summary.
-
-    ``pairing`` overrides the default target, drafters and acceptance (see ``DEFAULT_PAIRING``).
-    """
-    w = ReportWriter(out_dir)
-    sections = [seed_example(w), rooflines(w, gpus), speculation(w, gpus, pairing), trees_section(w, gpus, pairing)]
-    sections += [make(w) for make in extra]
-    toc = "".join(f"<li><a href='#s{i}'>{html.escape(s.title)}</a></li>" for i, s in enumerate(sections))
-    parts = [f"<h2 id='s{i}'>{html.escape(s.title)}</h2>\n{s.body_html}" for i, s in enumerate(sections)]
-    page = (
+def _page(sections: Sequence[Section], pending: Sequence[str], note: str = "") -> str:
+    toc = "".join(f"<li><a href='#s{i}'>{esc(s.title)}</a></li>" for i, s in enumerate(sections))
+    toc += "".join(f"<li>{esc(t)} (not run yet)</li>" for t in pending)
+    parts = [f"<h2 id='s{i}'>{esc(s.title)}</h2>\n{s.body_html}" for i, s in enumerate(sections)]
+    banner = f"<p class='note'>{esc(note)}</p>" if note else ""
+    return (
         "<!doctype html><html><head><meta charset='utf-8'><title>specroof report</title>"
-        f"<style>{_CSS}</style>{_LOADED}</head><body><h1>specroof report</h1><ol>{toc}</ol>\n"
+        f"<style>{_CSS}</style>{_LOADED}</head><body><h1>specroof report</h1>{banner}<ol>{toc}</ol>\n"
         + "\n".join(parts)
         + "</body></html>"
     )
-    (w.out / "index.html").write_text(page)
-    summary: dict[str, Any] = {"gpus": list(gpus), "sections": [s.title for s in sections]}
-    for s in sections:
-        summary.update(s.summary)
-    (w.out / "summary.json").write_text(dumps(summary))
+
+
+def _failed(title: str, exc: BaseException, debug: bool) -> Section:
+    detail = "".join(traceback.format_exception(exc)) if debug else f"{type(exc).__name__}: {exc}"
+    body = (
+        f"<div class='error'><p>This section failed: {esc(f'{type(exc).__name__}: {exc}')}</p>"
+        + (f"<pre>{esc(detail)}</pre>" if debug else "<p>Rerun with <code>--debug</code> for the traceback.</p>")
+        + "</div>"
+    )
+    return Section(title, body, error=f"{type(exc).__name__}: {exc}")
+
+
+def write_report(
+    out_dir: str | Path = "specroof-report",
+    gpus: Sequence[str] = DEFAULT_GPUS,
+    extra: Sequence[tuple[str, SectionMaker]] = (),
+    pairing: dict[str, Any] | None = None,
+    *,
+    debug: bool = False,
+    on_section: Callable[[Section], None] | None = None,
+) -> dict[str, Any]:
+    """Build every section, rewriting ``index.html`` and ``summary.json`` after each; return the summary.
+
+    ``pairing`` overrides the default target, drafters and acceptance (see ``DEFAULT_PAIRING``);
+    ``extra`` appends (title, maker) sections (the measured half). Inputs are validated
+    before anything is written. A section that raises is shown with its error (traceback
+    with ``debug``) and listed under ``summary["failed"]``; on Ctrl-C the page keeps the
+    finished sections and the interrupt propagates. ``on_section`` is called as each
+    section finishes (the CLI prints progress with it).
+    """
+    validate_inputs(gpus, pairing)
+    w = ReportWriter(out_dir)
+    makers: list[tuple[str, SectionMaker]] = [
+        ("The answer: gamma and tree size per GPU", lambda w: answer(w, gpus, pairing)),
+        ("Worked example: a 13B model on an A100 and an H100", seed_example),
+        ("Rooflines of the data-center GPUs", lambda w: rooflines(w, gpus, pairing)),
+        ("Speculative decoding: where it pays and which gamma", lambda w: speculation(w, gpus, pairing)),
+        ("Draft trees: chain vs tree, and the tree size per GPU", lambda w: trees_section(w, gpus, pairing)),
+        *extra,
+    ]
+    sections: list[Section] = []
+    summary: dict[str, Any] = {"gpus": list(gpus), "sections": [], "failed": []}
+
+    def flush(note: str = "", pending: Sequence[str] = ()) -> None:
+        (w.out / "index.html").write_text(_page(sections, pending, note))
+        (w.out / "summary.json").write_text(dumps(summary))
+
+    for i, (title, make) in enumerate(makers):
+        try:
+            sec = make(w)
+        except KeyboardInterrupt:
+            summary["interrupted"] = title
+            flush(
+                f"Interrupted during '{title}': the sections above finished and are kept.", [t for t, _ in makers[i:]]
+            )
+            raise
+        except Exception as exc:  # one failing section must not take the finished ones with it
+            sec = _failed(title, exc, debug)
+            summary["failed"].append({"section": title, "error": sec.error})
+        sections.append(sec)
+        summary["sections"].append(sec.title)
+        summary.update(sec.summary)
+        flush(pending=[t for t, _ in makers[i + 1 :]])
+        if on_section is not None:
+            on_section(sec)
     return summary

@@ -1,0 +1,188 @@
+"""Look before measuring: a seconds-long probe of the device, then the dtype and model size it runs well.
+
+CPUs differ by two orders of magnitude in what they do well: a Xeon with AMX runs
+bf16 matrix products at ~1.6 TFLOP/s, an AVX2-only EPYC at ~11 GFLOP/s (against
+~58 in fp32). Measuring a bf16 model on the second takes minutes per point and
+shows only the emulation. So the measured half first times one verify-shaped
+matrix product per dtype and one weight-streaming pass (a second or two), then
+
+* picks the dtype: bf16 on a GPU; on a CPU bf16 when its matrix products run at
+  least as fast as fp32's (it then also halves the bytes streamed), else fp32;
+* picks the width of the offline pair's target (``measure.pair.widen``): the
+  widest whose one-token pass streams its weights in about ``t_token_s`` seconds,
+  so that a time budget buys enough passes, and says whether those weights lie
+  beyond the last-level cache (memory bound, as a real LLM) or not.
+
+:class:`DeviceChoice` carries the figures and a sentence of reasons for the page.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from measure.device import describe, resolve_device
+from measure.models import TORCH_DTYPES
+from measure.timing import time_fn
+from roofline.model import ModelSpec
+
+#: widening factors tried for the pair's target (powers of two: widening is exact for them)
+WIDTHS = (1, 2, 4, 8, 16)
+
+
+@dataclass(frozen=True)
+class DeviceChoice:
+    """What the measured half will run, and why. Rates in FLOP/s and bytes/s, times in seconds."""
+
+    device: str
+    name: str
+    dtype: str
+    width: int
+    target_params: float
+    target_bytes: float
+    t_token_s: float
+    stream_bytes_per_s: float
+    rates_flop_per_s: dict[str, float] = field(default_factory=dict)
+    llc_bytes: int | None = None
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def memory_bound(self) -> bool:
+        """Whether the target's weights lie well beyond the last-level cache (always on a GPU)."""
+        return self.llc_bytes is None or self.target_bytes >= 4 * self.llc_bytes
+
+    def describe(self) -> str:
+        return " ".join(self.reasons)
+
+
+def matmul_rate(dtype: str, device: torch.device, m: int = 32, k: int = 1024, n: int = 4096) -> float:
+    """FLOP/s of one verify-shaped product (``m`` tokens against a k x n weight): tens of ms at worst."""
+    a = torch.full((m, k), 0.5, device=device).to(TORCH_DTYPES[dtype])
+    w = torch.full((n, k), 0.01, device=device).to(TORCH_DTYPES[dtype])
+    t = time_fn(lambda: torch.nn.functional.linear(a, w), warmup=1, repeats=3, device=device)
+    return 2.0 * m * k * n / t.min_s
+
+
+def stream_rate(device: torch.device, nbytes: int) -> float:
+    """Bytes/s at which a one-row product streams an fp32 matrix of ``nbytes`` (the decode ceiling)."""
+    k = 4096
+    w = torch.full((max(1, nbytes // (4 * k)), k), 0.01, device=device)
+    x = torch.full((1, k), 0.5, device=device)
+    t = time_fn(lambda: torch.nn.functional.linear(x, w), warmup=1, repeats=5, device=device)
+    return w.numel() * 4 / t.min_s
+
+
+def choose_dtype(rates: dict[str, float], kind: str) -> tuple[str, str]:
+    """The dtype to measure in, and the reason, from per-dtype matmul rates (FLOP/s)."""
+    if kind == "cuda":
+        return "bf16", "bf16: the dtype GPUs serve LLMs in (tensor cores)."
+    fp32, bf16 = rates.get("fp32", 0.0), rates.get("bf16", 0.0)
+    if bf16 >= fp32:
+        return "bf16", (
+            f"bf16: its matrix products run at {bf16 / 1e9:.0f} GFLOP/s against fp32's {fp32 / 1e9:.0f} "
+            "(this CPU has bf16 units), and it halves the bytes each pass streams."
+        )
+    return "fp32", (
+        f"fp32: bf16 matrix products run at only {bf16 / 1e9:.0f} GFLOP/s here against fp32's {fp32 / 1e9:.0f} "
+        "(no bf16 units: bf16 is emulated), so a bf16 model would measure the emulation, not the hardware."
+    )
+
+
+def choose_width(
+    base: ModelSpec, dtype: str, stream_bytes_per_s: float, t_token_s: float, widths: tuple[int, ...] = WIDTHS
+) -> int:
+    """The widest factor whose one-token pass streams the weights in at most ``t_token_s`` (at least the first)."""
+    from measure.pair import widened_spec
+
+    bytes_per = 4.0 if dtype == "fp32" else 2.0
+    best = widths[0]
+    for w in widths:
+        spec = widened_spec(base, w) if w > 1 else base
+        if spec.total_params * bytes_per / stream_bytes_per_s <= t_token_s:
+            best = w
+    return best
+
+
+def probe_and_choose(
+    device: str | torch.device | None = None,
+    *,
+    t_token_s: float = 0.02,
+    dtype: str | None = None,
+    width: int | None = None,
+) -> DeviceChoice:
+    """Probe the device (about a second) and choose dtype and target width; ``dtype``/``width`` force a choice."""
+    from measure.pair import PairConfig, widened_spec
+
+    dev = resolve_device(device)
+    info = describe(dev)
+    llc = info.get("llc_bytes") if dev.type == "cpu" else None
+    rates = {d: matmul_rate(d, dev) for d in ("fp32", "bf16")}
+    chosen, why = choose_dtype(rates, dev.type)
+    reasons = [why]
+    if dtype is not None and dtype != chosen:
+        reasons = [f"{dtype}: asked for (the probe would have chosen {why})"]
+        chosen = dtype
+    stream = stream_rate(dev, int(max(4 * (llc or 0), 256 << 20)) if dev.type == "cpu" else 1 << 30)
+    base = PairConfig().target_spec()
+    w = width if width is not None else choose_width(base, chosen, stream, t_token_s)
+    spec = widened_spec(base, w) if w > 1 else base
+    nbytes = spec.total_params * (4.0 if chosen == "fp32" else 2.0)
+    t1 = nbytes / stream
+    where = (
+        "well beyond the last-level cache, so one-token passes are memory bound as a real LLM's are"
+        if llc is None or nbytes >= 4 * llc
+        else f"not far beyond the {llc / 2**20:.0f} MiB last-level cache, so passes are partly cache bound"
+    )
+    reasons.append(
+        f"Target: the offline pair's target widened x{w} ({spec.total_params / 1e9:.2f}e9 weights, "
+        f"{nbytes / 1e9:.2f} GB in {chosen}), {where}; a one-token pass streams it in about {t1 * 1e3:.0f} ms "
+        f"at the measured {stream / 1e9:.0f} GB/s" + (" (width asked for)." if width is not None else ".")
+    )
+    return DeviceChoice(
+        device=str(dev),
+        name=str(info.get("name", dev)),
+        dtype=chosen,
+        width=w,
+        target_params=float(spec.total_params),
+        target_bytes=float(nbytes),
+        t_token_s=float(t1),
+        stream_bytes_per_s=float(stream),
+        rates_flop_per_s=rates,
+        llc_bytes=llc,
+        reasons=tuple(reasons),
+    )
+
+
+def fastest_decode_path(model: Any, repeats: int = 5) -> tuple[bool, str]:
+    """Whether one-token passes should use ``torch.mv`` (``set_matvec(True)``) on this device, and why.
+
+    The baseline must be the fastest plain decoding the device has, or speculation looks
+    better than it is. On one CPU ``torch.mv`` streams weights faster than a one-row
+    matrix product, on another slower: time both on the model itself and keep the faster.
+    """
+    dev = model.device
+    if dev.type != "cpu":
+        model.set_matvec(False)
+        return False, "one-token passes: matrix products (GPU)."
+    model.setup_cache(1, 64)
+    token = torch.zeros(1, 1, dtype=torch.long, device=dev)
+    times = {}
+    with torch.no_grad():
+        for on in (True, False):
+            model.set_matvec(on)
+
+            def step() -> None:
+                model.cache.rollback([16])
+                model(token)
+
+            times[on] = time_fn(step, warmup=2, repeats=repeats, device=dev).min_s
+    use = times[True] < times[False]
+    model.set_matvec(use)
+    slow, fast = (times[False], times[True]) if use else (times[True], times[False])
+    how = "torch.mv" if use else "a one-row matrix product"
+    return use, (
+        f"Plain decoding (the baseline every speedup is against) uses {how} for its one-token passes, the faster "
+        f"path here ({fast * 1e3:.1f} ms against {slow * 1e3:.1f} ms per step)."
+    )

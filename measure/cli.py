@@ -1,0 +1,331 @@
+"""``specroof measure ...``: the measuring subcommands, registered by ``roofline.cli`` when torch is installed.
+
+Handlers import torch-using modules lazily, so building the parser costs nothing.
+Every argument and output path is checked before the first measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from roofline.cli import _add_json, _note, emit, int_list
+from roofline.errors import SpecroofError
+from roofline.hardware import load_hardware
+from roofline.model import ModelSpec, get_model
+from roofline.units import format_quantity
+
+
+def _writable_file(path: str, what: str) -> Path:
+    """``path`` as a file we may write: not a folder, its folder present (or creatable) and writable."""
+    p = Path(path)
+    if p.is_dir():
+        raise SpecroofError(f"{what} {path!r} is a folder: give a file name")
+    parent = p.parent if str(p.parent) else Path(".")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SpecroofError(f"cannot create the folder of {what} {path!r}: {exc.strerror}") from None
+    if not os.access(parent, os.W_OK):
+        raise SpecroofError(f"cannot write {what} {path!r}: its folder is not writable")
+    return p
+
+
+def _writable_dir(path: str, what: str) -> Path:
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise SpecroofError(f"{what} {path!r} is a file, not a folder")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SpecroofError(f"cannot create {what} {path!r}: {exc.strerror}") from None
+    if not os.access(p, os.W_OK):
+        raise SpecroofError(f"cannot write into {what} {path!r}")
+    return p
+
+
+def cmd_measure_device(args: argparse.Namespace) -> int:
+    from measure.device import describe, match_profile
+
+    info = describe(args.device)
+    info["matched_profile"] = match_profile(info)
+    lines = [f"{k:<22} {v}" for k, v in info.items() if k != "caches_bytes"]
+    if info.get("matched_profile") is None:
+        lines.append("no built-in profile matches this device: `specroof measure bench` writes a measured one")
+    emit(args, info, "\n".join(lines))
+    return 0
+
+
+def cmd_measure_bench(args: argparse.Namespace) -> int:
+    from measure.device import resolve_device
+    from measure.microbench import measure_profile
+    from measure.models import TORCH_DTYPES
+
+    dtypes = [d.strip() for d in args.dtype.split(",")]
+    for d in dtypes:
+        if d not in TORCH_DTYPES:
+            raise SpecroofError(f"unknown --dtype {d!r}; choose from {', '.join(TORCH_DTYPES)}")
+    out = _writable_file(args.out, "--out")
+    dev = resolve_device(args.device)
+    hw = measure_profile(out, dev, dtypes=dtypes, progress=lambda name: _note(args, f"  measuring {name} ..."))
+    m = hw.measured
+    assert m is not None
+    payload = {
+        "profile": str(out),
+        "bandwidth_bytes_per_s": m.bandwidth_bytes_per_s,
+        "peak_flop_per_s": m.peak_flop_per_s,
+        "pass_overhead_s": m.pass_overhead_s,
+        "copy_bandwidth_bytes_per_s": float(m.provenance.get("copy_bandwidth_GB_per_s", 0.0)) * 1e9,
+        "overlap": hw.overlap,
+    }
+    lines = [
+        f"wrote {out} (load it with --hardware {out})",
+        f"  weight streaming {format_quantity(m.bandwidth_bytes_per_s or 0, 'B/s')} (one-row GEMM)",
+        f"  copy bandwidth   {format_quantity(payload['copy_bandwidth_bytes_per_s'], 'B/s')}",
+        f"  overlap          {hw.overlap:.2f} (memory/compute, at the ridge)",
+    ]
+    lines += [f"  {d} matmul      {format_quantity(v, 'FLOP/s')}" for d, v in m.peak_flop_per_s.items()]
+    lines.append(f"  dispatch         {format_quantity(m.pass_overhead_s or 0, 's')}")
+    emit(args, payload, "\n".join(lines))
+    return 0
+
+
+def cmd_measure_sweep(args: argparse.Namespace) -> int:
+    from measure.device import resolve_device
+    from measure.verify import sweep
+
+    dev = resolve_device(args.device)
+    if args.resume and not args.out:
+        raise SpecroofError("--resume needs --out (the folder to resume)")
+    if args.budget is not None and not args.budget > 0:
+        raise SpecroofError(f"--budget must be > 0 seconds (got {args.budget})")
+    if args.out:
+        _writable_dir(args.out, "--out")
+    if args.hf:
+        from measure.models import Transformer
+
+        target: Any = Transformer.from_hf(args.hf, dtype=args.dtype.split(",")[0], device=dev)
+    elif args.spec:
+        target = ModelSpec.from_hf_config(args.spec)
+    elif args.model:
+        target = get_model(args.model)
+    else:
+        raise SpecroofError("give a model: --model PRESET, --spec config.json or --hf CHECKPOINT_FOLDER")
+    df = sweep(
+        target,
+        args.batch,
+        args.tokens,
+        args.context,
+        args.dtype.split(","),
+        device=dev,
+        hardware=args.hardware,
+        repeats=args.repeats,
+        rounds=args.rounds,
+        out=args.out,
+        resume=args.resume,
+        overwrite=args.overwrite,
+        budget=args.budget,
+        progress=not args.json,
+    )
+    cols = [
+        c
+        for c in (
+            "dtype",
+            "batch",
+            "new_tokens",
+            "context",
+            "status",
+            "t_min_s",
+            "t_median_s",
+            "t_predicted_s",
+            "visits",
+        )
+        if c in df
+    ]
+    payload = {"out": args.out, "points": len(df), "rows": df[cols].to_dict(orient="records")}
+    emit(args, payload, df[cols].to_string(index=False) + (f"\nsaved to {args.out}" if args.out else ""))
+    return 0
+
+
+def cmd_measure_fit(args: argparse.Namespace) -> int:
+    from measure.fit import fit, validate
+    from measure.verify import load_sweep
+
+    df = load_sweep(args.sweep)
+    if args.spec:
+        spec = ModelSpec.from_hf_config(args.spec)
+    else:
+        name = str(df["model"].iloc[0]) if "model" in df and not args.model else args.model
+        spec = get_model(name)
+    out = _writable_file(args.out or str(Path(args.sweep) / "fitted-profile.toml"), "--out")
+    apriori = load_hardware(args.hardware)
+    res = fit(df, spec, apriori, statistic=args.statistic)
+    res.write_toml(out)
+    _, summary = validate(df, spec, apriori, res.hardware, statistic=args.statistic)
+    payload = {
+        "fitted_profile": str(out),
+        "fit_mape": res.mape,
+        "apriori_mape": summary["apriori_mape"],
+        "params": res.params,
+        "crossover": summary["crossover"],
+        "warning": res.warning,
+    }
+    lines = [
+        f"fitted {res.n_points} points: MAPE {res.mape:.1%} (a-priori {summary['apriori_mape']:.1%})",
+        *(f"  {k} = {v:.4g}" for k, v in res.params.items()),
+        f"wrote {out}",
+    ]
+    if res.warning:
+        print(f"specroof: warning: {res.warning}", file=sys.stderr)
+    emit(args, payload, "\n".join(lines))
+    return 0
+
+
+def cmd_measure_spec(args: argparse.Namespace) -> int:
+    from measure.device import resolve_device
+    from measure.spec_check import spec_check
+
+    if args.pair != "offline" and not args.hf:
+        raise SpecroofError(
+            "give --pair offline or --hf TARGET_FOLDER (with --draft-hf DRAFT_FOLDER or --early-exit L)"
+        )
+    if args.budget is not None and not args.budget > 0:
+        raise SpecroofError(f"--budget must be > 0 seconds (got {args.budget})")
+    if args.width is not None and (args.width < 1 or args.width & (args.width - 1)):
+        raise SpecroofError(f"--width must be a power of two >= 1 (got {args.width})")
+    if args.early_exit_only and args.early_exit is None:
+        raise SpecroofError("--early-exit-only needs --early-exit L")
+    out = _writable_dir(args.out, "--out")
+    if not args.resume and (out / "runs.jsonl").exists() and not args.overwrite:
+        raise SpecroofError(
+            f"{args.out!r} already holds a speculative check: --resume to continue it, --overwrite to replace it"
+        )
+    dev = resolve_device(args.device)
+    target = draft = None
+    if args.hf:
+        from measure.models import Transformer
+
+        target = Transformer.from_hf(args.hf, dtype=args.dtype or "bf16", device=dev)
+        draft = Transformer.from_hf(args.draft_hf, dtype=args.dtype or "bf16", device=dev) if args.draft_hf else None
+    check = spec_check(
+        out,
+        budget_s=None if args.budget == float("inf") else args.budget,
+        device=dev,
+        dtype=args.dtype,
+        width=args.width,
+        gammas=args.gamma,
+        batches=args.batch,
+        tokens=args.tokens,
+        early_exit=args.early_exit,
+        draft=not args.early_exit_only,
+        hardware=args.hardware or None,
+        statistic=args.statistic,
+        repeats=args.repeats,
+        resume=args.resume,
+        progress=not args.json,
+        log=lambda m: _note(args, m),
+        target_model=target,
+        draft_model=draft,
+    )
+    payload = check.summary["payload"]
+    spec_df = check.speedups
+    shown = spec_df[
+        ["drafter", "batch", "gamma", "acceptance_rate", "speedup_measured", "speedup_predicted", "rel_error"]
+        + ["speedup_wall", "flag"]
+    ]
+    noise = check.noise
+    text = (
+        f"fit MAPE {check.fitted.mape:.1%} (a-priori {payload['apriori_mape']:.1%}); largest speedup error "
+        f"{payload['speedup_error_max']:.0%}; bracketing probes disagreed by {noise.get('probe_spread_median', 0):.1%} "
+        f"(median), {noise.get('probe_spread_max', 0):.1%} (worst)\n"
+        + shown.round(3).to_string(index=False)
+        + f"\nwritten to {out} in {payload['seconds']:.0f} s"
+    )
+    if check.fitted.warning:
+        print(f"specroof: warning: {check.fitted.warning}", file=sys.stderr)
+    emit(args, payload, text)
+    return 0
+
+
+def register(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
+    """Add ``measure device|bench|sweep|fit|spec`` to the top-level subparsers ``sub``."""
+    meas = sub.add_parser("measure", help="measure this device (needs specroof[measure])")
+    msub = meas.add_subparsers(dest="measure_command", required=True, parser_class=parser_class)
+    p = msub.add_parser("device", help="what device is this and which profile matches")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
+    _add_json(p)
+    p.set_defaults(func=cmd_measure_device)
+
+    p = msub.add_parser("bench", help="microbenchmarks -> a measured hardware profile TOML")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
+    p.add_argument("--dtype", default="fp32,bf16", help="dtypes to measure matmul FLOP/s for")
+    p.add_argument("--out", default="measured-profile.toml")
+    _add_json(p)
+    p.set_defaults(func=cmd_measure_bench)
+
+    p = msub.add_parser("sweep", help="time verify passes over batch x new tokens x context x dtype")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--model", help="preset (random weights)")
+    g.add_argument("--spec", help="a config.json (random weights)")
+    g.add_argument("--hf", help="a Hugging Face checkpoint folder")
+    p.add_argument("--batch", type=int_list, default=[1])
+    p.add_argument("--tokens", type=int_list, default=[1, 2, 4, 8, 16, 32, 64])
+    p.add_argument("--context", type=int_list, default=[128])
+    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
+    p.add_argument("--hardware", default=None, help="profile for the predicted column (e.g. a measured TOML)")
+    p.add_argument("--repeats", type=int, default=5, help="timed passes per visit of a point")
+    p.add_argument("--rounds", type=int, default=1, help="most shuffled visits of the grid (samples pooled)")
+    p.add_argument("--budget", type=float, default=None, help="seconds; no new visit once spent (first visits always)")
+    p.add_argument("--out", default=None, help="folder for results.csv + meta.json (every visit saved as measured)")
+    g2 = p.add_mutually_exclusive_group()
+    g2.add_argument("--resume", action="store_true", help="continue the sweep saved in --out")
+    g2.add_argument("--overwrite", action="store_true", help="replace the results saved in --out")
+    _add_json(p)
+    p.set_defaults(func=cmd_measure_sweep)
+
+    p = msub.add_parser("fit", help="fit the roofline to a saved sweep; write the fitted profile")
+    p.add_argument("--sweep", required=True, help="folder written by `measure sweep --out`")
+    p.add_argument("--hardware", required=True, help="starting profile (e.g. the one `measure bench` wrote)")
+    p.add_argument("--model", help="preset the sweep measured (default: the name in the results)")
+    p.add_argument("--spec", help="config.json the sweep measured")
+    p.add_argument("--out", help="where to write the fitted profile (default SWEEP/fitted-profile.toml)")
+    p.add_argument("--statistic", choices=["min", "median"], default="min", help="per-point time to fit (min)")
+    _add_json(p)
+    p.set_defaults(func=cmd_measure_fit)
+
+    p = msub.add_parser(
+        "spec", help="look, microbenchmark, sweep, fit, then baseline vs speculative decoding: predicted vs measured"
+    )
+    p.add_argument("--pair", choices=["offline"], help="the shipped byte-level pair (measure.pair)")
+    p.add_argument("--hf", help="target: a Hugging Face checkpoint folder")
+    p.add_argument("--draft-hf", help="draft: a Hugging Face checkpoint folder")
+    p.add_argument("--early-exit", type=int, help="also an early-exit drafter after L target layers")
+    p.add_argument("--early-exit-only", action="store_true", help="skip the separate draft model")
+    p.add_argument("--gamma", type=int_list, default=None, help="speculation lengths (default: as the budget allows)")
+    p.add_argument("--batch", type=int_list, default=None, help="batch sizes (default: as the budget allows)")
+    p.add_argument("--tokens", type=int, default=32, help="new tokens per sequence")
+    p.add_argument("--width", type=int, default=None, help="widen the offline target (default: chosen for the device)")
+    p.add_argument("--dtype", choices=["bf16", "fp32"], default=None, help="default: what the device runs well")
+    p.add_argument("--repeats", type=int, default=5, help="most interleaved baseline/speculative repetitions")
+    p.add_argument("--budget", type=float, default=300.0, help="seconds (default 300; inf: no limit)")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
+    p.add_argument(
+        "--statistic",
+        choices=["min", "median"],
+        default="min",
+        help="min: fits to each sweep point's minimum, rounds and steps at their 10th percentile (the quiet machine); "
+        "median: medians throughout",
+    )
+    p.add_argument(
+        "--hardware", default=None, help="a-priori profile and fit start (default: microbenchmark this device now)"
+    )
+    p.add_argument("--out", default="specroof-spec")
+    g3 = p.add_mutually_exclusive_group()
+    g3.add_argument("--resume", action="store_true", help="continue the check saved in --out")
+    g3.add_argument("--overwrite", action="store_true", help="replace the check saved in --out")
+    _add_json(p)
+    p.set_defaults(func=cmd_measure_spec)

@@ -1,0 +1,322 @@
+"""Measure speculative decoding on this device and check the roofline's prediction of it: one call.
+
+``spec_check`` is what ``specroof measure spec`` and the report's measured section
+run, and what a notebook calls:
+
+1. look at the device (``measure.choose``): the dtype it runs well and a target
+   size that fits the time budget, unless given;
+2. microbenchmark it: the a-priori profile (ceilings only, nothing fitted);
+3. plan the configurations (batch sizes, gammas, new tokens) whose predicted time
+   fits the budget;
+4. a blocked design: before each (repetition, batch) block of decoding runs, one
+   more visit of the target's and the draft's verify sweeps, so the fit sees the
+   machine in the same periods as the decoding; repetitions go on while the budget
+   allows (the first always runs);
+5. fit a profile to each sweep, validate it point by point, and predict each
+   measured speedup from its measured acceptance curve.
+
+Everything lands in ``out`` as it is measured (``sweep-target/``, ``sweep-draft/``,
+``runs.jsonl``); ``resume=True`` continues an interrupted check.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from measure.budget import Budget
+from measure.choose import DeviceChoice, fastest_decode_path, probe_and_choose
+from measure.device import resolve_device
+from measure.fit import FitResult, fit, validate
+from measure.models import Transformer
+from roofline.errors import SpecroofError, check_min
+from roofline.hardware import Hardware, load_hardware
+from roofline.jsonio import dumps
+from roofline.speculative import DraftModel, EarlyExit, speedup
+
+#: configuration ladders, smallest first: the planner takes the largest whose first repetition fits
+LADDER: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = (
+    ((1,), (2,)),
+    ((1,), (2, 4)),
+    ((1, 4), (2, 4)),
+    ((1, 4), (1, 2, 4)),
+    ((1, 4), (1, 2, 4, 6)),
+)
+
+#: acceptance assumed when planning (before anything is measured): only sizes the plan
+PLAN_ALPHA = {"draft": 0.7, "early exit": 0.5}
+
+
+@dataclass
+class SpecCheck:
+    """What a check measured and predicted; frames use unit-suffixed columns."""
+
+    choice: DeviceChoice | None
+    apriori: Hardware
+    fitted: FitResult
+    draft_fit: FitResult | None
+    sweep: pd.DataFrame
+    validation: pd.DataFrame
+    summary: dict[str, Any]
+    speedups: pd.DataFrame
+    plan: dict[str, Any]
+    pair: dict[str, Any] = field(default_factory=dict)
+    #: how plain decoding runs its one-token passes here, and why (the baseline's speed)
+    decode_path: str = ""
+
+    @property
+    def noise(self) -> dict[str, float]:
+        """How noisy the machine was: the bracketing probes' disagreement (median and max, relative)."""
+        s = self.speedups.get("probe_spread", pd.Series(dtype=float))
+        return {"probe_spread_median": float(s.median()), "probe_spread_max": float(s.max())} if len(s) else {}
+
+
+def predicted_block_s(
+    target: Any,
+    drafters: dict[str, Any],
+    hw: Hardware,
+    dtype: str,
+    batch: int,
+    gammas: Sequence[int],
+    tokens: int,
+    groups: int,
+    context: int,
+) -> float:
+    """Seconds a block (probes plus every drafter x gamma) should take, priced by ``hw`` at assumed acceptance."""
+    base = speedup(target.spec, EarlyExit(1), hw, 0.0, 0, batch, context, dtype)
+    t_base = float(base.t_target_step_s) * tokens
+    total = t_base * (1 + len(drafters) * len(gammas))  # the probes
+    for d in drafters.values():
+        cost = DraftModel(d.spec) if isinstance(d, Transformer) else EarlyExit(int(d), reuse_kv=False)
+        alpha = PLAN_ALPHA["draft" if isinstance(d, Transformer) else "early exit"]
+        for g in gammas:
+            r = speedup(target.spec, cost, hw, alpha, g, batch, context, dtype)
+            total += groups * tokens / float(r.expected_tokens) * float(r.t_round_s)
+    return total
+
+
+def plan_configs(
+    target: Any,
+    drafters: dict[str, Any],
+    hw: Hardware,
+    dtype: str,
+    tokens: int,
+    seconds: float | None,
+    batches: Sequence[int] | None = None,
+    gammas: Sequence[int] | None = None,
+    context: int = 96,
+) -> dict[str, Any]:
+    """The largest ladder step (or the given batches/gammas) whose first repetition fits ``seconds`` / 2."""
+    if batches is not None and gammas is not None:
+        ladder = [(tuple(batches), tuple(gammas))]
+    else:
+        ladder = [(tuple(batches or b), tuple(gammas or g)) for b, g in LADDER]
+    chosen = ladder[0]
+    est = 0.0
+    for bs, gs in ladder:
+        t = sum(predicted_block_s(target, drafters, hw, dtype, b, gs, tokens, _groups(b), context) for b in bs)
+        if seconds is None or t <= seconds / 2 or (bs, gs) == ladder[0]:
+            chosen, est = (bs, gs), t
+        if seconds is None:
+            break
+    return {"batches": list(chosen[0]), "gammas": list(chosen[1]), "tokens": tokens, "predicted_rep_s": est}
+
+
+def _groups(batch: int) -> int:
+    """Prompt groups decoded per configuration: acceptance averaged over at least 4 prompts."""
+    return max(1, 4 // batch)
+
+
+def sweep_tokens(gammas: Sequence[int], batches: Sequence[int]) -> list[int]:
+    """New tokens per pass for the verify sweeps: every verify width the decoding runs, and a few beyond."""
+    top = max(batches) * (max(gammas) + 1)
+    return sorted({1, 2, 3, 4, 6, *[g + 1 for g in gammas], 12, 16, top // max(batches)})
+
+
+def spec_check(
+    out: str | Path,
+    *,
+    budget_s: float | None = 120.0,
+    device: Any = None,
+    dtype: str | None = None,
+    width: int | None = None,
+    gammas: Sequence[int] | None = None,
+    batches: Sequence[int] | None = None,
+    tokens: int = 32,
+    early_exit: int | None = 1,
+    draft: bool = True,
+    hardware: Hardware | str | None = None,
+    statistic: str = "min",
+    repeats: int = 5,
+    resume: bool = False,
+    progress: bool = True,
+    log: Callable[[str], None] | None = None,
+    target_model: Transformer | None = None,
+    draft_model: Transformer | None = None,
+) -> SpecCheck:
+    """Measure and predict speculative speedups on this device within ``budget_s`` seconds (None: no limit).
+
+    Uses the offline pair (``measure.pair``) unless ``target_model`` (and ``draft_model``)
+    are given; ``width``/``dtype`` default to what ``measure.choose`` finds this device
+    runs well. ``early_exit``: also an early-exit drafter after that many target layers
+    (None: none); ``draft=False`` skips the separate draft model.
+    """
+    from measure.microbench import measure_profile
+    from measure.pair import held_out_prompts, load_pair
+    from measure.specval import measure_speedups, predict_speedups
+    from measure.verify import pool_visits, sweep
+
+    say = log or (lambda _msg: None)
+    bud = Budget(budget_s)
+    tokens = int(check_min("tokens", tokens, 1, integer=True))
+    repeats = int(check_min("repeats", repeats, 1, integer=True))
+    if gammas is not None:
+        gammas = [int(g) for g in check_min("gamma", list(gammas), 1, integer=True)]
+    if batches is not None:
+        batches = [int(b) for b in check_min("batch", list(batches), 1, integer=True)]
+    if statistic not in ("min", "median"):
+        raise SpecroofError(f"statistic must be 'min' or 'median' (got {statistic!r})")
+    if dtype is not None and dtype not in ("fp32", "bf16"):
+        raise SpecroofError(f"dtype must be fp32 or bf16 (got {dtype!r})")
+    dev = resolve_device(device)
+    apriori_hw = load_hardware(hardware) if hardware is not None else None
+    folder = Path(out)
+    if folder.exists() and not folder.is_dir():
+        raise SpecroofError(f"--out {str(folder)!r} is a file, not a folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    choice: DeviceChoice | None = None
+    pair_info: dict[str, Any] = {}
+    if target_model is None:
+        from measure.pair import PairConfig
+
+        if early_exit is not None and not 1 <= early_exit < PairConfig().target_layers:
+            raise SpecroofError(f"--early-exit must lie in [1, {PairConfig().target_layers - 1}] (got {early_exit})")
+        say("probing the device (dtype, streaming rate) ...")
+        t_token = 0.02 if budget_s is None else float(np.clip(budget_s / 4000.0, 0.003, 0.04))
+        choice = probe_and_choose(dev, t_token_s=t_token, dtype=dtype, width=width)
+        say(choice.describe())
+        dtype = choice.dtype
+        target_model, dm, stats = load_pair(device=dev, dtype=dtype, width=choice.width)
+        draft_model = dm if draft else None
+        pair_info = {
+            "target": target_model.spec.name,
+            "target_params": target_model.spec.total_params,
+            "draft": dm.spec.name,
+            "held_out": stats["held_out"],
+        }
+    else:
+        dtype = dtype or "bf16"
+        if early_exit is not None and not 1 <= early_exit < target_model.spec.n_layers:
+            raise SpecroofError(f"--early-exit must lie in [1, {target_model.spec.n_layers - 1}] (got {early_exit})")
+    # the baseline must be the fastest plain decoding this device has: time both one-token paths
+    use_mv, why_mv = fastest_decode_path(target_model)
+    if draft_model is not None:
+        draft_model.set_matvec(use_mv)
+    say(why_mv)
+    decode_path = why_mv
+    drafters: dict[str, Any] = {}
+    if early_exit is not None:
+        drafters[f"early exit @{early_exit}"] = early_exit
+    if draft_model is not None:
+        drafters[f"draft {draft_model.spec.name}"] = draft_model
+    if not drafters:
+        raise SpecroofError("no drafter: keep the draft model or give an early-exit layer")
+    if apriori_hw is None:
+        path = folder / "apriori-profile.toml"
+        if resume and path.exists():
+            apriori_hw = load_hardware(str(path))
+        else:
+            say("microbenchmarks (a-priori profile) ...")
+            llc = choice.llc_bytes if choice is not None else None
+            nbytes = int(max(4 * llc, 256 << 20)) if llc else None
+            apriori_hw = measure_profile(path, dev, (dtype,), nbytes=nbytes)
+    plan = plan_configs(
+        target_model, drafters, apriori_hw, dtype, tokens, bud.remaining_s if budget_s else None, batches, gammas
+    )
+    (folder / "plan.json").write_text(dumps(plan | {"choice": choice.reasons if choice else None}))
+    say(
+        f"plan: batch {plan['batches']}, gamma {plan['gammas']}, {tokens} new tokens per sequence; "
+        f"a repetition should take ~{plan['predicted_rep_s']:.0f} s"
+    )
+    kw = dict(
+        batch=plan["batches"],
+        new_tokens=sweep_tokens(plan["gammas"], plan["batches"]),
+        context=[64, 64 + 2 * tokens],
+        repeats=3,
+        hardware=apriori_hw,
+        progress=False,
+        device=dev,
+    )
+
+    def sweep_round(i: int) -> None:
+        # one more visit of every (unconverged) point; visit i+1 of a sweep saved under out/
+        for name, model in (("target", target_model), ("draft", draft_model)):
+            if model is not None:
+                fresh = i == 0 and not resume
+                sweep(model, rounds=i + 1, resume=not fresh, overwrite=fresh, out=folder / f"sweep-{name}", **kw)
+
+    prompts = {b: held_out_prompts(_groups(b) * b, seed=b) for b in plan["batches"]}
+    measured = measure_speedups(
+        target_model,
+        drafters,
+        prompts,
+        plan["gammas"],
+        max_new_tokens=tokens,
+        repeats=repeats,
+        progress=progress,
+        before_block=sweep_round,
+        statistic=statistic,
+        budget=bud,
+        journal=folder / "runs.jsonl",
+        resume=resume,
+    )
+    from measure.store import RESULTS, read_results
+
+    df = pool_visits(read_results(folder / "sweep-target" / RESULTS))
+    fitted = fit(df, target_model.spec, apriori_hw, statistic=statistic)
+    fitted.write_toml(folder / "fitted-profile.toml")
+    draft_hw: dict[str, Hardware] = {}
+    draft_fit = None
+    if draft_model is not None:
+        ddf = pool_visits(read_results(folder / "sweep-draft" / RESULTS))
+        draft_fit = fit(ddf, draft_model.spec, apriori_hw, statistic=statistic)
+        draft_fit.write_toml(folder / "fitted-profile-draft.toml")
+        draft_hw = {f"draft {draft_model.spec.name}": draft_fit.hardware}
+    table, summary = validate(df, target_model.spec, apriori_hw, fitted.hardware, statistic=statistic)
+    table.to_csv(folder / "validation.csv", index=False)
+    spec_df = predict_speedups(
+        measured, target_model.spec, drafters, fitted.hardware, dtype=dtype, draft_hardware=draft_hw
+    )
+    spec_df.drop(columns=["curve"]).to_csv(folder / "speedup.csv", index=False)
+    summary["fit_params"] = fitted.params
+    check = SpecCheck(choice, apriori_hw, fitted, draft_fit, df, table, summary, spec_df, plan, pair_info, decode_path)
+    payload = {
+        "fit_mape": fitted.mape,
+        "apriori_mape": summary["apriori_mape"],
+        "crossover": summary["crossover"],
+        "crossover_measured": [k["crossover_measured"] for k in summary["crossover"]],
+        "crossover_predicted": [k["crossover_predicted"] for k in summary["crossover"]],
+        "fit_params": fitted.params,
+        "draft_fit_mape": draft_fit.mape if draft_fit is not None else None,
+        "speedup": spec_df.to_dict(orient="records"),
+        "speedup_error_max": float(spec_df["rel_error"].abs().max()) if len(spec_df) else None,
+        "speedup_error_max_wall": float(spec_df["rel_error_wall"].abs().max()) if len(spec_df) else None,
+        "noise": check.noise,
+        "statistic": statistic,
+        "pair": pair_info,
+        "plan": plan,
+        "choice": list(choice.reasons) if choice else None,
+        "decode_path": decode_path,
+        "dtype": dtype,
+        "seconds": bud.elapsed_s,
+        "out": str(folder),
+    }
+    (folder / "summary.json").write_text(dumps(payload))
+    check.summary["payload"] = json.loads(dumps(payload))
+    return check
