@@ -18,14 +18,22 @@ BENCHMARKS_MD = Path(__file__).resolve().parents[1] / "BENCHMARKS.md"
 
 
 def machine() -> str:
-    """One line: CPU model, cores, memory, OS, Python and numpy versions."""
+    """One line: CPU model and ISA (the vector/matrix extensions that decide bf16 speed), cores, memory, OS, versions."""
     cpu = platform.processor() or platform.machine()
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
+        info = dict(
+            line.split(":", 1)
+            for line in Path("/proc/cpuinfo").read_text().split("\n\n")[0].splitlines()
+            if ":" in line
+        )
+        info = {k.strip(): v.strip() for k, v in info.items()}
+        cpu = info.get("model name", cpu)
+        if "cpu family" in info:
+            cpu += f" (family {info['cpu family']}, model {info.get('model', '?')})"
+        flags = info.get("flags", "").split()
+        isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
+        cpu += f", ISA {'+'.join(isa) or 'no AVX2'}"
+    except (OSError, ValueError):
         pass
     mem = ""
     try:

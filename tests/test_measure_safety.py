@@ -1,0 +1,198 @@
+"""Nothing measured is lost: per-visit rows, damaged files, locks, refusals before writing, resumable decoding
+runs; and the device probe's choices."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from measure import verify  # noqa: E402
+from measure.budget import Budget  # noqa: E402
+from measure.choose import choose_dtype, choose_width  # noqa: E402
+from measure.fit import fit  # noqa: E402
+from measure.pair import PairConfig  # noqa: E402
+from measure.store import FolderLock, SweepStore, read_results  # noqa: E402
+from roofline import SpecroofError, load_hardware  # noqa: E402
+from roofline.model import ModelSpec  # noqa: E402
+
+TINY = ModelSpec("tiny", 2, 64, 4, 2, 16, 128, 100, max_context=512)
+GRID = dict(batch=[1], new_tokens=[1, 2], context=[0], dtype=["fp32"], repeats=1, progress=False)
+
+
+def test_every_visit_is_a_row_and_resume_adds_visits(tmp_path):
+    out = tmp_path / "sw"
+    df = verify.sweep(TINY, rounds=1, out=out, **GRID)
+    assert len(df) == 2 and (df["visits"] == 1).all()
+    df = verify.sweep(TINY, rounds=2, out=out, resume=True, **GRID)
+    raw = pd.read_csv(out / "results.csv")
+    assert len(raw) == 4 and sorted(raw["visit"]) == [0, 0, 1, 1]
+    assert len(df) == 2 and (df["visits"] == 2).all() and (df["repeats"] == 2).all()
+
+
+def test_results_are_never_cleared_implicitly(tmp_path):
+    out = tmp_path / "sw"
+    verify.sweep(TINY, out=out, **GRID)
+    before = (out / "results.csv").read_text()
+    with pytest.raises(SpecroofError, match="--resume to continue them, --overwrite"):
+        verify.sweep(TINY, out=out, **GRID)
+    for bad in (
+        dict(dtype=["fp17"]),
+        dict(context=[999999]),
+        dict(device="cuda" if not torch.cuda.is_available() else "xyz"),
+    ):
+        with pytest.raises(SpecroofError):
+            verify.sweep(TINY, out=out, **{**GRID, **bad})
+    assert (out / "results.csv").read_text() == before
+    verify.sweep(TINY, out=out, overwrite=True, **GRID)
+    assert len(pd.read_csv(out / "results.csv")) == 2
+
+
+def test_context_beyond_the_model_is_refused_before_anything_is_written(tmp_path):
+    with pytest.raises(SpecroofError, match="exceeds llama-68m's max context 2048: use contexts up to"):
+        verify.sweep("llama-68m", batch=[1], new_tokens=[64], context=[128, 2048], out=tmp_path / "x", progress=False)
+    assert not (tmp_path / "x" / "meta.json").exists()
+
+
+def test_resume_refuses_another_models_rows(tmp_path):
+    out = tmp_path / "sw"
+    verify.sweep(TINY, out=out, **GRID)
+    other = ModelSpec("tiny", 2, 128, 4, 2, 32, 256, 100, max_context=512)  # same name, another shape
+    with pytest.raises(SpecroofError, match="cannot resume"):
+        verify.sweep(other, out=out, resume=True, **GRID)
+
+
+def test_a_cut_last_row_is_dropped_and_the_next_row_is_not_merged(tmp_path):
+    st = SweepStore(tmp_path, ("a",))
+    st.append({"a": 1, "t": 0.5})
+    st.append({"a": 2, "t": 0.25})
+    path = tmp_path / "results.csv"
+    path.write_text(path.read_text()[:-4])  # a crash in the middle of the last row
+    with pytest.warns(UserWarning, match="dropped"):
+        assert list(read_results(path)["a"]) == [1]
+    with pytest.warns(UserWarning):
+        st.append({"a": 3, "t": 0.125})
+    assert path.read_text().splitlines() == ["a,t", "1,0.5", "3,0.125"]
+
+
+def test_a_damaged_line_is_an_error_naming_it(tmp_path):
+    path = tmp_path / "results.csv"
+    path.write_text("a,t\n1,0.5\ngarbage\n2,0.25\n")
+    with pytest.raises(SpecroofError, match="line 3 has 1 fields, the header has 2"):
+        read_results(path)
+
+
+def test_a_second_run_on_the_same_folder_is_refused(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (tmp_path / ".lock").write_text(str(holder.pid))
+        with pytest.raises(SpecroofError, match=f"in use by another run \\(pid {holder.pid}\\)"):
+            verify.sweep(TINY, out=tmp_path, **GRID)
+    finally:
+        holder.kill()
+        holder.wait()
+    # its holder gone, the lock is stale and taken over
+    verify.sweep(TINY, out=tmp_path, **GRID)
+    assert not (tmp_path / ".lock").exists()
+    with FolderLock(tmp_path) as lock:
+        assert lock.held and (tmp_path / ".lock").read_text() == str(os.getpid())
+
+
+def test_budget_stops_revisits_but_keeps_first_visits(tmp_path):
+    df = verify.sweep(TINY, rounds=50, budget=Budget(1e-6), **{**GRID, "new_tokens": [1, 2, 3]})
+    assert len(df) == 3 and (df["visits"] == 1).all()
+
+
+def test_dtype_choice_follows_the_rates():
+    assert choose_dtype({"fp32": 58e9, "bf16": 11e9}, "cpu")[0] == "fp32"  # AVX2-only: bf16 emulated
+    dt, why = choose_dtype({"fp32": 150e9, "bf16": 870e9}, "cpu")
+    assert dt == "bf16" and "870 GFLOP/s" in why
+    assert choose_dtype({"fp32": 1e12, "bf16": 1e11}, "cuda")[0] == "bf16"
+
+
+def test_width_choice_fits_the_time_per_token():
+    base = PairConfig().target_spec()
+    assert choose_width(base, "bf16", 25e9, 0.02) == 8  # 0.44 GB at 25 GB/s: 18 ms
+    assert choose_width(base, "fp32", 25e9, 0.02) == 4  # fp32 doubles the bytes
+    assert choose_width(base, "bf16", 3e12, 0.02) == 16  # a GPU: the widest
+    assert choose_width(base, "bf16", 1e6, 0.001) == 1  # never below the trained pair itself
+
+
+def test_fit_warns_when_points_cannot_pin_the_parameters():
+    hw = load_hardware("a100-sxm-80gb")
+    rows = [dict(dtype="bf16", batch=1, new_tokens=n, context=0, status="ok") for n in (1, 8, 64)]
+    df = pd.DataFrame(rows)
+    from measure.fit import predict_times
+
+    df["t_min_s"] = df["t_median_s"] = predict_times(df, TINY, hw)
+    res = fit(df, TINY, hw)
+    assert res.warning is not None and "only 3 points" in res.warning
+
+
+def _fake_runs(monkeypatch, slow_probe_every: int = 0):
+    """Baseline steps of 50 ms; a speculative round emits gamma + 1 tokens in half the baseline's time for them."""
+    import measure.specval as sv
+    from measure.decode import GenerationResult
+
+    calls = {"n": 0, "spec": 0, "probe": 0}
+
+    def fake_base(model, prompts, n, *a, step_times=False, **k):
+        calls["n"] += 1
+        calls["probe"] += 1
+        slow = 10.0 if slow_probe_every and calls["probe"] % slow_probe_every == 0 else 1.0
+        steps = [0.05 * slow] * n
+        return GenerationResult([[1] * n for _ in prompts], sum(steps), 0.0, step_s=steps)
+
+    def fake_spec(target, drafter, prompts, gamma, n, *a, **k):
+        calls["n"] += 1
+        calls["spec"] += 1
+        rounds = n // (gamma + 1)
+        t = (gamma + 1) * 0.05 / 2
+        rows = [
+            {"round": r, "seq": q, "accepted": gamma, "emitted": gamma + 1, "t_draft_s": 0.0, "t_verify_s": t}
+            | {"t_accept_s": 0.0, "t_commit_s": 0.0}
+            for r in range(rounds)
+            for q in range(len(prompts))
+        ]
+        return GenerationResult([[1] * rounds * (gamma + 1)] * len(prompts), rounds * t, 0.0, pd.DataFrame(rows), gamma)
+
+    monkeypatch.setattr(sv, "autoregressive_generate", fake_base)
+    monkeypatch.setattr(sv, "speculative_generate", fake_spec)
+    return calls
+
+
+def test_decoding_runs_are_journalled_and_resumed(tmp_path, monkeypatch):
+    from measure.specval import measure_speedups
+
+    calls = _fake_runs(monkeypatch)
+    journal = tmp_path / "runs.jsonl"
+    kw = dict(max_new_tokens=8, repeats=2, journal=journal)
+    first = measure_speedups(None, {"a": 1}, {1: [[0, 1]]}, [1, 3], **kw)
+    n = calls["n"]
+    lines = journal.read_text().splitlines()
+    assert sum(json.loads(x)["kind"] == "block_end" for x in lines) == 2
+    # cut the journal inside the second repetition's block: resume redoes only that block
+    keep = lines.index(next(x for x in lines if json.loads(x)["kind"] == "block_end")) + 1
+    journal.write_text("\n".join(lines[:keep] + lines[keep : keep + 2]) + '\n{"kind": "sp')
+    again = measure_speedups(None, {"a": 1}, {1: [[0, 1]]}, [1, 3], resume=True, **kw)
+    assert calls["n"] - n == 5  # one probe + 2 configs x (run + probe)
+    pd.testing.assert_frame_equal(first, again)
+
+
+def test_a_speedup_above_its_physical_bound_is_flagged(monkeypatch):
+    from measure.specval import measure_speedups
+
+    _fake_runs(monkeypatch, slow_probe_every=2)  # every other baseline probe 10x slow: wall-clock ratios inflate
+    df = measure_speedups(None, {"a": 1}, {1: [[0, 1]]}, [3], max_new_tokens=8, repeats=1)
+    assert df["speedup_wall"].iloc[0] > df["mean_acceptance_length"].iloc[0]
+    assert df["flag"].iloc[0].startswith("noise")
+    assert df["speedup_measured"].iloc[0] == pytest.approx(2.0)
+    assert df["probe_spread"].iloc[0] > 1.0
+    assert np.isfinite(df["probe_spread"]).all()
