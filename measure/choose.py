@@ -18,6 +18,7 @@ matrix product per dtype and one weight-streaming pass (a second or two), then
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +48,8 @@ class DeviceChoice:
     rates_flop_per_s: dict[str, float] = field(default_factory=dict)
     llc_bytes: int | None = None
     reasons: tuple[str, ...] = ()
+    #: CPU threads torch runs with (None on a GPU)
+    threads: int | None = None
 
     @property
     def memory_bound(self) -> bool:
@@ -72,6 +75,36 @@ def stream_rate(device: torch.device, nbytes: int) -> float:
     x = torch.full((1, k), 0.5, device=device)
     t = time_fn(lambda: torch.nn.functional.linear(x, w), warmup=1, repeats=5, device=device)
     return w.numel() * 4 / t.min_s
+
+
+def choose_threads(device: torch.device, share: float = 0.8) -> tuple[int, str]:
+    """CPU threads to measure with: all cores, unless one thread does at least ``share`` of their work.
+
+    On a machine where another process keeps a core busy, a multi-threaded matrix product
+    waits for its slowest thread at every call: no faster than one thread on a free core,
+    and far noisier. Measured, not guessed: the same product with every core and with one.
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    cores = max(1, cores)
+    if cores == 1:
+        return 1, "Threads: 1 (the only core)."
+    old = torch.get_num_threads()
+    rates = {}
+    try:
+        for n in (cores, 1):
+            torch.set_num_threads(n)
+            rates[n] = max(matmul_rate("fp32", device) for _ in range(2))
+    finally:
+        torch.set_num_threads(old)
+    if rates[1] >= share * rates[cores]:
+        return 1, (
+            f"Threads: 1, not {cores}: one thread ran a matrix product at {rates[1] / rates[cores]:.0%} of the speed "
+            f"of {cores} (another process is busy here), and a single thread is not held up by a shared core."
+        )
+    return cores, f"Threads: {cores} ({rates[cores] / rates[1]:.1f}x one thread's speed)."
 
 
 def choose_dtype(rates: dict[str, float], kind: str) -> tuple[str, str]:
@@ -118,9 +151,15 @@ def probe_and_choose(
     dev = resolve_device(device)
     info = describe(dev)
     llc = info.get("llc_bytes") if dev.type == "cpu" else None
+    reasons = []
+    threads = None
+    if dev.type == "cpu":
+        threads, why_threads = choose_threads(dev)
+        torch.set_num_threads(threads)
+        reasons.append(why_threads)
     rates = {d: matmul_rate(d, dev) for d in ("fp32", "bf16")}
     chosen, why = choose_dtype(rates, dev.type)
-    reasons = [why]
+    reasons.insert(0, why)
     if dtype is not None and dtype != chosen:
         reasons = [f"{dtype}: asked for (the probe would have chosen {why})"]
         chosen = dtype
@@ -152,6 +191,7 @@ def probe_and_choose(
         rates_flop_per_s=rates,
         llc_bytes=llc,
         reasons=tuple(reasons),
+        threads=threads,
     )
 
 

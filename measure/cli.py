@@ -20,17 +20,20 @@ from roofline.units import format_quantity
 
 
 def _writable_file(path: str, what: str) -> Path:
-    """``path`` as a file we may write: not a folder, its folder present (or creatable) and writable."""
+    """``path`` as a file we may write, proven by opening it now (before minutes of measuring), not at the end."""
     p = Path(path)
     if p.is_dir():
         raise SpecroofError(f"{what} {path!r} is a folder: give a file name")
     parent = p.parent if str(p.parent) else Path(".")
+    existed = p.exists()
     try:
         parent.mkdir(parents=True, exist_ok=True)
+        with p.open("a"):
+            pass
     except OSError as exc:
-        raise SpecroofError(f"cannot create the folder of {what} {path!r}: {exc.strerror}") from None
-    if not os.access(parent, os.W_OK):
-        raise SpecroofError(f"cannot write {what} {path!r}: its folder is not writable")
+        raise SpecroofError(f"cannot write {what} {path!r}: {exc.strerror}") from None
+    if not existed:
+        p.unlink(missing_ok=True)
     return p
 
 
@@ -42,8 +45,12 @@ def _writable_dir(path: str, what: str) -> Path:
         p.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise SpecroofError(f"cannot create {what} {path!r}: {exc.strerror}") from None
-    if not os.access(p, os.W_OK):
-        raise SpecroofError(f"cannot write into {what} {path!r}")
+    probe = p / f".specroof-write-test-{os.getpid()}"
+    try:
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise SpecroofError(f"cannot write into {what} {path!r}: {exc.strerror}") from None
     return p
 
 
@@ -94,6 +101,13 @@ def cmd_measure_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_measure_sweep(args: argparse.Namespace) -> int:
+    try:
+        return _measure_sweep(args)
+    except KeyboardInterrupt:
+        return _interrupted(args.out, "measure sweep")
+
+
+def _measure_sweep(args: argparse.Namespace) -> int:
     from measure.device import resolve_device
     from measure.verify import sweep
 
@@ -185,6 +199,34 @@ def cmd_measure_fit(args: argparse.Namespace) -> int:
 
 
 def cmd_measure_spec(args: argparse.Namespace) -> int:
+    try:
+        return _measure_spec(args)
+    except KeyboardInterrupt:
+        return _interrupted(args.out, "measure spec")
+
+
+def _interrupted(out: str | Path | None, command: str) -> int:
+    """Ctrl-C: say what is on disk and how to continue; exit 130 (the shell's code for SIGINT)."""
+    from measure.store import RESULTS, read_results
+
+    if out is None:
+        print(f"\ninterrupted: nothing was saved (no --out); rerun `specroof {command}` with --out", file=sys.stderr)
+        return 130
+    folder = Path(out)
+    rows = 0
+    for f in [folder / RESULTS, *folder.glob(f"sweep-*/{RESULTS}")]:
+        try:
+            rows += len(read_results(f))
+        except SpecroofError:
+            pass
+    runs = folder / "runs.jsonl"
+    n_runs = sum(1 for line in runs.open() if '"spec"' in line) if runs.exists() else 0
+    what = f"{rows} measured sweep visits" + (f" and {n_runs} speculative decoding runs" if n_runs else "")
+    print(f"\ninterrupted: saved {what} to {folder}; rerun with --resume to continue", file=sys.stderr)
+    return 130
+
+
+def _measure_spec(args: argparse.Namespace) -> int:
     from measure.device import resolve_device
     from measure.spec_check import spec_check
 

@@ -1,4 +1,4 @@
-"""Real batched speculative decoding (chain) and the autoregressive baseline.
+"""Real batched speculative decoding (chains and draft trees) and the autoregressive baseline.
 
 Both caches (target and draft) hold every committed token except the last one,
 which is the pending input of the next pass. A round: the drafter proposes gamma
@@ -24,6 +24,7 @@ from measure import sampling as ts
 from measure.models import Transformer
 from measure.timing import synchronize
 from roofline.errors import SpecroofError
+from roofline.gamma_policies import BatchSchedule, GammaPolicy, StaticGamma
 from roofline.sampling import SamplingParams
 from roofline.speculative import SpecMetrics, metrics_from_counts
 from roofline.trees import Tree
@@ -60,9 +61,12 @@ class GenerationResult:
         if r.empty:
             raise SpecroofError("no speculative rounds were recorded")
         per_pos = np.array([(r["accepted"] > i).sum() for i in range(self.gamma)])
-        drafted = self.drafted or self.gamma
+        if "drafted" in r and self.tree is None:  # gamma may change from round to round (a policy)
+            drafted = int(r["drafted"].sum())
+        else:
+            drafted = len(r) * (self.drafted or self.gamma)
         return metrics_from_counts(
-            len(r), len(r) * drafted, int(r["accepted"].sum()), int(r["emitted"].sum()), self.gamma, per_pos
+            len(r), drafted, int(r["accepted"].sum()), int(r["emitted"].sum()), self.gamma, per_pos
         )
 
     def rank_acceptance(self) -> np.ndarray:
@@ -87,6 +91,13 @@ class GenerationResult:
     def acceptance_curve(self) -> np.ndarray:
         """P(position i accepted | position i - 1 accepted), i = 1..gamma: the per-position curve."""
         a = self.rounds["accepted"].to_numpy()
+        if "drafted" in self.rounds and self.tree is None:
+            # position i was tried only in rounds that drafted at least i tokens and accepted i - 1
+            g = self.rounds["drafted"].to_numpy()
+            tried = np.array([((a >= i - 1) & (g >= i)).sum() for i in range(1, self.gamma + 1)], dtype=float)
+            hit = np.array([(a >= i).sum() for i in range(1, self.gamma + 1)], dtype=float)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                return hit / tried
         reach = np.array([(a >= i).sum() for i in range(self.gamma + 1)], dtype=float)
         with np.errstate(invalid="ignore", divide="ignore"):
             return reach[1:] / reach[:-1]
@@ -184,8 +195,13 @@ def _draft_steps(
     sp: SamplingParams,
     gen: torch.Generator | None,
     n_layers: int | None = None,
+    stop_below: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """gamma autoregressive draft steps from ``feed``: the proposed tokens (B, gamma) and their q (B, gamma, V)."""
+    """Up to gamma autoregressive draft steps from ``feed``: the proposed tokens (B, g) and their q (B, g, V).
+
+    ``stop_below`` (Hugging Face's ``assistant_confidence_threshold``): stop after a step in
+    which the draft gave every sequence's token a probability below this; g <= gamma.
+    """
     xs, qs = [], []
     with torch.no_grad():
         for _ in range(gamma):
@@ -199,6 +215,10 @@ def _draft_steps(
                 qs.append(q)
             xs.append(x)
             feed = x.view(-1, 1)
+            if stop_below is not None:
+                conf = torch.softmax(logits.float(), -1).gather(-1, x.view(-1, 1))
+                if bool((conf < stop_below).all()):
+                    break
     q_all = torch.stack(qs, 1) if qs else torch.empty(0)
     return torch.stack(xs, 1), q_all
 
@@ -271,10 +291,18 @@ class _ModelDrafter:
     n_layers: int | None = None
 
     def propose(
-        self, last2: torch.Tensor, committed: np.ndarray, gamma: int, sp: SamplingParams, gen: torch.Generator | None
+        self,
+        last2: torch.Tensor,
+        committed: np.ndarray,
+        gamma: int,
+        sp: SamplingParams,
+        gen: torch.Generator | None,
+        stop_below: float | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         self.model.cache.rollback(committed - self.keep)  # type: ignore[union-attr]
-        return _draft_steps(self.model, last2[:, 2 - self.keep :], gamma, sp, gen, n_layers=self.n_layers)
+        return _draft_steps(
+            self.model, last2[:, 2 - self.keep :], gamma, sp, gen, n_layers=self.n_layers, stop_below=stop_below
+        )
 
     def propose_tree(
         self,
@@ -339,7 +367,13 @@ class PromptLookupDrafter:
         self.history = [list(p) for p in prompts]
 
     def propose(
-        self, last2: torch.Tensor, committed: np.ndarray, gamma: int, sp: SamplingParams, gen: torch.Generator | None
+        self,
+        last2: torch.Tensor,
+        committed: np.ndarray,
+        gamma: int,
+        sp: SamplingParams,
+        gen: torch.Generator | None,
+        stop_below: float | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         props = []
         for h in self.history:  # host-side search: the only per-sequence loop of a round
@@ -368,7 +402,7 @@ def speculative_generate(
     target: Transformer,
     drafter: Any,
     prompts: Sequence[Sequence[int]],
-    gamma: int | Tree,
+    gamma: int | Tree | GammaPolicy,
     max_new_tokens: int,
     sampling: SamplingParams | None = None,
     *,
@@ -378,7 +412,9 @@ def speculative_generate(
 ) -> GenerationResult:
     """Speculative decoding for a batch, chain or tree: lossless (rejection sampling) or greedy (temperature 0).
 
-    ``gamma``: the chain length, or a :class:`roofline.trees.Tree` (its nodes are the
+    ``gamma``: the chain length, a :class:`roofline.gamma_policies.GammaPolicy` (the
+    length changes from round to round: Hugging Face's heuristic schedule, its
+    confidence threshold, a batch-size schedule), or a :class:`roofline.trees.Tree` (its nodes are the
     draft slots; a node's rank among its siblings is the rank of its token in the
     draft's distribution when greedy, its draw order when sampled). ``drafter``: a
     :class:`Transformer` (a separate draft model), an int (early exit after that many
@@ -391,8 +427,11 @@ def speculative_generate(
     """
     # level by level drafting needs every level's parents first in the buffer (BFS numbering)
     tree = gamma.breadth_first() if isinstance(gamma, Tree) else None
-    if tree is None and (not isinstance(gamma, (int, np.integer)) or gamma < 1):
-        raise SpecroofError(f"gamma must be >= 1 (got {gamma})")
+    policy: GammaPolicy | None = gamma if isinstance(gamma, GammaPolicy) else None
+    if tree is None and policy is None and (not isinstance(gamma, (int, np.integer)) or gamma < 1):
+        raise SpecroofError(f"gamma must be >= 1, a Tree or a GammaPolicy (got {gamma})")
+    if policy is None and tree is None:
+        policy = StaticGamma(int(gamma))  # type: ignore[arg-type]
     if tree is not None and tree.n_nodes < 1:
         raise SpecroofError("the draft tree needs at least one node")
     if tree_variant not in ("sequoia", "specinfer"):
@@ -410,8 +449,10 @@ def speculative_generate(
         d = drafter
     if tree is not None and not hasattr(d, "propose_tree"):
         raise SpecroofError(f"the drafter {getattr(d, 'name', d)!r} drafts chains only")
-    depth = tree.depth if tree is not None else int(gamma)
-    n_draft = tree.n_nodes if tree is not None else int(gamma)
+    # the most drafts a round can propose: the tree's nodes, or the policy's longest gamma
+    reach = max(1, _policy_reach(policy)) if policy is not None else 0
+    depth = tree.depth if tree is not None else reach
+    n_draft = tree.n_nodes if tree is not None else reach
     if tree is not None:
         # the verify pass: the pending token is the root, the draft nodes hang below it
         verify_tree = Tree(np.concatenate([[-1], np.where(tree.parents < 0, 0, tree.parents + 1)]))
@@ -433,12 +474,22 @@ def speculative_generate(
     active = np.ones(B, dtype=bool)
     stats = []
     rnd = 0
+    g_next = policy.start(B) if policy is not None else 0
+    gammas_used = []
     with torch.no_grad():
         while active.any():
             ta = time.perf_counter()
             last2 = torch.stack([prev, pending], 1)
             if tree is None:
-                x, q = d.propose(last2, committed, int(gamma), sp, gen)
+                assert policy is not None
+                stop = policy.confidence_threshold
+                if not g_next:
+                    x, q = _no_drafts(B, dev)
+                elif stop is None:  # drafter objects written before policies take five arguments
+                    x, q = d.propose(last2, committed, g_next, sp, gen)
+                else:
+                    x, q = d.propose(last2, committed, g_next, sp, gen, stop)
+                gammas_used.append(int(x.shape[1]))
             else:
                 x, q = d.propose_tree(last2, committed, tree, sp, gen, tree_variant)
             synchronize(dev)
@@ -466,7 +517,10 @@ def speculative_generate(
             idx = torch.as_tensor(n_acc, device=dev)
             if path is None:
                 target.cache.rollback(committed + n_acc)  # type: ignore[union-attr]
-                new_prev = torch.where(idx > 0, x.gather(1, (idx - 1).clamp(min=0).view(B, 1)).view(B), pending)
+                if x.shape[1] == 0:  # a round without drafts: the pending token is the last committed one
+                    new_prev = pending
+                else:
+                    new_prev = torch.where(idx > 0, x.gather(1, (idx - 1).clamp(min=0).view(B, 1)).view(B), pending)
             else:
                 target.cache.rollback(committed)  # type: ignore[union-attr]
                 target.cache.commit_paths(path, idx)  # type: ignore[union-attr]
@@ -488,12 +542,15 @@ def speculative_generate(
                 hit_eos = eos is not None and eos in emitted[b]
                 if len(emitted[b]) >= max_new_tokens or hit_eos:
                     active[b] = False
+            if policy is not None:
+                g_next = policy.next(int(x.shape[1]), n_acc[was_active], B)
             te = time.perf_counter()  # commit includes the host bookkeeping of the round
             times = {"t_draft_s": tb - ta, "t_verify_s": tc - tb, "t_accept_s": td - tc, "t_commit_s": te - td}
             if path is not None:
                 nodes = path.cpu().numpy()
             for b in was_active:
                 row = {"round": rnd, "seq": int(b), "accepted": int(n_acc[b]), "emitted": int(n_acc[b] + 1), **times}
+                row["drafted"] = int(x.shape[1])
                 if path is not None:
                     acc_nodes = nodes[b, : n_acc[b]]
                     row["ranks"] = tree.ranks[acc_nodes].tolist()
@@ -502,6 +559,22 @@ def speculative_generate(
             rnd += 1
     synchronize(dev)
     t2 = time.perf_counter()
+    if tree is None:
+        depth = n_draft = max(gammas_used, default=0)
     return GenerationResult(
         _trim(emitted, eos, max_new_tokens), t2 - t1, t1 - t0, pd.DataFrame(stats), depth, n_draft, tree
     )
+
+
+def _policy_reach(policy: GammaPolicy) -> int:
+    """The longest gamma a policy can ask for (caches are sized for it)."""
+    if isinstance(policy, StaticGamma):
+        return int(policy.gamma)
+    if isinstance(policy, BatchSchedule):
+        return max(policy.schedule.values())
+    return int(getattr(policy, "max_gamma", 0)) or 64
+
+
+def _no_drafts(batch: int, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """A round without drafts (a schedule turned speculation off): the verify pass is a plain decode step."""
+    return torch.zeros(batch, 0, dtype=torch.long, device=dev), torch.zeros(batch, 0, 1, device=dev)

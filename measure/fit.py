@@ -64,7 +64,7 @@ def measured_knee(new_tokens: Sequence[float], t: Sequence[float], rise: float =
 def measured_crossover(new_tokens: Sequence[float], t: Sequence[float], overlap: float = 1.0) -> float:
     """Crossover K read off a measured curve: its memory time over its compute time per token.
 
-    The seeds' K = t_mem / t_compute_per_token, with both taken from the measurements
+    K = t_mem / t_compute_per_token, with both taken from the measurements
     instead of from datasheets. The curve is fitted, in relative error, by the
     roofline's own shape with two free numbers: t(n) = combine(M, M n / K, overlap),
     that is max(M, C n) + (1 - overlap) min(M, C n) with C = M / K. For overlap 1 it
@@ -404,11 +404,15 @@ def sweep_fit_validate(
     out: str | Path | None = None,
     progress: bool = True,
     statistic: str = "min",
+    resume: bool = False,
+    budget: Any = None,
 ) -> LoopResult:
     """Measure a verify sweep, fit the roofline to it and validate both predictions against it.
 
     ``apriori`` is the profile used before any fit (default: the microbenchmarked
-    profile of this device, measured now).
+    profile of this device, measured now). With ``out``, a sweep saved there is
+    replaced (this function's job is a fresh measurement) unless ``resume``
+    continues it. ``budget`` (seconds) stops further visits of the points once spent.
     """
     from measure.device import default_device
     from measure.microbench import measure_profile
@@ -432,6 +436,9 @@ def sweep_fit_validate(
         repeats=repeats,
         rounds=rounds,  # shuffled visits per point: noise on a shared machine spreads out
         out=outdir / "sweep" if outdir else None,
+        resume=resume and outdir is not None,
+        overwrite=not resume and outdir is not None,
+        budget=budget,
         progress=progress,
     )
     fitted = fit(df, spec, apriori_hw, statistic=statistic)

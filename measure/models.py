@@ -97,10 +97,11 @@ def sign_half(sin: torch.Tensor) -> torch.Tensor:
 class Linear(nn.Linear):
     """nn.Linear with an optional matrix-vector path for one-token passes (``matvec``).
 
-    On CPUs the bf16 GEMM kernels reach ~70% of the bandwidth torch.mv does for a
-    single row (measured: 21 vs 30 GB/s). It is off by default: with it a one-token
-    pass uses a different kernel family than every longer pass, a step no roofline
-    expresses, which would hide the memory-bound plateau the sweeps measure.
+    Which path streams a single row faster depends on the CPU and its BLAS: on one
+    Xeon the bf16 GEMM kernels reached ~70% of torch.mv's bandwidth (21 vs 30 GB/s),
+    on an AMD EPYC (Zen 5) torch.mv is the slower one (18 vs 24 GB/s). It is off by
+    default; ``measure.choose.fastest_decode_path`` times both on the model and keeps
+    the faster. The roofline models a one-token pass's own rate (``gemv_bandwidth``).
     """
 
     matvec: bool = False

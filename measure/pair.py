@@ -1,11 +1,12 @@
 """A real draft/target pair that works offline: byte-level models trained on the Python standard library.
 
-Hub downloads are impossible on these machines, so the project makes its own
-pair, reproducibly: a small byte-level Llama-style target trained on the source
+A pair that needs no download, so measurements run anywhere (offline machines, CI),
+made reproducibly: a small byte-level Llama-style target trained on the source
 of the standard library (every machine has it), with an early-exit loss after
 its first layer so that layer drafts usefully (LayerSkip-style), and a one-layer
-draft distilled from the target's distribution. The weights are built on first
-use and cached under ``~/.cache/specroof`` (or ``SPECROOF_CACHE``).
+draft distilled from the target's distribution. The default pair's weights ship
+with the package; other configurations are trained on first use and cached under
+``~/.cache/specroof`` (or ``SPECROOF_CACHE``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from measure.models import Transformer
+from measure.models import TORCH_DTYPES, Transformer
 from roofline.errors import SpecroofError
 from roofline.model import ModelSpec
 
@@ -199,8 +200,8 @@ def _load(spec: ModelSpec, path: Path, device: str | torch.device, dtype: str) -
 
     m = Transformer(spec, dtype="fp32", init_std=None)
     m.load_state_dict({k: v.float() for k, v in load_file(str(path)).items()})
-    m = m.to(device=device, dtype={"fp32": torch.float32, "bf16": torch.bfloat16}[dtype])
-    m.device_, m.dtype = torch.device(device), {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+    m = m.to(device=device, dtype=TORCH_DTYPES[dtype])
+    m.device_, m.dtype = torch.device(device), TORCH_DTYPES[dtype]
     return m.eval()
 
 

@@ -111,18 +111,25 @@ def verify_chain(
     V = p.shape[-1]
     p_n = p.gather(1, n.view(B, 1, 1).expand(B, 1, V)).squeeze(1)
     if g:
-        # after all-accepted there is no draft to subtract: residual(p, 0) is p itself
-        rejected = (n < g).to(q.dtype).unsqueeze(-1)
         q_n = q.gather(1, n.clamp(max=g - 1).view(B, 1, 1).expand(B, 1, V)).squeeze(1)
-        final_dist = residual(p_n, q_n * rejected)
+        final_dist = correction_or_bonus(p_n, q_n, n == g)
     else:
         final_dist = p_n
-    final = sample_from(final_dist, us)
-    pos = torch.arange(g + 1, device=p.device).unsqueeze(0)
-    padded = torch.cat([x, torch.full((B, 1), -1, dtype=torch.long, device=p.device)], dim=1)
+    return ChainResultT(n, emit_tokens(x, n, sample_from(final_dist, us)))
+
+
+def correction_or_bonus(p_n: torch.Tensor, q_n: torch.Tensor, all_accepted: torch.Tensor) -> torch.Tensor:
+    """The round's last token's distribution: the bonus p_gamma after all-accepted, else norm(max(p_n - q_n, 0))."""
+    return torch.where(all_accepted.unsqueeze(-1), p_n, residual(p_n, q_n))
+
+
+def emit_tokens(x: torch.Tensor, n: torch.Tensor, final: torch.Tensor) -> torch.Tensor:
+    """The n accepted drafts, then the final token, -1 padded: (batch, gamma + 1)."""
+    B, g = x.shape
+    pos = torch.arange(g + 1, device=x.device).unsqueeze(0)
+    padded = torch.cat([x, torch.full((B, 1), -1, dtype=torch.long, device=x.device)], dim=1)
     tokens = torch.where(pos < n.unsqueeze(1), padded, torch.full_like(padded, -1))
-    tokens = tokens.scatter(1, n.unsqueeze(1), final.unsqueeze(1))
-    return ChainResultT(n, tokens)
+    return tokens.scatter(1, n.unsqueeze(1), final.unsqueeze(1))
 
 
 def verify_greedy(p: torch.Tensor, draft_tokens: torch.Tensor) -> ChainResultT:
@@ -145,6 +152,13 @@ def _children_table(parents: list[int], device: torch.device) -> torch.Tensor:
         if k:
             table[r, : len(k)] = torch.tensor(k)
     return table.to(device)
+
+
+def without_token(Q: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Q with token x removed and renormalised, per row (siblings drawn without replacement)."""
+    Qr = Q.scatter(1, x.unsqueeze(1), 0.0)
+    z = Qr.sum(-1, keepdim=True)
+    return Qr / torch.where(z > 0, z, torch.ones_like(z))
 
 
 def verify_tree(
@@ -194,9 +208,7 @@ def verify_tree(
             rej = (act & ~acc).unsqueeze(-1)
             P = torch.where(rej, residual(P, Q), P)
             if variant == "sequoia":
-                Qr = Q.scatter(1, x.unsqueeze(1), 0.0)
-                z = Qr.sum(-1, keepdim=True)
-                Q = torch.where(rej, Qr / torch.where(z > 0, z, torch.ones_like(z)), Q)
+                Q = torch.where(rej, without_token(Q, x), Q)
             moved = moved | acc
             path[rows, reached] = torch.where(acc, c, path[rows, reached])
             reached = reached + acc.long()

@@ -38,6 +38,7 @@ from measure.models import Transformer
 from roofline.errors import SpecroofError, check_min
 from roofline.hardware import Hardware, load_hardware
 from roofline.jsonio import dumps
+from roofline.roofline import crossover_tokens
 from roofline.speculative import DraftModel, EarlyExit, speedup
 
 #: configuration ladders, smallest first: the planner takes the largest whose first repetition fits
@@ -133,10 +134,16 @@ def _groups(batch: int) -> int:
     return max(1, 4 // batch)
 
 
-def sweep_tokens(gammas: Sequence[int], batches: Sequence[int]) -> list[int]:
-    """New tokens per pass for the verify sweeps: every verify width the decoding runs, and a few beyond."""
+def sweep_tokens(
+    gammas: Sequence[int], batches: Sequence[int], crossovers: Sequence[float] = (), cap: int = 128
+) -> list[int]:
+    """New tokens per pass for the verify sweeps: every verify width the decoding runs, a few beyond, and
+    half, one and two times each predicted crossover K (where the curve bends: what the read-out of K needs)."""
     top = max(batches) * (max(gammas) + 1)
-    return sorted({1, 2, 3, 4, 6, *[g + 1 for g in gammas], 12, 16, top // max(batches)})
+    near = {int(round(f * k)) for k in crossovers if np.isfinite(k) for f in (0.5, 1.0, 2.0)}
+    return sorted(
+        {1, 2, 3, 4, 6, *[g + 1 for g in gammas], 12, 16, top // max(batches)} | {n for n in near if 1 <= n <= cap}
+    )
 
 
 def spec_check(
@@ -244,9 +251,13 @@ def spec_check(
         f"plan: batch {plan['batches']}, gamma {plan['gammas']}, {tokens} new tokens per sequence; "
         f"a repetition should take ~{plan['predicted_rep_s']:.0f} s"
     )
+    ks = [
+        float(crossover_tokens(target_model.spec, apriori_hw, b, 64, dtype))
+        for b in (min(plan["batches"]), max(plan["batches"]))
+    ]
     kw = dict(
         batch=plan["batches"],
-        new_tokens=sweep_tokens(plan["gammas"], plan["batches"]),
+        new_tokens=sweep_tokens(plan["gammas"], plan["batches"], ks),
         context=[64, 64 + 2 * tokens],
         repeats=3,
         hardware=apriori_hw,

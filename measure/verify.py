@@ -66,20 +66,32 @@ class HFRunner:
 
 
 class ModelRunner:
-    """Sweep interface over :class:`measure.models.Transformer`: set the cache length, run, roll back."""
+    """Sweep interface over :class:`measure.models.Transformer`: set the cache length, run, roll back.
+
+    The KV cache is allocated when a point needs it (inside the sweep's out-of-memory
+    handler), grown as larger points come, so one point that does not fit becomes an
+    ``oom`` row instead of costing every point of the sweep.
+    """
 
     def __init__(self, model: Transformer, max_batch: int, max_seq: int) -> None:
         self.model = model.eval()
         self.device = model.device
-        model.setup_cache(max_batch, max_seq)
+        self.max_batch, self.max_seq = max_batch, max_seq
         self.context = 0
-        self.batch = 0
 
-    def prepare(self, batch: int, context: int) -> None:
+    def prepare(self, batch: int, context: int, new_tokens: int = 0) -> None:
+        cache = self.model.cache
+        need_seq = min(self.max_seq, context + max(new_tokens, 1))
+        if cache is None or cache.max_batch < batch or cache.max_seq < need_seq:
+            have_b = cache.max_batch if cache is not None else 0
+            have_s = cache.max_seq if cache is not None else 0
+            self.model.cache = None  # free the old one first: the new one may need its memory
+            self.model.setup_cache(max(batch, have_b), max(need_seq, have_s))
+            cache = self.model.cache
+        assert cache is not None
         # latency does not depend on the cached values: only the lengths are set
-        assert self.model.cache is not None
-        self.batch, self.context = batch, context
-        self.model.cache.rollback([context] * self.model.cache.max_batch)
+        self.context = context
+        cache.rollback([context] * cache.max_batch)
 
     def run(self, tokens: torch.Tensor, tree: Any = None) -> None:
         with torch.no_grad():
@@ -88,8 +100,10 @@ class ModelRunner:
 
 
 def _is_oom(exc: BaseException) -> bool:
+    """CUDA's and the CPU allocator's out-of-memory errors (torch raises the latter as a plain RuntimeError)."""
+    text = str(exc).lower()
     return isinstance(exc, (MemoryError, getattr(torch.cuda, "OutOfMemoryError", MemoryError))) or (
-        isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+        isinstance(exc, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
     )
 
 
@@ -357,7 +371,10 @@ def _measure_visit(
 ) -> dict[str, Any]:
     """One visit of one point: ``repeats`` timed passes; an out-of-memory error becomes status ``oom``."""
     try:
-        runner.prepare(row["batch"], row["context"])
+        if isinstance(runner, ModelRunner):
+            runner.prepare(row["batch"], row["context"], row["new_tokens"])
+        else:
+            runner.prepare(row["batch"], row["context"])
         t = time_fn(lambda: runner.run(tokens, tree), warmup=warmup, repeats=repeats, device=dev, threads=threads)
     except Exception as exc:
         if not _is_oom(exc):

@@ -10,6 +10,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,8 +28,13 @@ Handler = Callable[[argparse.Namespace], int]
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # argparse's own exit code is already 2
-        self.print_usage(sys.stderr)
-        self.exit(2, f"specroof: error: {message}\n")
+        # one line, as for every other bad input; the usage is one --help away
+        self.exit(2, f"specroof: error: {message} (see `{self.prog} --help`)\n")
+
+
+#: the largest integer a list flag takes, and the most values it expands to (a sweep beyond is a typo)
+INT_MAX = 10**7
+LIST_MAX = 100_000
 
 
 def int_list(text: str) -> list[int]:
@@ -38,13 +44,58 @@ def int_list(text: str) -> list[int]:
         part = part.strip()
         try:
             if "-" in part[1:]:
-                a, b = part.split("-", 1)
-                out.extend(range(int(a), int(b) + 1))
+                a, b = (int(x) for x in part.split("-", 1))
+                if b < a:
+                    raise argparse.ArgumentTypeError(f"empty range {part!r}: write low-high, e.g. '1-64'")
+                if b - a + 1 > LIST_MAX:
+                    raise argparse.ArgumentTypeError(f"range {part!r} has over {LIST_MAX} values")
+                out.extend(range(a, b + 1))
             else:
                 out.append(int(part))
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected integers like '1,4,16' or '1-64', got {text!r}") from None
+    if any(abs(v) > INT_MAX for v in out):
+        raise argparse.ArgumentTypeError(f"values must lie within +-{INT_MAX:.0e} (got {text!r})")
     return out
+
+
+def bounded_int(lo: int, hi: int) -> Callable[[str], int]:
+    """An argparse type: an integer in [lo, hi], else a message naming the range."""
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"must lie in [{lo}, {hi}] (got {v})")
+        return v
+
+    return parse
+
+
+def finite_float(text: str) -> float:
+    """An argparse type: a finite number (no nan/inf)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not np.isfinite(v):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return v
+
+
+def plot_path(text: str) -> str:
+    """An argparse type: a PNG/SVG/PDF file whose folder exists and is writable."""
+    p = Path(text)
+    if p.suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise argparse.ArgumentTypeError(f"a plot is written as .png, .svg or .pdf (got {text!r})")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise argparse.ArgumentTypeError(f"folder {str(parent)!r} does not exist")
+    if p.is_dir() or not os.access(parent, os.W_OK):
+        raise argparse.ArgumentTypeError(f"cannot write {text!r}")
+    return text
 
 
 def float_list(text: str) -> list[float]:
@@ -64,10 +115,10 @@ def emit(args: argparse.Namespace, payload: Any, table: pd.DataFrame | str) -> N
 
 def model_from_args(args: argparse.Namespace) -> ModelSpec:
     if getattr(args, "params", None) is not None:
+        if not args.params > 0:
+            raise SpecroofError(f"--params must be a positive number of weights (got {args.params})")
         return ModelSpec.from_params(args.params)
     if getattr(args, "model", None):
-        if args.model.endswith(".json"):
-            return ModelSpec.from_hf_config(args.model)
         return get_model(args.model)
     raise SpecroofError("give a model: --model PRESET (or a config.json path) or --params N")
 
@@ -208,14 +259,19 @@ def cmd_speedup(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_text(p: Path) -> str:
+    try:
+        return p.read_text()
+    except UnicodeDecodeError:
+        raise SpecroofError(f"{str(p)!r} is not a text file (expected UTF-8 JSON or text)") from None
+
+
 def read_curve(path: str) -> list[float]:
     """An acceptance curve from JSON (a list, or {"curve": [...]}) or whitespace/comma separated text."""
-    from pathlib import Path
-
     p = Path(path)
     if not p.is_file():
         raise SpecroofError(f"acceptance-curve file {path!r} does not exist")
-    text = p.read_text()
+    text = _read_text(p)
     try:
         data = json.loads(text)
         values = data["curve"] if isinstance(data, dict) else data
@@ -227,21 +283,27 @@ def read_curve(path: str) -> list[float]:
         raise SpecroofError(f"{path}: expected a list of acceptance probabilities") from None
 
 
-def drafter_from_args(args: argparse.Namespace) -> Any:
+#: the drafter flags of `plan`, as `--acceptance KEY=...` names them
+DRAFTER_KEYS = ("draft", "early-exit", "heads", "block", "window", "prompt-lookup")
+
+
+def drafters_by_key(args: argparse.Namespace) -> dict[str, Any]:
+    """The drafters the flags ask for, keyed by their flag name (``draft``, ``early-exit``, ...)."""
     from roofline.speculative import DraftModel, EarlyExit, Heads, ParallelBlock, PromptLookup, SlidingWindowSelfDraft
 
-    chosen = [
-        x
-        for x in (
-            args.draft and DraftModel(get_model(args.draft)),
-            args.early_exit and EarlyExit(args.early_exit),
-            args.heads and Heads(args.heads),
-            args.block and ParallelBlock(get_model(args.block)),
-            args.window and SlidingWindowSelfDraft(args.window),
-            args.prompt_lookup and PromptLookup(),
-        )
-        if x
-    ]
+    chosen: dict[str, Any] = {}
+    if args.draft is not None:
+        chosen["draft"] = DraftModel(get_model(args.draft))
+    if args.early_exit is not None:
+        chosen["early-exit"] = EarlyExit(args.early_exit)
+    if args.heads is not None:
+        chosen["heads"] = Heads(args.heads)
+    if args.block is not None:
+        chosen["block"] = ParallelBlock(get_model(args.block))
+    if args.window is not None:
+        chosen["window"] = SlidingWindowSelfDraft(args.window)
+    if args.prompt_lookup:
+        chosen["prompt-lookup"] = PromptLookup()
     if not chosen:
         raise SpecroofError(
             "choose a drafter: --draft PRESET, --early-exit L, --heads N, --block PRESET, --window W or --prompt-lookup"
@@ -249,17 +311,90 @@ def drafter_from_args(args: argparse.Namespace) -> Any:
     return chosen
 
 
+def drafter_from_args(args: argparse.Namespace) -> Any:
+    return list(drafters_by_key(args).values())
+
+
+def acceptance_from_args(args: argparse.Namespace, drafters: dict[str, Any]) -> Any:
+    """Acceptance per drafter: ``--acceptance KEY=ALPHA|curve.json`` (repeated); one shared value only with --same-alpha.
+
+    Drafters differ in how often their tokens are accepted (a trained draft model, an
+    early exit and prompt lookup are not alike), so a plan that compares several with
+    one shared alpha favours whichever is cheapest: it must be asked for explicitly.
+    """
+    shared = args.alpha is not None or args.acceptance_curve is not None
+    if args.acceptance_curve and args.alpha is not None:
+        raise SpecroofError("give --alpha or --acceptance-curve, not both")
+    if args.acceptance:
+        if shared:
+            raise SpecroofError("give --acceptance per drafter, or one shared --alpha/--acceptance-curve, not both")
+        out: dict[str, Any] = {}
+        for item in args.acceptance:
+            key, sep, value = item.partition("=")
+            key = key.strip()
+            names = {k: d.name for k, d in drafters.items()}
+            match = key if key in drafters else next((k for k, n in names.items() if n == key), None)
+            if not sep or match is None:
+                raise SpecroofError(
+                    f"--acceptance {item!r}: write KEY=ALPHA or KEY=curve.json with KEY one of the drafters asked for "
+                    f"({', '.join(drafters)})"
+                )
+            try:
+                out[drafters[match].name] = float(value)
+            except ValueError:
+                out[drafters[match].name] = read_curve(value)
+        missing = [k for k, d in drafters.items() if d.name not in out]
+        if missing:
+            raise SpecroofError(f"no --acceptance for drafter(s) {', '.join(missing)}: give KEY=ALPHA for each")
+        return out
+    if not shared:
+        raise SpecroofError("give --acceptance KEY=ALPHA for each drafter (or --alpha A / --acceptance-curve FILE)")
+    if len(drafters) > 1 and not args.same_alpha:
+        raise SpecroofError(
+            f"{len(drafters)} drafters with one shared acceptance would favour the cheapest: give --acceptance KEY=ALPHA "
+            f"per drafter ({', '.join(drafters)}), or --same-alpha to compare them at one rate on purpose"
+        )
+    return read_curve(args.acceptance_curve) if args.acceptance_curve else args.alpha
+
+
+#: the most configurations one `specroof plan` prices (each takes a few hundred bytes of the table)
+PLAN_MAX_CELLS = 2_000_000
+#: the most (hardware, batch, context) recommendations one plan prints
+PLAN_MAX_RECOMMENDATIONS = 2_000
+
+
+def _with_offload(name: str, link: str | None) -> Any:
+    """The profile ``name``, with its weights offloaded over ``link`` when one is given."""
+    hw = load_hardware(name)
+    return hw.offloaded(link) if link else hw
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from roofline.planner import plan, recommend
 
-    acceptance: Any = read_curve(args.acceptance_curve) if args.acceptance_curve else args.alpha
-    if acceptance is None:
-        raise SpecroofError("give --alpha A or --acceptance-curve FILE")
-    drafters = drafter_from_args(args)
+    by_key = drafters_by_key(args)
+    acceptance: Any = acceptance_from_args(args, by_key)
+    drafters = list(by_key.values())
+    target = get_model(args.target)
+    if not target.is_abstract and target.n_heads % args.tp:
+        raise SpecroofError(f"--tp {args.tp} does not divide {target.name}'s {target.n_heads} attention heads")
+    cells = len(args.hardware) * len(args.batch) * len(args.context) * (args.max_gamma + 1) * len(drafters)
+    combos = len(args.hardware) * len(args.batch) * len(args.context)
+    if combos > PLAN_MAX_RECOMMENDATIONS:
+        raise SpecroofError(
+            f"{combos:,} (hardware, batch, context) combinations to recommend for, over {PLAN_MAX_RECOMMENDATIONS:,}: "
+            "narrow --batch/--context (a range like 1-64 is 64 values)"
+        )
+    if cells > PLAN_MAX_CELLS:
+        raise SpecroofError(
+            f"this plan has {cells:,} configurations (hardware x batch x context x gamma x drafters), over "
+            f"{PLAN_MAX_CELLS:,}: narrow --batch/--context or lower --max-gamma"
+        )
     kw = dict(gammas=range(0, args.max_gamma + 1), dtype=args.dtype, tp=args.tp)
-    table = plan(args.hardware, args.target, drafters, acceptance, batch=args.batch, context=args.context, **kw)
+    hardware = [_with_offload(h, args.offload) for h in args.hardware]
+    table = plan(hardware, args.target, drafters, acceptance, batch=args.batch, context=args.context, **kw)
     best = []
-    for hw in args.hardware:
+    for hw in hardware:
         for b in args.batch:
             for c in args.context:
                 rec = recommend(hw, args.target, drafters, acceptance, batch=b, context=c, **kw)
@@ -291,15 +426,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def read_acceptance_vector(path: str) -> Any:
     """Sibling-rank acceptance from JSON: a list (rank 0 first), {"p": [...]}, or {"sequoia": [...]}."""
-    from pathlib import Path
-
     from roofline.trees import SiblingRankAcceptance
 
     p = Path(path)
     if not p.is_file():
         raise SpecroofError(f"acceptance-vector file {path!r} does not exist")
     try:
-        data = json.loads(p.read_text())
+        data = json.loads(_read_text(p))
     except json.JSONDecodeError as exc:
         raise SpecroofError(f"{path}: not valid JSON ({exc})") from None
     if isinstance(data, dict) and "sequoia" in data:
@@ -313,6 +446,8 @@ def read_acceptance_vector(path: str) -> Any:
 def cmd_tree(args: argparse.Namespace) -> int:
     from roofline.trees import best_tree_size, optimal_tree
 
+    if (args.target or args.draft) and not args.hardware:
+        raise SpecroofError("--target and --draft choose a tree size for a GPU: give --hardware too")
     acc = read_acceptance_vector(args.acceptance_vector)
     opt = optimal_tree(acc, args.budget, args.max_depth)
     t = opt.tree
@@ -334,7 +469,7 @@ def cmd_tree(args: argparse.Namespace) -> int:
         if not (args.target and args.draft):
             raise SpecroofError("--hardware needs --target and --draft as well")
         choice = best_tree_size(
-            args.hardware,
+            _with_offload(args.hardware, args.offload),
             args.target,
             args.draft,
             acc,
@@ -452,6 +587,16 @@ def _note(args: argparse.Namespace, message: str) -> None:
 # -- parser ----------------------------------------------------------------------
 
 
+def _add_offload(p: argparse.ArgumentParser) -> None:
+    from roofline.hardware import HOST_LINKS
+
+    p.add_argument(
+        "--offload",
+        choices=list(HOST_LINKS),
+        help="the target's weights live in host memory and stream over this link every pass (Sequoia's regime)",
+    )
+
+
 def _add_json(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -474,56 +619,68 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hardware", required=True, help="profile id, alias or .toml path")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--model", help=f"preset ({', '.join(PRESETS)}) or a config.json path")
-    g.add_argument("--params", type=float, help="abstract model with this many weights, e.g. 13e9")
+    g.add_argument("--params", type=finite_float, help="abstract model with this many weights, e.g. 13e9")
     p.add_argument("--dtype", default="fp16", help="compute/activation dtype (default fp16)")
     p.add_argument("--weight-dtype", default=None, help="weight dtype if different (e.g. int4)")
     p.add_argument("--kv-dtype", default=None, help="KV-cache dtype if different (e.g. fp8)")
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--tokens", type=int, default=1, help="new tokens per sequence in the pass")
-    p.add_argument("--context", type=int, default=0, help="tokens already in each KV cache")
-    p.add_argument("--plot", default=None, help="write a roofline chart PNG here")
+    p.add_argument("--batch", type=bounded_int(1, INT_MAX), default=1)
+    p.add_argument("--tokens", type=bounded_int(1, INT_MAX), default=1, help="new tokens per sequence in the pass")
+    p.add_argument("--context", type=bounded_int(0, INT_MAX), default=0, help="tokens already in each KV cache")
+    p.add_argument("--plot", type=plot_path, default=None, help="write a roofline chart here (.png, .svg, .pdf)")
     _add_json(p)
     p.set_defaults(func=cmd_roofline)
 
     p = sub.add_parser("speedup", help="idealised speedup E / (gamma c + 1) (Leviathan), or the best gamma")
-    p.add_argument("--alpha", type=float, required=True, help="per-token acceptance rate in [0, 1]")
+    p.add_argument("--alpha", type=finite_float, required=True, help="per-token acceptance rate in [0, 1]")
     p.add_argument("--gamma", default="auto", help="speculation length, or 'auto' for the optimum")
-    p.add_argument("--c", type=float, required=True, help="draft step cost over target step cost")
-    p.add_argument("--max-gamma", type=int, default=64)
+    p.add_argument("--c", type=finite_float, required=True, help="draft step cost over target step cost")
+    p.add_argument("--max-gamma", type=bounded_int(1, 4096), default=64)
     _add_json(p)
     p.set_defaults(func=cmd_speedup)
 
     p = sub.add_parser("plan", help="choose strategy and gamma for a GPU, target and drafter(s)")
     p.add_argument("--hardware", nargs="+", required=True)
-    p.add_argument("--target", required=True, help="target model preset")
-    p.add_argument("--draft", help="separate draft model preset")
-    p.add_argument("--early-exit", type=int, help="self-speculation with the first L layers")
-    p.add_argument("--heads", type=int, help="Medusa-style heads (count)")
+    p.add_argument("--target", required=True, help="target model: preset, config.json or checkpoint folder")
+    p.add_argument("--draft", help="separate draft model: preset, config.json or checkpoint folder")
+    p.add_argument("--early-exit", type=bounded_int(1, 10_000), help="self-speculation with the first L layers")
+    p.add_argument("--heads", type=bounded_int(1, 1024), help="Medusa-style heads (count)")
     p.add_argument("--block", help="DFlash-style parallel block drafter preset")
-    p.add_argument("--window", type=int, help="sliding-window self-draft over the last W tokens")
+    p.add_argument("--window", type=bounded_int(1, INT_MAX), help="sliding-window self-draft over the last W tokens")
     p.add_argument("--prompt-lookup", action="store_true", help="n-gram drafting at no device cost")
-    p.add_argument("--alpha", type=float, help="per-token acceptance rate")
-    p.add_argument("--acceptance-curve", help="JSON/text file with per-position acceptance a_1..a_g")
+    p.add_argument(
+        "--acceptance",
+        action="append",
+        metavar="KEY=ALPHA|FILE",
+        help="acceptance of one drafter (repeat per drafter): KEY is draft, early-exit, heads, block, window or "
+        "prompt-lookup; the value a per-token rate or a per-position curve file",
+    )
+    p.add_argument("--alpha", type=finite_float, help="one per-token acceptance rate (one drafter, or --same-alpha)")
+    p.add_argument("--acceptance-curve", help="JSON/text file with per-position acceptance a_1..a_g (one drafter)")
+    p.add_argument("--same-alpha", action="store_true", help="compare several drafters at one shared acceptance")
+    _add_offload(p)
     p.add_argument("--batch", type=int_list, default=[1])
     p.add_argument("--context", type=int_list, default=[1024])
-    p.add_argument("--max-gamma", type=int, default=16)
+    p.add_argument("--max-gamma", type=bounded_int(0, 256), default=16)
     p.add_argument("--dtype", default="bf16")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree of the target")
-    p.add_argument("--top", type=int, default=10, help="rows of the ranked table to show")
+    p.add_argument("--tp", type=bounded_int(1, 1024), default=1, help="tensor-parallel degree of the target")
+    p.add_argument("--top", type=bounded_int(1, 10**6), default=10, help="rows of the ranked table to show")
     _add_json(p)
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("tree", help="optimal draft tree for a sibling-rank acceptance vector (and its size for a GPU)")
     p.add_argument("--acceptance-vector", required=True, help="JSON: [p0, p1, ...], {'p': [...]} or {'sequoia': [...]}")
-    p.add_argument("--budget", type=int, required=True, help="draft nodes per round (not counting the root)")
-    p.add_argument("--max-depth", type=int, default=8, help="draft levels")
+    p.add_argument(
+        "--budget", type=bounded_int(1, 100_000), required=True, help="draft nodes per round (not counting the root)"
+    )
+    p.add_argument("--max-depth", type=bounded_int(1, 10_000), default=8, help="draft levels")
     p.add_argument("--hardware", help="also choose the tree size for this GPU")
-    p.add_argument("--target", help="target preset (with --hardware)")
-    p.add_argument("--draft", help="draft preset (with --hardware)")
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--context", type=int, default=1024)
+    p.add_argument("--target", help="target model (with --hardware): preset, config.json or folder")
+    p.add_argument("--draft", help="draft model (with --hardware): preset, config.json or folder")
+    p.add_argument("--batch", type=bounded_int(1, INT_MAX), default=1)
+    p.add_argument("--context", type=bounded_int(0, INT_MAX), default=1024)
     p.add_argument("--dtype", default="bf16")
-    p.add_argument("--plot", help="write a drawing of the tree (PNG)")
+    p.add_argument("--plot", type=plot_path, help="write a drawing of the tree (.png, .svg, .pdf)")
+    _add_offload(p)
     _add_json(p)
     p.set_defaults(func=cmd_tree)
 
@@ -577,6 +734,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except SpecroofError as exc:
         print(f"specroof: error: {exc}", file=sys.stderr)
+        return 2
+    except (PermissionError, IsADirectoryError, NotADirectoryError, FileNotFoundError) as exc:
+        # an output or input path the checks could not foresee (a read-only mount, a vanished folder)
+        print(f"specroof: error: {exc.strerror or exc}: {exc.filename!r}", file=sys.stderr)
+        return 2
+    except MemoryError:
+        print(
+            "specroof: error: out of memory: ask for a smaller sweep (fewer batch, context or gamma values)",
+            file=sys.stderr,
+        )
         return 2
     except BrokenPipeError:
         # the reader went away (`specroof ... | head`): not an error of ours; silence the flush at exit

@@ -3,7 +3,7 @@
 ``speedup_explorer()`` shows, for one GPU, batch and context, the idealised
 speedup E / (gamma c + 1) next to the roofline speedup of a real pairing, as
 alpha, gamma, c, batch, context and the GPU change. ``accept_or_correct_explorer()``
-is the seeds' one-token demo: pick the draft's token and a uniform draw, see
+is the one-token accept-or-correct demo of the worked examples: pick the draft's token and a uniform draw, see
 whether it is kept and where the correction would come from.
 """
 
@@ -96,7 +96,7 @@ def accept_or_correct_figure(
 
 
 def accept_or_correct_explorer() -> Any:
-    """The seeds' interactive one-token demo (static without ipywidgets)."""
+    """The interactive one-token accept-or-correct demo (static without ipywidgets)."""
     w = _widgets()
     if w is None:
         return accept_or_correct_figure()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -96,6 +97,10 @@ class Hardware:
     sources: dict[str, str] = field(default_factory=dict)
     measured: Measured | None = None
     path: str | None = None
+    #: weights live in host memory and stream to the device over a link at this rate (bytes/s) every
+    #: pass; None: weights in device memory. Set with :meth:`offloaded`.
+    weights_link_bytes_per_s: float | None = None
+    weights_link: str = ""
 
     # -- effective ceilings -------------------------------------------------
     def bandwidth(self, efficiency: bool = False) -> float:
@@ -178,6 +183,46 @@ class Hardware:
         x = check_min("intensity", intensity, 0.0)
         return np.minimum(self.peak(dtype, efficiency), x * self.bandwidth(efficiency))
 
+    def offloaded(self, link: str | float = "pcie4-x16") -> Hardware:
+        """This device with the model's weights in host memory, streamed over ``link`` every pass.
+
+        ``link``: a name from :data:`HOST_LINKS` or a rate in bytes/s. The KV cache and
+        activations stay in device memory. This is the regime of Sequoia's offloading
+        experiments: a pass costs weight bytes / link rate, tens of times a decode step on
+        device, so hundreds of draft-tree nodes verify for free.
+        """
+        if isinstance(link, str):
+            key = link.lower()
+            if key not in HOST_LINKS:
+                raise SpecroofError(
+                    f"unknown host link {link!r}; choose one of {', '.join(HOST_LINKS)} or a rate in bytes/s"
+                )
+            rate, name = HOST_LINKS[key][0], key
+        else:
+            rate, name = float(link), f"{float(link) / 1e9:g} GB/s link"
+        if not (math.isfinite(rate) and rate > 0):
+            raise SpecroofError(f"a host link rate must be a positive number of bytes/s (got {link!r})")
+        return dataclasses.replace(
+            self,
+            id=f"{self.id}+offload-{name}",
+            name=f"{self.name}, weights offloaded over {name}",
+            weights_link_bytes_per_s=rate,
+            weights_link=name,
+        )
+
+    def on_device(self) -> Hardware:
+        """This device with weights in its own memory (undoes :meth:`offloaded`; a draft model lives here)."""
+        if self.weights_link_bytes_per_s is None:
+            return self
+        base = self.id.split("+offload-")[0]
+        return dataclasses.replace(
+            self,
+            id=base,
+            name=self.name.split(", weights offloaded")[0],
+            weights_link_bytes_per_s=None,
+            weights_link="",
+        )
+
     def replace(self, **changes: Any) -> Hardware:
         """A copy with fields changed, e.g. ``hw.replace(bandwidth_bytes_per_s=3.35e12)``."""
         return dataclasses.replace(self, **changes)
@@ -205,11 +250,25 @@ class Hardware:
 # -- parsing and validation ---------------------------------------------------
 
 
+#: host-to-device links for weight offloading: (bytes/s per direction, source). Theoretical per-direction
+#: rates of a x16 link (transfer rate x lanes x 128b/130b encoding); pinned-memory copies reach ~80-90%.
+HOST_LINKS: dict[str, tuple[float, str]] = {
+    "pcie3-x16": (15.75e9, "PCI-SIG PCIe 3.0: 8 GT/s per lane, 128b/130b; x16 = 15.75 GB/s per direction"),
+    "pcie4-x16": (31.5e9, "PCI-SIG PCIe 4.0: 16 GT/s per lane, 128b/130b; x16 = 31.5 GB/s per direction"),
+    "pcie5-x16": (63.0e9, "PCI-SIG PCIe 5.0: 32 GT/s per lane, 128b/130b; x16 = 63 GB/s per direction"),
+}
+
+
 def _num(where: str, key: str, value: Any, *, positive: bool = True) -> float:
+    """A finite number from a profile (positive unless told, never negative): an error naming the field otherwise."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SpecroofError(f"{where}: field {key!r} must be a number (got {value!r})")
+    if not math.isfinite(value):
+        raise SpecroofError(f"{where}: field {key!r} must be a finite number (got {value!r})")
     if positive and not value > 0:
         raise SpecroofError(f"{where}: field {key!r} must be positive (got {value!r})")
+    if value < 0:
+        raise SpecroofError(f"{where}: field {key!r} cannot be negative (got {value!r})")
     return float(value)
 
 
@@ -409,6 +468,8 @@ def load_profile_file(path: str | Path) -> Hardware:
         raise SpecroofError(f"hardware profile file {str(p)!r} does not exist")
     try:
         data = tomllib.loads(p.read_text())
+    except UnicodeDecodeError:
+        raise SpecroofError(f"{p}: not a text file (a hardware profile is UTF-8 TOML)") from None
     except tomllib.TOMLDecodeError as exc:
         raise SpecroofError(f"{p}: not valid TOML ({exc})") from None
     hw = parse_profile(data, str(p), p.stem)

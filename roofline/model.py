@@ -2,7 +2,7 @@
 
 A :class:`ModelSpec` holds the shapes the cost model needs. Parameter counts
 are derived from the shapes (never stored), so a preset is checked against the
-published count in the tests. ``ModelSpec.from_params(13e9)`` is the seeds'
+published count in the tests. ``ModelSpec.from_params(13e9)`` is the worked example's
 abstract model: a number of weights and nothing else.
 """
 
@@ -77,7 +77,7 @@ class ModelSpec:
     # -- construction ------------------------------------------------------
     @classmethod
     def from_params(cls, params: float, name: str | None = None, max_context: int = 1 << 20) -> ModelSpec:
-        """The seeds' abstract model: ``params`` weights, 2 FLOPs per weight per token, no KV."""
+        """The abstract model of the 13B-on-A100 worked example: ``params`` weights, 2 FLOPs per weight per token, no KV."""
         if not params > 0:
             raise SpecroofError(f"params must be > 0 (got {params!r})")
         label = name or f"{params / 1e9:g}B (abstract)"
@@ -97,7 +97,15 @@ class ModelSpec:
             p = p / "config.json"
         if not p.is_file():
             raise SpecroofError(f"no config.json at {str(p)!r}")
-        return _from_hf_dict(json.loads(p.read_text()), name or p.parent.name)
+        try:
+            data = json.loads(p.read_text())
+        except UnicodeDecodeError:
+            raise SpecroofError(f"{str(p)!r} is not a text file (config.json must be UTF-8 JSON)") from None
+        except json.JSONDecodeError as exc:
+            raise SpecroofError(f"{str(p)!r} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+        if not isinstance(data, dict):
+            raise SpecroofError(f"{str(p)!r} must hold a JSON object (got a {type(data).__name__})")
+        return _from_hf_dict(data, name or p.parent.name)
 
     def replace(self, **changes: Any) -> ModelSpec:
         """A copy with fields changed (validated again)."""
@@ -224,39 +232,50 @@ def _from_hf_dict(cfg: dict[str, Any], name: str | None) -> ModelSpec:
             "does not price yet; only its MoE layout with standard attention is supported"
         )
 
-    def req(key: str) -> Any:
-        if key not in cfg:
-            raise SpecroofError(f"config for model_type={arch!r} is missing field {key!r}")
-        return cfg[key]
+    def whole(key: str, value: Any) -> int:
+        """A positive whole number, or an error naming the field: no silent truncation, NaN or strings."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value <= 0:
+            raise SpecroofError(f"config field {key!r} must be a positive whole number (got {value!r})")
+        if isinstance(value, float) and not value.is_integer():
+            raise SpecroofError(f"config field {key!r} must be a whole number (got {value!r})")
+        return int(value)
 
-    d = int(req("hidden_size"))
-    heads = int(req("num_attention_heads"))
-    kv = int(cfg.get("num_key_value_heads") or heads)
-    head_dim = int(cfg.get("head_dim") or d // heads)
+    def req(key: str) -> int:
+        if cfg.get(key) is None:
+            raise SpecroofError(f"config for model_type={arch!r} is missing field {key!r}")
+        return whole(key, cfg[key])
+
+    def opt(key: str, default: int) -> int:
+        return default if cfg.get(key) is None else whole(key, cfg[key])
+
+    d = req("hidden_size")
+    heads = req("num_attention_heads")
+    kv = opt("num_key_value_heads", heads)
+    head_dim = opt("head_dim", max(1, d // heads))
     act = str(cfg.get("hidden_act", "silu"))
     kind = "swiglu" if act in ("silu", "swish") else "gelu"
     fields: dict[str, Any] = dict(
         name=name or str(cfg.get("_name_or_path") or arch),
-        n_layers=int(req("num_hidden_layers")),
+        n_layers=req("num_hidden_layers"),
         d_model=d,
         n_heads=heads,
         n_kv_heads=kv,
         head_dim=head_dim,
-        d_ff=int(cfg.get("intermediate_size") or 0),
-        vocab_size=int(req("vocab_size")),
+        d_ff=opt("intermediate_size", 0) if cfg.get("intermediate_size") else 0,
+        vocab_size=req("vocab_size"),
         mlp_kind=kind,
         tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         qkv_bias=bool(cfg.get("attention_bias", arch == "qwen2" or arch == "qwen2_moe")),
-        max_context=int(cfg.get("max_position_embeddings", 4096)),
+        max_context=opt("max_position_embeddings", 4096),
     )
     if arch == "mixtral":
-        fields.update(n_experts=int(req("num_local_experts")), experts_per_token=int(req("num_experts_per_tok")))
+        fields.update(n_experts=req("num_local_experts"), experts_per_token=req("num_experts_per_tok"))
         fields["d_ff_expert"] = fields["d_ff"]
     elif arch in ("qwen2_moe", "qwen3_moe"):
         fields.update(
-            n_experts=int(req("num_experts")),
-            experts_per_token=int(req("num_experts_per_tok")),
-            d_ff_expert=int(req("moe_intermediate_size")),
+            n_experts=req("num_experts"),
+            experts_per_token=req("num_experts_per_tok"),
+            d_ff_expert=req("moe_intermediate_size"),
         )
         shared = int(cfg.get("shared_expert_intermediate_size") or 0)
         if shared:
@@ -264,9 +283,9 @@ def _from_hf_dict(cfg: dict[str, Any], name: str | None) -> ModelSpec:
         fields["n_dense_layers"] = len(cfg.get("mlp_only_layers") or [])
     elif arch.startswith("deepseek"):
         fields.update(
-            n_experts=int(req("n_routed_experts")),
-            experts_per_token=int(req("num_experts_per_tok")),
-            d_ff_expert=int(req("moe_intermediate_size")),
+            n_experts=req("n_routed_experts"),
+            experts_per_token=req("num_experts_per_tok"),
+            d_ff_expert=req("moe_intermediate_size"),
             n_shared_experts=int(cfg.get("n_shared_experts") or 0),
             n_dense_layers=int(cfg.get("first_k_dense_replace") or 0),
         )
@@ -304,12 +323,17 @@ PRESETS: dict[str, ModelSpec] = {
 
 
 def get_model(name: str | ModelSpec) -> ModelSpec:
-    """A preset by name (lower-case, e.g. ``'llama-3.1-8b'``), or the spec itself."""
+    """A preset by name (e.g. ``'llama-3.1-8b'``), a Hugging Face ``config.json`` path or checkpoint folder, or the spec itself."""
     if isinstance(name, ModelSpec):
         return name
+    if not isinstance(name, str):
+        raise SpecroofError(f"a model is a preset name, a config.json path or a ModelSpec (got {type(name).__name__})")
     key = name.strip().lower()
     if key in PRESETS:
         return PRESETS[key]
+    path = Path(name)
+    if name.endswith(".json") or path.is_dir() or path.is_file():
+        return ModelSpec.from_hf_config(path)
     import difflib
 
     close = difflib.get_close_matches(key, list(PRESETS), n=3, cutoff=0.5)

@@ -345,3 +345,42 @@ def fit_overlay(
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(fontsize=7)
     return fig
+
+
+def trees_vs_batch_chart(table: pd.DataFrame) -> Figure:
+    """One panel per GPU: best draft-tree and best chain speedup against batch (from ``trees.trees_vs_batch``).
+
+    Each tree point is labelled with its size; the shaded span is where the tree no longer
+    buys 2% over the chain.
+    """
+    import matplotlib.pyplot as plt
+
+    gpus = list(dict.fromkeys(table["hardware"]))
+    cols = min(3, len(gpus))
+    rows = (len(gpus) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False, sharey=True)
+    for ax, gpu in zip(axes.ravel(), gpus, strict=False):
+        for i, (c, g) in enumerate(table[table["hardware"] == gpu].groupby("context")):
+            g = g.sort_values("batch")
+            ax.plot(g["batch"], g["tree_speedup"], "-o", color=f"C{i}", ms=3, label=f"best tree, context {c}")
+            ax.plot(g["batch"], g["chain_speedup"], "--", color=f"C{i}", label=f"best chain, context {c}")
+            for _, r in g.iterrows():
+                ax.annotate(
+                    str(int(r["tree_nodes"])),
+                    (r["batch"], r["tree_speedup"]),
+                    fontsize=6,
+                    xytext=(2, 3),
+                    textcoords="offset points",
+                )
+        ax.axhline(1.0, color="k", lw=0.6)
+        ax.set_xscale("log", base=2)
+        ax.set_title(gpu, fontsize=9)
+        ax.set_xlabel("batch")
+        ax.grid(True, alpha=0.25)
+    for ax in axes.ravel()[len(gpus) :]:
+        ax.axis("off")
+    axes[0, 0].set_ylabel("speedup over plain decoding")
+    axes[0, 0].legend(fontsize=7)
+    fig.suptitle("Trees against chains as the batch grows (labels: tree size in draft nodes)", fontsize=10)
+    fig.tight_layout()
+    return fig

@@ -85,6 +85,7 @@ def operator_times(
     gemv_bandwidth: float | None = None,
     attention_peak: float | None = None,
     half_tokens: float = 0.0,
+    weights_bandwidth: float | None = None,
 ) -> tuple[Array, Array]:
     """Per-operator memory and compute seconds of ``cost``: the roofline's two sides, before the max.
 
@@ -93,12 +94,17 @@ def operator_times(
     matrix-vector kernels, whose rate can differ from GEMMs'), ``attention_peak`` is the
     attention products' throughput, and ``half_tokens`` scales the other operators'
     compute by (1 + half_tokens / tokens), because small matrix products do not fill
-    the matrix units. The pure roofline is the default.
+    the matrix units. ``weights_bandwidth`` prices the weight bytes at another rate (weights
+    offloaded to host memory, streamed over PCIe); the other bytes stay at ``bandwidth``.
+    The pure roofline is the default.
     """
     bw: Any = bandwidth
     if gemv_bandwidth is not None and gemv_bandwidth != bandwidth:
         bw = np.where(cost.tokens == 1, gemv_bandwidth, bandwidth)
-    op_mem = cost.bytes / bw
+    if weights_bandwidth is not None:
+        op_mem = cost.bytes_weights / weights_bandwidth + (cost.bytes - cost.bytes_weights) / bw
+    else:
+        op_mem = cost.bytes / bw
     op_comp = cost.flops / peak
     if half_tokens:
         op_comp = op_comp * (1.0 + half_tokens / cost.tokens)
@@ -162,6 +168,7 @@ def step_time(
         gemv_bandwidth=hw.gemv_bandwidth(efficiency) * tp,
         attention_peak=hw.attention_peak(dtype, efficiency) * tp,
         half_tokens=hw.matmul_half_tokens,
+        weights_bandwidth=None if hw.weights_link_bytes_per_s is None else hw.weights_link_bytes_per_s * tp,
     )
     op_t = combine(op_mem, op_comp, hw.overlap)
     return StepTime(
@@ -200,7 +207,7 @@ def pass_time(
 
 
 def weights_only_crossover(spec: ModelSpec | str, hardware: Hardware | str, dtype: str = "fp16") -> float:
-    """The seeds' K = t_memory / t_compute_per_token, counting weights only (a float)."""
+    """The back-of-the-envelope K = t_memory / t_compute_per_token, counting weights only (a float)."""
     spec, hw = get_model(spec), load_hardware(hardware)
     t_mem = spec.total_params * dtype_bytes(dtype) / hw.bandwidth()
     t_tok = 2.0 * spec.active_params / hw.peak(dtype)
@@ -320,7 +327,7 @@ def batch_sweep(
     *,
     efficiency: bool = False,
 ) -> pd.DataFrame:
-    """Per-user latency and total throughput against batch size (the seeds' batch graph)."""
+    """Per-user latency and total throughput against batch size (the classic batch graph)."""
     spec, hw = get_model(spec), load_hardware(hardware)
     B = check_min("batches", batches, 1, integer=True).ravel()
     st = pass_time(spec, hw, B, new_tokens, context, dtype, efficiency=efficiency)

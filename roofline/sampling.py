@@ -242,19 +242,29 @@ def verify_chain(
         )
     accept = ua < accept_probability(px, qx)
     n = np.cumprod(accept, axis=1).sum(axis=1).astype(np.int64)
-    # correction from the residual at the first rejection, or the bonus from p[gamma]
     p_n = pp[np.arange(B), n]
-    if g:
-        # after all-accepted there is no draft to subtract: residual(p, 0) is p itself
-        q_n = qq[np.arange(B), np.minimum(n, g - 1)] * (n < g)[:, None]
-        final_dist = residual(p_n, q_n)
-    else:
-        final_dist = p_n
-    final = sample_from(final_dist, us)
-    tokens = np.full((B, g + 1), -1, dtype=np.int64)
-    tokens[:, :g] = np.where(pos < n[:, None], x, -1)
-    tokens[np.arange(B), n] = final
+    final_dist = correction_or_bonus(p_n, qq[np.arange(B), np.minimum(n, g - 1)], n == g) if g else p_n
+    tokens = emit_tokens(x, n, sample_from(final_dist, us))
     return ChainResult(n[0] if single else n, tokens[0] if single else tokens)
+
+
+def correction_or_bonus(p_n: Array, q_n: Array, all_accepted: npt.NDArray[np.bool_]) -> Array:
+    """The distribution of a round's last token, per sequence.
+
+    After a rejection at position n: the correction norm(max(p_n - q_n, 0)). After every
+    draft was accepted: the bonus, drawn from the target's distribution p_gamma itself
+    (there is no draft to subtract there).
+    """
+    return np.where(all_accepted[:, None], p_n, residual(p_n, q_n))
+
+
+def emit_tokens(x: IntArray, n: IntArray, final: IntArray) -> IntArray:
+    """The round's tokens per sequence: the n accepted drafts, then the final token; -1 pads (batch, gamma + 1)."""
+    B, g = x.shape
+    tokens = np.full((B, g + 1), -1, dtype=np.int64)
+    tokens[:, :g] = np.where(np.arange(g)[None, :] < n[:, None], x, -1)
+    tokens[np.arange(B), n] = final
+    return tokens
 
 
 def verify_greedy(p: Any, draft_tokens: Any) -> ChainResult:
@@ -336,6 +346,14 @@ def _children_table(parents: IntArray) -> IntArray:
     return table
 
 
+def without_token(Q: Array, x: IntArray) -> Array:
+    """Q with token x removed and renormalised, per row: siblings drawn without replacement never repeat x."""
+    Qr = Q.copy()
+    Qr[np.arange(Q.shape[0]), x] = 0.0
+    z = Qr.sum(axis=-1, keepdims=True)
+    return Qr / np.where(z > 0, z, 1.0)
+
+
 def verify_tree(
     p: Any,
     q: Any,
@@ -404,10 +422,7 @@ def verify_tree(
             rej = act & ~acc
             P = np.where(rej[:, None], residual(P, Q), P)
             if variant == "sequoia":
-                Qr = Q.copy()
-                Qr[rows, x] = 0.0
-                z = Qr.sum(axis=-1, keepdims=True)
-                Q = np.where(rej[:, None], Qr / np.where(z > 0, z, 1.0), Q)
+                Q = np.where(rej[:, None], without_token(Q, x), Q)
             moved |= acc
             path[rows[acc], depth_reached[acc]] = c[acc]
             depth_reached[acc] += 1
@@ -468,7 +483,7 @@ def verify_tree_greedy(p: Any, tree: Any, node_tokens: Any) -> TreeResult:
     return res
 
 
-# -- the seeds' one-token demo ---------------------------------------------------------------------
+# -- the one-token accept-or-correct demo ---------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -509,7 +524,7 @@ class OneTokenVerdict:
 
 
 def accept_or_correct(p: Any, q: Any, token: int, vocab: Any = None) -> OneTokenVerdict:
-    """The seeds' demo: one draft token, its acceptance probability and the correction distribution.
+    """The accept-or-correct demo: one draft token, its acceptance probability and the correction distribution.
 
     ``accept_or_correct([.5, .3, .2], [.2, .7, .1], 1, ["hi", "hello", "hey"])`` gives
     0.3 / 0.7 = 0.43 and the residual [0.75, 0, 0.25] ("likely hi").

@@ -470,6 +470,11 @@ class SpeedupResult:
     extras: dict[str, Any] = field(default_factory=dict)
 
 
+def owns_weights(drafter: Any) -> bool:
+    """Whether a drafter runs weights of its own (a draft model, heads, a block drafter), not the target's."""
+    return isinstance(drafter, (DraftModel, ParallelBlock, Heads))
+
+
 def speedup(
     target: ModelSpec | str,
     drafter: Any,
@@ -507,6 +512,8 @@ def speedup(
     is_curve = isinstance(alpha_or_curve, (list, tuple)) if curve is None else curve
     E = expected_tokens_curve(alpha_or_curve, g) if is_curve else expected_tokens(alpha_or_curve, g)
     ctx = Ctx(spec, hw, dtype, efficiency, overhead_s, tp)
+    if draft_hardware is None and hw.weights_link_bytes_per_s is not None and owns_weights(d):
+        draft_hardware = hw.on_device()  # offloading moves the target's weights; a small draft stays on the device
     dctx = (
         ctx if draft_hardware is None else Ctx(spec, load_hardware(draft_hardware), dtype, efficiency, overhead_s, tp)
     )
@@ -519,7 +526,9 @@ def speedup(
     E = np.where(g == 0, 1.0, E)
     extra = d.extra_memory_bytes(ctx, B, L)
     target_fp = memory_footprint(spec, B, L, dtype, new_tokens=np.maximum(g, 0) + 1)
-    mem = (target_fp.total_bytes / tp) + extra
+    # offloaded weights live in host memory: only the KV cache and activations take device memory
+    on_device = target_fp.total_bytes - (target_fp.weights_bytes if hw.weights_link_bytes_per_s else 0.0)
+    mem = (on_device / tp) + extra
     cap = hw.memory_bytes if hw.memory_bytes is not None else np.inf
     return SpeedupResult(
         gamma=g,

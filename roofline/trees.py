@@ -303,7 +303,7 @@ def _check_vector(name: str, p: Any) -> Array:
 
 @dataclass(frozen=True)
 class IIDAcceptance(AcceptanceModel):
-    """Every candidate is accepted independently with probability ``p`` (the seeds' model).
+    """Every candidate is accepted independently with probability ``p`` (the textbook model).
 
     The walk takes the first accepted sibling, so the rank-k child is the one
     taken with probability p (1 - p)^k and a level with b children survives with
@@ -417,39 +417,82 @@ class OptimalTree:
         return self._builder(n_nodes, max_depth)
 
 
+#: most cells (budget^2 x depth x ranks) the tree DP takes on before refusing: about 10 s of work
+MAX_DP_WORK = 4e10
+
+
+def sequoia_dp_work(m_max: int, l_max: int, n_ranks: int) -> float:
+    """Element operations of :func:`sequoia_dp`: one (budget x budget) max-plus step per level and rank."""
+    return float(m_max + 1) ** 2 * max(1, l_max - 1) * max(1, min(n_ranks, m_max))
+
+
 def sequoia_dp(p: Array, m_max: int, l_max: int) -> tuple[Array, IntArray, IntArray]:
     """Sequoia's recurrence, vectorised as max-plus convolutions.
 
     T[m, l, b]: best expected tokens of a subtree with m nodes (root included), at
     most l levels (root included) and b root children. Returns (T, best b for each
     (m, l), argmax y for each (m, l, b)); -inf where infeasible.
+
+    Work: O(m_max^2 x l_max x K) for K = min(len(p), m_max) ranks (a root never has
+    more children than nodes), memory O(m_max x l_max x K + m_max^2). A rank whose
+    acceptance is 0 (never accepted in the sample) adds nothing but stays a legal
+    child: 0 x (an infeasible subtree) is infeasible, never NaN.
     """
-    K = p.size
+    K = min(p.size, max(1, m_max - 1))
+    p = p[:K]
+    work = sequoia_dp_work(m_max, l_max, K)
+    if work > MAX_DP_WORK:
+        raise SpecroofError(
+            f"an optimal tree for budget {m_max - 1}, depth {l_max - 1} and {K} ranks needs ~{work:.1e} operations "
+            f"(budget^2 x depth x ranks), over the limit of {MAX_DP_WORK:.0e}: lower the budget or depth, or raise "
+            "roofline.trees.MAX_DP_WORK"
+        )
     T = np.full((m_max + 1, l_max + 1, K + 1), -np.inf)
     Y = np.zeros((m_max + 1, l_max + 1, K + 1), dtype=np.int64)
     T[1, 1:, 0] = 1.0
     F = np.full((m_max + 1, l_max + 1), -np.inf)  # best over b
     F[1, 1:] = 1.0
-    m = np.arange(m_max + 1)
-    y = np.arange(m_max + 1)
-    rest = m[:, None] - y[None, :]  # nodes left for the b-th child's subtree
-    valid = (y[None, :] >= 1) & (rest >= 1)
-    rest_c = np.clip(rest, 0, m_max)
     for level in range(2, l_max + 1):
         sub = F[:, level - 1]
-        child = np.where(valid, sub[rest_c], -np.inf)  # child[m, y] = F[m - y, l - 1]
-        for b in range(1, K + 1):
-            left = T[:, level, b - 1]  # first b - 1 children and the root, y nodes
-            cand = left[None, :] + p[b - 1] * child
-            if b == 1:
-                cand = np.where(y[None, :] == 1, 1.0 + p[0] * child, -np.inf)
-            best_y = np.argmax(cand, axis=1)
-            T[:, level, b] = cand[m, best_y]
-            Y[:, level, b] = best_y
+        Tl = T[:, level, :]
+        # Rows (subtree sizes m) in ascending chunks that fit in a core's cache, each taken through every
+        # rank b: T[m, b] needs T[y, b - 1] only for y < m, all in earlier chunks or earlier in this one.
+        r0 = 2
+        while r0 <= m_max:
+            r1 = min(m_max + 1, r0 + max(16, 131072 // (r0 + 16)))
+            rows = np.arange(r0, r1)
+            cols = np.arange(r1 - 1)  # y: nodes of the root and its first b - 1 children, y < m
+            rest = rows[:, None] - cols[None, :]
+            ok = (cols[None, :] >= 1) & (rest >= 1)
+            child = np.where(ok, sub[np.clip(rest, 0, m_max)], -np.inf)  # child[m, y] = F[m - y, l - 1]
+            zero = np.where(np.isfinite(child), 0.0, -np.inf)  # a p = 0 child: adds 0 where it can exist
+            buf = np.empty_like(child)
+            at = np.arange(rows.size)
+            for b in range(1, K + 1):
+                pb = float(p[b - 1])
+                if pb > 0:
+                    np.multiply(child, pb, out=buf)
+                else:
+                    buf[...] = zero
+                if b == 1:  # the first child leaves exactly the root on the left
+                    first = buf[:, 1].copy()
+                    buf[...] = -np.inf
+                    buf[:, 1] = first + 1.0
+                else:
+                    buf += Tl[None, : r1 - 1, b - 1]
+                best_y = np.argmax(buf, axis=1)
+                Tl[r0:r1, b] = buf[at, best_y]
+                Y[r0:r1, level, b] = best_y
+            r0 = r1
         T[1, level, 0] = 1.0
-        F[:, level] = T[:, level, :].max(axis=1)
+        F[:, level] = Tl.max(axis=1)
     B = np.argmax(T, axis=2)
     return T, B, Y
+
+
+def _times(p: float, v: float) -> float:
+    """p x v where an infeasible subtree (-inf) stays infeasible even for p = 0."""
+    return v if v == float("-inf") else p * v
 
 
 def sequoia_dp_reference(p: Sequence[float], m_max: int, l_max: int) -> list[list[float]]:
@@ -461,11 +504,11 @@ def sequoia_dp_reference(p: Sequence[float], m_max: int, l_max: int) -> list[lis
         T[1][level][0] = 1.0
     for mm in range(2, m_max + 1):
         for level in range(2, l_max + 1):
-            T[mm][level][1] = 1.0 + p[0] * max(T[mm - 1][level - 1])
+            T[mm][level][1] = 1.0 + _times(p[0], max(T[mm - 1][level - 1]))
             for b in range(2, K + 1):
                 best = ninf
                 for yy in range(1, mm):
-                    v = T[yy][level][b - 1] + p[b - 1] * max(T[mm - yy][level - 1])
+                    v = T[yy][level][b - 1] + _times(p[b - 1], max(T[mm - yy][level - 1]))
                     if v > best:
                         best = v
                 T[mm][level][b] = best
@@ -657,12 +700,13 @@ def best_tree_size(
     from roofline.hardware import load_hardware
     from roofline.model import get_model
     from roofline.roofline import pass_time
-    from roofline.speculative import Ctx, as_drafter
+    from roofline.speculative import Ctx, as_drafter, owns_weights
 
     hw, spec, d = load_hardware(hardware), get_model(target), as_drafter(drafter)
     budgets = [int(b) for b in check_min("budgets", list(budgets), 1, integer=True)]
     opt = optimal_tree(acceptance, max(budgets), max_depth)
-    ctx = Ctx(spec, hw, dtype, False, None, 1)
+    # with the target offloaded, a drafter with weights of its own still runs from device memory
+    ctx = Ctx(spec, hw.on_device() if owns_weights(d) else hw, dtype, False, None, 1)
     t1 = float(pass_time(spec, hw, batch, 1, context, dtype).t_step_s)
     rows = []
     for n in budgets:
@@ -673,16 +717,7 @@ def best_tree_size(
             tree = opt.tree_for(n, depth)
             if tree.depth < depth:  # the same tree as a shallower limit: already priced
                 continue
-            # the last level is verified, not drafted from: only levels 1..depth are drafted
-            t_draft = d.tree_draft_time(ctx, tree.widths.tolist(), batch, context)
-            if verify_latency is not None:
-                if tree.n_nodes + 1 not in verify_latency and tree.n_nodes not in verify_latency:
-                    raise SpecroofError(f"verify_latency has no entry for a {tree.n_nodes}-node tree")
-                t_verify = verify_latency.get(tree.n_nodes + 1, verify_latency.get(tree.n_nodes, np.nan))
-            else:
-                # the verify pass holds the tree plus the pending bonus/root token
-                depths = np.concatenate([[1], tree.depths + 1])
-                t_verify = float(pass_time(spec, hw, batch, None, context, dtype, tree=depths).t_step_s)
+            t_draft, t_verify = _round_times(d, ctx, spec, hw, tree, batch, context, dtype, verify_latency)
             t_round = t_draft + t_verify
             rows.append(
                 {
@@ -701,3 +736,111 @@ def best_tree_size(
     table = table.reset_index(drop=True)
     best = {str(k): v for k, v in table.iloc[0].items()}
     return TreeSizeChoice(table, best, opt.tree_for(int(best["budget"]), int(best["depth"])))
+
+
+def _round_times(
+    d: Any,
+    ctx: Any,
+    spec: Any,
+    hw: Any,
+    tree: Tree,
+    batch: int,
+    context: int,
+    dtype: str,
+    verify_latency: dict[int, float] | None = None,
+) -> tuple[float, float]:
+    """Seconds to draft ``tree`` level by level and to verify it in one tree-masked target pass."""
+    from roofline.roofline import pass_time
+
+    # the last level is verified, not drafted from: only levels 1..depth are drafted
+    t_draft = float(d.tree_draft_time(ctx, tree.widths.tolist(), batch, context))
+    if verify_latency is not None:
+        if tree.n_nodes + 1 not in verify_latency and tree.n_nodes not in verify_latency:
+            raise SpecroofError(f"verify_latency has no entry for a {tree.n_nodes}-node tree")
+        return t_draft, float(verify_latency.get(tree.n_nodes + 1, verify_latency.get(tree.n_nodes, np.nan)))
+    # the verify pass holds the tree plus the pending bonus/root token
+    depths = np.concatenate([[1], tree.depths + 1])
+    return t_draft, float(pass_time(spec, hw, batch, None, context, dtype, tree=depths).t_step_s)
+
+
+#: a tree "pays" over the best chain while it buys at least this much more speed
+TREE_GAIN = 0.02
+
+
+def trees_vs_batch(
+    hardware: Any,
+    target: Any,
+    drafter: Any,
+    acceptance: AcceptanceModel | Sequence[float],
+    batches: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128, 256),
+    contexts: Sequence[int] = (1024,),
+    budgets: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128, 256),
+    max_depth: int = 10,
+    dtype: str = "bf16",
+    max_gamma: int = 16,
+) -> pd.DataFrame:
+    """Best tree and best chain per (GPU, batch, context): where trees, then chains, stop paying.
+
+    A row per (hardware, batch, context) with the best tree (nodes, depth, speedup), the
+    best chain (gamma, speedup; a chain is the tree whose nodes are all rank-0 children,
+    priced the same way) and ``tree_gain`` = tree speedup / chain speedup - 1. As the
+    batch grows the verify pass meets the ridge: wide trees stop paying first (their
+    extra nodes cost compute), then chains (speedup <= 1). ``hardware`` may be a list.
+    """
+    from roofline.hardware import load_hardware
+    from roofline.model import get_model
+    from roofline.roofline import pass_time
+    from roofline.speculative import Ctx, as_drafter, owns_weights
+
+    hws = hardware if isinstance(hardware, (list, tuple)) else [hardware]
+    spec, d = get_model(target), as_drafter(drafter)
+    model = acceptance if isinstance(acceptance, AcceptanceModel) else SiblingRankAcceptance(acceptance)
+    chains = [(g, Tree.chain(g)) for g in range(1, max_gamma + 1)]
+    rows = []
+    for h in hws:
+        hw = load_hardware(h)
+        ctx = Ctx(spec, hw.on_device() if owns_weights(d) else hw, dtype, False, None, 1)
+        for b in [int(x) for x in check_min("batches", list(batches), 1, integer=True)]:
+            for c in [int(x) for x in check_min("contexts", list(contexts), 0, integer=True)]:
+                best = best_tree_size(hw, spec, d, model, b, c, budgets, max_depth, dtype).best
+                t1 = float(pass_time(spec, hw, b, 1, c, dtype).t_step_s)
+                chain_speed = []
+                for _, tree in chains:
+                    e = tree.expected_tokens(model)
+                    t_draft, t_verify = _round_times(d, ctx, spec, hw, tree, b, c, dtype)
+                    chain_speed.append(e * t1 / (t_draft + t_verify))
+                g_best = int(np.argmax(chain_speed))
+                rows.append(
+                    {
+                        "hardware": hw.id,
+                        "batch": b,
+                        "context": c,
+                        "tree_nodes": int(best["n_nodes"]),
+                        "tree_depth": int(best["depth"]),
+                        "tree_speedup": float(best["speedup"]),
+                        "chain_gamma": chains[g_best][0],
+                        "chain_speedup": float(chain_speed[g_best]),
+                    }
+                )
+    df = pd.DataFrame(rows)
+    df["tree_gain"] = df["tree_speedup"] / df["chain_speedup"] - 1.0
+    return df
+
+
+def stops_paying(df: pd.DataFrame) -> pd.DataFrame:
+    """Per (hardware, context) of a :func:`trees_vs_batch` table: the first batch where trees stop buying
+    ``TREE_GAIN`` over the best chain, and the first where the best chain stops beating plain decoding
+    (NaN: not within the batches swept)."""
+    out = []
+    for (hw, c), g in df.sort_values("batch").groupby(["hardware", "context"], sort=False):
+        tree_stop = g.loc[g["tree_gain"] < TREE_GAIN, "batch"]
+        chain_stop = g.loc[g["chain_speedup"] <= 1.0, "batch"]
+        out.append(
+            {
+                "hardware": hw,
+                "context": c,
+                "trees_stop_paying_batch": float(tree_stop.iloc[0]) if len(tree_stop) else np.nan,
+                "chains_stop_paying_batch": float(chain_stop.iloc[0]) if len(chain_stop) else np.nan,
+            }
+        )
+    return pd.DataFrame(out)

@@ -12,7 +12,10 @@ from roofline.cli import main
 
 
 def run(capsys, *argv):
-    code = main(list(argv))
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:  # argparse's own refusals (bad types, out-of-range values)
+        code = exc.code
     out = capsys.readouterr()
     return code, out.out, out.err
 
@@ -67,7 +70,7 @@ def test_roofline_table_and_plot(capsys, tmp_path):
     ("argv", "message"),
     [
         (["roofline", "--hardware", "h100", "--params", "13e9"], "ambiguous"),
-        (["roofline", "--hardware", "a100-sxm-80gb", "--params", "13e9", "--batch", "-3"], "batch must be >= 1"),
+        (["roofline", "--hardware", "a100-sxm-80gb", "--params", "13e9", "--batch", "-3"], "must lie in [1, 10000000]"),
         (["roofline", "--hardware", "a100-sxm-80gb", "--params", "13e9", "--dtype", "fp9"], "unknown dtype 'fp9'"),
         (["roofline", "--hardware", "a100-sxm-80gb", "--model", "llama-9"], "unknown model preset"),
         (["roofline", "--hardware", "a100-sxm-80gb", "--model", "llama-2-7b", "--context", "99999"], "exceeds"),
@@ -86,7 +89,7 @@ def test_argparse_errors_exit_2_in_a_subprocess():
         capture_output=True,
         text=True,
     )
-    assert p.returncode == 2 and "Traceback" not in p.stderr and "invalid int value" in p.stderr
+    assert p.returncode == 2 and "Traceback" not in p.stderr and "expected a whole number, got 'many'" in p.stderr
 
 
 def test_speedup_json_auto_and_fixed(capsys):
@@ -110,8 +113,10 @@ def test_plan_with_alpha_and_with_a_curve_file(capsys, tmp_path):
         "llama-3.2-1b",
         "--early-exit",
         "8",
-        "--alpha",
-        "0.8",
+        "--acceptance",
+        "draft=0.8",
+        "--acceptance",
+        "early exit @8=0.6",
         "--batch",
         "1,64",
         "--context",
@@ -136,6 +141,21 @@ def test_plan_with_alpha_and_with_a_curve_file(capsys, tmp_path):
         str(curve),
     )
     assert code == 0 and "gamma" in out
+
+
+def test_several_drafters_need_their_own_acceptance(capsys):
+    base = ["plan", "--hardware", "h100-sxm-80gb", "--target", "llama-3.1-8b", "--heads", "4", "--prompt-lookup"]
+    code, _, err = run(capsys, *base, "--alpha", "0.75")
+    assert code == 2 and "would favour the cheapest" in err and "--same-alpha" in err
+    code, out, _ = run(capsys, *base, "--alpha", "0.75", "--same-alpha", "--json")
+    assert code == 0
+    code, out, _ = run(capsys, *base, "--acceptance", "heads=0.6", "--acceptance", "prompt-lookup=0.2", "--json")
+    best = json.loads(out)["recommendations"][0]
+    assert code == 0 and best["strategy"] == "4 heads"  # at its own low acceptance, prompt lookup no longer wins
+    code, _, err = run(capsys, *base, "--acceptance", "heads=0.6")
+    assert code == 2 and "no --acceptance for drafter(s) prompt-lookup" in err
+    code, _, err = run(capsys, *base, "--acceptance", "medusa=0.6", "--acceptance", "prompt-lookup=0.2")
+    assert code == 2 and "KEY one of the drafters asked for (heads, prompt-lookup)" in err
 
 
 @pytest.mark.parametrize(
@@ -217,8 +237,8 @@ def test_tree_command_json_and_hardware(capsys, tmp_path):
     [
         ("[0.8, 0.5]", [], "sum to at most 1"),
         ("{", [], "not valid JSON"),
-        ("[0.5]", ["--budget", "-1"], "n_nodes must be >= 0"),
-        ("[0.5]", ["--max-depth", "0"], "max_depth must be >= 1"),
+        ("[0.5]", ["--budget", "-1"], "must lie in [1, 100000]"),
+        ("[0.5]", ["--max-depth", "0"], "must lie in [1, 10000]"),
         ("[0.5]", ["--hardware", "a100-sxm-80gb"], "needs --target and --draft"),
     ],
 )

@@ -168,3 +168,33 @@ def test_tree_decoding_stops_at_eos_and_length(pair):
     assert res.tokens[1] == base.tokens[1][: base.tokens[1].index(eos) + 1]
     for t, b in zip(res.tokens, base.tokens, strict=True):
         assert len(t) <= 12 and t == b[: len(t)]
+
+
+POLICIES = {
+    "heuristic": "HeuristicSchedule(max_gamma=8)",
+    "confidence": "ConfidenceStop(0.5, max_gamma=8)",
+    "batch schedule": "BatchSchedule({1: 3, 4: 1})",
+    "speculation off": "BatchSchedule({1: 0})",
+}
+
+
+@pytest.mark.parametrize("which", ["draft", "early-exit", "prompt-lookup"])
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_dynamic_gamma_keeps_the_baseline_output(pair, which, policy):
+    from roofline.gamma_policies import BatchSchedule, ConfidenceStop, HeuristicSchedule  # noqa: F401
+
+    target, draft = pair
+    pol = eval(POLICIES[policy])
+    base = autoregressive_generate(target, PROMPTS, 24)
+    drafter = {"draft": draft, "early-exit": 2, "prompt-lookup": "prompt-lookup"}[which]
+    spec = speculative_generate(target, drafter, PROMPTS, pol, 24)
+    assert spec.tokens == base.tokens
+    drafted = spec.rounds["drafted"]
+    if policy == "batch schedule":
+        assert (drafted == 1).all()  # batch 4 -> gamma 1
+    if policy == "speculation off":
+        assert (drafted == 0).all() and (spec.rounds["emitted"] == 1).all()
+    if policy == "heuristic" and which != "prompt-lookup":
+        assert drafted.nunique() > 1  # it did move
+    curve = spec.acceptance_curve()
+    assert np.all((curve[np.isfinite(curve)] >= 0) & (curve[np.isfinite(curve)] <= 1))

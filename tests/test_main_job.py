@@ -202,3 +202,15 @@ def test_measure_without_torch_says_so(tmp_path):
     code += "from roofline.cli import main; sys.exit(main(['measure', 'device']))"
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode == 2 and "pip install 'specroof[measure]'" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_hostile_names_never_reach_the_page_raw(tmp_path, capsys):
+    evil = "<svg onload=alert(1)>"
+    src = (ROOT / "hardware_profiles" / "a100-sxm-80gb.toml").read_text()
+    prof = tmp_path / f"{evil}.toml"  # its id (the file's stem) and its name both hostile
+    prof.write_text(src.replace('name = "NVIDIA A100 80GB SXM"', f'name = "{evil}"', 1))
+    out = tmp_path / "r"
+    assert main(["report", "--out", str(out), "--hardware", str(prof), "a100-sxm-80gb", "--skip-measure"]) == 0
+    page = (out / "index.html").read_text()
+    assert evil not in page and "<svg" not in page
+    assert "&lt;svg onload=alert(1)&gt;" in page  # shown, escaped

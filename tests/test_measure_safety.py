@@ -196,3 +196,101 @@ def test_a_speedup_above_its_physical_bound_is_flagged(monkeypatch):
     assert df["speedup_measured"].iloc[0] == pytest.approx(2.0)
     assert df["probe_spread"].iloc[0] > 1.0
     assert np.isfinite(df["probe_spread"]).all()
+
+
+# a sweep that dies by SIGKILL: after K rows, or in the middle of writing row K (half its bytes on disk)
+_DYING = """
+import os, signal, sys
+import measure.store as st
+from measure import verify
+from roofline.model import ModelSpec
+k, mode, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+real = st.SweepStore.append
+count = {"n": 0}
+def append(self, row):
+    count["n"] += 1
+    if count["n"] == k:
+        if mode == "mid-row":
+            with self.path.open("a") as f:
+                f.write(",".join(str(v) for v in row.values())[:17])
+                f.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+    real(self, row)
+st.SweepStore.append = append
+spec = ModelSpec("tiny", 2, 64, 4, 2, 16, 128, 100, max_context=512)
+verify.sweep(spec, batch=[1, 2], new_tokens=[1, 2, 3], context=[0, 8], dtype=["fp32"], repeats=1, rounds=2,
+             out=out, resume=os.path.exists(os.path.join(out, "meta.json")), progress=False)
+"""
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_points_then_resume_loses_nothing_and_duplicates_nothing(tmp_path):
+    rng = np.random.default_rng(2026)
+    out = tmp_path / "sw"
+    kills = 0
+    for _ in range(40):
+        k = int(rng.integers(1, 8))
+        mode = "mid-row" if rng.random() < 0.5 else "between-rows"
+        res = subprocess.run([sys.executable, "-c", _DYING, str(k), mode, str(out)], capture_output=True, text=True)
+        if res.returncode == 0:
+            break
+        assert res.returncode == -9, res.stderr[-2000:]
+        kills += 1
+    assert kills >= 3  # the sweep really was killed, several times, and still finished
+    with _quiet():
+        raw = read_results(out / "results.csv")
+    keys = ["batch", "new_tokens", "context", "visit"]
+    assert not raw.duplicated(keys).any()
+    assert len(raw) == 2 * 3 * 2 * 2  # every point, both visits, exactly once
+    assert raw["status"].eq("ok").all() and raw["t_min_s"].notna().all()
+
+
+class _quiet:
+    def __enter__(self):
+        import warnings
+
+        self.cm = warnings.catch_warnings()
+        self.cm.__enter__()
+        warnings.simplefilter("ignore")
+
+    def __exit__(self, *a):
+        self.cm.__exit__(*a)
+
+
+def test_cpu_out_of_memory_becomes_a_row_and_the_rest_is_measured(tmp_path, monkeypatch):
+    real = verify.ModelRunner.prepare
+
+    def prepare(self, batch, context, new_tokens=0):
+        if batch * (context + new_tokens) > 40:
+            raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1099511627776 bytes")
+        real(self, batch, context, new_tokens)
+
+    monkeypatch.setattr(verify.ModelRunner, "prepare", prepare)
+    df = verify.sweep(TINY, batch=[1, 4], new_tokens=[1, 8], context=[16], dtype=["fp32"], repeats=1, progress=False)
+    status = df.set_index(["batch", "new_tokens"])["status"]
+    assert status[(1, 1)] == "ok" and status[(1, 8)] == "ok"
+    assert status[(4, 1)] == "oom" and status[(4, 8)] == "oom"
+
+
+def test_measure_cli_checks_outputs_before_measuring(tmp_path, capsys):
+    from roofline.cli import main
+
+    (tmp_path / "f").write_text("x")
+    for argv, msg in (
+        (["measure", "bench", "--out", "/proc/x.toml"], "cannot write --out"),
+        (["measure", "bench", "--out", str(tmp_path)], "is a folder"),
+        (["measure", "sweep", "--model", "llama-68m", "--out", str(tmp_path / "f")], "is a file, not a folder"),
+        (["measure", "sweep", "--model", "llama-68m", "--resume"], "--resume needs --out"),
+        (["measure", "sweep", "--model", "llama-68m", "--dtype", "fp17"], "unknown dtype 'fp17'"),
+        (["measure", "sweep", "--model", "llama-68m", "--device", "xyz"], "unknown device"),
+        (["measure", "spec", "--pair", "offline", "--early-exit", "99"], "--early-exit must lie in [1, 3]"),
+        (["measure", "spec", "--pair", "offline", "--gamma", "0"], "gamma must be >= 1"),
+        (["measure", "spec", "--pair", "offline", "--batch", "0"], "batch must be >= 1"),
+        (["measure", "spec", "--pair", "offline", "--tokens", "0"], "tokens must be >= 1"),
+        (["measure", "spec", "--pair", "offline", "--repeats", "0"], "repeats must be >= 1"),
+        (["measure", "spec", "--pair", "offline", "--width", "0"], "--width must be a power of two"),
+    ):
+        given = "--out" in argv or "--resume" in argv  # --resume is tested without an --out
+        code = main([*argv, *([] if given else ["--out", str(tmp_path / "o")])])
+        err = capsys.readouterr().err
+        assert code == 2 and msg in err and "Traceback" not in err, (argv, err)

@@ -357,3 +357,94 @@ def test_typical_acceptance_is_labelled_lossy():
     # threshold min(0.09, 0.3 exp(-H)): token 1 (0.2) passes, token 2 (0.8) passes
     assert int(r.n_accepted) == 2
     assert not ns.verify_chain(p, np.array([[0.1, 0.8, 0.1], [0.1, 0.1, 0.8]]), [1, 2], np.random.default_rng(0)).lossy
+
+
+# -- every emitted token of a round, the bonus included, and a table of broken rules ------------------------------
+
+
+def first_k(backend, P, Q, gamma, k, rng):
+    """The first k tokens of each stream (N streams), produced by as many chain rounds as it takes."""
+    out = np.full((N, k), -1)
+    have = np.zeros(N, dtype=int)
+    prev = np.full(N, START)
+    while (have < k).any():
+        live = np.nonzero(have < k)[0]
+        n, tokens = chain_round(backend, P, Q, prev[live], gamma, rng)
+        for j in range(gamma + 1):
+            emitted = (j <= n) & (have[live] < k)
+            rows = live[emitted]
+            out[rows, have[rows]] = tokens[emitted, j]
+            have[rows] += 1
+        prev = np.where(have > 0, out[np.arange(N), np.maximum(have - 1, 0)], START)
+    return out
+
+
+def stream_p(backend, gamma, k, P, Q, seed=3):
+    """p-value of the chi-square test that the first k tokens follow the target's chain P."""
+    toks = first_k(backend, P, Q, gamma, k, np.random.default_rng(seed))
+    probs = P[START].copy()
+    for _ in range(k - 1):
+        last = np.arange(probs.size) % V  # the last token of each joint outcome so far
+        probs = (probs[:, None] * P[last]).ravel()  # P(a) P(b | a) P(c | b) ... over V**k outcomes
+    return chi2_p(np.ravel_multi_index(toks.T, (V,) * k), probs)
+
+
+def mutated(backend, name, monkeypatch):
+    """Apply one deliberately broken verification rule to ``backend``'s module."""
+    mod = backend.module
+    xp = np if backend.name == "numpy" else backend.torch
+
+    def where(c, a, b):
+        return np.where(c, a, b) if xp is np else xp.where(c, a, b)
+
+    if name == "residual-not-normalised":
+        monkeypatch.setattr(mod, "residual", lambda p, q: (p - q).clip(0) if xp is np else (p - q).clamp(min=0))
+    elif name == "bonus-from-q":
+        # the bonus drawn from the last draft distribution instead of the target's
+        monkeypatch.setattr(mod, "correction_or_bonus", lambda p, q, a: where(a[:, None], q, mod.residual(p, q)))
+    elif name == "bonus-from-residual":
+        # the all-accepted case forgotten: the bonus drawn from norm(max(p_gamma - q_(gamma-1), 0))
+        monkeypatch.setattr(mod, "correction_or_bonus", lambda p, q, a: mod.residual(p, q))
+    elif name == "rejected-token-kept":
+        real = mod.emit_tokens
+
+        def keep_rejected(x, n, final):
+            g = x.shape[1]
+            idx = n.clip(0, g - 1) if xp is np else n.clamp(max=g - 1)
+            kept = x[np.arange(x.shape[0]), idx] if xp is np else x.gather(1, idx.view(-1, 1)).view(-1)
+            return real(x, n, where(n < g, kept, final))
+
+        monkeypatch.setattr(mod, "emit_tokens", keep_rejected)
+    elif name == "sequoia-keeps-rejected":
+        monkeypatch.setattr(mod, "without_token", lambda Q, x: Q)
+    else:
+        raise AssertionError(name)
+
+
+@pytest.mark.parametrize("gamma, k", [(1, 2), (2, 3)])
+def test_every_emitted_token_of_a_round_follows_the_target(backend, gamma, k):
+    """Joint test over a whole round, all-accepted bonus included (gamma 1: the second token is often the bonus)."""
+    P, Q = tables(31)
+    assert stream_p(backend, gamma, k, P, Q) > PASS_P
+
+
+#: each broken rule, and the statistic that must reject it
+MUTATIONS = [
+    ("bonus-from-q", "chain"),
+    ("bonus-from-residual", "chain"),
+    ("rejected-token-kept", "chain"),
+    ("residual-not-normalised", "tree-specinfer"),
+    ("sequoia-keeps-rejected", "tree-sequoia"),
+]
+
+
+@pytest.mark.parametrize("name, rule", MUTATIONS, ids=[m[0] for m in MUTATIONS])
+def test_mutation_table_is_rejected(backend, name, rule, monkeypatch):
+    mutated(backend, name, monkeypatch)
+    P, Q = tables(31)
+    if rule == "chain":
+        assert stream_p(backend, 1, 2, P, Q) < FAIL_P
+    else:
+        tree = Tree([-1, -1, -1])  # three siblings: two rejections before the last one is tried
+        n, tokens = tree_round(backend, P, Q, np.full(N, START), rule.split("-")[1], np.random.default_rng(5), tree)
+        assert chi2_p(tokens[:, 0], P[START]) < FAIL_P
