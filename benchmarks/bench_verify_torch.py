@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from benchmarks.record import record
-from measure.sampling import verify_chain
 from measure.timing import time_fn
+from measure.verification import verify_chain
 
 
 def main() -> None:
@@ -22,7 +22,7 @@ def main() -> None:
             f"| validate={validate} | {syncs} | {t.median_s * 1e3:.2f} | {t.q25_s * 1e3:.2f}-{t.q75_s * 1e3:.2f} |"
         )
     body = (
-        f"`measure.sampling.verify_chain`, batch {B}, gamma {g}, vocab {V}, float64, torch {torch.__version__}, "
+        f"`measure.verification.verify_chain`, batch {B}, gamma {g}, vocab {V}, float64, torch {torch.__version__}, "
         f"{torch.get_num_threads()} threads; median of 30 after 3 warm-ups (`measure.timing`).\n\n"
         "| mode | host syncs per round | median ms | IQR ms |\n|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
         "No Python loop over the batch; the only host sync is the optional check that every proposed token had q > 0.\n"

@@ -109,7 +109,7 @@ def cmd_measure_sweep(args: argparse.Namespace) -> int:
 
 def _measure_sweep(args: argparse.Namespace) -> int:
     from measure.device import resolve_device
-    from measure.verify import sweep
+    from measure.sweep import sweep
 
     dev = resolve_device(args.device)
     if args.resume and not args.out:
@@ -166,7 +166,7 @@ def _measure_sweep(args: argparse.Namespace) -> int:
 
 def cmd_measure_fit(args: argparse.Namespace) -> int:
     from measure.fit import fit, validate
-    from measure.verify import load_sweep
+    from measure.sweep import load_sweep
 
     df = load_sweep(args.sweep)
     if args.spec:

@@ -3,7 +3,7 @@
 Both caches (target and draft) hold every committed token except the last one,
 which is the pending input of the next pass. A round: the drafter proposes gamma
 tokens with their distributions, the target verifies the pending token plus the
-gamma drafts in one pass, the torch rules of ``measure.sampling`` accept a
+gamma drafts in one pass, the torch rules of ``measure.verification`` accept a
 prefix per sequence (ragged), and each cache is rolled back to its committed
 length. Nothing in a round loops over the sequences in Python, except the
 prompt-lookup drafter's n-gram search, which runs on the host by nature.
@@ -20,14 +20,14 @@ import numpy as np
 import pandas as pd
 import torch
 
-from measure import sampling as ts
+from measure import verification as ts
 from measure.models import Transformer
 from measure.timing import synchronize
 from roofline.errors import SpecroofError
 from roofline.gamma_policies import BatchSchedule, GammaPolicy, StaticGamma
-from roofline.sampling import SamplingParams
 from roofline.speculative import SpecMetrics, metrics_from_counts
 from roofline.trees import Tree
+from roofline.verification import SamplingParams
 
 
 @dataclass

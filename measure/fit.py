@@ -24,9 +24,10 @@ from scipy.optimize import least_squares, minimize_scalar
 
 from roofline.cost import PassCost, forward_cost
 from roofline.errors import SpecroofError
-from roofline.hardware import Hardware, Measured, load_hardware, profile_toml_lines
+from roofline.hardware import Hardware, Measured, load_hardware, write_profile
 from roofline.model import ModelSpec, get_model
-from roofline.roofline import combine, crossover_tokens, operator_times, pass_time
+from roofline.passtime import combine, crossover_tokens, pass_time
+from roofline.timemodel import TimeModel
 
 
 def _curve(new_tokens: Sequence[float], t: Sequence[float], what: str) -> tuple[np.ndarray, np.ndarray]:
@@ -144,30 +145,15 @@ class FitResult:
 
     def write_toml(self, path: str | Path) -> Path:
         """Write the fitted profile: the starting profile's blocks plus a ``[measured]`` block with provenance."""
-        lines = profile_toml_lines(self.hardware)
-        lines += ["", "[measured]"]
-        lines.append(f"bandwidth_GB_per_s = {self.params['bandwidth_bytes_per_s'] / 1e9!r}")
-        lines.append(f"pass_overhead_us = {self.params['pass_overhead_s'] * 1e6!r}")
-        lines.append(f"layer_overhead_us = {self.params['layer_overhead_s'] * 1e6!r}")
-        lines.append(f"matmul_half_tokens = {self.params['matmul_half_tokens']!r}")
-        lines.append(f"overlap = {self.params['overlap']!r}")
-        if "gemv_bandwidth_bytes_per_s" in self.params:
-            lines.append(f"gemv_bandwidth_GB_per_s = {self.params['gemv_bandwidth_bytes_per_s'] / 1e9!r}")
-        if "attention_flop_per_s" in self.params:
-            lines.append(f"attention_TFLOP_per_s = {self.params['attention_flop_per_s'] / 1e12!r}")
-        lines.append(f'date = "{_dt.datetime.now().isoformat(timespec="seconds")}"')
-        lines.append(
-            f'method = "specroof measure fit: least squares on relative error over {self.n_points} verify passes"'
-        )
-        lines.append(f"fit_mape = {self.mape!r}")
-        lines += ["", "[measured.compute]"]
-        for k, v in self.params.items():
-            if k.startswith("flop_per_s_"):
-                lines.append(f"{k.removeprefix('flop_per_s_')}_TFLOP_per_s = {v / 1e12!r}")
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text("\n".join(lines) + "\n")
-        return p
+        m = self.hardware.measured
+        assert m is not None
+        prov = {
+            **m.provenance,
+            "date": _dt.datetime.now().isoformat(timespec="seconds"),
+            "method": f"specroof measure fit: least squares on relative error over {self.n_points} verify passes",
+            "fit_mape": self.mape,
+        }
+        return write_profile(dataclasses.replace(self.hardware, measured=dataclasses.replace(m, provenance=prov)), path)
 
 
 def fit(
@@ -182,7 +168,7 @@ def fit(
 
     Where the sweep has one-token and longer passes, one-token passes get their own
     bandwidth (matrix-vector kernels); where the context varies, the attention
-    products get their own FLOP/s. Both are :func:`roofline.roofline.operator_times`
+    products get their own FLOP/s. Both are :class:`roofline.timemodel.TimeModel`
     refinements a datasheet profile does not have.
 
     ``spec`` may be a dict from the sweep's ``model`` names to specs: sweeping models
@@ -207,6 +193,11 @@ def fit(
     t = df[_column(statistic)].to_numpy(dtype=float)
     costs = _costs(df, specs)
     dtypes = list(costs)
+    if not hw.dtypes:
+        raise SpecroofError(
+            f"profile {hw.id!r} has no compute peaks to start the fit from: use a profile with them, or let "
+            "`specroof measure bench` measure this device"
+        )
     for d in dtypes:
         if d not in hw.dtypes and d not in ("fp32", "bf16", "fp16"):
             raise SpecroofError(f"no starting FLOP/s for dtype {d!r} in {hw.id!r}")
@@ -250,20 +241,25 @@ def fit(
     x0 = np.clip(x0, lo, np.nextafter(hi, -np.inf))
     at = {n: i for i, n in enumerate(names)}
 
+    def model_of(x: np.ndarray) -> TimeModel:
+        """The fit's parameter vector as the time model every prediction uses."""
+        return TimeModel(
+            bandwidth_bytes_per_s=float(np.exp(x[0])),
+            peak_flop_per_s={d: float(np.exp(x[1 + i])) for i, d in enumerate(dtypes)},
+            gemv_bandwidth_bytes_per_s=float(np.exp(x[at["log_gemv_bw"]])) if gemv else None,
+            attention_flop_per_s=float(np.exp(x[at["log_attn_flops"]])) if attn else None,
+            matmul_half_tokens=float(x[at["half_tokens"]]),
+            overlap=float(x[at["overlap"]]),
+            pass_overhead_s=float(x[at["pass_overhead"]]),
+            layer_overhead_s=float(x[at["layer_overhead"]]),
+        )
+
     def predict(x: np.ndarray) -> np.ndarray:
+        tm = model_of(x)
         pred = np.empty(len(df))
-        for i, d in enumerate(dtypes):
+        for d in dtypes:
             for idx, c in costs[d]:
-                op_mem, op_comp = operator_times(
-                    c,
-                    np.exp(x[0]),
-                    np.exp(x[1 + i]),
-                    gemv_bandwidth=np.exp(x[at["log_gemv_bw"]]) if gemv else None,
-                    attention_peak=np.exp(x[at["log_attn_flops"]]) if attn else None,
-                    half_tokens=x[at["half_tokens"]],
-                )
-                over = x[at["pass_overhead"]] + c.n_layers * x[at["layer_overhead"]]
-                pred[idx] = combine(op_mem, op_comp, x[at["overlap"]]).sum(axis=0) + over
+                pred[idx] = tm.pass_seconds(c, d)
         return pred
 
     def residuals(x: np.ndarray) -> np.ndarray:
@@ -416,7 +412,7 @@ def sweep_fit_validate(
     """
     from measure.device import default_device
     from measure.microbench import measure_profile
-    from measure.verify import sweep
+    from measure.sweep import sweep
 
     dev = device if device is not None else default_device()
     outdir = Path(out) if out is not None else None

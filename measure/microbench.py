@@ -20,7 +20,7 @@ from measure.device import describe, match_profile
 from measure.models import TORCH_DTYPES
 from measure.timing import Timing, time_fn
 from roofline.errors import SpecroofError
-from roofline.hardware import Hardware, load_hardware, profile_toml_lines, toml_value
+from roofline.hardware import Hardware, Measured, load_hardware, write_profile
 
 
 @dataclass(frozen=True)
@@ -203,10 +203,10 @@ def run_all(
     return out
 
 
-def profile_toml(
+def measured_hardware(
     results: dict[str, Measurement], device: str | torch.device = "cpu", base: Hardware | None = None
-) -> str:
-    """A hardware profile TOML: datasheet blocks of ``base`` (if any) plus a ``[measured]`` block."""
+) -> Hardware:
+    """A hardware profile: the datasheet blocks of ``base`` (if any) plus a ``[measured]`` block of ``results``."""
     info = describe(device)
     copy_bw = results["copy"].value
     # The memory ceiling of a verify pass is the rate a matrix product streams its weights (one row
@@ -231,25 +231,24 @@ def profile_toml(
                 "compute": "no datasheet for this device: the achieved matmul rate (specroof measure bench)",
             },
         )
-    lines = profile_toml_lines(base.replace(name=f"{base.name} (measured)"))
-    lines += ["", "[measured]"]
-    lines.append(f"bandwidth_GB_per_s = {stream_bw / 1e9!r}")
-    lines.append(f"copy_bandwidth_GB_per_s = {copy_bw / 1e9!r}")
-    lines.append(f"read_bandwidth_GB_per_s = {results['read'].value / 1e9!r}")
-    lines.append(f"pass_overhead_us = {results['dispatch'].value * 1e6!r}")
-    if "overlap" in results:
-        lines.append(f"overlap = {results['overlap'].value!r}")
-    lines.append(f"date = {toml_value(_dt.datetime.now().isoformat(timespec='seconds'))}")
-    lines.append(
-        'method = "specroof measure bench: bandwidth = one-row GEMM streaming a matrix beyond the LLC (copy/read also given); best matmul over verify shapes per dtype; 1-element add for dispatch; GEMM memory/compute overlap at the ridge; medians"'
+    measured = Measured(
+        bandwidth_bytes_per_s=stream_bw,
+        peak_flop_per_s=compute,
+        pass_overhead_s=results["dispatch"].value,
+        overlap=results["overlap"].value if "overlap" in results else None,
+        provenance={
+            "copy_bandwidth_GB_per_s": copy_bw / 1e9,
+            "read_bandwidth_GB_per_s": results["read"].value / 1e9,
+            "date": _dt.datetime.now().isoformat(timespec="seconds"),
+            "method": "specroof measure bench: bandwidth = one-row GEMM streaming a matrix beyond the LLC (copy/read "
+            "also given); best matmul over verify shapes per dtype; 1-element add for dispatch; GEMM memory/compute "
+            "overlap at the ridge; medians",
+            "device": str(info["name"]),
+            "torch_version": torch.__version__,
+            "python_version": platform.python_version(),
+        },
     )
-    lines.append(f"device = {toml_value(info['name'])}")
-    lines.append(f"torch_version = {toml_value(torch.__version__)}")
-    lines.append(f"python_version = {toml_value(platform.python_version())}")
-    lines += ["", "[measured.compute]"]
-    for d, v in compute.items():
-        lines.append(f"{d}_TFLOP_per_s = {v / 1e12!r}")
-    return "\n".join(lines) + "\n"
+    return base.replace(name=f"{base.name} (measured)", measured=measured)
 
 
 def measure_profile(
@@ -268,5 +267,5 @@ def measure_profile(
     results = run_all(device, dtypes, threads, progress, nbytes)
     match = match_profile(describe(device))
     base = load_hardware(match) if match else None
-    path.write_text(profile_toml(results, device, base))
+    write_profile(measured_hardware(results, device, base), path)
     return load_hardware(str(path))

@@ -7,7 +7,7 @@ from roofline.cost import PassCost, arithmetic_intensity, forward_cost
 from roofline.errors import SpecroofError
 from roofline.hardware import DTYPE_BYTES, Hardware, list_hardware, load_hardware
 from roofline.model import PRESETS, ModelSpec, get_model
-from roofline.roofline import (
+from roofline.passtime import (
     Footprint,
     StepTime,
     batch_sweep,

@@ -20,7 +20,7 @@ from roofline.errors import SpecroofError
 from roofline.hardware import list_hardware, load_hardware
 from roofline.jsonio import dumps
 from roofline.model import PRESETS, ModelSpec, get_model
-from roofline.roofline import crossover_tokens, memory_footprint, pass_time, weights_only_crossover
+from roofline.passtime import crossover_tokens, memory_footprint, pass_time, weights_only_crossover
 from roofline.units import format_quantity
 
 Handler = Callable[[argparse.Namespace], int]
@@ -157,6 +157,8 @@ def cmd_hardware_show(args: argparse.Namespace) -> int:
         lines.append(f"  {d:<5} peak  {format_quantity(hw.peak(d), 'FLOP/s'):>14}   ridge {hw.ridge(d):7.1f} FLOP/byte")
     if hw.interconnect_bytes_per_s:
         lines.append(f"  link        {format_quantity(hw.interconnect_bytes_per_s, 'B/s')} per direction")
+    if hw.tdp_w:
+        lines.append(f"  power       {hw.tdp_w:g} W (TDP)")
     for block, src in hw.sources.items():
         lines.append(f"  source[{block}]: {src}")
     if hw.notes:
@@ -357,6 +359,34 @@ def acceptance_from_args(args: argparse.Namespace, drafters: dict[str, Any]) -> 
     return read_curve(args.acceptance_curve) if args.acceptance_curve else args.alpha
 
 
+def _add_dynamic_gamma(
+    best: list[dict[str, Any]], args: argparse.Namespace, by_key: dict[str, Any], acc: Any, hws: dict[str, Any]
+) -> None:
+    """Each recommendation's drafter run under Hugging Face's heuristic schedule, against its best static gamma."""
+    from roofline.gamma_policies import HeuristicSchedule, compare_policies
+
+    for r in best:
+        d = next((x for x in by_key.values() if x.name == r["strategy"]), None)
+        if d is None:  # plain decoding won: nothing to schedule
+            continue
+        a = acc[d.name] if isinstance(acc, dict) else acc
+        curve = list(a) if isinstance(a, (list, tuple)) else [float(a)]
+        df = compare_policies(
+            hws[r["hardware"]],
+            args.target,
+            d,
+            curve,
+            [HeuristicSchedule(max_gamma=args.max_gamma or 1)],
+            batch=int(r["batch"]),
+            context=int(r["context"]),
+            dtype=args.dtype,
+            max_gamma=max(1, args.max_gamma),
+            rounds=5_000,
+        )
+        r["heuristic_speedup"] = float(df["speedup"].iloc[-1])
+        r["heuristic_vs_best_static"] = float(df["vs_best_static"].iloc[-1])
+
+
 #: the most configurations one `specroof plan` prices (each takes a few hundred bytes of the table)
 PLAN_MAX_CELLS = 2_000_000
 #: the most (hardware, batch, context) recommendations one plan prints
@@ -401,8 +431,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 best.append(
                     {"hardware": load_hardware(hw).id, "batch": b, "context": c, **rec.row, "reason": rec.reason}
                 )
+    if args.dynamic_gamma:
+        _add_dynamic_gamma(best, args, by_key, acceptance, {h.id: h for h in hardware})
     payload = {"recommendations": best, "table": table.head(args.top).to_dict(orient="records")}
     lines = [f"{r['hardware']}  batch {r['batch']:>4}  context {r['context']:>6}:  {r['reason']}" for r in best]
+    if args.dynamic_gamma:
+        lines += [
+            f"  Hugging Face's heuristic schedule instead: {r['heuristic_speedup']:.2f}x "
+            f"({r['heuristic_vs_best_static']:+.1%} against the best static gamma)"
+            for r in best
+            if "heuristic_speedup" in r
+        ]
     shown = table.head(args.top)[
         [
             "hardware",
@@ -657,6 +696,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--alpha", type=finite_float, help="one per-token acceptance rate (one drafter, or --same-alpha)")
     p.add_argument("--acceptance-curve", help="JSON/text file with per-position acceptance a_1..a_g (one drafter)")
     p.add_argument("--same-alpha", action="store_true", help="compare several drafters at one shared acceptance")
+    p.add_argument(
+        "--dynamic-gamma",
+        action="store_true",
+        help="also price Hugging Face's heuristic schedule (gamma +2 / -1 per round) against the best static gamma",
+    )
     _add_offload(p)
     p.add_argument("--batch", type=int_list, default=[1])
     p.add_argument("--context", type=int_list, default=[1024])

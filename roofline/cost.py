@@ -184,7 +184,7 @@ def forward_cost(
         if name not in row:
             return
         for key, value in (("f", flops), ("w", w), ("kr", kv_r), ("kw", kv_w), ("a", act)):
-            if np.any(value):
+            if not (isinstance(value, (int, float)) and value == 0):  # a literal zero: the row is zero already
                 out[key][row[name]] = value
 
     op("embed", 0.0, w=np.minimum(T, spec.vocab_size) * d * wb, act=T * d * ab)

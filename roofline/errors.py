@@ -7,6 +7,7 @@ numpy. The CLI catches :class:`SpecroofError` and exits with status 2.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,14 @@ class SpecroofError(ValueError):
 
 def as_array(name: str, value: Any, *, integer: bool = False) -> npt.NDArray[Any]:
     """Return ``value`` as a numpy array, rejecting NaN, inf and non-numbers."""
+    if type(value) is int or type(value) is float:  # the scalar fast path: notebooks call these in loops
+        if not math.isfinite(value):
+            raise SpecroofError(f"{name} must be finite (got {value!r})")
+        if integer:
+            if value != int(value):
+                raise SpecroofError(f"{name} must be a whole number (got {value!r})")
+            return np.asarray(int(value), dtype=np.int64)
+        return np.asarray(float(value))
     try:
         arr = np.asarray(value, dtype=float)
     except (TypeError, ValueError) as exc:
@@ -40,6 +49,10 @@ def _fmt(value: Any) -> str:
 def check_min(name: str, value: Any, minimum: float, *, integer: bool = False) -> npt.NDArray[Any]:
     """Array of ``value`` checked element-wise to be ``>= minimum``."""
     arr = as_array(name, value, integer=integer)
+    if arr.ndim == 0:
+        if arr < minimum:
+            raise SpecroofError(f"{name} must be >= {minimum:g} (got {_fmt(arr)})")
+        return arr
     if np.any(arr < minimum):
         bad = arr[arr < minimum].flat[0] if arr.ndim else arr
         raise SpecroofError(f"{name} must be >= {minimum:g} (got {_fmt(bad)})")

@@ -16,8 +16,8 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from roofline.plot import _axes
-from roofline.sampling import accept_or_correct
 from roofline.speculative import expected_tokens, ideal_speedup, speedup
+from roofline.verification import accept_or_correct
 
 
 def speedup_figure(

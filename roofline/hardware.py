@@ -11,19 +11,24 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import math
 import re
 import tomllib
+import warnings
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
 from roofline.errors import SpecroofError, check_min
+
+if TYPE_CHECKING:
+    from roofline.timemodel import TimeModel
 
 #: Every dtype a profile may list, with its storage size in bytes.
 DTYPE_BYTES: dict[str, float] = {
@@ -170,6 +175,27 @@ class Hardware:
             return self.measured.layer_overhead_s
         return 0.0
 
+    def time_model(self, efficiency: bool = False) -> TimeModel:
+        """The parameters of a pass's time on this device (measured where the profile has them), SI units."""
+        from roofline.timemodel import TimeModel
+
+        peaks = {d: self.peak(d, efficiency) for d in self.dtypes}
+        attn = self.measured.attention_flop_per_s if self.measured is not None else None
+        gemv = self.measured.gemv_bandwidth_bytes_per_s if self.measured is not None else None
+        return TimeModel(
+            bandwidth_bytes_per_s=self.bandwidth(efficiency),
+            peak_flop_per_s=peaks,
+            gemv_bandwidth_bytes_per_s=gemv or None,
+            attention_flop_per_s=attn or None,
+            matmul_half_tokens=self.matmul_half_tokens,
+            overlap=self.overlap,
+            pass_overhead_s=self.pass_overhead_s,
+            layer_overhead_s=self.layer_overhead_s,
+            weights_link_bytes_per_s=self.weights_link_bytes_per_s,
+            interconnect_bytes_per_s=self.interconnect_bytes_per_s,
+            name=self.id,
+        )
+
     def ridge(self, dtype: str, efficiency: bool = False) -> float:
         """Ridge point in FLOP/byte: peak FLOP/s over bandwidth."""
         return self.peak(dtype, efficiency) / self.bandwidth(efficiency)
@@ -259,6 +285,22 @@ HOST_LINKS: dict[str, tuple[float, str]] = {
 }
 
 
+#: memory bandwidth (bytes/s) a device of each kind plausibly has; outside, the unit is probably wrong
+_PLAUSIBLE_BANDWIDTH = {"gpu": (50e9, 50e12), "cpu": (5e9, 5e12)}
+
+
+def _plausible(where: str, kind: str, bandwidth: float) -> None:
+    """Warn when a bandwidth is off by about 1000x for its kind of device: a unit written wrong."""
+    lo, hi = _PLAUSIBLE_BANDWIDTH.get(kind, (1e9, 100e12))
+    if bandwidth < lo:
+        hint = f"{bandwidth / _GB:g} GB/s is far below any {kind}'s; was it written in TB/s? (then {bandwidth / _GB * 1000:g})"
+    elif bandwidth > hi:
+        hint = f"{bandwidth / _GB:g} GB/s is far above any {kind}'s; was it written in MB/s? (then {bandwidth / _GB / 1000:g})"
+    else:
+        return
+    warnings.warn(f"{where}: memory.bandwidth_GB_per_s = {hint}", stacklevel=3)
+
+
 def _num(where: str, key: str, value: Any, *, positive: bool = True) -> float:
     """A finite number from a profile (positive unless told, never negative): an error naming the field otherwise."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -318,6 +360,7 @@ def parse_profile(data: dict[str, Any], where: str, profile_id: str) -> Hardware
     if "bandwidth_GB_per_s" not in mem:
         raise SpecroofError(f"{where}: missing field 'memory.bandwidth_GB_per_s' (memory bandwidth)")
     bandwidth = _num(f"{where} [memory]", "bandwidth_GB_per_s", mem["bandwidth_GB_per_s"]) * _GB
+    _plausible(where, str(data.get("kind", "gpu")), bandwidth)
     capacity = None
     if "capacity_GB" in mem:
         capacity = _num(f"{where} [memory]", "capacity_GB", mem["capacity_GB"]) * _GB
@@ -360,8 +403,6 @@ def parse_profile(data: dict[str, Any], where: str, profile_id: str) -> Hardware
             raise SpecroofError(f"{where} [{block}]: missing field 'source' (every block names its source)")
 
     measured = _measured_block(where, data["measured"]) if "measured" in data else None
-    if not peaks and (measured is None or not measured.peak_flop_per_s):
-        peaks = {}
     tdp = data.get("tdp_W")
     aliases = data.get("aliases", [])
     if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
@@ -426,36 +467,81 @@ def _measured_block(where: str, block: dict[str, Any]) -> Measured:
 # -- writing profiles ---------------------------------------------------------
 
 
-def toml_value(v: Any) -> str:
-    """A scalar as TOML (strings quoted and escaped)."""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    return repr(float(v)) if isinstance(v, float) else str(v)
+def profile_data(hw: Hardware) -> dict[str, Any]:
+    """``hw`` as the dict a profile TOML holds (units in the key names); :func:`parse_profile` reads it back."""
+    data: dict[str, Any] = {"name": hw.name, "vendor": hw.vendor, "kind": hw.kind}
+    if hw.aliases:
+        data["aliases"] = list(hw.aliases)
+    if hw.tdp_w is not None:
+        data["tdp_W"] = hw.tdp_w
+    if hw.notes:
+        data["notes"] = hw.notes
+    mem: dict[str, Any] = {"bandwidth_GB_per_s": hw.bandwidth_bytes_per_s / _GB}
+    if hw.memory_bytes is not None:
+        mem["capacity_GB"] = hw.memory_bytes / _GB
+    mem["source"] = hw.sources.get("memory") or "unknown"
+    data["memory"] = mem
+    data["compute"] = {**_peaks_data(hw.peak_flop_per_s), "source": hw.sources.get("compute") or "unknown"}
+    if hw.interconnect_bytes_per_s is not None or "interconnect" in hw.sources:
+        link: dict[str, Any] = {}
+        if hw.interconnect_bytes_per_s is not None:
+            link["per_direction_GB_per_s"] = hw.interconnect_bytes_per_s / _GB
+        link["source"] = hw.sources.get("interconnect", "")
+        data["interconnect"] = link
+    if hw.launch_overhead_s is not None:
+        data["overhead"] = {"launch_us": hw.launch_overhead_s * 1e6, "source": hw.sources.get("overhead", "")}
+    if hw.efficiency_memory != 1.0 or hw.efficiency_compute != 1.0 or "efficiency" in hw.sources:
+        data["efficiency"] = {
+            "memory": hw.efficiency_memory,
+            "compute": hw.efficiency_compute,
+            "source": hw.sources.get("efficiency", ""),
+        }
+    if hw.measured is not None:
+        data["measured"] = measured_data(hw.measured)
+    return data
 
 
-def profile_toml_lines(hw: Hardware) -> list[str]:
-    """The top-level fields and datasheet blocks of ``hw`` as TOML lines (a ``[measured]`` block may follow)."""
-    lines = [f"name = {toml_value(hw.name)}", f"vendor = {toml_value(hw.vendor)}", f"kind = {toml_value(hw.kind)}"]
-    lines += ["", "[memory]"]
-    if hw.memory_bytes:
-        lines.append(f"capacity_GB = {hw.memory_bytes / _GB!r}")
-    lines.append(f"bandwidth_GB_per_s = {hw.bandwidth_bytes_per_s / _GB!r}")
-    lines.append(f"source = {toml_value(hw.sources.get('memory') or 'unknown')}")
-    lines += ["", "[compute]"]
-    for d, v in hw.peak_flop_per_s.items():
-        lines.append(f"{d}_{'TOP' if d.startswith('int') else 'TFLOP'}_per_s = {v / 1e12!r}")
-    lines.append(f"source = {toml_value(hw.sources.get('compute') or 'unknown')}")
-    if hw.interconnect_bytes_per_s:
-        lines += ["", "[interconnect]", f"per_direction_GB_per_s = {hw.interconnect_bytes_per_s / _GB!r}"]
-        lines.append(f"source = {toml_value(hw.sources.get('interconnect') or 'unknown')}")
-    return lines
+def _peaks_data(peaks: dict[str, float]) -> dict[str, float]:
+    return {f"{d}_{'TOP' if d.startswith('int') else 'TFLOP'}_per_s": v / 1e12 for d, v in peaks.items()}
+
+
+def measured_data(m: Measured) -> dict[str, Any]:
+    """A ``[measured]`` block as a dict: the figures (units in the names), then their provenance."""
+    out: dict[str, Any] = {}
+    if m.bandwidth_bytes_per_s is not None:
+        out["bandwidth_GB_per_s"] = m.bandwidth_bytes_per_s / _GB
+    if m.gemv_bandwidth_bytes_per_s is not None:
+        out["gemv_bandwidth_GB_per_s"] = m.gemv_bandwidth_bytes_per_s / _GB
+    if m.attention_flop_per_s is not None:
+        out["attention_TFLOP_per_s"] = m.attention_flop_per_s / 1e12
+    if m.pass_overhead_s is not None:
+        out["pass_overhead_us"] = m.pass_overhead_s * 1e6
+    if m.layer_overhead_s is not None:
+        out["layer_overhead_us"] = m.layer_overhead_s * 1e6
+    if m.matmul_half_tokens:
+        out["matmul_half_tokens"] = m.matmul_half_tokens
+    if m.overlap is not None:
+        out["overlap"] = m.overlap
+    out.update({k: (v if isinstance(v, (str, int, float, bool, list)) else str(v)) for k, v in m.provenance.items()})
+    if m.peak_flop_per_s:
+        out["compute"] = _peaks_data(m.peak_flop_per_s)
+    return out
+
+
+def write_profile(hw: Hardware, path: str | Path) -> Path:
+    """Write ``hw`` as a profile TOML (the one writer: datasheet blocks, aliases, notes, efficiency, measured)."""
+    import tomli_w
+
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(tomli_w.dumps(profile_data(hw)))
+    return p
 
 
 # -- finding profiles ---------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=1)
 def _builtin_paths() -> dict[str, Path]:
     root = resources.files("hardware_profiles")
     return {Path(p.name).stem: Path(str(p)) for p in root.iterdir() if p.name.endswith(".toml")}
@@ -516,8 +602,25 @@ def load_hardware(name_or_path: str | Path | Hardware) -> Hardware:
         return name_or_path
     text = str(name_or_path)
     if text.endswith(".toml") or Path(text).is_file():
-        return load_profile_file(text)
-    return load_profile_file(_builtin_paths()[resolve_hardware_name(text)])
+        path = Path(text)
+    else:
+        path = _builtin_paths()[_resolve_cached(text)]
+    try:
+        stamp = path.stat().st_mtime_ns
+    except OSError:
+        stamp = -1
+    return _load_cached(str(path), stamp)
+
+
+@functools.lru_cache(maxsize=256)
+def _resolve_cached(name: str) -> str:
+    return resolve_hardware_name(name)
+
+
+@functools.lru_cache(maxsize=256)
+def _load_cached(path: str, stamp: int) -> Hardware:
+    """A profile read once per file version (``stamp``: its mtime): Hardware is frozen, so sharing it is safe."""
+    return load_profile_file(path)
 
 
 def list_hardware() -> pd.DataFrame:

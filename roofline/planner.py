@@ -16,7 +16,7 @@ import pandas as pd
 from roofline.errors import SpecroofError, check_min
 from roofline.hardware import Hardware, load_hardware
 from roofline.model import ModelSpec, get_model
-from roofline.roofline import crossover_tokens
+from roofline.passtime import crossover_tokens
 from roofline.speculative import as_drafter, speedup
 
 PLAN_COLUMNS = [

@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 
 from roofline.hardware import Hardware, load_hardware
 from roofline.model import ModelSpec, get_model
-from roofline.roofline import batch_sweep, pass_time
+from roofline.passtime import batch_sweep, pass_time
 
 
 def _axes(ax: Axes | None, size: tuple[float, float] = (7.0, 4.5)) -> tuple[Figure, Axes]:
@@ -137,7 +137,7 @@ def tokens_sweep_chart(
     ax: Axes | None = None,
 ) -> Figure:
     """Pass time against new tokens per pass: flat while memory bound, rising past the crossover."""
-    from roofline.roofline import crossover_tokens
+    from roofline.passtime import crossover_tokens
 
     hws = _as_list(hardware)
     fig, ax = _axes(ax)
@@ -383,4 +383,36 @@ def trees_vs_batch_chart(table: pd.DataFrame) -> Figure:
     axes[0, 0].legend(fontsize=7)
     fig.suptitle("Trees against chains as the batch grows (labels: tree size in draft nodes)", fontsize=10)
     fig.tight_layout()
+    return fig
+
+
+def gamma_policies_chart(results: dict[str, pd.DataFrame], *, ax: Axes | None = None) -> Figure:
+    """Grouped bars: each policy's speedup against the best static gamma, one group per scenario.
+
+    ``results`` maps a scenario label (e.g. "regimes last 50 rounds") to the table of
+    ``roofline.gamma_policies.compare_policies``; the closed-form static row is the reference.
+    """
+    fig, ax = _axes(ax)
+    labels = list(results)
+    policies = [p for p in results[labels[0]]["policy"] if "closed form" not in p]
+    width = 0.8 / max(1, len(policies))
+    x = np.arange(len(labels))
+    for i, pol in enumerate(policies):
+        vals = [float(results[lab].set_index("policy")["speedup"].get(pol, np.nan)) for lab in labels]
+        name = "best static gamma" if pol.startswith("best static") else pol
+        bars = ax.bar(x + i * width, vals, width, label=name, color=f"C{i}")
+        for bar, lab in zip(bars, labels, strict=True):
+            rel = float(results[lab].set_index("policy")["vs_best_static"].get(pol, np.nan))
+            if not pol.startswith("best static") and np.isfinite(rel):
+                ax.annotate(
+                    f"{rel:+.0%}",
+                    (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    ha="center",
+                    va="bottom",
+                    fontsize=8,
+                )
+    ax.set_xticks(x + width * (len(policies) - 1) / 2, labels, fontsize=8)
+    ax.set_ylabel("speedup over plain decoding")
+    ax.set_title("Dynamic gamma against the best static gamma (labels: relative to it)")
+    ax.legend(fontsize=8)
     return fig

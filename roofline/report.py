@@ -27,7 +27,7 @@ from roofline.errors import SpecroofError
 from roofline.hardware import load_hardware
 from roofline.jsonio import dumps
 from roofline.model import ModelSpec, get_model
-from roofline.roofline import crossover_tokens, pass_time, weights_only_crossover
+from roofline.passtime import crossover_tokens, pass_time, weights_only_crossover
 
 esc = html.escape
 
@@ -120,17 +120,20 @@ def answer(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | None 
     """The question first: on each GPU, speculate or not, with which gamma, and how big a draft tree."""
     from roofline.planner import recommend
     from roofline.speculative import EarlyExit
-    from roofline.trees import IIDAcceptance, best_tree_size
+    from roofline.trees import IIDAcceptance, best_tree_size, optimal_tree
 
     cfg = _pairing(pairing)
     target, (draft_name, exit_layer), acc = cfg["target"], cfg["drafters"], cfg["acceptance"]
     alpha = acc[f"draft {draft_name}"]
     context = _contexts(get_model(target), [1024])[0]
     rows = []
+    opt = optimal_tree(IIDAcceptance(alpha), 256, 10)
     for g in gpus:
         hw = load_hardware(g)
         rec = recommend(hw, target, [draft_name, EarlyExit(exit_layer)], acc, batch=1, context=context)
-        tree = best_tree_size(hw, target, draft_name, IIDAcceptance(alpha), 1, context, (1, 4, 16, 64, 256), 10)
+        tree = best_tree_size(
+            hw, target, draft_name, IIDAcceptance(alpha), 1, context, (1, 4, 16, 64, 256), 10, opt=opt
+        )
         rows.append(
             {
                 "hardware": hw.id,
@@ -328,7 +331,7 @@ def speculation(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | 
 def trees_section(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | None = None) -> Section:
     """Chain vs tree (the worked example), expected tokens against budget, and the tree size each GPU should use."""
     from roofline.plot import tree_budget_chart, tree_size_per_gpu
-    from roofline.trees import IIDAcceptance, Tree, best_tree_size
+    from roofline.trees import IIDAcceptance, Tree, best_tree_size, optimal_tree
 
     seed_rows = []
     for p in (0.6, 0.8):
@@ -355,8 +358,10 @@ def trees_section(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] 
         f"Expected tokens against node budget (i.i.d. acceptance {alpha})",
     )
     budgets = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+    opt = optimal_tree(model, max(budgets), 10)
     choices = {
-        g: best_tree_size(g, cfg["target"], cfg["drafters"][0], model, 1, context, budgets, max_depth=10) for g in gpus
+        g: best_tree_size(g, cfg["target"], cfg["drafters"][0], model, 1, context, budgets, max_depth=10, opt=opt)
+        for g in gpus
     }
     body += w.figure(
         tree_size_per_gpu(choices),
@@ -390,7 +395,7 @@ def trees_section(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] 
 def _trees_at_scale(w: ReportWriter, gpus: Sequence[str], cfg: dict[str, Any], model: Any, context: int) -> str:
     """Trees as the batch grows, and trees when the weights stream from host memory (offloading)."""
     from roofline.plot import trees_vs_batch_chart
-    from roofline.trees import best_tree_size, stops_paying, trees_vs_batch
+    from roofline.trees import best_tree_size, optimal_tree, stops_paying, trees_vs_batch
 
     target, draft = cfg["target"], cfg["drafters"][0]
     budgets = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -409,12 +414,13 @@ def _trees_at_scale(w: ReportWriter, gpus: Sequence[str], cfg: dict[str, Any], m
         "over the best chain; chains stop paying where their best speedup is at most 1.</p>"
     )
     rows = []
+    opt = optimal_tree(model, 512, 12)  # one table serves every GPU, on device and offloaded
     for g in gpus:
         hw = load_hardware(g)
         if hw.memory_bytes is None:
             continue
         for where, h in (("device memory", hw), ("host memory, PCIe 4.0 x16", hw.offloaded("pcie4-x16"))):
-            b = best_tree_size(h, target, draft, model, 1, context, (*budgets, 512), 12).best
+            b = best_tree_size(h, target, draft, model, 1, context, (*budgets, 512), 12, opt=opt).best
             rows.append(
                 {
                     "hardware": hw.id,

@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from roofline.errors import SpecroofError, as_array, check_min, check_range
-from roofline.sampling import sample_from
+from roofline.verification import sample_from
 
 
 @dataclass(frozen=True)

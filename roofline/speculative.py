@@ -12,7 +12,7 @@ Times are seconds, memory is bytes.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -21,7 +21,7 @@ import numpy.typing as npt
 from roofline.errors import SpecroofError, as_array, check_min, check_range
 from roofline.hardware import Hardware, dtype_bytes, load_hardware
 from roofline.model import ModelSpec, get_model
-from roofline.roofline import memory_footprint, pass_time
+from roofline.passtime import memory_footprint, pass_time
 
 Array = npt.NDArray[np.float64]
 
@@ -467,7 +467,6 @@ class SpeedupResult:
     memory_bytes: Array
     fits_in_memory: npt.NDArray[np.bool_]
     drafter: str = ""
-    extras: dict[str, Any] = field(default_factory=dict)
 
 
 def owns_weights(drafter: Any) -> bool:
@@ -507,8 +506,8 @@ def speedup(
     g = check_min("gamma", gamma, 0, integer=True)
     B = check_min("batch", batch, 1, integer=True)
     L = check_min("context", context, 0, integer=True)
-    if round_overhead_s < 0:
-        raise SpecroofError(f"round_overhead_s must be >= 0 (got {round_overhead_s})")
+    if not (np.isfinite(round_overhead_s) and round_overhead_s >= 0):
+        raise SpecroofError(f"round_overhead_s must be >= 0 and finite (got {round_overhead_s})")
     is_curve = isinstance(alpha_or_curve, (list, tuple)) if curve is None else curve
     E = expected_tokens_curve(alpha_or_curve, g) if is_curve else expected_tokens(alpha_or_curve, g)
     ctx = Ctx(spec, hw, dtype, efficiency, overhead_s, tp)

@@ -650,6 +650,42 @@ def eagle2_tree(
     return tree, probs
 
 
+@dataclass(frozen=True)
+class DDTree:
+    """A DDTree draft: the tree, the token each node proposes, and the expected tokens per round."""
+
+    tree: Tree
+    tokens: IntArray
+    expected_tokens: float
+    path_probabilities: Array
+
+
+def ddtree(marginals: Any, n_nodes: int, top_k: int | None = None) -> DDTree:
+    """DDTree: a block drafter's per-depth marginals grown best-first into a draft tree.
+
+    A block (parallel) drafter (DFlash-style; priced by ``roofline.speculative.ParallelBlock``:
+    one pass drafts every depth) outputs, for each of D positions, a distribution over the
+    vocabulary that does not depend on the tokens before it: ``marginals`` is (D, V). The
+    node for the rank-r token at depth d is worth the product of the marginals along its
+    path; growing the tree best-first from those values (a :class:`DepthRankAcceptance`
+    over the sorted marginals) gives the tree of ``n_nodes`` nodes with the largest
+    expected accepted length, taking the draft's probabilities as the chance its tokens
+    are right. ``top_k`` limits the candidates per depth (default: all).
+    """
+    q = check_range("marginals", marginals, 0.0, 1.0)
+    if q.ndim != 2 or q.shape[0] < 1 or q.shape[1] < 1:
+        raise SpecroofError("marginals must be (depth, vocabulary): one distribution per drafted position")
+    if np.any(q.sum(axis=1) > 1.0 + 1e-6):
+        raise SpecroofError("each depth's marginal must sum to at most 1")
+    order = np.argsort(-q, axis=1, kind="stable")[:, : top_k or q.shape[1]]  # token ids, best first
+    table = np.take_along_axis(q, order, axis=1)
+    model = DepthRankAcceptance(table)
+    opt = optimal_tree(model, n_nodes, q.shape[0])
+    t = opt.tree
+    tokens = order[t.depths - 1, t.ranks] if t.n_nodes else np.zeros(0, dtype=np.int64)
+    return DDTree(t, tokens.astype(np.int64), opt.expected_tokens, t.path_probabilities(model))
+
+
 def _original_paths(kept: list[tuple[tuple[int, ...], float]]) -> list[tuple[int, ...]]:
     return sorted((p for p, _ in kept), key=lambda t: (len(t), t))
 
@@ -688,6 +724,7 @@ def best_tree_size(
     dtype: str = "bf16",
     *,
     verify_latency: dict[int, float] | None = None,
+    opt: OptimalTree | None = None,
 ) -> TreeSizeChoice:
     """Choose the tree size that maximises expected tokens / round time on ``hardware``.
 
@@ -699,12 +736,13 @@ def best_tree_size(
     """
     from roofline.hardware import load_hardware
     from roofline.model import get_model
-    from roofline.roofline import pass_time
+    from roofline.passtime import pass_time
     from roofline.speculative import Ctx, as_drafter, owns_weights
 
     hw, spec, d = load_hardware(hardware), get_model(target), as_drafter(drafter)
     budgets = [int(b) for b in check_min("budgets", list(budgets), 1, integer=True)]
-    opt = optimal_tree(acceptance, max(budgets), max_depth)
+    if opt is None or opt.table.shape[0] <= max(budgets) or opt.table.shape[1] <= max_depth:
+        opt = optimal_tree(acceptance, max(budgets), max_depth)  # ``opt`` reuses one table across GPUs and batches
     # with the target offloaded, a drafter with weights of its own still runs from device memory
     ctx = Ctx(spec, hw.on_device() if owns_weights(d) else hw, dtype, False, None, 1)
     t1 = float(pass_time(spec, hw, batch, 1, context, dtype).t_step_s)
@@ -750,7 +788,7 @@ def _round_times(
     verify_latency: dict[int, float] | None = None,
 ) -> tuple[float, float]:
     """Seconds to draft ``tree`` level by level and to verify it in one tree-masked target pass."""
-    from roofline.roofline import pass_time
+    from roofline.passtime import pass_time
 
     # the last level is verified, not drafted from: only levels 1..depth are drafted
     t_draft = float(d.tree_draft_time(ctx, tree.widths.tolist(), batch, context))
@@ -789,20 +827,22 @@ def trees_vs_batch(
     """
     from roofline.hardware import load_hardware
     from roofline.model import get_model
-    from roofline.roofline import pass_time
+    from roofline.passtime import pass_time
     from roofline.speculative import Ctx, as_drafter, owns_weights
 
     hws = hardware if isinstance(hardware, (list, tuple)) else [hardware]
     spec, d = get_model(target), as_drafter(drafter)
     model = acceptance if isinstance(acceptance, AcceptanceModel) else SiblingRankAcceptance(acceptance)
     chains = [(g, Tree.chain(g)) for g in range(1, max_gamma + 1)]
+    budgets = [int(b) for b in check_min("budgets", list(budgets), 1, integer=True)]
+    opt = optimal_tree(model, max(budgets), max_depth)  # one table for every GPU, batch and context
     rows = []
     for h in hws:
         hw = load_hardware(h)
         ctx = Ctx(spec, hw.on_device() if owns_weights(d) else hw, dtype, False, None, 1)
         for b in [int(x) for x in check_min("batches", list(batches), 1, integer=True)]:
             for c in [int(x) for x in check_min("contexts", list(contexts), 0, integer=True)]:
-                best = best_tree_size(hw, spec, d, model, b, c, budgets, max_depth, dtype).best
+                best = best_tree_size(hw, spec, d, model, b, c, budgets, max_depth, dtype, opt=opt).best
                 t1 = float(pass_time(spec, hw, b, 1, c, dtype).t_step_s)
                 chain_speed = []
                 for _, tree in chains:

@@ -173,7 +173,7 @@ def test_step_time_bad_input():
 
 def test_measured_refinements_change_the_step_time_as_documented(tmp_path):
     from roofline.hardware import Measured, load_hardware
-    from roofline.roofline import step_time
+    from roofline.passtime import step_time
 
     base = load_hardware("h100-sxm-80gb")
     cost = forward_cost(L8B, 1, np.array([1, 8, 512]), 1024, "bf16")
@@ -193,12 +193,11 @@ def test_measured_refinements_change_the_step_time_as_documented(tmp_path):
     assert (slow.op_compute_s[ops.index("attn_scores")] > 50 * plain.op_compute_s[ops.index("attn_scores")]).all()
     # and the profile round-trips through TOML
     p = tmp_path / "m.toml"
-    from roofline.hardware import profile_toml_lines
+    from roofline.hardware import Measured, write_profile
 
-    lines = profile_toml_lines(base) + ["", "[measured]", "overlap = 0.25", "gemv_bandwidth_GB_per_s = 5000.0"]
-    p.write_text("\n".join(lines) + "\n")
+    write_profile(base.replace(measured=Measured(overlap=0.25, gemv_bandwidth_bytes_per_s=5e12)), p)
     hw = load_hardware(str(p))
     assert hw.overlap == 0.25 and hw.gemv_bandwidth() == 5e12
-    p.write_text("\n".join(lines[:-2] + ["overlap = 1.5"]) + "\n")
+    p.write_text(p.read_text().replace("overlap = 0.25", "overlap = 1.5"))
     with pytest.raises(Exception, match="overlap"):
         load_hardware(str(p))

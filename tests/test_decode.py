@@ -12,8 +12,8 @@ from measure.decode import autoregressive_generate, speculative_generate  # noqa
 from measure.models import Transformer  # noqa: E402
 from roofline import SpecroofError  # noqa: E402
 from roofline.model import ModelSpec  # noqa: E402
-from roofline.sampling import SamplingParams  # noqa: E402
 from roofline.trees import Tree  # noqa: E402
+from roofline.verification import SamplingParams  # noqa: E402
 
 SPEC = ModelSpec("target", 4, 64, 4, 2, 16, 128, 50, max_context=1024)
 PROMPTS = [[1, 2, 3, 4, 5], [7, 8, 9], [3, 3, 3, 3, 3, 3, 3], [10, 11, 12, 10, 11, 12, 10, 11]]

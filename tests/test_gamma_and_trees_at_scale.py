@@ -168,3 +168,31 @@ def test_plan_and_tree_take_offload(capsys):
     assert main([*base, "--offload", "pcie4-x16"]) == 0
     off = json.loads(capsys.readouterr().out)["recommendations"][0]
     assert off["gamma"] >= on["gamma"] and off["speedup"] > on["speedup"]
+
+
+def test_ddtree_grows_a_block_drafters_marginals_best_first():
+    from roofline.trees import ddtree
+
+    # depth 1: token 1 (0.6), then token 2 (0.3); depth 2: token 3 (0.5), then token 0 (0.4)
+    q = np.array([[0.1, 0.6, 0.3, 0.0], [0.4, 0.1, 0.0, 0.5]])
+    r = ddtree(q, 3)
+    # by hand: 0.6 (token 1); then 0.3 (token 2 at depth 1) and 0.6 x 0.5 = 0.3 (token 3 under token 1)
+    assert r.tree.parents.tolist() == [-1, -1, 0] and r.tokens.tolist() == [1, 2, 3]
+    assert r.expected_tokens == pytest.approx(1 + 0.6 + 0.3 + 0.3)
+    r4 = ddtree(q, 4)  # next: 0.6 x 0.4 = 0.24 (token 0 under token 1), before 0.3 x 0.5 = 0.15
+    assert r4.tokens.tolist() == [1, 2, 3, 0] and r4.expected_tokens == pytest.approx(2.44)
+    with pytest.raises(SpecroofError, match="sum to at most 1"):
+        ddtree(np.array([[0.9, 0.9]]), 2)
+
+
+def test_plan_prints_the_dynamic_gamma_column(capsys, tmp_path):
+    import json
+
+    from roofline.cli import main
+
+    curve = tmp_path / "c.json"
+    curve.write_text("[0.9, 0.85, 0.8, 0.7, 0.6, 0.5]")
+    argv = ["plan", "--hardware", "h100-sxm-80gb", "--target", "llama-3.1-8b", "--draft", "llama-3.2-1b"]
+    assert main([*argv, "--acceptance-curve", str(curve), "--dynamic-gamma", "--json"]) == 0
+    rec = json.loads(capsys.readouterr().out)["recommendations"][0]
+    assert rec["heuristic_speedup"] > 1.0 and rec["heuristic_vs_best_static"] <= 0.02

@@ -160,8 +160,11 @@ def test_every_extra_installs_what_its_code_imports():
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     opt = meta["optional-dependencies"]
 
+    def norm(name: str) -> str:
+        return re.sub(r"[-_.]+", "-", name).lower()
+
     def dists(reqs: list[str]) -> set[str]:
-        return {re.split(r"[<>=\[; ]", r, maxsplit=1)[0].lower() for r in reqs}
+        return {norm(re.split(r"[<>=\[; ]", r, maxsplit=1)[0]) for r in reqs}
 
     provided = dists(meta["dependencies"]) | dists(opt["measure"])
     local = {"roofline", "measure", "hardware_profiles"}
@@ -171,7 +174,7 @@ def test_every_extra_installs_what_its_code_imports():
         for mod in _imports(ROOT / folder) - local - stdlib:
             if mod == "transformers":  # the hf extra: imported only where a Hugging Face model is asked for
                 continue
-            names = {d.lower() for d in mapping.get(mod, [mod])}
+            names = {norm(d) for d in mapping.get(mod, [mod])}
             assert names & allowed, f"{folder}/ imports {mod} ({names}) but no extra it needs installs it"
     assert "jupyterlab>=4" in opt["notebooks"]  # a way to open the notebooks
 

@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from measure import verify  # noqa: E402
+import measure.sweep as sweeps  # noqa: E402
 from measure.device import describe, match_profile, resolve_device  # noqa: E402
 from measure.fit import fit, measured_crossover, measured_knee, validate  # noqa: E402
 from measure.microbench import bandwidth, dispatch_overhead, matmul_flops, measure_profile  # noqa: E402
@@ -20,7 +20,7 @@ from roofline import SpecroofError, load_hardware  # noqa: E402
 from roofline.cli import main  # noqa: E402
 from roofline.hardware import Measured  # noqa: E402
 from roofline.model import ModelSpec  # noqa: E402
-from roofline.roofline import combine  # noqa: E402
+from roofline.passtime import combine  # noqa: E402
 from roofline.trees import Tree  # noqa: E402
 
 TINY = ModelSpec("tiny", 2, 64, 4, 2, 16, 128, 97, max_context=512)
@@ -87,7 +87,7 @@ def test_measured_profile_round_trips(tmp_path, monkeypatch):
 
 def test_sweep_returns_tidy_rows_with_predictions(tmp_path):
     hw = load_hardware("a100-sxm-80gb")
-    df = verify.sweep(
+    df = sweeps.sweep(
         TINY, batch=[1, 2], new_tokens=[1, 4], context=[0, 32], dtype=["fp32"], repeats=2, hardware=hw, progress=False
     )
     assert len(df) == 8 and set(df["status"]) == {"ok"}
@@ -95,19 +95,19 @@ def test_sweep_returns_tidy_rows_with_predictions(tmp_path):
         assert col in df
     assert (df["t_predicted_s"] > 0).all()
     tree = Tree.kary(2, 2)
-    dt = verify.sweep(TINY, batch=[1], context=[16], dtype=["fp32"], tree=tree, repeats=2, progress=False, rounds=2)
+    dt = sweeps.sweep(TINY, batch=[1], context=[16], dtype=["fp32"], tree=tree, repeats=2, progress=False, rounds=2)
     assert dt["new_tokens"].tolist() == [6] and dt["tree"].iloc[0] == "tree6d2" and dt["repeats"].iloc[0] == 4
 
 
 def test_sweep_saves_as_it_goes_and_resumes(tmp_path, monkeypatch):
     out = tmp_path / "sw"
-    verify.sweep(TINY, batch=[1], new_tokens=[1, 2], context=[0], dtype=["fp32"], repeats=1, out=out, progress=False)
+    sweeps.sweep(TINY, batch=[1], new_tokens=[1, 2], context=[0], dtype=["fp32"], repeats=1, out=out, progress=False)
     meta = json.loads((out / "meta.json").read_text())
     assert meta["device"]["kind"] == "cpu" and len(meta["runs"]) == 1
     calls = []
-    real = verify.time_fn
-    monkeypatch.setattr(verify, "time_fn", lambda *a, **k: calls.append(1) or real(*a, **k))
-    df = verify.sweep(
+    real = sweeps.time_fn
+    monkeypatch.setattr(sweeps, "time_fn", lambda *a, **k: calls.append(1) or real(*a, **k))
+    df = sweeps.sweep(
         TINY,
         batch=[1],
         new_tokens=[1, 2, 3],
@@ -123,14 +123,14 @@ def test_sweep_saves_as_it_goes_and_resumes(tmp_path, monkeypatch):
 
 
 def test_out_of_memory_becomes_a_row(tmp_path, monkeypatch):
-    class Boom(verify.ModelRunner):
+    class Boom(sweeps.ModelRunner):
         def run(self, tokens, tree=None):
             if tokens.shape[1] > 2:
                 raise RuntimeError("CUDA out of memory. Tried to allocate 20 GiB")
             super().run(tokens, tree)
 
-    monkeypatch.setattr(verify, "ModelRunner", Boom)
-    df = verify.sweep(
+    monkeypatch.setattr(sweeps, "ModelRunner", Boom)
+    df = sweeps.sweep(
         TINY, batch=[1], new_tokens=[1, 4], context=[0], dtype=["fp32"], repeats=1, out=tmp_path / "o", progress=False
     )
     assert df.set_index("new_tokens").loc[4, "status"] == "oom"
@@ -286,7 +286,7 @@ def _config(tmp_path):
 def test_cuda_path_uses_events_and_runs_a_sweep():
     t = time_fn(lambda: torch.ones(1 << 20, device="cuda").sum(), device="cuda", repeats=3)
     assert t.device.startswith("cuda") and t.median_s > 0
-    df = verify.sweep(
+    df = sweeps.sweep(
         TINY, batch=[1], new_tokens=[1, 8], context=[64], dtype=["bf16"], device="cuda", repeats=2, progress=False
     )
     assert set(df["status"]) == {"ok"}

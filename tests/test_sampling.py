@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-import roofline.sampling as ns
+import roofline.verification as ns
 from roofline import SpecroofError
-from roofline.sampling import SamplingParams, accept_or_correct, process_logits
 from roofline.speculative import acceptance_rate, expected_tokens
 from roofline.trees import Tree
+from roofline.verification import SamplingParams, accept_or_correct, process_logits
 
 N = 200_000
 V = 6
@@ -52,7 +52,7 @@ class TorchBackend:
     def __init__(self):
         import torch
 
-        import measure.sampling as ts
+        import measure.verification as ts
 
         self.torch, self.module = torch, ts
 
@@ -336,7 +336,7 @@ def test_logit_processors():
 
 def test_processors_match_between_backends():
     torch = pytest.importorskip("torch")
-    import measure.sampling as ts
+    import measure.verification as ts
 
     logits = np.random.default_rng(0).normal(size=(50, 12))
     for sp in (

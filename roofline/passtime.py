@@ -19,6 +19,9 @@ from roofline.cost import PassCost, forward_cost
 from roofline.errors import SpecroofError, check_min
 from roofline.hardware import Hardware, dtype_bytes, load_hardware
 from roofline.model import ModelSpec, get_model
+from roofline.timemodel import ATTENTION_OPERATORS, combine
+
+__all__ = ["ATTENTION_OPERATORS", "StepTime", "combine", "crossover_tokens", "pass_time", "step_time"]
 
 Array = npt.NDArray[np.float64]
 
@@ -73,60 +76,6 @@ class StepTime:
         )
 
 
-#: Operators whose FLOPs are the attention products (their own throughput when fitted)
-ATTENTION_OPERATORS = ("attn_scores", "attn_values")
-
-
-def operator_times(
-    cost: PassCost,
-    bandwidth: float,
-    peak: float,
-    *,
-    gemv_bandwidth: float | None = None,
-    attention_peak: float | None = None,
-    half_tokens: float = 0.0,
-    weights_bandwidth: float | None = None,
-) -> tuple[Array, Array]:
-    """Per-operator memory and compute seconds of ``cost``: the roofline's two sides, before the max.
-
-    ``bandwidth`` (bytes/s) and ``peak`` (FLOP/s) are the ceilings. The optional
-    refinements a fit can supply: ``gemv_bandwidth`` streams one-token passes (they run
-    matrix-vector kernels, whose rate can differ from GEMMs'), ``attention_peak`` is the
-    attention products' throughput, and ``half_tokens`` scales the other operators'
-    compute by (1 + half_tokens / tokens), because small matrix products do not fill
-    the matrix units. ``weights_bandwidth`` prices the weight bytes at another rate (weights
-    offloaded to host memory, streamed over PCIe); the other bytes stay at ``bandwidth``.
-    The pure roofline is the default.
-    """
-    bw: Any = bandwidth
-    if gemv_bandwidth is not None and gemv_bandwidth != bandwidth:
-        bw = np.where(cost.tokens == 1, gemv_bandwidth, bandwidth)
-    if weights_bandwidth is not None:
-        op_mem = cost.bytes_weights / weights_bandwidth + (cost.bytes - cost.bytes_weights) / bw
-    else:
-        op_mem = cost.bytes / bw
-    op_comp = cost.flops / peak
-    if half_tokens:
-        op_comp = op_comp * (1.0 + half_tokens / cost.tokens)
-    if attention_peak is not None and attention_peak != peak:
-        attn = np.isin(np.asarray(cost.operators), ATTENTION_OPERATORS)
-        op_comp[attn] = cost.flops[attn] / attention_peak
-    return op_mem, op_comp
-
-
-def combine(op_mem: Array, op_comp: Array, overlap: float = 1.0) -> Array:
-    """Operator time from its memory and compute time: max + (1 - overlap) x min.
-
-    ``overlap`` = 1 is the roofline (the shorter side hides under the longer, as on GPUs
-    whose copy engines and tensor cores run concurrently); 0 adds the two, which is what
-    a CPU measures when the same cores stream the weights and do the arithmetic.
-    """
-    hi = np.maximum(op_mem, op_comp)
-    if overlap >= 1.0:
-        return hi
-    return hi + (1.0 - overlap) * np.minimum(op_mem, op_comp)
-
-
 def step_time(
     cost: PassCost,
     hardware: Hardware | str,
@@ -148,29 +97,17 @@ def step_time(
     """
     hw = load_hardware(hardware)
     tp = int(check_min("tp", tp, 1, integer=True))
-    comm: Any = 0.0
-    if tp > 1:
-        if hw.interconnect_bytes_per_s is None:
-            raise SpecroofError(f"tp={tp} needs an interconnect bandwidth, which {hw.id!r} does not list")
-        per_allreduce = 2.0 * (tp - 1) / tp * np.asarray(cost.allreduce_bytes) / hw.interconnect_bytes_per_s
-        comm = 2 * cost.n_layers * per_allreduce
     dtype = dtype or cost.compute_dtype
-    bw = hw.bandwidth(efficiency)
-    peak = hw.peak(dtype, efficiency)
+    hw.peak(dtype, efficiency)  # an unknown dtype, or one the profile has no peak for: the profile says which
+    tm = hw.time_model(efficiency)
     if overhead_s is None:
-        overhead_s = hw.pass_overhead_s + cost.n_layers * hw.layer_overhead_s
-    elif overhead_s < 0:
-        raise SpecroofError(f"overhead_s must be >= 0 (got {overhead_s})")
-    op_mem, op_comp = operator_times(
-        cost,
-        bw * tp,
-        peak * tp,
-        gemv_bandwidth=hw.gemv_bandwidth(efficiency) * tp,
-        attention_peak=hw.attention_peak(dtype, efficiency) * tp,
-        half_tokens=hw.matmul_half_tokens,
-        weights_bandwidth=None if hw.weights_link_bytes_per_s is None else hw.weights_link_bytes_per_s * tp,
-    )
-    op_t = combine(op_mem, op_comp, hw.overlap)
+        overhead_s = tm.overhead_s(cost.n_layers)
+    elif not (np.isfinite(overhead_s) and overhead_s >= 0):
+        raise SpecroofError(f"overhead_s must be >= 0 and finite (got {overhead_s})")
+    op_mem, op_comp = tm.operator_times(cost, dtype, tp)
+    op_t = combine(op_mem, op_comp, tm.overlap)
+    comm = tm.allreduce_s(cost, tp)
+    peak, bw = tm.peak(dtype), tm.bandwidth_bytes_per_s
     return StepTime(
         operators=cost.operators,
         op_memory_s=op_mem,

@@ -28,7 +28,7 @@ from measure.timing import time_fn
 from roofline.errors import SpecroofError, check_choice, check_min
 from roofline.hardware import Hardware, load_hardware
 from roofline.model import ModelSpec, get_model
-from roofline.roofline import pass_time
+from roofline.passtime import pass_time
 
 KEY = ("model", "dtype", "batch", "new_tokens", "context", "tree")
 

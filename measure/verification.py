@@ -1,4 +1,4 @@
-"""Verification rules in torch, batched, mirroring ``roofline.sampling`` exactly.
+"""Verification rules in torch, batched, mirroring ``roofline.verification`` exactly.
 
 Same semantics and the same uniforms give the same tokens as the numpy rules.
 No Python loop over the batch; chain verification is a fixed number of tensor
@@ -40,7 +40,7 @@ class TreeResultT:
 def process_logits(
     logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0
 ) -> torch.Tensor:
-    """Temperature (0 = greedy one-hot), top-k, top-p, min-p, as ``roofline.sampling.process_logits``."""
+    """Temperature (0 = greedy one-hot), top-k, top-p, min-p, as ``roofline.verification.process_logits``."""
     if torch.isnan(logits).any() or torch.isposinf(logits).any():
         raise SpecroofError("logits contain NaN or +inf")
     x = logits.double()
@@ -172,7 +172,7 @@ def verify_tree(
     generator: torch.Generator | None = None,
     validate: bool = True,
 ) -> TreeResultT:
-    """Multi-candidate tree verification for a batch; see ``roofline.sampling.verify_tree``.
+    """Multi-candidate tree verification for a batch; see ``roofline.verification.verify_tree``.
 
     p, q: (B, n + 1, V); node_tokens: (B, n); ``parents`` the tree's parent array.
     """

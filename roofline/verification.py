@@ -5,7 +5,7 @@ sampling (accept x with probability min(1, p(x)/q(x)), else sample the correctio
 from norm(max(p - q, 0)), a bonus token from the target when all are accepted),
 multi-candidate tree verification (SpecInfer: q kept; Sequoia: the rejected token
 removed from q), and greedy verification. Medusa's typical acceptance is offered
-and labelled lossy. ``measure.sampling`` mirrors these rules in torch with the
+and labelled lossy. ``measure.verification`` mirrors these rules in torch with the
 same semantics: given the same uniforms both return the same tokens.
 
 Shapes: a leading batch axis is optional everywhere. ``p`` holds target
