@@ -226,3 +226,17 @@ def fastest_decode_path(model: Any, repeats: int = 5) -> tuple[bool, str]:
         f"Plain decoding (the baseline every speedup is against) uses {how} for its one-token passes, the faster "
         f"path here ({fast * 1e3:.1f} ms against {slow * 1e3:.1f} ms per step)."
     )
+
+
+def one_token_step_s(model: Any, context: int = 64, repeats: int = 5) -> float:
+    """Seconds of one one-token pass of ``model`` at batch 1 (the fastest of a few): a real step to plan with."""
+    dev = model.device
+    model.setup_cache(1, context + 8)
+    token = torch.zeros(1, 1, dtype=torch.long, device=dev)
+
+    def step() -> None:
+        model.cache.rollback([context])
+        model(token)
+
+    with torch.no_grad():
+        return time_fn(step, warmup=2, repeats=repeats, device=dev).min_s

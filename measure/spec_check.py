@@ -31,14 +31,14 @@ import numpy as np
 import pandas as pd
 
 from measure.budget import Budget
-from measure.choose import DeviceChoice, fastest_decode_path, probe_and_choose
+from measure.choose import DeviceChoice, fastest_decode_path, one_token_step_s, probe_and_choose
 from measure.device import resolve_device
 from measure.fit import FitResult, fit, validate
 from measure.models import Transformer
 from roofline.errors import SpecroofError, check_min
 from roofline.hardware import Hardware, load_hardware
 from roofline.jsonio import dumps
-from roofline.passtime import crossover_tokens
+from roofline.passtime import crossover_tokens, pass_time
 from roofline.speculative import DraftModel, EarlyExit, speedup
 
 #: configuration ladders, smallest first: the planner takes the largest whose first repetition fits
@@ -88,18 +88,25 @@ def predicted_block_s(
     tokens: int,
     groups: int,
     context: int,
+    host_s: float = 0.0,
 ) -> float:
-    """Seconds a block (probes plus every drafter x gamma) should take, priced by ``hw`` at assumed acceptance."""
-    base = speedup(target.spec, EarlyExit(1), hw, 0.0, 0, batch, context, dtype)
-    t_base = float(base.t_target_step_s) * tokens
-    total = t_base * (1 + len(drafters) * len(gammas))  # the probes
+    """Seconds a block (probes, every drafter x gamma, one more sweep visit) should take at assumed acceptance.
+
+    Priced by ``hw`` with ``host_s`` added to every pass: the host cost of this harness's
+    passes, which the a-priori profile (microbenchmarks of single operations) does not see.
+    """
+    base = speedup(target.spec, EarlyExit(1), hw, 0.0, 0, batch, context, dtype, overhead_s=host_s)
+    t_step = float(base.t_target_step_s)
+    total = t_step * tokens * (1 + len(drafters) * len(gammas))  # the probes
     for d in drafters.values():
         cost = DraftModel(d.spec) if isinstance(d, Transformer) else EarlyExit(int(d), reuse_kv=False)
         alpha = PLAN_ALPHA["draft" if isinstance(d, Transformer) else "early exit"]
         for g in gammas:
-            r = speedup(target.spec, cost, hw, alpha, g, batch, context, dtype)
+            r = speedup(target.spec, cost, hw, alpha, g, batch, context, dtype, overhead_s=host_s)
             total += groups * tokens / float(r.expected_tokens) * float(r.t_round_s)
-    return total
+    # one more visit of every point of the verify sweeps (target and draft): 5 passes each, 2 contexts
+    points = len(sweep_tokens(gammas, [batch])) * 2
+    return total + 5 * points * (t_step + host_s)
 
 
 def plan_configs(
@@ -112,6 +119,7 @@ def plan_configs(
     batches: Sequence[int] | None = None,
     gammas: Sequence[int] | None = None,
     context: int = 96,
+    host_s: float = 0.0,
 ) -> dict[str, Any]:
     """The largest ladder step (or the given batches/gammas) whose first repetition fits ``seconds`` / 3.
 
@@ -125,12 +133,18 @@ def plan_configs(
     chosen = ladder[0]
     est = 0.0
     for bs, gs in ladder:
-        t = sum(predicted_block_s(target, drafters, hw, dtype, b, gs, tokens, _groups(b), context) for b in bs)
+        t = sum(predicted_block_s(target, drafters, hw, dtype, b, gs, tokens, _groups(b), context, host_s) for b in bs)
         if seconds is None or t <= seconds / 3 or (bs, gs) == ladder[0]:
             chosen, est = (bs, gs), t
         if seconds is None:
             break
-    return {"batches": list(chosen[0]), "gammas": list(chosen[1]), "tokens": tokens, "predicted_rep_s": est}
+    return {
+        "batches": list(chosen[0]),
+        "gammas": list(chosen[1]),
+        "tokens": tokens,
+        "predicted_rep_s": est,
+        "host_s_per_pass": host_s,
+    }
 
 
 def _groups(batch: int) -> int:
@@ -247,8 +261,20 @@ def spec_check(
             llc = choice.llc_bytes if choice is not None else None
             nbytes = int(max(4 * llc, 256 << 20)) if llc else None
             apriori_hw = measure_profile(path, dev, (dtype,), nbytes=nbytes)
+    # The a-priori roofline misses the host cost of each of this harness's passes (Python, dispatch), which
+    # dominates small models: time one real step of the smallest model and add the gap to every pass.
+    small = draft_model if draft_model is not None else target_model
+    host_s = max(0.0, one_token_step_s(small) - float(pass_time(small.spec, apriori_hw, 1, 1, 64, dtype).t_step_s))
     plan = plan_configs(
-        target_model, drafters, apriori_hw, dtype, tokens, bud.remaining_s if budget_s else None, batches, gammas
+        target_model,
+        drafters,
+        apriori_hw,
+        dtype,
+        tokens,
+        bud.remaining_s if budget_s else None,
+        batches,
+        gammas,
+        host_s=host_s,
     )
     (folder / "plan.json").write_text(dumps(plan | {"choice": choice.reasons if choice else None}))
     say(
