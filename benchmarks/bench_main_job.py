@@ -24,12 +24,15 @@ from benchmarks.record import record
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _run(cmd: list[str], hog: bool, cwd: Path) -> tuple[float, int]:
-    """Wall seconds and exit code of ``cmd``, with a busy-looping process beside it when ``hog``."""
+def _run(cmd: list[str], hog: bool, cwd: Path, log: Path) -> tuple[float, int]:
+    """Wall seconds and exit code of ``cmd`` (its output in ``log``), with a busy-looping process beside it when ``hog``."""
     hog_proc = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if hog else None
     try:
         t0 = time.perf_counter()
-        rc = subprocess.run(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+        with log.open("w") as f:
+            rc = subprocess.run(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT).returncode
+        if rc != 0:  # a failed run is a finding: show why
+            print(f"exit {rc}; the end of its output:\n" + log.read_text()[-3000:], file=sys.stderr)
         return time.perf_counter() - t0, rc
     finally:
         if hog_proc is not None:
@@ -59,7 +62,8 @@ def main() -> None:
         for label, cmd, kind in jobs:
             for hog in (False, True):
                 out = work / f"{kind}-{int(hog)}"
-                seconds, rc = _run([c.replace("{out}", str(out)) for c in cmd], hog, ROOT)
+                log = work / f"{kind}-{int(hog)}.log"
+                seconds, rc = _run([c.replace("{out}", str(out)) for c in cmd], hog, ROOT, log)
                 detail = ""
                 if kind == "report" and (out / "summary.json").exists():
                     s = json.loads((out / "summary.json").read_text())

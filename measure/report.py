@@ -68,6 +68,8 @@ def measurement_section(
                 "crossover": s["crossover"],
                 "noise": check.noise,
                 "seconds": s["payload"]["seconds"],
+                "speedup_rows": len(check.speedups),
+                "flagged_rows": int((check.speedups.get("flag", pd.Series(dtype=str)) != "").sum()),
                 "best_measured": _best(check.speedups, "speedup_measured"),
                 "best_predicted": _best(check.speedups, "speedup_predicted"),
             }

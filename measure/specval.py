@@ -85,6 +85,8 @@ QUIET_QUANTILE = 0.1
 
 #: a measured speedup may exceed its physical bound by this much before the row is flagged as noise
 BOUND_SLACK = 0.02
+#: the same for the wall-clock speedup, whose baseline steps carry host work the quiet statistic leaves out
+WALL_SLACK = 0.25
 
 
 @dataclass
@@ -344,7 +346,8 @@ def _summarise(
                 base_tps = 2.0 / sum(tpt)
                 tok, sec = map(sum, zip(*(_steady_of(r, batch) for r in spec_runs), strict=True))
                 acc = per.setdefault(
-                    (spec_runs[0].label, spec_runs[0].gamma), {"wall": [], "e2e": [], "runs": [], "spread": []}
+                    (spec_runs[0].label, spec_runs[0].gamma),
+                    {"wall": [], "e2e": [], "runs": [], "spread": []},
                 )
                 acc["wall"].append((tok / sec) / base_tps if sec > 0 else np.nan)
                 acc["e2e"].append(sum(r.n_tokens for r in spec_runs) / sum(r.decode_s for r in spec_runs) / base_tps)
@@ -370,9 +373,11 @@ def _summarise(
                 t = per_round[["t_round_s", "t_draft_s", "t_verify_s", "t_host_s"]].quantile(q)
                 measured = float(per_round["emitted"].mean() / t["t_round_s"] / (batch / t_base))
                 wall = float(np.nanmedian(acc["wall"]))
-                # a round takes at least its verify pass: no speedup beats tokens per round x step / verify
-                bound = m.mean_acceptance_length * t_base / float(t["t_verify_s"]) * (1 + BOUND_SLACK)
-                flag = "" if max(measured, wall) <= bound else "noise: above its physical bound"
+                # a round takes at least its verify pass: no speedup beats tokens per round x step / verify on
+                # the quiet machine; wall-clock ratios carry host work and drift too, so they get more slack
+                bound = m.mean_acceptance_length * t_base / float(t["t_verify_s"])
+                noisy = measured > bound * (1 + BOUND_SLACK) or wall > bound * (1 + WALL_SLACK)
+                flag = "noise: above its physical bound" if noisy else ""
                 rows.append(
                     {
                         "drafter": label,

@@ -426,12 +426,14 @@ def sequoia_dp_work(m_max: int, l_max: int, n_ranks: int) -> float:
     return float(m_max + 1) ** 2 * max(1, l_max - 1) * max(1, min(n_ranks, m_max))
 
 
-def sequoia_dp(p: Array, m_max: int, l_max: int) -> tuple[Array, IntArray, IntArray]:
+def sequoia_dp(p: Array, m_max: int, l_max: int) -> tuple[Array, IntArray, Array]:
     """Sequoia's recurrence, vectorised as max-plus convolutions.
 
     T[m, l, b]: best expected tokens of a subtree with m nodes (root included), at
     most l levels (root included) and b root children. Returns (T, best b for each
-    (m, l), argmax y for each (m, l, b)); -inf where infeasible.
+    (m, l), F = the best over b for each (m, l)); -inf where infeasible. The split y
+    behind each cell is not stored: :func:`_sequoia_tree` recovers it for the cells a
+    tree visits (a few hundred), which spares an argmax over every cell.
 
     Work: O(m_max^2 x l_max x K) for K = min(len(p), m_max) ranks (a root never has
     more children than nodes), memory O(m_max x l_max x K + m_max^2). A rank whose
@@ -448,11 +450,15 @@ def sequoia_dp(p: Array, m_max: int, l_max: int) -> tuple[Array, IntArray, IntAr
             "roofline.trees.MAX_DP_WORK"
         )
     T = np.full((m_max + 1, l_max + 1, K + 1), -np.inf)
-    Y = np.zeros((m_max + 1, l_max + 1, K + 1), dtype=np.int64)
     T[1, 1:, 0] = 1.0
     F = np.full((m_max + 1, l_max + 1), -np.inf)  # best over b
     F[1, 1:] = 1.0
     for level in range(2, l_max + 1):
+        if level > 2 and np.array_equal(F[:, level - 1], F[:, level - 2]):
+            # deeper levels no longer help any size: every later level equals this one, exactly
+            T[:, level:, :] = T[:, level - 1 : level, :]
+            F[:, level:] = F[:, level - 1 : level]
+            break
         sub = F[:, level - 1]
         Tl = T[:, level, :]
         # Rows (subtree sizes m) in ascending chunks that fit in a core's cache, each taken through every
@@ -467,27 +473,22 @@ def sequoia_dp(p: Array, m_max: int, l_max: int) -> tuple[Array, IntArray, IntAr
             child = np.where(ok, sub[np.clip(rest, 0, m_max)], -np.inf)  # child[m, y] = F[m - y, l - 1]
             zero = np.where(np.isfinite(child), 0.0, -np.inf)  # a p = 0 child: adds 0 where it can exist
             buf = np.empty_like(child)
-            at = np.arange(rows.size)
-            for b in range(1, K + 1):
+            # the first child leaves exactly the root (y = 1) on the left: one column, no search
+            Tl[r0:r1, 1] = 1.0 + (child[:, 1] * float(p[0]) if p[0] > 0 else zero[:, 1])
+            for b in range(2, K + 1):
                 pb = float(p[b - 1])
                 if pb > 0:
                     np.multiply(child, pb, out=buf)
                 else:
                     buf[...] = zero
-                if b == 1:  # the first child leaves exactly the root on the left
-                    first = buf[:, 1].copy()
-                    buf[...] = -np.inf
-                    buf[:, 1] = first + 1.0
-                else:
-                    buf += Tl[None, : r1 - 1, b - 1]
-                best_y = np.argmax(buf, axis=1)
-                Tl[r0:r1, b] = buf[at, best_y]
-                Y[r0:r1, level, b] = best_y
+                buf += Tl[None, : r1 - 1, b - 1]
+                # only the best value is kept: the tree builder recovers the argmax for the few cells it visits
+                np.max(buf, axis=1, out=Tl[r0:r1, b])
             r0 = r1
         T[1, level, 0] = 1.0
         F[:, level] = Tl.max(axis=1)
     B = np.argmax(T, axis=2)
-    return T, B, Y
+    return T, B, F
 
 
 def _times(p: float, v: float) -> float:
@@ -515,14 +516,28 @@ def sequoia_dp_reference(p: Sequence[float], m_max: int, l_max: int) -> list[lis
     return [[max(T[mm][level]) for level in range(l_max + 1)] for mm in range(m_max + 1)]
 
 
-def _sequoia_tree(T: Array, B: IntArray, Y: IntArray, m: int, level: int) -> Tree:
+def _split(T: Array, F: Array, p: Array, mm: int, ll: int, b: int) -> int:
+    """The y (nodes of the root and its first b - 1 children) behind T[mm, ll, b]."""
+    if b == 1:
+        return 1
+    y = np.arange(1, mm)
+    sub = F[mm - y, ll - 1]
+    child = (
+        np.where(np.isfinite(sub), sub * p[b - 1], -np.inf)
+        if p[b - 1] > 0
+        else np.where(np.isfinite(sub), 0.0, -np.inf)
+    )
+    return int(y[np.argmax(T[y, ll, b - 1] + child)])
+
+
+def _sequoia_tree(T: Array, B: IntArray, F: Array, p: Array, m: int, level: int) -> Tree:
     parents: list[int] = []
 
     def build(node: int, mm: int, ll: int, b: int) -> None:
         # peel children off from the last rank down: child b has m - y nodes
         subtrees = []
         while b >= 1:
-            y = int(Y[mm, ll, b]) if b > 1 else 1
+            y = _split(T, F, p, mm, ll, b)
             subtrees.append((mm - y, ll - 1))
             mm, b = y, b - 1
         for cm, cl in reversed(subtrees):
@@ -576,13 +591,13 @@ def optimal_tree(acceptance: AcceptanceModel | Sequence[float], n_nodes: int, ma
     d = int(check_min("max_depth", max_depth, 1, integer=True))
     model = acceptance if isinstance(acceptance, AcceptanceModel) else SiblingRankAcceptance(acceptance)
     if isinstance(model, SiblingRankAcceptance):
-        T, B, Y = sequoia_dp(model.p, n + 1, d + 1)
+        T, B, Fb = sequoia_dp(model.p, n + 1, d + 1)
         F = T.max(axis=2)
         table = F[1:, 1:].copy()
         table[~np.isfinite(table)] = np.nan
 
         def build(nn: int, dd: int) -> Tree:
-            return _sequoia_tree(T, B, Y, nn + 1, dd + 1)
+            return _sequoia_tree(T, B, Fb, model.p[: T.shape[2] - 1], nn + 1, dd + 1)
 
         # the budget is "at most n": more nodes never hurt, but a vector may run out of ranks
         best_n = int(np.nanargmax(table[:, d]))
