@@ -132,7 +132,7 @@ def main() -> None:
         f"{spec.name} with `torch.compile(model, dynamic=True)` (compiling both took "
         f"{compile_s:.0f} s): step {tc_step * 1e3:.0f} ms ({wbytes / tc_step / 1e9:.1f} GB/s), twin {tc_twin * 1e3:.2f} ms, "
         f"{tc_twin / tc_step:.1%} of a compiled step. The table uses `matvec=True`: `torch.mv` for one-token "
-        "passes (bf16 GEMM kernels stream ~30% slower for a single row on this CPU).\n"
+        "passes; which of the two paths streams faster depends on the CPU and its BLAS (compare the `matvec=False` line above; `measure.choose.fastest_decode_path` times both).\n"
     )
     record("decode bandwidth at batch 1 (CPU)", body, "python -m benchmarks.bench_model_bandwidth")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,42 @@ def _writable_dir(path: str, what: str) -> Path:
     except OSError as exc:
         raise SpecroofError(f"cannot write into {what} {path!r}: {exc.strerror}") from None
     return p
+
+
+def _keeps_on_interrupt(command: str) -> Callable[[Callable[[argparse.Namespace], int]], Callable[..., int]]:
+    """A measuring command whose Ctrl-C says what was saved and exits 130 instead of a traceback."""
+
+    def wrap(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+        def handler(args: argparse.Namespace) -> int:
+            try:
+                return run(args)
+            except KeyboardInterrupt:
+                return _interrupted(args.out, command)
+
+        return handler
+
+    return wrap
+
+
+def _interrupted(out: str | Path | None, command: str) -> int:
+    """Ctrl-C: say what is on disk and how to continue; exit 130 (the shell's code for SIGINT)."""
+    from measure.store import RESULTS, read_results
+
+    if out is None:
+        print(f"\ninterrupted: nothing was saved (no --out); rerun `specroof {command}` with --out", file=sys.stderr)
+        return 130
+    folder = Path(out)
+    rows = 0
+    for f in [folder / RESULTS, *folder.glob(f"sweep-*/{RESULTS}")]:
+        try:
+            rows += len(read_results(f))
+        except SpecroofError:
+            pass
+    runs = folder / "runs.jsonl"
+    n_runs = sum(1 for line in runs.open() if '"spec"' in line) if runs.exists() else 0
+    what = f"{rows} measured sweep visits" + (f" and {n_runs} speculative decoding runs" if n_runs else "")
+    print(f"\ninterrupted: saved {what} to {folder}; rerun with --resume to continue", file=sys.stderr)
+    return 130
 
 
 def cmd_measure_device(args: argparse.Namespace) -> int:
@@ -100,14 +137,8 @@ def cmd_measure_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+@_keeps_on_interrupt("measure sweep")
 def cmd_measure_sweep(args: argparse.Namespace) -> int:
-    try:
-        return _measure_sweep(args)
-    except KeyboardInterrupt:
-        return _interrupted(args.out, "measure sweep")
-
-
-def _measure_sweep(args: argparse.Namespace) -> int:
     from measure.device import resolve_device
     from measure.sweep import sweep
 
@@ -198,35 +229,8 @@ def cmd_measure_fit(args: argparse.Namespace) -> int:
     return 0
 
 
+@_keeps_on_interrupt("measure spec")
 def cmd_measure_spec(args: argparse.Namespace) -> int:
-    try:
-        return _measure_spec(args)
-    except KeyboardInterrupt:
-        return _interrupted(args.out, "measure spec")
-
-
-def _interrupted(out: str | Path | None, command: str) -> int:
-    """Ctrl-C: say what is on disk and how to continue; exit 130 (the shell's code for SIGINT)."""
-    from measure.store import RESULTS, read_results
-
-    if out is None:
-        print(f"\ninterrupted: nothing was saved (no --out); rerun `specroof {command}` with --out", file=sys.stderr)
-        return 130
-    folder = Path(out)
-    rows = 0
-    for f in [folder / RESULTS, *folder.glob(f"sweep-*/{RESULTS}")]:
-        try:
-            rows += len(read_results(f))
-        except SpecroofError:
-            pass
-    runs = folder / "runs.jsonl"
-    n_runs = sum(1 for line in runs.open() if '"spec"' in line) if runs.exists() else 0
-    what = f"{rows} measured sweep visits" + (f" and {n_runs} speculative decoding runs" if n_runs else "")
-    print(f"\ninterrupted: saved {what} to {folder}; rerun with --resume to continue", file=sys.stderr)
-    return 130
-
-
-def _measure_spec(args: argparse.Namespace) -> int:
     from measure.device import resolve_device
     from measure.spec_check import spec_check
 
