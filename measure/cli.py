@@ -325,7 +325,12 @@ def register(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     p.add_argument("--hardware", default=None, help="profile for the predicted column (e.g. a measured TOML)")
     p.add_argument("--repeats", type=int, default=5, help="timed passes per visit of a point")
     p.add_argument("--rounds", type=int, default=1, help="most shuffled visits of the grid (samples pooled)")
-    p.add_argument("--budget", type=float, default=None, help="seconds; no new visit once spent (first visits always)")
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=600.0,
+        help="seconds (default 600); no new visit once spent (first visits always)",
+    )
     p.add_argument("--out", default=None, help="folder for results.csv + meta.json (every visit saved as measured)")
     g2 = p.add_mutually_exclusive_group()
     g2.add_argument("--resume", action="store_true", help="continue the sweep saved in --out")

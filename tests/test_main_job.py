@@ -55,7 +55,10 @@ def _wait_for(path: Path, text: str, proc: subprocess.Popen, timeout: float = 12
 
 # the report with a last section that never ends: the finished ones must already be on disk
 _SLOW = """
-import sys, time
+import signal, sys, time
+# a shell's background job inherits SIGINT ignored, and Python then never raises KeyboardInterrupt:
+# restore the default so Ctrl-C is what this test sends, wherever the suite runs
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import roofline.report as r
 real = r.trees_section
 def slow(*a, **k):
