@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# The measured path on a GPU in one run: device, microbenchmarks, a verify sweep of a
-# Llama-3.1-8B-shaped model (random bf16 weights), the fit and its validation, then the
-# offline pair's speculative decoding, predicted against measured. Written for an H200 (about
-# 8 minutes is the estimate); checked end to end on the CPU only, as no GPU was lent so far.
+# The measured path on a GPU in one run, sized for a 15-minute lease (about 5 minutes here):
+# the engine's own cost (eager against CUDA-graph decode steps), device, microbenchmarks, a
+# verify sweep of a Llama-3.1-8B-shaped model (random bf16 weights), the fit and its
+# validation, the offline pair's speculative decoding (predicted against measured), and the
+# main job (`specroof report --quick`). Each step has its own time limit and log, so one
+# that fails or hangs does not take the others with it; the exit status counts the failures.
 #
 #   bash benchmarks/gpu.sh [OUT_DIR]        (default: $OUT, else ./gpu-out)
+#   STEPS="spec report" bash benchmarks/gpu.sh    (some steps only: a rerun after a fix)
 #
 # Everything lands in OUT_DIR as a few files (a tarball of the folders), so that a machine
 # that only returns a handful of files returns all of it. The plumbing can be checked on a
 # CPU with small settings:
-#   DEVICE=cpu MODEL=llama-68m TOKENS=1,2,4,8,16 CONTEXT=128 BATCH=1,4 SPEC_REPEATS=1 \
-#     SPEC_GAMMA=2,4 SPEC_TOKENS=16 WIDTH=4 bash benchmarks/gpu.sh /tmp/gpu-check
-set -euo pipefail
+#   DEVICE=cpu MODEL=llama-68m TOKENS=1,2,4 CONTEXT=128 BATCH=1 SPEC_BUDGET=20 \
+#     SWEEP_BUDGET=10 ENGINE_REPEATS=3 bash benchmarks/gpu.sh /tmp/gpu-check
+set -uo pipefail
 
 out=${1:-${OUT:-gpu-out}}
 mkdir -p "$out"
@@ -22,9 +25,21 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 device=${DEVICE:-cuda}
 model=${MODEL:-llama-3.1-8b}
 batch=${BATCH:-1,4,16}
-tokens=${TOKENS:-1,2,4,8,16,32,64,128,256,512}
-context=${CONTEXT:-512,4096}
-specroof() { "$py" -m roofline.cli "$@"; }
+tokens=${TOKENS:-1,2,4,8,16,32,64,128,256}
+context=${CONTEXT:-512}
+failed=0
+# step NAME LIMIT_S COMMAND...: run with a time limit, log to $work/NAME.log, count a failure
+step() {
+    local name=$1 limit=$2
+    shift 2
+    case " ${STEPS:-engine device bench sweep fit spec report} " in *" $name "*) ;; *) return 0 ;; esac
+    [ "$1" = specroof ] && { shift; set -- "$py" -m roofline.cli "$@"; }
+    echo "== $name (limit ${limit}s) $(date -u +%T)"
+    timeout "$limit" "$@" > >(tee "$work/$name.log") 2>&1
+    local rc=$?
+    echo "== $name: exit $rc"
+    [ "$rc" -eq 0 ] || failed=$((failed + 1))
+}
 
 {
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -32,16 +47,18 @@ specroof() { "$py" -m roofline.cli "$@"; }
     "$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
 } | tee "$out/machine.txt"
 
-specroof measure device --device "$device" --json >"$out/device.json"
-specroof measure bench --device "$device" --dtype bf16 --out "$work/apriori-profile.toml" --json >"$out/bench.json"
+step engine 120 "$py" -m benchmarks.bench_engine_overhead --device "$device" --repeats "${ENGINE_REPEATS:-50}" --json "$out/engine.json"
+step device 30 specroof measure device --device "$device" --json
+step bench 90 specroof measure bench --device "$device" --dtype bf16 --out "$work/apriori-profile.toml" --json
+step sweep "$((${SWEEP_BUDGET:-60} + 60))" specroof measure sweep --model "$model" --device "$device" --dtype bf16 \
+    --hardware "$work/apriori-profile.toml" --batch "$batch" --tokens "$tokens" --context "$context" \
+    --repeats 5 --rounds 3 --budget "${SWEEP_BUDGET:-60}" --out "$work/sweep"
+step fit 60 specroof measure fit --sweep "$work/sweep" --hardware "$work/apriori-profile.toml" --json
+step spec "$((${SPEC_BUDGET:-75} + 60))" specroof measure spec --pair offline --early-exit 1 --device "$device" \
+    --budget "${SPEC_BUDGET:-75}" --out "$work/spec" --json
+step report 120 specroof report --quick --out "$work/report"
 
-specroof measure sweep --model "$model" --device "$device" --dtype bf16 --hardware "$work/apriori-profile.toml" \
-    --batch "$batch" --tokens "$tokens" --context "$context" --repeats 5 --rounds 3 --out "$work/sweep"
-specroof measure fit --sweep "$work/sweep" --hardware "$work/apriori-profile.toml" --json | tee "$out/fit.json"
-
-specroof measure spec --pair offline --early-exit 1 --device "$device" --width "${WIDTH:-16}" \
-    --gamma "${SPEC_GAMMA:-1,2,4,6,8}" --batch 1,4 --tokens "${SPEC_TOKENS:-48}" --repeats "${SPEC_REPEATS:-3}" \
-    --out "$work/spec" --json >"$out/spec.json"
-
-tar czf "$out/gpu-run.tgz" -C "$work" .
-echo "wrote $out: machine.txt device.json bench.json fit.json spec.json gpu-run.tgz"
+cat "$work"/*.log >"$out/all.log" 2>/dev/null
+tar czf "$out/gpu-run.tgz" -C "$work" .  # at most 8 files come back: machine.txt engine.json all.log gpu-run.tgz
+echo "wrote $out ($failed step(s) failed)"
+exit "$failed"

@@ -47,12 +47,16 @@ def machine() -> str:
     )
 
 
-def record(name: str, body: str, command: str) -> None:
-    """Replace (or append) the section ``name`` of BENCHMARKS.md with ``body``."""
-    today = _dt.date.today().isoformat()
+def record(name: str, body: str, command: str, machine_line: str | None = None, date: str | None = None) -> None:
+    """Replace (or append) the section ``name`` of BENCHMARKS.md with ``body``.
+
+    ``machine_line``/``date`` name another machine and day (figures measured on a lent GPU
+    and brought back as a file); by default, this machine and today.
+    """
+    today = date or _dt.date.today().isoformat()
     section = (
         f"<!-- bench:{name} -->\n## {name}\n\n"
-        f"Machine: {machine()}  \nDate: {today}  \nReproduce: `{command}`\n\n{body.strip()}\n"
+        f"Machine: {machine_line or machine()}  \nDate: {today}  \nReproduce: `{command}`\n\n{body.strip()}\n"
         f"<!-- /bench:{name} -->\n"
     )
     text = (

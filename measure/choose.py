@@ -30,7 +30,7 @@ from measure.timing import time_fn
 from roofline.model import ModelSpec
 
 #: widening factors tried for the pair's target (powers of two: widening is exact for them)
-WIDTHS = (1, 2, 4, 8, 16)
+WIDTHS = (1, 2, 4, 8, 16, 32)
 
 
 @dataclass(frozen=True)
@@ -124,16 +124,27 @@ def choose_dtype(rates: dict[str, float], kind: str) -> tuple[str, str]:
 
 
 def choose_width(
-    base: ModelSpec, dtype: str, stream_bytes_per_s: float, t_token_s: float, widths: tuple[int, ...] = WIDTHS
+    base: ModelSpec,
+    dtype: str,
+    stream_bytes_per_s: float,
+    t_token_s: float,
+    widths: tuple[int, ...] = WIDTHS,
+    memory_bytes: float | None = None,
 ) -> int:
-    """The widest factor whose one-token pass streams the weights in at most ``t_token_s`` (at least the first)."""
+    """The widest factor whose one-token pass streams the weights in at most ``t_token_s`` (at least the first).
+
+    ``memory_bytes`` (the device's): widening holds fp32 copies of the weights beside the
+    result, so a width whose weights exceed an eighth of it is not considered.
+    """
     from measure.pair import widened_spec
 
     bytes_per = 4.0 if dtype == "fp32" else 2.0
     best = widths[0]
     for w in widths:
         spec = widened_spec(base, w) if w > 1 else base
-        if spec.total_params * bytes_per / stream_bytes_per_s <= t_token_s:
+        nbytes = spec.total_params * bytes_per
+        fits = memory_bytes is None or nbytes <= memory_bytes / 8
+        if fits and nbytes / stream_bytes_per_s <= t_token_s:
             best = w
     return best
 
@@ -165,7 +176,11 @@ def probe_and_choose(
         chosen = dtype
     stream = stream_rate(dev, int(max(4 * (llc or 0), 256 << 20)) if dev.type == "cpu" else 1 << 30)
     base = PairConfig().target_spec()
-    w = width if width is not None else choose_width(base, chosen, stream, t_token_s)
+    w = (
+        width
+        if width is not None
+        else choose_width(base, chosen, stream, t_token_s, memory_bytes=info.get("memory_bytes"))
+    )
     spec = widened_spec(base, w) if w > 1 else base
     nbytes = spec.total_params * (4.0 if chosen == "fp32" else 2.0)
     t1 = nbytes / stream
@@ -176,7 +191,7 @@ def probe_and_choose(
     )
     reasons.append(
         f"Target: the offline pair's target widened x{w} ({spec.total_params / 1e9:.2f}e9 weights, "
-        f"{nbytes / 1e9:.2f} GB in {chosen}), {where}; a one-token pass streams it in about {t1 * 1e3:.0f} ms "
+        f"{nbytes / 1e9:.2f} GB in {chosen}), {where}; a one-token pass streams it in about {t1 * 1e3:.2g} ms "
         f"at the measured {stream / 1e9:.0f} GB/s" + (" (width asked for)." if width is not None else ".")
     )
     return DeviceChoice(

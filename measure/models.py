@@ -285,6 +285,19 @@ def _fuse_hf_projections(raw: dict[str, torch.Tensor], n_layers: int) -> dict[st
     return state
 
 
+def avoid_per_shape_attention_plans() -> None:
+    """Keep SDPA off cuDNN's backend on CUDA (process-wide).
+
+    cuDNN's attention builds an execution plan for every new shape. Decoding changes the
+    key length on every pass (and speculative rounds change the query count), so almost
+    every pass is a first use: on an H200 (torch 2.11) the first speculative run took
+    2.1 s where the next took 71 ms, and batch-4 rounds whose ragged lengths kept
+    producing new shapes measured 40 ms per pass instead of 3 (benchmarks/diag_batched_gpu.py).
+    Flash and memory-efficient attention launch the same kernel for any length.
+    """
+    torch.backends.cuda.enable_cudnn_sdp(False)
+
+
 class Transformer(nn.Module):
     """Llama-style decoder LM over a static batched KV cache (see the module docstring)."""
 
@@ -341,6 +354,8 @@ class Transformer(nn.Module):
         """Allocate the static cache (and RoPE tables) for ``max_batch`` sequences of ``max_seq`` tokens."""
         if max_seq > self.spec.max_context:
             raise SpecroofError(f"max_seq {max_seq} exceeds the model's max context {self.spec.max_context}")
+        if self.device.type == "cuda":
+            avoid_per_shape_attention_plans()
         self.cache = KVCache(self.spec, max_batch, max_seq, self.dtype, self.device)
         cos, sin = rope_frequencies(self.spec.head_dim, max_seq, self.rope)
         self._cos, self._sin = cos.to(self.device), sign_half(sin).to(self.device)

@@ -83,6 +83,9 @@ def _probe(target: Transformer, prompts: list[list[int]], max_new_tokens: int) -
 #: pass, while the 10th percentile is stable and still below the interference.
 QUIET_QUANTILE = 0.1
 
+#: new tokens of the untimed run before a configuration's first timed one
+WARMUP_TOKENS = 8
+
 #: a measured speedup may exceed its physical bound by this much before the row is flagged as noise
 BOUND_SLACK = 0.02
 #: the same for the wall-clock speedup, whose baseline steps carry host work the quiet statistic leaves out
@@ -239,6 +242,7 @@ def measure_speedups(
     bar = _progress(repeats * per_rep, progress)
     rng = np.random.default_rng(seed)
     runs: list[Run] = [r for rs in blocks.values() for r in rs]
+    warmed: set[tuple[str, int, int]] = set()
     try:
         for rep in range(repeats):
             perm = {b: rng.permutation(len(configs)) for b in groups}  # drawn even when resumed: same order
@@ -253,7 +257,7 @@ def measure_speedups(
                 if before_block is not None:
                     before_block(rep * len(groups) + k)
                 block = _measure_block(
-                    target, drafters, configs, perm[batch], grps, rep, batch, max_new_tokens, jr, bar
+                    target, drafters, configs, perm[batch], grps, rep, batch, max_new_tokens, jr, bar, warmed
                 )
                 block_s[(rep, batch)] = time.perf_counter() - t0
                 jr.end_block(rep, batch, block_s[(rep, batch)])
@@ -268,6 +272,14 @@ def measure_speedups(
     return _summarise(runs, drafters, gammas, prompts_by_batch, max_new_tokens, statistic, q)
 
 
+def _warm_up(target: Transformer, drafter: Any, prompts: list[list[int]], gamma: int) -> None:
+    """An untimed short run of a configuration (``drafter`` None: the baseline), a few rounds long."""
+    if drafter is None:
+        autoregressive_generate(target, prompts, WARMUP_TOKENS)
+    else:
+        speculative_generate(target, drafter, prompts, gamma, max(WARMUP_TOKENS, 3 * (gamma + 1)))
+
+
 def _measure_block(
     target: Transformer,
     drafters: dict[str, Any],
@@ -279,14 +291,26 @@ def _measure_block(
     max_new_tokens: int,
     jr: Journal,
     bar: WorkBar,
+    warmed: set[tuple[str, int, int]],
 ) -> list[Run]:
-    """One (repetition, batch) block: a probe, then each configuration followed by a probe, all journalled."""
+    """One (repetition, batch) block: a probe, then each configuration followed by a probe, all journalled.
+
+    Every configuration's first run in this process is preceded by a short untimed one
+    (``warmed`` remembers which ran): a first use of a shape loads kernels and picks
+    algorithms, which on a GPU costs more than the whole timed run.
+    """
+    if ("probe", batch, 0) not in warmed:
+        _warm_up(target, None, grps[0], 0)
+        warmed.add(("probe", batch, 0))
     out = [Run.of("probe", rep, batch, "", 0, _probe(target, grps[0], max_new_tokens))]
     jr.run(out[-1])
     bar.update(1)
     n_probes = 1
     for j in order:  # a shuffled order per repetition: drift cannot line up with gamma
         label, g = configs[j]
+        if (label, batch, g) not in warmed:
+            _warm_up(target, drafters[label], grps[0], g)
+            warmed.add((label, batch, g))
         for grp in grps:
             out.append(
                 Run.of(

@@ -26,6 +26,7 @@ def _commands() -> list[list[str]]:
     cmds = []
     for line in text.splitlines():
         line = line.strip()
+        line = re.sub(r'^step \S+ ("[^"]*"|\S+) ', "", line)  # step NAME LIMIT_S COMMAND...
         if line.startswith("specroof "):
             words = shlex.split(line.split(">")[0].split("|")[0])
             cmds.append(words[1:])

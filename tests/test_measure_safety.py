@@ -121,7 +121,8 @@ def test_width_choice_fits_the_time_per_token():
     base = PairConfig().target_spec()
     assert choose_width(base, "bf16", 25e9, 0.02) == 8  # 0.44 GB at 25 GB/s: 18 ms
     assert choose_width(base, "fp32", 25e9, 0.02) == 4  # fp32 doubles the bytes
-    assert choose_width(base, "bf16", 3e12, 0.02) == 16  # a GPU: the widest
+    assert choose_width(base, "bf16", 3e12, 0.02) == 32  # a GPU: the widest
+    assert choose_width(base, "bf16", 3e12, 0.02, memory_bytes=24e9) == 16  # x32's 7 GB would not fit 24 GB / 8
     assert choose_width(base, "bf16", 1e6, 0.001) == 1  # never below the trained pair itself
 
 

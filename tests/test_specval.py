@@ -63,6 +63,23 @@ def _fake_machine(monkeypatch: pytest.MonkeyPatch, step_s, round_factor) -> None
 
     monkeypatch.setattr(sv, "autoregressive_generate", fake_base)
     monkeypatch.setattr(sv, "speculative_generate", fake_spec)
+    monkeypatch.setattr(sv, "_warm_up", lambda *a, **k: None)  # the fake machine has no first-use cost
+
+
+def test_each_configuration_is_warmed_once_before_its_first_timed_run(monkeypatch: pytest.MonkeyPatch):
+    """A first use of a shape costs more than a run on a GPU: one untimed run per configuration, then none."""
+    import measure.specval as sv
+
+    seen: list[tuple] = []
+    _fake_machine(monkeypatch, lambda call, i: 0.05, lambda call, r: 1.0)
+    monkeypatch.setattr(sv, "_warm_up", lambda target, drafter, prompts, g: seen.append((drafter, len(prompts), g)))
+    from measure.specval import measure_speedups
+
+    measure_speedups(None, {"a": 1, "b": 2}, {1: [[0], [0]], 2: [[0], [0]]}, [1, 3], max_new_tokens=8, repeats=2)
+    # per batch size: the baseline once, and each (drafter, gamma) once, over both repetitions
+    assert sorted(seen, key=str) == sorted(
+        [(None, b, 0) for b in (1, 2)] + [(d, b, g) for d in (1, 2) for b in (1, 2) for g in (1, 3)], key=str
+    )
 
 
 def _measure(tokens: int, statistic: str = "min") -> pd.DataFrame:
