@@ -166,6 +166,7 @@ def _fake_runs(monkeypatch, slow_probe_every: int = 0):
 
     monkeypatch.setattr(sv, "autoregressive_generate", fake_base)
     monkeypatch.setattr(sv, "speculative_generate", fake_spec)
+    monkeypatch.setattr(sv, "_warm_up", lambda *a, **k: None)  # counted runs are the timed ones
     return calls
 
 
