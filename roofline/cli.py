@@ -171,10 +171,22 @@ def cmd_hardware_show(args: argparse.Namespace) -> int:
 
 
 def cmd_roofline(args: argparse.Namespace) -> int:
+    _weight_only(args)
     spec = model_from_args(args)
     hw = load_hardware(args.hardware)
     batch, tokens, context = args.batch, args.tokens, args.context
-    st = pass_time(spec, hw, batch, tokens, context, args.dtype, weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype)
+    st = pass_time(
+        spec,
+        hw,
+        batch,
+        tokens,
+        context,
+        args.dtype,
+        weight_dtype=args.weight_dtype,
+        kv_dtype=args.kv_dtype,
+        tp=args.tp,
+        engine=args.engine,
+    )
     k = int(
         crossover_tokens(spec, hw, batch, context, args.dtype, weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype)
     )
@@ -185,7 +197,10 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     payload = {
         "hardware": hw.id,
         "model": spec.name,
+        "engine": args.engine or "roofline",
         "dtype": args.dtype,
+        "weight_dtype": args.weight_dtype or args.dtype,
+        "tp": args.tp,
         "batch": batch,
         "new_tokens": tokens,
         "context": context,
@@ -207,7 +222,11 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     }
     table = "\n".join(
         [
-            f"{spec.name} on {hw.name}, {args.dtype}, batch {batch}, {tokens} new token(s), context {context}",
+            f"{spec.name} on {hw.name}, {args.dtype}"
+            + (f" (weights {args.weight_dtype})" if args.weight_dtype else "")
+            + (f", TP{args.tp}" if args.tp > 1 else "")
+            + f", batch {batch}, {tokens} new token(s), context {context}"
+            + (f", engine {args.engine}" if args.engine else " (datasheet roofline, no engine)"),
             f"  bytes moved        {format_quantity(payload['total_bytes'], 'B')}"
             f"  (weights {format_quantity(payload['weight_bytes'], 'B')}, KV read {format_quantity(payload['kv_read_bytes'], 'B')})",
             f"  FLOPs              {format_quantity(payload['flops'], 'FLOP')}",
@@ -246,6 +265,14 @@ def cmd_roofline(args: argparse.Namespace) -> int:
 def cmd_speedup(args: argparse.Namespace) -> int:
     from roofline.speculative import expected_tokens, ideal_speedup, optimal_gamma
 
+    if args.target is not None or args.drafter is not None:
+        return _speedup_priced(args)
+    if args.alpha is None or args.c is None:
+        raise SpecroofError(
+            "give --alpha and --c (the idealised form), or --hardware --target --drafter --mean-accepted (a priced one)"
+        )
+    if args.gamma is None:
+        args.gamma = "auto"
     if args.gamma == "auto":
         g, s = optimal_gamma(args.alpha, args.c, args.max_gamma)
         gamma, sp = int(g), float(s)
@@ -258,6 +285,54 @@ def cmd_speedup(args: argparse.Namespace) -> int:
     e = float(expected_tokens(args.alpha, gamma))
     payload = {"alpha": args.alpha, "c": args.c, "gamma": gamma, "expected_tokens": e, "speedup": sp}
     emit(args, payload, f"alpha {args.alpha}, c {args.c}: gamma {gamma} -> {e:.3f} tokens per round, speedup {sp:.3f}x")
+    return 0
+
+
+def _speedup_priced(args: argparse.Namespace) -> int:
+    """``speedup --hardware --target --drafter --mean-accepted``: one configuration priced by the cost model."""
+    from roofline.speculative import predict_speedup
+
+    missing = [f for f in ("hardware", "target", "drafter") if getattr(args, f) is None]
+    if missing:
+        raise SpecroofError("a priced speedup needs " + ", ".join(f"--{m}" for m in missing))
+    if args.mean_accepted is None and args.alpha is None:
+        raise SpecroofError("give --mean-accepted (tokens per round, bonus included) or --alpha")
+    if args.tree is not None and args.gamma not in (None,):
+        raise SpecroofError("--gamma and --tree exclude each other")
+    _weight_only(args)
+    gamma: Any = args.gamma
+    if gamma not in (None, "heuristic"):
+        try:
+            gamma = int(gamma)
+        except ValueError:
+            raise SpecroofError(f"--gamma must be a whole number or 'heuristic' (got {args.gamma!r})") from None
+    r = predict_speedup(
+        hardware=args.hardware,
+        target=args.target,
+        drafter=args.drafter,
+        mean_accepted=args.mean_accepted,
+        alpha=args.alpha,
+        gamma=gamma,
+        tree=args.tree,
+        engine=args.engine,
+        batch=args.batch,
+        context=args.context,
+        dtype=args.dtype,
+        weight_dtype=args.weight_dtype,
+        tp=args.tp,
+    )
+    payload = r.to_dict() | {"hardware": args.hardware, "target": args.target}
+    shape = f"tree of {r.tree_nodes} nodes" if r.tree_nodes else f"gamma {r.gamma:g}"
+    text = "\n".join(
+        [
+            f"{args.target} + {r.drafter} ({shape}) on {args.hardware}, engine {r.engine}: speedup {r.speedup:.2f}x",
+            f"  {r.mean_accepted:.2f} tokens per round of {r.t_round_s * 1e3:.2f} ms "
+            f"(draft {r.t_draft_s * 1e3:.2f}, verify {r.t_verify_s * 1e3:.2f}, host {r.t_round_host_s * 1e3:.2f})"
+            f" against one token per {r.t_base_s * 1e3:.2f} ms",
+            f"  {r.tokens_per_s:.1f} tokens/s against {r.baseline_tokens_per_s:.1f}",
+        ]
+    )
+    emit(args, payload, text)
     return 0
 
 
@@ -420,7 +495,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
             f"this plan has {cells:,} configurations (hardware x batch x context x gamma x drafters), over "
             f"{PLAN_MAX_CELLS:,}: narrow --batch/--context or lower --max-gamma"
         )
-    kw = dict(gammas=range(0, args.max_gamma + 1), dtype=args.dtype, tp=args.tp)
+    _weight_only(args)
+    kw = dict(
+        gammas=range(0, args.max_gamma + 1),
+        dtype=args.dtype,
+        tp=args.tp,
+        engine=args.engine,
+        weight_dtype=args.weight_dtype,
+    )
     hardware = [_with_offload(h, args.offload) for h in args.hardware]
     table = plan(hardware, args.target, drafters, acceptance, batch=args.batch, context=args.context, **kw)
     best = []
@@ -517,6 +599,7 @@ def cmd_tree(args: argparse.Namespace) -> int:
             budgets=sorted({b for b in (1, 2, 4, 8, 16, 32, 64, 128) if b < args.budget} | {args.budget}),
             max_depth=args.max_depth,
             dtype=args.dtype,
+            engine=args.engine,
         )
         b = choice.best
         payload["hardware_choice"] = {
@@ -532,6 +615,60 @@ def cmd_tree(args: argparse.Namespace) -> int:
         fig.savefig(args.plot, dpi=110)
     emit(args, payload, "\n".join(lines))
     return 0
+
+
+# -- validation against published measurements ---------------------------------------
+
+
+def cmd_validate_published(args: argparse.Namespace) -> int:
+    from roofline.published import calibrate, error_summary, validation_table, write_fitted
+
+    if args.write and not args.fit:
+        raise SpecroofError("--write writes a fitted engine: give --fit ENGINE")
+    engines = {}
+    lines = []
+    if args.fit:
+        fitted, _ = calibrate(args.fit)
+        engines[fitted.name] = fitted
+        lines.append(f"fitted {fitted.name} on its calibration rows:")
+        lines += [f"  {k} = {v:.6g}" for k, v in _engine_params(fitted).items()]
+        if args.write:
+            for path in write_fitted(fitted):
+                lines.append(f"  wrote {path}")
+    table = validation_table(engines=engines)
+    if args.use != "all":
+        table = table[table["use"] == args.use]
+    summary = error_summary(table)
+    if args.plot:
+        from roofline.plot import published_scatter
+
+        published_scatter(table).savefig(args.plot, dpi=120)
+    payload = {
+        "rows": table.to_dict(orient="records"),
+        "summary": summary.to_dict(orient="records"),
+        **({"fitted": _engine_params(engines[args.fit])} if args.fit else {}),
+    }
+    shown = table.assign(
+        published=table["published"].map(lambda v: f"{v:.3g}"),
+        roofline=table["roofline"].map(lambda v: "" if pd.isna(v) else f"{v:.3g}"),
+        engine_aware=table["engine_aware"].map(lambda v: "" if pd.isna(v) else f"{v:.3g}"),
+        error_roofline=table["error_roofline"].map(lambda v: "" if pd.isna(v) else f"{100 * v:+.0f}%"),
+        error_engine=table["error_engine"].map(lambda v: "" if pd.isna(v) else f"{100 * v:+.0f}%"),
+    )[["source", "use", "kind", "engine", "setup", "metric", "published", "roofline", "error_roofline",
+       "engine_aware", "error_engine", "note"]]  # fmt: skip
+    text = "\n".join(lines + [shown.to_string(index=False), "", "median and max |error| per kind:"])
+    pct = summary.copy()
+    for c in pct.columns:
+        if "error" in c:
+            pct[c] = pct[c].map(lambda v: f"{100 * v:.1f}%")
+    emit(args, payload, text + "\n" + pct.to_string(index=False))
+    return 0
+
+
+def _engine_params(e: Any) -> dict[str, float]:
+    from roofline.published import FIT_PARAMETERS, _get
+
+    return {n: _get(e, n) for n in FIT_PARAMETERS.get(e.name, {})}
 
 
 # -- report ----------------------------------------------------------------------
@@ -640,6 +777,35 @@ def _add_json(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
+def engine_arg(text: str) -> str:
+    """An engine name or TOML path, checked now so a typo is one line (argparse type)."""
+    from roofline.engine import load_engine
+
+    try:
+        load_engine(text)
+    except SpecroofError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def _add_engine(p: argparse.ArgumentParser) -> None:
+    from roofline.engine import list_engines
+
+    p.add_argument(
+        "--engine",
+        type=engine_arg,
+        default=None,
+        help=f"price passes as this software runs them: {', '.join(list_engines())} or a TOML path "
+        "(default: the datasheet roofline, no engine)",
+    )
+
+
+def _weight_only(args: argparse.Namespace) -> None:
+    """--dtype int4 alone is weight-only int4 with bf16 arithmetic (GPUs multiply in bf16)."""
+    if args.dtype == "int4" and not getattr(args, "weight_dtype", None):
+        args.weight_dtype, args.dtype = "int4", "bf16"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="specroof", description="How much does speculative decoding buy on this GPU?")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -665,15 +831,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=bounded_int(1, INT_MAX), default=1)
     p.add_argument("--tokens", type=bounded_int(1, INT_MAX), default=1, help="new tokens per sequence in the pass")
     p.add_argument("--context", type=bounded_int(0, INT_MAX), default=0, help="tokens already in each KV cache")
+    p.add_argument("--tp", type=bounded_int(1, 1024), default=1, help="tensor-parallel degree")
+    _add_engine(p)
     p.add_argument("--plot", type=plot_path, default=None, help="write a roofline chart here (.png, .svg, .pdf)")
     _add_json(p)
     p.set_defaults(func=cmd_roofline)
 
-    p = sub.add_parser("speedup", help="idealised speedup E / (gamma c + 1) (Leviathan), or the best gamma")
-    p.add_argument("--alpha", type=finite_float, required=True, help="per-token acceptance rate in [0, 1]")
-    p.add_argument("--gamma", default="auto", help="speculation length, or 'auto' for the optimum")
-    p.add_argument("--c", type=finite_float, required=True, help="draft step cost over target step cost")
+    p = sub.add_parser(
+        "speedup",
+        help="speedup of one configuration: priced (--hardware --target --drafter --mean-accepted [--engine]) "
+        "or idealised E / (gamma c + 1) (--alpha --c)",
+    )
+    p.add_argument("--alpha", type=finite_float, help="per-token acceptance rate in [0, 1]")
+    p.add_argument("--gamma", default=None, help="speculation length; 'auto' (idealised), 'heuristic' (priced: HF's)")
+    p.add_argument("--c", type=finite_float, help="idealised form: draft step cost over target step cost")
     p.add_argument("--max-gamma", type=bounded_int(1, 4096), default=64)
+    p.add_argument("--hardware", help="priced form: profile id, alias or .toml path")
+    p.add_argument("--target", help="priced form: target model preset or config.json")
+    p.add_argument("--drafter", help="eagle, eagle2, eagle3, medusa, hydra, prompt-lookup, early-exit:L or model:NAME")
+    p.add_argument(
+        "--mean-accepted",
+        type=finite_float,
+        help="measured tokens per round, bonus included (Spec-Bench's #mean accepted tokens, vLLM's mean acceptance length)",
+    )
+    p.add_argument("--tree", help="a named tree: eagle, eagle2, eagle3, medusa (default: the drafter's own, if any)")
+    p.add_argument("--batch", type=bounded_int(1, INT_MAX), default=1)
+    p.add_argument("--context", type=bounded_int(0, INT_MAX), default=1024)
+    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--weight-dtype", default=None, help="weights stored as int8, int4 or fp8 (weight-only)")
+    p.add_argument("--tp", type=bounded_int(1, 1024), default=1)
+    _add_engine(p)
     _add_json(p)
     p.set_defaults(func=cmd_speedup)
 
@@ -706,7 +893,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--context", type=int_list, default=[1024])
     p.add_argument("--max-gamma", type=bounded_int(0, 256), default=16)
     p.add_argument("--dtype", default="bf16")
+    p.add_argument("--weight-dtype", default=None, help="weights stored as int8, int4 or fp8 (weight-only)")
     p.add_argument("--tp", type=bounded_int(1, 1024), default=1, help="tensor-parallel degree of the target")
+    _add_engine(p)
     p.add_argument("--top", type=bounded_int(1, 10**6), default=10, help="rows of the ranked table to show")
     _add_json(p)
     p.set_defaults(func=cmd_plan)
@@ -724,9 +913,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--context", type=bounded_int(0, INT_MAX), default=1024)
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--plot", type=plot_path, help="write a drawing of the tree (.png, .svg, .pdf)")
+    _add_engine(p)
     _add_offload(p)
     _add_json(p)
     p.set_defaults(func=cmd_tree)
+
+    p = sub.add_parser("validate", help="predictions against published measurements")
+    vsub = p.add_subparsers(dest="validate_command", required=True, parser_class=_Parser)
+    p = vsub.add_parser(
+        "published",
+        help="every published row: roofline-only and engine-aware predictions and their errors",
+    )
+    p.add_argument("--use", choices=("calibration", "validation", "all"), default="all", help="which rows")
+    p.add_argument("--fit", metavar="ENGINE", help="refit ENGINE's free parameters to its calibration rows")
+    p.add_argument("--write", action="store_true", help="with --fit: write the fitted values into its profile")
+    p.add_argument("--plot", type=plot_path, help="write the predicted-vs-published scatter here")
+    _add_json(p)
+    p.set_defaults(func=cmd_validate_published)
 
     _register_measure(sub)
 

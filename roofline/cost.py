@@ -50,6 +50,8 @@ class PassCost:
     n_layers: int
     #: bytes of one hidden-state all-reduce (batch x new_tokens x d_model x act bytes), for tensor parallelism
     allreduce_bytes: Array | float = 0.0
+    #: the dtype the weights are stored in (an engine streams quantised weights at its own rate)
+    weight_dtype: str = ""
 
     @cached_property
     def bytes(self) -> Array:
@@ -170,7 +172,9 @@ def forward_cost(
         flops = np.stack([2.0 * T * N])
         weights = np.stack([zeros + N * wb])
         z = np.stack([zeros])
-        return PassCost(ABSTRACT_OPERATORS, flops, weights, z, z.copy(), z.copy(), B, n, L, act_dtype, 0, 0.0)
+        return PassCost(
+            ABSTRACT_OPERATORS, flops, weights, z, z.copy(), z.copy(), B, n, L, act_dtype, 0, 0.0, weight_dtype
+        )
 
     nl, d, H, KV, hd = spec.n_layers, spec.d_model, spec.n_heads, spec.n_kv_heads, spec.head_dim
     qkv_out = (H + 2 * KV) * hd
@@ -227,4 +231,6 @@ def forward_cost(
     op("norms", 4.0 * T * d * (2 * nl + 1), w=spec.norm_params * wb, act=2 * (2 * nl + 1) * T * d * ab)
     op("lm_head", 2.0 * T * d * spec.vocab_size, w=spec.lm_head_params * wb, act=T * (d + spec.vocab_size) * ab)
 
-    return PassCost(names, out["f"], out["w"], out["kr"], out["kw"], out["a"], B, n, L, act_dtype, nl, T * d * ab)
+    return PassCost(
+        names, out["f"], out["w"], out["kr"], out["kw"], out["a"], B, n, L, act_dtype, nl, T * d * ab, weight_dtype
+    )

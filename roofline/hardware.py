@@ -28,6 +28,7 @@ import pandas as pd
 from roofline.errors import SpecroofError, check_min
 
 if TYPE_CHECKING:
+    from roofline.engine import Engine
     from roofline.timemodel import TimeModel
 
 #: Every dtype a profile may list, with its storage size in bytes.
@@ -175,25 +176,42 @@ class Hardware:
             return self.measured.layer_overhead_s
         return 0.0
 
-    def time_model(self, efficiency: bool = False) -> TimeModel:
-        """The parameters of a pass's time on this device (measured where the profile has them), SI units."""
+    def time_model(self, efficiency: bool = False, engine: Engine | None = None) -> TimeModel:
+        """The parameters of a pass's time on this device (measured where the profile has them), SI units.
+
+        ``engine`` adds the software's terms (:mod:`roofline.engine`): its achieved fractions
+        scale the datasheet ceilings (a measured profile's figures were achieved already,
+        so they stay), its per-pass and per-layer times join the profile's, and its host
+        time, all-reduce latency and quantised-weight rates enter the composition.
+        """
         from roofline.timemodel import TimeModel
 
+        measured = self.measured is not None
         peaks = {d: self.peak(d, efficiency) for d in self.dtypes}
+        bw = self.bandwidth(efficiency)
+        if engine is not None and not measured:
+            peaks = {d: p * engine.compute_fraction for d, p in self.peak_flop_per_s.items()}
+            bw = self.bandwidth_bytes_per_s * engine.bandwidth_fraction
         attn = self.measured.attention_flop_per_s if self.measured is not None else None
         gemv = self.measured.gemv_bandwidth_bytes_per_s if self.measured is not None else None
+        e = engine
         return TimeModel(
-            bandwidth_bytes_per_s=self.bandwidth(efficiency),
+            bandwidth_bytes_per_s=bw,
             peak_flop_per_s=peaks,
             gemv_bandwidth_bytes_per_s=gemv or None,
             attention_flop_per_s=attn or None,
             matmul_half_tokens=self.matmul_half_tokens,
             overlap=self.overlap,
-            pass_overhead_s=self.pass_overhead_s,
-            layer_overhead_s=self.layer_overhead_s,
+            pass_overhead_s=self.pass_overhead_s + (e.device_pass_s if e else 0.0),
+            layer_overhead_s=self.layer_overhead_s + (e.device_layer_s if e else 0.0),
             weights_link_bytes_per_s=self.weights_link_bytes_per_s,
             interconnect_bytes_per_s=self.interconnect_bytes_per_s,
-            name=self.id,
+            allreduce_latency_s=e.allreduce_latency_s if e else 0.0,
+            host_pass_s=e.host_pass_s if e else 0.0,
+            host_layer_s=e.host_layer_s if e else 0.0,
+            weight_bandwidth_ratio=dict(e.weight_bandwidth_ratio) if e else {},
+            weight_bytes_factor=dict(e.weight_bytes_factor) if e else {},
+            name=self.id + (f" + {e.name}" if e else ""),
         )
 
     def ridge(self, dtype: str, efficiency: bool = False) -> float:

@@ -317,6 +317,9 @@ PRESETS: dict[str, ModelSpec] = {
             "mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, 32768, n_experts=8, experts_per_token=2, d_ff_expert=14336
         ),
         _llama("llama-68m", 2, 768, 12, 12, 3072, 32000, 2048),
+        _llama("vicuna-68m", 2, 768, 12, 12, 3072, 32000, 2048),  # double7/vicuna-68m: Spec-Bench's SpS draft
+        _llama("vicuna-13b", 40, 5120, 40, 40, 13824, 32000, 2048),
+        _llama("vicuna-33b", 60, 6656, 52, 52, 17920, 32000, 2048),
         _llama("llama-160m", 12, 768, 12, 12, 3072, 32000, 2048),
     )
 }

@@ -16,6 +16,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from roofline.cost import PassCost, forward_cost
+from roofline.engine import Engine, load_engine
 from roofline.errors import SpecroofError, check_min
 from roofline.hardware import Hardware, dtype_bytes, load_hardware
 from roofline.model import ModelSpec, get_model
@@ -84,6 +85,7 @@ def step_time(
     efficiency: bool = False,
     overhead_s: float | None = None,
     tp: int = 1,
+    engine: Engine | str | None = None,
 ) -> StepTime:
     """Roofline time of the pass ``cost`` on ``hardware``.
 
@@ -94,12 +96,14 @@ def step_time(
     ``tp`` > 1 splits weights, KV and work over ``tp`` devices (tensor parallelism)
     and adds two ring all-reduces of the hidden state per layer over the profile's
     per-direction interconnect bandwidth, 2 (tp - 1) / tp x bytes / link each.
+    ``engine`` (a name from ``engine_profiles/`` or an :class:`roofline.engine.Engine`)
+    adds what the software running the model adds; None is the datasheet roofline.
     """
     hw = load_hardware(hardware)
     tp = int(check_min("tp", tp, 1, integer=True))
     dtype = dtype or cost.compute_dtype
     hw.peak(dtype, efficiency)  # an unknown dtype, or one the profile has no peak for: the profile says which
-    tm = hw.time_model(efficiency)
+    tm = hw.time_model(efficiency, load_engine(engine))
     if overhead_s is None:
         overhead_s = tm.overhead_s(cost.n_layers)
     elif not (np.isfinite(overhead_s) and overhead_s >= 0):
@@ -116,7 +120,7 @@ def step_time(
         t_memory_s=op_mem.sum(axis=0),
         t_compute_s=op_comp.sum(axis=0),
         overhead_s=float(overhead_s),
-        t_step_s=op_t.sum(axis=0) + overhead_s + comm,
+        t_step_s=tm.compose(op_t, overhead_s, comm, cost.n_layers),
         tokens=cost.tokens,
         intensity=cost.intensity,
         ridge=peak / bw,
@@ -137,10 +141,18 @@ def pass_time(
     efficiency: bool = False,
     overhead_s: float | None = None,
     tp: int = 1,
+    engine: Engine | str | None = None,
 ) -> StepTime:
-    """Shortcut: :func:`forward_cost` then :func:`step_time` (``dtype`` = compute/activation dtype)."""
+    """Shortcut: :func:`forward_cost` then :func:`step_time` (``dtype`` = compute/activation dtype).
+
+    ``dtype="int4"`` with no ``weight_dtype`` means weight-only int4 (no GPU multiplies in
+    int4): the weights are stored in int4 and the arithmetic runs in bf16. int8 and fp8
+    stay compute dtypes (W8A8); weight-only int8 is ``weight_dtype="int8", dtype="bf16"``.
+    """
+    if weight_dtype is None and dtype == "int4":
+        weight_dtype, dtype = dtype, "bf16"
     cost = forward_cost(spec, batch, new_tokens, context, weight_dtype or dtype, kv_dtype, dtype, tree)
-    return step_time(cost, hardware, dtype, efficiency=efficiency, overhead_s=overhead_s, tp=tp)
+    return step_time(cost, hardware, dtype, efficiency=efficiency, overhead_s=overhead_s, tp=tp, engine=engine)
 
 
 def weights_only_crossover(spec: ModelSpec | str, hardware: Hardware | str, dtype: str = "fp16") -> float:

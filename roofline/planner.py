@@ -56,6 +56,8 @@ def plan(
     efficiency: bool = False,
     round_overhead_s: float = 0.0,
     tp: int = 1,
+    engine: Any = None,
+    weight_dtype: str | None = None,
 ) -> pd.DataFrame:
     """Ranked table of every (hardware, strategy, gamma, batch, context), best speedup first.
 
@@ -63,7 +65,9 @@ def plan(
     per-position curve (then gammas beyond its length are skipped), or a dict
     from drafter name to its own alpha or curve. gamma 0 is
     plain decoding (strategy 'none'). Rows that do not fit in memory stay in the
-    table with ``fits_in_memory`` False and are ranked last.
+    table with ``fits_in_memory`` False and are ranked last. ``engine`` prices every pass
+    and round as that software runs them (:mod:`roofline.engine`); ``weight_dtype``
+    stores the weights quantised (int8, int4, fp8).
     """
     spec = get_model(target)
     g_all = check_min("gammas", np.asarray(list(gammas) if not np.isscalar(gammas) else [gammas]), 0, integer=True)
@@ -97,6 +101,8 @@ def plan(
                 efficiency=efficiency,
                 round_overhead_s=round_overhead_s,
                 tp=tp,
+                engine=engine,
+                weight_dtype=weight_dtype,
             )
             frame = pd.DataFrame(
                 {
@@ -152,7 +158,8 @@ def recommend(
     )
     best = {str(k): v for k, v in table.iloc[0].items()}
     hw = load_hardware(hardware)
-    k = int(crossover_tokens(target, hw, batch, context, dtype))
+    wdt = kwargs.get("weight_dtype") or (dtype if dtype == "int4" else None)
+    k = int(crossover_tokens(target, hw, batch, context, "bf16" if dtype == "int4" else dtype, weight_dtype=wdt))
     if best["gamma"] == 0:
         reason = (
             f"do not speculate: at batch {batch}, context {context} no strategy beats plain decoding "

@@ -416,3 +416,40 @@ def gamma_policies_chart(results: dict[str, pd.DataFrame], *, ax: Axes | None = 
     ax.set_title("Dynamic gamma against the best static gamma (labels: relative to it)")
     ax.legend(fontsize=8)
     return fig
+
+
+def published_scatter(table: pd.DataFrame) -> Figure:
+    """Predicted against published, log-log with y = x: roofline-only (hollow) and engine-aware (filled), per kind."""
+    t = table.dropna(subset=["engine_aware"])
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.8))
+    for ax, metric, unit in zip(
+        axes, ("tokens_per_s", "speedup"), ("decode tokens/s", "speculative speedup"), strict=True
+    ):
+        m = t[t["metric"] == metric]
+        if m.empty:
+            ax.set_visible(False)
+            continue
+        lo = 0.8 * min(m["published"].min(), m["engine_aware"].min(), m["roofline"].min())
+        hi = 1.25 * max(m["published"].max(), m["engine_aware"].max(), m["roofline"].max())
+        ax.plot([lo, hi], [lo, hi], color="0.5", lw=1, label="y = x")
+        for j, (kind, grp) in enumerate(m.groupby("kind")):
+            color = f"C{j}"
+            held = grp["use"] == "validation"
+            ax.scatter(grp["published"], grp["roofline"], facecolors="none", edgecolors=color, s=36,
+                       label=f"{kind}: roofline only")  # fmt: skip
+            ax.scatter(grp.loc[~held, "published"], grp.loc[~held, "engine_aware"], color=color, s=36,
+                       label=f"{kind}: engine-aware (calibration)")  # fmt: skip
+            if held.any():
+                ax.scatter(grp.loc[held, "published"], grp.loc[held, "engine_aware"], color=color, marker="^", s=44,
+                           label=f"{kind}: engine-aware (held out)")  # fmt: skip
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        ax.set_xlabel(f"published {unit}")
+        ax.set_ylabel(f"predicted {unit}")
+        ax.legend(fontsize=7, loc="upper left")
+        ax.grid(True, which="both", alpha=0.3)
+    fig.suptitle("Predictions against published measurements")
+    fig.tight_layout()
+    return fig

@@ -11,6 +11,8 @@ Times are seconds, memory is bytes.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -18,6 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from roofline.engine import Engine, load_engine
 from roofline.errors import SpecroofError, as_array, check_min, check_range
 from roofline.hardware import Hardware, dtype_bytes, load_hardware
 from roofline.model import ModelSpec, get_model
@@ -175,6 +178,9 @@ class Ctx:
     efficiency: bool
     overhead_s: float | None
     tp: int
+    engine: Engine | None = None
+    #: the weights' storage dtype when it differs from ``dtype`` (weight-only quantisation)
+    weight_dtype: str | None = None
 
 
 class Drafter(Protocol):
@@ -210,7 +216,18 @@ def _steps(ctx: Ctx, spec: ModelSpec, gamma: npt.NDArray[np.int64], batch: Any, 
     i = np.arange(gmax)
     B = np.asarray(batch)[..., None]
     L = np.asarray(context)[..., None] + i
-    t = pass_time(spec, ctx.hw, B, 1, L, ctx.dtype, efficiency=ctx.efficiency, overhead_s=ctx.overhead_s).t_step_s
+    t = pass_time(
+        spec,
+        ctx.hw,
+        B,
+        1,
+        L,
+        ctx.dtype,
+        efficiency=ctx.efficiency,
+        overhead_s=ctx.overhead_s,
+        engine=ctx.engine,
+        weight_dtype=ctx.weight_dtype,
+    ).t_step_s
     cum = np.concatenate([np.zeros((*t.shape[:-1], 1)), np.cumsum(t, axis=-1)], axis=-1)
     shape = np.broadcast_shapes(np.shape(gamma), cum.shape[:-1])
     cum = np.broadcast_to(cum, (*shape, gmax + 1))
@@ -228,6 +245,8 @@ def _verify(ctx: Ctx, spec: ModelSpec, gamma: Any, batch: Any, context: Any) -> 
         ctx.dtype,
         efficiency=ctx.efficiency,
         overhead_s=ctx.overhead_s,
+        engine=ctx.engine,
+        weight_dtype=ctx.weight_dtype,
         tp=ctx.tp,
     )
     return st.t_step_s
@@ -240,7 +259,16 @@ def _levels(ctx: Ctx, spec: ModelSpec, widths: Sequence[int], batch: int, contex
         return 0.0
     ctxs = context + np.concatenate([[0], np.cumsum(w)[:-1]])
     t = pass_time(
-        spec, ctx.hw, batch, w, ctxs, ctx.dtype, efficiency=ctx.efficiency, overhead_s=ctx.overhead_s
+        spec,
+        ctx.hw,
+        batch,
+        w,
+        ctxs,
+        ctx.dtype,
+        efficiency=ctx.efficiency,
+        overhead_s=ctx.overhead_s,
+        engine=ctx.engine,
+        weight_dtype=ctx.weight_dtype,
     ).t_step_s
     return float(np.sum(t))
 
@@ -352,7 +380,16 @@ class Heads:
     def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: Any, context: Any) -> Array:
         heads = ModelSpec.from_params(self.head_params(ctx.target), name=self.name)
         t = pass_time(
-            heads, ctx.hw, batch, 1, 0, ctx.dtype, efficiency=ctx.efficiency, overhead_s=ctx.overhead_s
+            heads,
+            ctx.hw,
+            batch,
+            1,
+            0,
+            ctx.dtype,
+            efficiency=ctx.efficiency,
+            overhead_s=ctx.overhead_s,
+            engine=ctx.engine,
+            weight_dtype=ctx.weight_dtype,
         ).t_step_s
         shape = np.broadcast_shapes(np.shape(gamma), np.shape(t), np.shape(context))
         return np.where(np.broadcast_to(gamma, shape) > 0, np.broadcast_to(t, shape), 0.0)
@@ -378,7 +415,16 @@ class ParallelBlock(_SmallModel):
         _check_smaller(self.spec, ctx.target)
         g = np.maximum(gamma, 1)
         t = pass_time(
-            self.spec, ctx.hw, batch, g, context, ctx.dtype, efficiency=ctx.efficiency, overhead_s=ctx.overhead_s
+            self.spec,
+            ctx.hw,
+            batch,
+            g,
+            context,
+            ctx.dtype,
+            efficiency=ctx.efficiency,
+            overhead_s=ctx.overhead_s,
+            engine=ctx.engine,
+            weight_dtype=ctx.weight_dtype,
         ).t_step_s
         return np.where(np.asarray(gamma) > 0, t, 0.0)
 
@@ -490,6 +536,8 @@ def speedup(
     round_overhead_s: float = 0.0,
     tp: int = 1,
     draft_hardware: Hardware | str | None = None,
+    engine: Engine | str | None = None,
+    weight_dtype: str | None = None,
 ) -> SpeedupResult:
     """Roofline speedup of chain speculation over plain decoding at the same batch and context.
 
@@ -500,8 +548,13 @@ def speedup(
     (sampling, rollback) on top of the passes. ``draft_hardware`` prices the draft
     passes with another profile (e.g. one fitted to the draft model's own sweep:
     a model that sits in cache runs in another regime than the memory-bound target).
+    ``engine`` prices every pass as that software runs it and adds its per-round host
+    time (:mod:`roofline.engine`); None is the datasheet roofline. ``weight_dtype``
+    (int8, int4, fp8) stores every model's weights quantised, arithmetic in ``dtype``.
     """
-    spec, hw = get_model(target), load_hardware(hardware)
+    spec, hw, eng = get_model(target), load_hardware(hardware), load_engine(engine)
+    if weight_dtype is None and dtype == "int4":
+        weight_dtype, dtype = "int4", "bf16"
     d = as_drafter(drafter)
     g = check_min("gamma", gamma, 0, integer=True)
     B = check_min("batch", batch, 1, integer=True)
@@ -510,21 +563,36 @@ def speedup(
         raise SpecroofError(f"round_overhead_s must be >= 0 and finite (got {round_overhead_s})")
     is_curve = isinstance(alpha_or_curve, (list, tuple)) if curve is None else curve
     E = expected_tokens_curve(alpha_or_curve, g) if is_curve else expected_tokens(alpha_or_curve, g)
-    ctx = Ctx(spec, hw, dtype, efficiency, overhead_s, tp)
+    ctx = Ctx(spec, hw, dtype, efficiency, overhead_s, tp, eng, weight_dtype)
     if draft_hardware is None and hw.weights_link_bytes_per_s is not None and owns_weights(d):
         draft_hardware = hw.on_device()  # offloading moves the target's weights; a small draft stays on the device
     dctx = (
-        ctx if draft_hardware is None else Ctx(spec, load_hardware(draft_hardware), dtype, efficiency, overhead_s, tp)
+        ctx
+        if draft_hardware is None
+        else Ctx(spec, load_hardware(draft_hardware), dtype, efficiency, overhead_s, tp, eng, weight_dtype)
     )
-    base = pass_time(spec, hw, B, 1, L, dtype, efficiency=efficiency, overhead_s=overhead_s, tp=tp).t_step_s
+    base = pass_time(
+        spec,
+        hw,
+        B,
+        1,
+        L,
+        dtype,
+        efficiency=efficiency,
+        overhead_s=overhead_s,
+        tp=tp,
+        engine=eng,
+        weight_dtype=weight_dtype,
+    ).t_step_s
     t_draft = d.draft_time(dctx, g, B, L)
     t_verify = d.verify_time(ctx, g, B, L)
+    round_overhead_s = round_overhead_s + (eng.round_s if eng is not None else 0.0)
     spec_round = t_draft + t_verify + round_overhead_s
     # gamma = 0 is plain decoding: no draft, no verify overhead, one token per step
     t_round = np.where(g == 0, base, spec_round)
     E = np.where(g == 0, 1.0, E)
     extra = d.extra_memory_bytes(ctx, B, L)
-    target_fp = memory_footprint(spec, B, L, dtype, new_tokens=np.maximum(g, 0) + 1)
+    target_fp = memory_footprint(spec, B, L, weight_dtype or dtype, act_dtype=dtype, new_tokens=np.maximum(g, 0) + 1)
     # offloaded weights live in host memory: only the KV cache and activations take device memory
     on_device = target_fp.total_bytes - (target_fp.weights_bytes if hw.weights_link_bytes_per_s else 0.0)
     mem = (on_device / tp) + extra
@@ -562,3 +630,140 @@ def draft_cost_ratio(
     d = as_drafter(drafter)
     one = np.asarray(1)
     return float(d.draft_time(ctx, one, batch, context) / pass_time(spec, hw, batch, 1, context, dtype).t_step_s)
+
+
+# -- a prediction from a measured mean accepted length ------------------------------------
+
+
+@dataclass(frozen=True)
+class PredictedSpeedup:
+    """One prediction: the speedup and every term behind it (seconds per round, tokens per round)."""
+
+    speedup: float
+    mean_accepted: float
+    t_round_s: float
+    t_draft_s: float
+    t_verify_s: float
+    t_round_host_s: float
+    t_base_s: float
+    tokens_per_s: float
+    baseline_tokens_per_s: float
+    drafter: str
+    engine: str
+    gamma: float | None
+    tree_nodes: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@functools.lru_cache(maxsize=256)
+def _heuristic_mix(mean_accepted: float, rounds: int = 4000) -> tuple[float, tuple[tuple[int, float], ...]]:
+    """Hugging Face's heuristic schedule at the i.i.d. acceptance that yields ``mean_accepted`` tokens per round.
+
+    Returns the simulated tokens per round and the share of rounds at each draft length:
+    which lengths the schedule picks does not depend on timing, so it is solved once.
+    """
+    from roofline.gamma_policies import HeuristicSchedule, simulate_policy
+
+    def run(a: float) -> Any:
+        return simulate_policy(HeuristicSchedule(), [a], lambda g: 1.0, 1.0, rounds=rounds)
+
+    lo, hi = 0.0, 1.0
+    for _ in range(30):  # tokens per round grow with alpha: bisect to the published figure
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if run(mid).tokens_per_round < mean_accepted else (lo, mid)
+    pr = run((lo + hi) / 2)
+    gs, counts = np.unique(pr.gammas, return_counts=True)
+    return pr.tokens_per_round, tuple((int(g), float(c) / pr.rounds) for g, c in zip(gs, counts, strict=True))
+
+
+def predict_speedup(
+    *,
+    hardware: Hardware | str,
+    target: ModelSpec | str,
+    drafter: Any,
+    mean_accepted: float | None = None,
+    alpha: float | None = None,
+    gamma: int | str | None = None,
+    tree: Any = None,
+    engine: Engine | str | None = None,
+    batch: int = 1,
+    context: int = 1024,
+    dtype: str = "bf16",
+    weight_dtype: str | None = None,
+    tp: int = 1,
+) -> PredictedSpeedup:
+    """Speedup of one speculative configuration as an engine runs it, from a measured acceptance.
+
+    ``mean_accepted`` is the mean number of tokens a round emits (Spec-Bench's "#mean
+    accepted tokens", vLLM's mean acceptance length; 1 for plain decoding), for a
+    chain of ``gamma`` drafts or for ``tree`` (a :class:`roofline.trees.Tree`, a preset
+    name: eagle, eagle2, eagle3, medusa). ``alpha`` (per-token acceptance) may stand in
+    for it on chains. ``gamma="heuristic"`` is Hugging Face's schedule (+2 after an
+    all-accepted round, -1 otherwise, from 5): the acceptance rate that yields
+    ``mean_accepted`` under it is found and the run simulated. ``drafter``: a drafter
+    object or a name (:func:`roofline.drafters.named_drafter`); EAGLE and Medusa use
+    their own trees when neither ``gamma`` nor ``tree`` is given.
+    """
+    from roofline.drafters import default_tree, named_drafter, tree_preset
+    from roofline.trees import _round_times
+
+    spec, hw, eng = get_model(target), load_hardware(hardware), load_engine(engine)
+    d = named_drafter(drafter, spec)
+    if weight_dtype is None and dtype == "int4":
+        weight_dtype, dtype = "int4", "bf16"
+    B = int(check_min("batch", batch, 1, integer=True))
+    L = int(check_min("context", context, 0, integer=True))
+    if mean_accepted is None and alpha is None:
+        raise SpecroofError("give mean_accepted (tokens per round) or alpha (per-token acceptance)")
+    if mean_accepted is not None and not (np.isfinite(mean_accepted) and mean_accepted >= 1.0):
+        raise SpecroofError(f"mean_accepted is tokens per round, at least 1 (got {mean_accepted})")
+    ctx = Ctx(spec, hw, dtype, False, None, tp, eng, weight_dtype)
+    base = float(pass_time(spec, hw, B, 1, L, dtype, tp=tp, engine=eng, weight_dtype=weight_dtype).t_step_s)
+    round_host = eng.round_s if eng is not None else 0.0
+    t = tree_preset(tree) if tree is not None else (default_tree(d) if gamma is None else None)
+    if t is not None:
+        if mean_accepted is None:
+            raise SpecroofError("a tree needs mean_accepted: its acceptance is not a single alpha")
+        t_draft, _ = _round_times(d, ctx, spec, hw, t, B, L, dtype)
+        depths = np.concatenate([[1], t.depths + 1])
+        t_verify = float(
+            pass_time(spec, hw, B, None, L, dtype, tree=depths, tp=tp, engine=eng, weight_dtype=weight_dtype).t_step_s
+        )
+        t_round = t_draft + t_verify + round_host
+        E, g_out, nodes = float(mean_accepted), None, t.n_nodes
+    elif gamma == "heuristic":
+        if mean_accepted is None:
+            raise SpecroofError("gamma='heuristic' needs mean_accepted")
+        E, mix = _heuristic_mix(float(mean_accepted))
+        parts = [(w, d.draft_time(ctx, np.asarray(g), B, L), d.verify_time(ctx, np.asarray(g), B, L)) for g, w in mix]
+        t_draft = float(sum(w * dr for w, dr, _ in parts))
+        t_verify = float(sum(w * v for w, _, v in parts))
+        t_round = t_draft + t_verify + round_host
+        g_out, nodes = float(sum(g * w for g, w in mix)), None
+    else:
+        g = int(check_min("gamma", 1 if gamma is None else gamma, 1, integer=True))
+        E = float(mean_accepted) if mean_accepted is not None else float(expected_tokens(alpha, g))
+        if E > g + 1:
+            raise SpecroofError(f"mean_accepted {E} exceeds gamma + 1 = {g + 1}")
+        gg = np.asarray(g)
+        t_draft = float(d.draft_time(ctx, gg, B, L))
+        t_verify = float(d.verify_time(ctx, gg, B, L))
+        t_round = t_draft + t_verify + round_host
+        g_out, nodes = float(g), None
+    return PredictedSpeedup(
+        speedup=E * base / t_round,
+        mean_accepted=E,
+        t_round_s=t_round,
+        t_draft_s=t_draft,
+        t_verify_s=t_verify,
+        t_round_host_s=round_host,
+        t_base_s=base,
+        tokens_per_s=B * E / t_round,
+        baseline_tokens_per_s=B / base,
+        drafter=str(getattr(d, "name", drafter)),
+        engine=eng.name if eng is not None else "roofline",
+        gamma=g_out,
+        tree_nodes=nodes,
+    )

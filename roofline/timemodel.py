@@ -4,7 +4,8 @@
 in SI units; :meth:`TimeModel.step_time` is the only place the composition is written:
 
     t_op   = max(M, C) + (1 - overlap) min(M, C),  M = bytes / bandwidth, C = FLOPs / peak
-    t_pass = sum_op t_op + pass_overhead + layers x layer_overhead + all-reduces
+    t_pass = max(sum_op t_op + pass_overhead + layers x layer_overhead + all-reduces,
+                 host_pass + layers x host_layer)
 
 A datasheet :class:`roofline.hardware.Hardware` produces one (``hw.time_model()``:
 measured figures where the profile has them), and the fit (``measure.fit``) builds
@@ -67,6 +68,14 @@ class TimeModel:
     weights_link_bytes_per_s: float | None = None
     #: per-direction device-to-device link, for tensor-parallel all-reduces
     interconnect_bytes_per_s: float | None = None
+    #: latency of one all-reduce on top of its bytes over the link (an engine's collectives)
+    allreduce_latency_s: float = 0.0
+    #: host seconds to issue a pass and each layer of it; the device's work overlaps them (an engine's)
+    host_pass_s: float = 0.0
+    host_layer_s: float = 0.0
+    #: per quantised weight dtype: bandwidth relative to the dense rate, and bytes per weight byte
+    weight_bandwidth_ratio: Mapping[str, float] = field(default_factory=dict)
+    weight_bytes_factor: Mapping[str, float] = field(default_factory=dict)
     #: label for errors
     name: str = field(default="", compare=False)
 
@@ -84,8 +93,13 @@ class TimeModel:
             and self.gemv_bandwidth_bytes_per_s != self.bandwidth_bytes_per_s
         ):
             bw = np.where(cost.tokens == 1, self.gemv_bandwidth_bytes_per_s * tp, bw)
+        wdt = cost.weight_dtype
+        w_bytes = cost.bytes_weights * self.weight_bytes_factor.get(wdt, 1.0)
         if self.weights_link_bytes_per_s is not None:
-            op_mem = cost.bytes_weights / (self.weights_link_bytes_per_s * tp) + (cost.bytes - cost.bytes_weights) / bw
+            op_mem = w_bytes / (self.weights_link_bytes_per_s * tp) + (cost.bytes - cost.bytes_weights) / bw
+        elif wdt in self.weight_bandwidth_ratio or wdt in self.weight_bytes_factor:
+            w_bw = bw * self.weight_bandwidth_ratio.get(wdt, 1.0)
+            op_mem = w_bytes / w_bw + (cost.bytes - cost.bytes_weights) / bw
         else:
             op_mem = cost.bytes / bw
         peak = self.peak(dtype) * tp
@@ -108,10 +122,21 @@ class TimeModel:
         if self.interconnect_bytes_per_s is None:
             raise SpecroofError(f"tp={tp} needs an interconnect bandwidth, which {self.name!r} does not list")
         per = 2.0 * (tp - 1) / tp * np.asarray(cost.allreduce_bytes) / self.interconnect_bytes_per_s
-        return 2 * cost.n_layers * per
+        return 2 * cost.n_layers * (self.allreduce_latency_s + per)
+
+    def host_s(self, n_layers: int) -> float:
+        """Host seconds to issue one pass (0 without an engine)."""
+        return self.host_pass_s + n_layers * self.host_layer_s
+
+    def compose(self, op_time_s: Array, fixed_s: float, allreduce_s: Any, n_layers: int) -> Array:
+        """The pass time from its parts: the device's work, or the host's when issuing takes longer."""
+        device = op_time_s.sum(axis=0) + fixed_s + allreduce_s
+        host = self.host_s(n_layers)
+        return np.maximum(device, host) if host > 0 else device
 
     def pass_seconds(self, cost: PassCost, dtype: str, *, overhead_s: float | None = None, tp: int = 1) -> Array:
         """Seconds of the pass ``cost`` (the composition; ``overhead_s`` replaces the fixed overheads)."""
         op_mem, op_comp = self.operator_times(cost, dtype, tp)
         fixed = self.overhead_s(cost.n_layers) if overhead_s is None else overhead_s
-        return combine(op_mem, op_comp, self.overlap).sum(axis=0) + fixed + self.allreduce_s(cost, tp)
+        op_t = combine(op_mem, op_comp, self.overlap)
+        return self.compose(op_t, fixed, self.allreduce_s(cost, tp), cost.n_layers)

@@ -740,6 +740,7 @@ def best_tree_size(
     *,
     verify_latency: dict[int, float] | None = None,
     opt: OptimalTree | None = None,
+    engine: Any = None,
 ) -> TreeSizeChoice:
     """Choose the tree size that maximises expected tokens / round time on ``hardware``.
 
@@ -747,8 +748,10 @@ def best_tree_size(
     pass per level over that level's nodes (a draft model or early exit), or one pass
     in all (heads, block drafters), and the target verifies the n nodes in one
     tree-masked pass (each node attends to its ancestors), from the cost model or
-    from ``verify_latency`` (a measured table: nodes -> seconds).
+    from ``verify_latency`` (a measured table: nodes -> seconds). ``engine`` prices the
+    passes as that software runs them and adds its host time per round.
     """
+    from roofline.engine import load_engine
     from roofline.hardware import load_hardware
     from roofline.model import get_model
     from roofline.passtime import pass_time
@@ -759,8 +762,10 @@ def best_tree_size(
     if opt is None or opt.table.shape[0] <= max(budgets) or opt.table.shape[1] <= max_depth:
         opt = optimal_tree(acceptance, max(budgets), max_depth)  # ``opt`` reuses one table across GPUs and batches
     # with the target offloaded, a drafter with weights of its own still runs from device memory
-    ctx = Ctx(spec, hw.on_device() if owns_weights(d) else hw, dtype, False, None, 1)
-    t1 = float(pass_time(spec, hw, batch, 1, context, dtype).t_step_s)
+    eng = load_engine(engine)
+    ctx = Ctx(spec, hw.on_device() if owns_weights(d) else hw, dtype, False, None, 1, eng)
+    t1 = float(pass_time(spec, hw, batch, 1, context, dtype, engine=eng).t_step_s)
+    round_host = eng.round_s if eng is not None else 0.0
     rows = []
     for n in budgets:
         for depth in range(1, max_depth + 1):
@@ -771,7 +776,7 @@ def best_tree_size(
             if tree.depth < depth:  # the same tree as a shallower limit: already priced
                 continue
             t_draft, t_verify = _round_times(d, ctx, spec, hw, tree, batch, context, dtype, verify_latency)
-            t_round = t_draft + t_verify
+            t_round = t_draft + t_verify + round_host
             rows.append(
                 {
                     "n_nodes": tree.n_nodes,
@@ -813,7 +818,8 @@ def _round_times(
         return t_draft, float(verify_latency.get(tree.n_nodes + 1, verify_latency.get(tree.n_nodes, np.nan)))
     # the verify pass holds the tree plus the pending bonus/root token
     depths = np.concatenate([[1], tree.depths + 1])
-    return t_draft, float(pass_time(spec, hw, batch, None, context, dtype, tree=depths).t_step_s)
+    eng = getattr(ctx, "engine", None)
+    return t_draft, float(pass_time(spec, hw, batch, None, context, dtype, tree=depths, engine=eng).t_step_s)
 
 
 #: a tree "pays" over the best chain while it buys at least this much more speed

@@ -1,0 +1,184 @@
+"""Engine profiles: what the software that runs the model adds to the hardware roofline.
+
+The datasheet roofline prices bytes and FLOPs. A real engine also pays for launching
+kernels from a host thread, for the floor of tiny kernels, for the bookkeeping of a
+speculative round, for the latency of every all-reduce, and it reaches only a fraction
+of the datasheet bandwidth (less again when it dequantises int8/int4 weights on the
+fly). An :class:`Engine` holds those terms, SI units; ``engine_profiles/*.toml`` ship
+three (``eager``, ``compiled``, ``serving``), each number with its source or the command
+that fitted it. docs/cost-model.md (section 6) writes the composition out:
+
+    t_device = roofline(bytes / (f_bw x B), FLOPs / (f_c x P)) + pass + L x layer + 2L x (lat_ar + ar bytes / link)
+    t_host   = host_pass + L x host_layer
+    t_pass   = max(t_device, t_host)            (the host launches ahead while the GPU works)
+
+``engine=None`` everywhere is the pure datasheet roofline: no term above is added.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from roofline.errors import SpecroofError
+
+ENGINE_DIR = Path(__file__).resolve().parents[1] / "engine_profiles"
+
+#: weight dtypes whose kernels dequantise on the fly (their bandwidth is the engine's, per dtype)
+QUANTISED_WEIGHTS = ("int8", "int4", "fp8")
+
+
+@dataclass(frozen=True)
+class Engine:
+    """The software terms of a pass and of a speculative round, seconds and fractions (see the module docstring)."""
+
+    name: str
+    description: str = ""
+    #: achieved share of the datasheet memory bandwidth and matrix throughput, in (0, 1]
+    bandwidth_fraction: float = 1.0
+    compute_fraction: float = 1.0
+    #: device-side fixed time per pass and per layer (kernels too small to reach the roofline)
+    device_pass_s: float = 0.0
+    device_layer_s: float = 0.0
+    #: host-side time per pass and per layer (Python, dispatch, launches); overlaps the device's work
+    host_pass_s: float = 0.0
+    host_layer_s: float = 0.0
+    #: host time per speculative round outside the passes (acceptance, tree buffers, cache bookkeeping)
+    round_s: float = 0.0
+    #: latency of one tensor-parallel all-reduce of a hidden state, on top of its bytes over the link
+    allreduce_latency_s: float = 0.0
+    #: per quantised weight dtype: bandwidth its kernels reach relative to bf16's, in (0, 1]
+    weight_bandwidth_ratio: Mapping[str, float] = field(default_factory=dict)
+    #: per quantised weight dtype: bytes streamed per weight byte (group scales and zeros: int4 g32 bf16 -> 1.25)
+    weight_bytes_factor: Mapping[str, float] = field(default_factory=dict)
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, float) and not math.isfinite(v):
+                raise SpecroofError(f"engine {self.name!r}: {f.name} must be finite (got {v})")
+        for key in ("bandwidth_fraction", "compute_fraction"):
+            v = getattr(self, key)
+            if not 0.0 < v <= 1.0:
+                raise SpecroofError(f"engine {self.name!r}: {key} must lie in (0, 1] (got {v})")
+        for key in ("device_pass_s", "device_layer_s", "host_pass_s", "host_layer_s", "round_s", "allreduce_latency_s"):
+            if getattr(self, key) < 0:
+                raise SpecroofError(f"engine {self.name!r}: {key} must be >= 0 (got {getattr(self, key)})")
+        for dt, r in self.weight_bandwidth_ratio.items():
+            if dt not in QUANTISED_WEIGHTS or not 0.0 < r <= 1.0:
+                raise SpecroofError(f"engine {self.name!r}: weight bandwidth ratio for {dt!r} must be in (0, 1]")
+        for dt, r in self.weight_bytes_factor.items():
+            if dt not in QUANTISED_WEIGHTS or not 1.0 <= r <= 4.0:
+                raise SpecroofError(f"engine {self.name!r}: weight bytes factor for {dt!r} must be in [1, 4]")
+
+    def host_s(self, n_layers: int) -> float:
+        """Host seconds to issue one pass of ``n_layers`` layers."""
+        return self.host_pass_s + n_layers * self.host_layer_s
+
+    def describe(self) -> str:
+        return f"{self.name}: {self.description}" if self.description else self.name
+
+
+#: TOML table -> {key in the file (unit in the name): Engine field, scale to SI}
+_LAYOUT: dict[str, dict[str, tuple[str, float]]] = {
+    "device": {
+        "bandwidth_fraction": ("bandwidth_fraction", 1.0),
+        "compute_fraction": ("compute_fraction", 1.0),
+        "pass_us": ("device_pass_s", 1e-6),
+        "layer_us": ("device_layer_s", 1e-6),
+    },
+    "host": {"pass_us": ("host_pass_s", 1e-6), "layer_us": ("host_layer_s", 1e-6), "round_us": ("round_s", 1e-6)},
+    "collectives": {"allreduce_latency_us": ("allreduce_latency_s", 1e-6)},
+}
+
+
+def engine_from_dict(data: Mapping[str, Any], where: str = "engine") -> Engine:
+    """An :class:`Engine` from the TOML layout (``engine_profiles/*.toml``); every unknown key is an error."""
+    if "name" not in data:
+        raise SpecroofError(f"{where}: missing 'name'")
+    kw: dict[str, Any] = {"name": str(data["name"]), "description": str(data.get("description", ""))}
+    sources: dict[str, str] = {}
+    known_top = {"name", "description", "weight_only", *_LAYOUT}
+    for key in data:
+        if key not in known_top:
+            raise SpecroofError(f"{where}: unknown key {key!r} (known: {', '.join(sorted(known_top))})")
+    for table, keys in _LAYOUT.items():
+        block = data.get(table, {})
+        if not isinstance(block, Mapping):
+            raise SpecroofError(f"{where}: [{table}] must be a table")
+        for key, value in block.items():
+            if key == "source":
+                sources[table] = str(value)
+                continue
+            if key not in keys:
+                raise SpecroofError(f"{where}: unknown key {key!r} in [{table}] (known: {', '.join(keys)}, source)")
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                raise SpecroofError(f"{where}: [{table}] {key} must be a number (got {value!r})")
+            name, scale = keys[key]
+            kw[name] = float(value) * scale
+    wo = data.get("weight_only", {})
+    ratio, factor = {}, {}
+    for key, value in wo.items():
+        if key == "source":
+            sources["weight_only"] = str(value)
+        elif key.endswith("_bandwidth_ratio"):
+            ratio[key.removesuffix("_bandwidth_ratio")] = float(value)
+        elif key.endswith("_bytes_factor"):
+            factor[key.removesuffix("_bytes_factor")] = float(value)
+        else:
+            raise SpecroofError(
+                f"{where}: unknown key {key!r} in [weight_only] (known: <dtype>_bandwidth_ratio, <dtype>_bytes_factor)"
+            )
+    return Engine(**kw, weight_bandwidth_ratio=ratio, weight_bytes_factor=factor, sources=sources)
+
+
+def engine_data(engine: Engine) -> dict[str, Any]:
+    """The TOML layout of ``engine`` (the inverse of :func:`engine_from_dict`)."""
+    out: dict[str, Any] = {"name": engine.name}
+    if engine.description:
+        out["description"] = engine.description
+    for table, keys in _LAYOUT.items():
+        block: dict[str, Any] = {key: getattr(engine, name) / scale for key, (name, scale) in keys.items()}
+        if table in engine.sources:
+            block["source"] = engine.sources[table]
+        out[table] = block
+    wo: dict[str, Any] = {f"{d}_bandwidth_ratio": r for d, r in engine.weight_bandwidth_ratio.items()}
+    wo |= {f"{d}_bytes_factor": r for d, r in engine.weight_bytes_factor.items()}
+    if "weight_only" in engine.sources:
+        wo["source"] = engine.sources["weight_only"]
+    out["weight_only"] = wo
+    return out
+
+
+def list_engines() -> list[str]:
+    """Names of the shipped engine profiles."""
+    return sorted(p.stem for p in ENGINE_DIR.glob("*.toml"))
+
+
+@functools.lru_cache(maxsize=64)
+def _load_file(path: str) -> Engine:
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise SpecroofError(f"cannot read engine profile {p}: {e}") from None
+    return engine_from_dict(data, where=str(p))
+
+
+def load_engine(engine: Engine | str | Path | None) -> Engine | None:
+    """An :class:`Engine` from itself, a shipped name (``eager``, ``compiled``, ``serving``) or a TOML path; None stays None."""
+    if engine is None or isinstance(engine, Engine):
+        return engine
+    p = Path(engine)
+    if p.suffix == ".toml" or p.exists():
+        return _load_file(str(p.resolve()))
+    shipped = ENGINE_DIR / f"{engine}.toml"
+    if not shipped.exists():
+        raise SpecroofError(f"unknown engine {engine!r}: choose one of {', '.join(list_engines())} or give a TOML path")
+    return _load_file(str(shipped))

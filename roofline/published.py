@@ -1,0 +1,308 @@
+"""Predictions checked against published measurements: the validation table and the engine fits.
+
+``published/*.toml`` holds one file per source (URL, setup, figures, and whether its rows
+calibrate an engine or only validate). For every row this module predicts the figure
+twice, with the datasheet roofline (``engine=None``) and with the row's engine, and
+reports the error of each. :func:`calibrate` fits an engine's free parameters to the
+calibration rows of that engine only (least squares on log ratios); everything else is
+held out. The shipped ``engine_profiles/*.toml`` hold what ``specroof validate published
+--fit ENGINE`` prints, and a test refits them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from roofline.engine import Engine, load_engine
+from roofline.errors import SpecroofError
+from roofline.passtime import pass_time
+
+PUBLISHED_DIR = Path(__file__).resolve().parents[1] / "published"
+
+#: the kinds of figure, each summarised on its own
+KINDS = ("decode", "quantised", "tp", "speculative")
+
+#: every engine's free parameters when fitted, with bounds (SI units; ratios and fractions in (0, 1])
+#: (lower bound, start, upper bound): the fit always starts from the same point, so it is reproducible
+FIT_PARAMETERS: dict[str, dict[str, tuple[float, float, float]]] = {
+    "compiled": {
+        "bandwidth_fraction": (0.3, 0.8, 1.0),
+        "device_pass_s": (0.0, 5e-4, 5e-3),
+        "device_layer_s": (0.0, 3e-5, 2e-4),
+        "weight_bandwidth_ratio.int8": (0.2, 0.8, 1.0),
+        "weight_bandwidth_ratio.int4": (0.2, 0.8, 1.0),
+        "allreduce_latency_s": (0.0, 1e-5, 1e-4),
+    },
+    "eager": {
+        "host_pass_s": (0.0, 3e-3, 0.05),
+        "host_layer_s": (0.0, 3e-4, 2e-3),
+        "round_s": (0.0, 2e-3, 0.05),
+    },
+}
+
+
+def load_published(folder: str | Path | None = None) -> pd.DataFrame:
+    """Every published row, one per line, with its source's fields (tidy; unit-suffixed figure columns)."""
+    rows = []
+    for path in sorted(Path(folder or PUBLISHED_DIR).glob("*.toml")):
+        try:
+            data = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as e:
+            raise SpecroofError(f"{path}: {e}") from None
+        for key in ("source", "url", "setup", "hardware", "use"):
+            if key not in data:
+                raise SpecroofError(f"{path}: missing {key!r}")
+        if data["use"] not in ("calibration", "validation"):
+            raise SpecroofError(f"{path}: use must be 'calibration' or 'validation' (got {data['use']!r})")
+        for i, r in enumerate(data.get("row", [])):
+            if r.get("kind") not in KINDS:
+                raise SpecroofError(f"{path}: row {i + 1} kind must be one of {', '.join(KINDS)}")
+            row = {
+                "file": path.name,
+                "source": data["source"],
+                "url": data["url"],
+                "setup": data["setup"],
+                "use": data["use"],
+                "hardware": r.get("hardware", data["hardware"]),
+                "engine": r.get("engine", data.get("engine")),
+                "context": int(r.get("context", data.get("context", 512))),
+                "kind": r["kind"],
+                "model": r["model"],
+                "weight_dtype": r.get("weight_dtype", "bf16"),
+                "tp": int(r.get("tp", 1)),
+                "drafter": r.get("drafter"),
+                "gamma": r.get("gamma"),
+                "tree": r.get("tree"),
+                "mean_accepted": r.get("mean_accepted"),
+                "published_tokens_per_s": r.get("tokens_per_s"),
+                "published_speedup": r.get("speedup"),
+                "not_modelled": r.get("not_modelled", ""),
+            }
+            if row["engine"] is None:
+                raise SpecroofError(f"{path}: row {i + 1} names no engine")
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _act_dtype(weight_dtype: str) -> str:
+    return weight_dtype if weight_dtype in ("fp16", "bf16", "fp32") else "bf16"
+
+
+def _wdt(weight_dtype: str) -> str | None:
+    return None if weight_dtype in ("fp16", "bf16", "fp32") else weight_dtype
+
+
+def predict_row(row: pd.Series | dict[str, Any], engine: Engine | str | None) -> dict[str, float]:
+    """The row's figure as ``engine`` would run it (None: the datasheet roofline).
+
+    Returns ``predicted`` (tokens/s or speedup, as the row publishes) and, for a
+    speculative row published as tokens/s without an acceptance, ``implied_mean_accepted``:
+    the tokens per round that reproduce the published figure.
+    """
+    r = dict(row)
+    act, wdt = _act_dtype(r["weight_dtype"]), _wdt(r["weight_dtype"])
+    if r["kind"] != "speculative":
+        st = pass_time(r["model"], r["hardware"], 1, 1, r["context"], act, weight_dtype=wdt, tp=r["tp"], engine=engine)
+        return {"predicted": float(1.0 / st.t_step_s[()])}
+    from roofline.speculative import predict_speedup
+
+    gamma = r["gamma"]
+    gamma = None if gamma is None or (isinstance(gamma, float) and math.isnan(gamma)) else gamma
+    gamma = gamma if gamma in (None, "heuristic") else int(gamma)
+    kw: dict[str, Any] = dict(
+        hardware=r["hardware"],
+        target=r["model"],
+        drafter=r["drafter"],
+        gamma=gamma,
+        tree=r["tree"] if isinstance(r["tree"], str) else None,
+        engine=engine,
+        context=r["context"],
+        dtype=act,
+        weight_dtype=wdt,
+        tp=r["tp"],
+    )
+    ma = r["mean_accepted"]
+    if ma is None or (isinstance(ma, float) and math.isnan(ma)):
+        # no acceptance published: price the round once (at one token per round) and report what E the figure implies
+        p = predict_speedup(mean_accepted=1.0, **kw)
+        return {"predicted": float("nan"), "implied_mean_accepted": r["published_tokens_per_s"] * p.t_round_s}
+    p = predict_speedup(mean_accepted=float(ma), **kw)
+    if r["published_speedup"] is not None and not pd.isna(r["published_speedup"]):
+        return {"predicted": p.speedup}
+    return {"predicted": p.tokens_per_s}
+
+
+def validation_table(rows: pd.DataFrame | None = None, engines: dict[str, Engine] | None = None) -> pd.DataFrame:
+    """Published against predicted, per row: the roofline-only and the engine-aware prediction and their errors."""
+    df = load_published() if rows is None else rows.copy()
+    out = []
+    for _, r in df.iterrows():
+        published = r["published_speedup"] if not pd.isna(r["published_speedup"]) else r["published_tokens_per_s"]
+        metric = "speedup" if not pd.isna(r["published_speedup"]) else "tokens_per_s"
+        rec = {
+            "source": r["file"].removesuffix(".toml"),
+            "use": r["use"],
+            "kind": r["kind"],
+            "hardware": r["hardware"],
+            "engine": r["engine"],
+            "setup": _setup(r),
+            "metric": metric,
+            "published": float(published),
+            "roofline": np.nan,
+            "engine_aware": np.nan,
+            "error_roofline": np.nan,
+            "error_engine": np.nan,
+            "implied_mean_accepted": np.nan,
+            "note": r["not_modelled"],
+        }
+        if not r["not_modelled"]:
+            eng = (engines or {}).get(r["engine"]) or load_engine(r["engine"])
+            roof = predict_row(r, None)
+            aware = predict_row(r, eng)
+            rec["roofline"], rec["engine_aware"] = roof["predicted"], aware["predicted"]
+            rec["error_roofline"] = roof["predicted"] / published - 1.0
+            rec["error_engine"] = aware["predicted"] / published - 1.0
+            if "implied_mean_accepted" in aware:
+                rec["implied_mean_accepted"] = aware["implied_mean_accepted"]
+                rec["note"] = (
+                    f"no acceptance published: {aware['implied_mean_accepted']:.2f} tokens per round "
+                    f"(of at most {int(r['gamma']) + 1}) reproduce it under {r['engine']}"
+                )
+        out.append(rec)
+    return pd.DataFrame(out)
+
+
+def _setup(r: pd.Series) -> str:
+    parts = [str(r["model"]), str(r["weight_dtype"])]
+    if r["tp"] > 1:
+        parts.append(f"TP{r['tp']}")
+    if r["kind"] == "speculative":
+        g = r["gamma"]
+        shape = f"tree {r['tree']}" if isinstance(r["tree"], str) else ("" if g is None or pd.isna(g) else f"gamma {g}")
+        parts.append(f"+ {r['drafter']}" + (f" ({shape})" if shape else ""))
+        if r["mean_accepted"] is not None and not pd.isna(r["mean_accepted"]):
+            parts.append(f"E={r['mean_accepted']}")
+    return " ".join(parts)
+
+
+def error_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Median and max |error| per (use, kind), roofline-only beside engine-aware; rows without an error are left out."""
+    t = table.dropna(subset=["error_engine"])
+    if t.empty:
+        return pd.DataFrame()
+    g = t.assign(abs_roofline=t["error_roofline"].abs(), abs_engine=t["error_engine"].abs()).groupby(["use", "kind"])
+    s = g.agg(
+        rows=("published", "size"),
+        median_abs_error_roofline=("abs_roofline", "median"),
+        max_abs_error_roofline=("abs_roofline", "max"),
+        median_abs_error_engine=("abs_engine", "median"),
+        max_abs_error_engine=("abs_engine", "max"),
+    )
+    return s.reset_index()
+
+
+def _with(engine: Engine, name: str, value: float) -> Engine:
+    if name.startswith("weight_bandwidth_ratio."):
+        dt = name.split(".", 1)[1]
+        return dataclasses.replace(engine, weight_bandwidth_ratio={**engine.weight_bandwidth_ratio, dt: value})
+    return dataclasses.replace(engine, **{name: value})  # type: ignore[arg-type]
+
+
+def _get(engine: Engine, name: str) -> float:
+    if name.startswith("weight_bandwidth_ratio."):
+        return float(engine.weight_bandwidth_ratio.get(name.split(".", 1)[1], 1.0))
+    return float(getattr(engine, name))
+
+
+def calibrate(engine: Engine | str, rows: pd.DataFrame | None = None) -> tuple[Engine, pd.DataFrame]:
+    """Fit ``engine``'s free parameters (:data:`FIT_PARAMETERS`) to its calibration rows; returns it and the fit table.
+
+    Least squares on log(predicted / published) over the rows whose ``use`` is
+    calibration and whose engine is this one (rows with an error to compute). Two more
+    rows than parameters are required, so that no parameter is pinned by a single row
+    and the fit leaves residuals to judge it by.
+    """
+    from scipy.optimize import least_squares
+
+    eng = load_engine(engine)
+    assert eng is not None
+    if eng.name not in FIT_PARAMETERS:
+        raise SpecroofError(f"engine {eng.name!r} has no free parameters to fit (fitted: {', '.join(FIT_PARAMETERS)})")
+    params = FIT_PARAMETERS[eng.name]
+    df = load_published() if rows is None else rows
+    cal = df[(df["use"] == "calibration") & (df["engine"] == eng.name) & (df["not_modelled"] == "")]
+    has_figure = cal["published_speedup"].notna() | cal["mean_accepted"].notna() | (cal["kind"] != "speculative")
+    cal = cal[has_figure]
+    if len(cal) < len(params) + 2:
+        raise SpecroofError(f"{len(cal)} calibration rows for {len(params)} parameters of {eng.name!r}: too few")
+    names = list(params)
+    lo = np.array([params[n][0] for n in names])
+    hi = np.array([params[n][2] for n in names])
+    scale = np.maximum(hi, 1e-12)
+    x0 = np.array([params[n][1] for n in names]) / scale
+
+    def build(x: np.ndarray) -> Engine:
+        e = eng
+        for n, v in zip(names, x * scale, strict=True):
+            e = _with(e, n, float(v))
+        return e
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        e = build(x)
+        res = []
+        for _, r in cal.iterrows():
+            pub = r["published_speedup"] if not pd.isna(r["published_speedup"]) else r["published_tokens_per_s"]
+            res.append(math.log(predict_row(r, e)["predicted"] / pub))
+        return np.array(res)
+
+    fit = least_squares(residuals, x0, bounds=(lo / scale, hi / scale), x_scale="jac", xtol=1e-12, ftol=1e-12)
+    fitted = build(fit.x)
+    return fitted, validation_table(cal, {eng.name: fitted})
+
+
+#: profile key of each fitted parameter: (table, key, scale from SI)
+_PROFILE_KEYS = {
+    "bandwidth_fraction": ("device", "bandwidth_fraction", 1.0),
+    "device_pass_s": ("device", "pass_us", 1e6),
+    "device_layer_s": ("device", "layer_us", 1e6),
+    "weight_bandwidth_ratio.int8": ("weight_only", "int8_bandwidth_ratio", 1.0),
+    "weight_bandwidth_ratio.int4": ("weight_only", "int4_bandwidth_ratio", 1.0),
+    "allreduce_latency_s": ("collectives", "allreduce_latency_us", 1e6),
+    "host_pass_s": ("host", "pass_us", 1e6),
+    "host_layer_s": ("host", "layer_us", 1e6),
+    "round_s": ("host", "round_us", 1e6),
+}
+
+#: engines whose device terms are the compiled engine's (no calibration source of their own)
+SHARES_COMPILED_DEVICE = ("serving",)
+
+
+def write_fitted(engine: Engine, folder: str | Path | None = None) -> list[Path]:
+    """Write ``engine``'s fitted parameters into its shipped profile (and into the profiles that share them)."""
+    import tomli_w
+
+    from roofline.engine import ENGINE_DIR, engine_from_dict
+
+    root = Path(folder or ENGINE_DIR)
+    names = [engine.name] + (list(SHARES_COMPILED_DEVICE) if engine.name == "compiled" else [])
+    written = []
+    for name in names:
+        path = root / f"{name}.toml"
+        data = tomllib.loads(path.read_text())
+        for param in FIT_PARAMETERS[engine.name]:
+            table, key, scale = _PROFILE_KEYS[param]
+            data.setdefault(table, {})[key] = round(_get(engine, param) * scale, 6)
+        engine_from_dict(data, where=str(path))  # what is written must load
+        path.write_text(tomli_w.dumps(data))
+        written.append(path)
+    from roofline.engine import _load_file
+
+    _load_file.cache_clear()
+    return written
