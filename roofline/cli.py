@@ -188,7 +188,16 @@ def cmd_roofline(args: argparse.Namespace) -> int:
         engine=args.engine,
     )
     k = int(
-        crossover_tokens(spec, hw, batch, context, args.dtype, weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype)
+        crossover_tokens(
+            spec,
+            hw,
+            batch,
+            context,
+            args.dtype,
+            weight_dtype=args.weight_dtype,
+            kv_dtype=args.kv_dtype,
+            engine=args.engine,
+        )
     )
     from roofline.cost import forward_cost
 
@@ -677,7 +686,7 @@ def _engine_params(e: Any) -> dict[str, float]:
 def cmd_report(args: argparse.Namespace) -> int:
     import time
 
-    from roofline.report import DEFAULT_PAIRING, write_report
+    from roofline.report import DEFAULT_PAIRING, analytic_sections, write_report
 
     if args.budget is not None and not args.budget > 0:
         raise SpecroofError(f"--budget must be > 0 seconds (got {args.budget})")
@@ -717,7 +726,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             },
         }
     t0 = time.perf_counter()
-    n_sections = 5 + len(extra)
+    n_sections = len(analytic_sections()) + len(extra)
     done = {"n": 0}
 
     def on_section(sec: Any) -> None:

@@ -174,6 +174,7 @@ def crossover_tokens(
     kv_dtype: str | None = None,
     efficiency: bool = False,
     max_tokens: int = 1 << 20,
+    engine: Engine | str | None = None,
 ) -> npt.NDArray[np.int64]:
     """Largest number of new tokens per sequence for which the pass stays memory bound.
 
@@ -190,7 +191,9 @@ def crossover_tokens(
         raise SpecroofError(f"context leaves no room for new tokens within max context {spec.max_context}")
 
     def mem_bound(n: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
-        st = pass_time(spec, hw, B, n, L, dtype, weight_dtype=weight_dtype, kv_dtype=kv_dtype, efficiency=efficiency)
+        st = pass_time(
+            spec, hw, B, n, L, dtype, weight_dtype=weight_dtype, kv_dtype=kv_dtype, efficiency=efficiency, engine=engine
+        )
         return st.memory_bound
 
     lo = np.zeros(B.shape, dtype=np.int64)  # invariant: lo is memory bound (0 trivially)

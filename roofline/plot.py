@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
 
 from roofline.hardware import Hardware, load_hardware
 from roofline.model import ModelSpec, get_model
@@ -446,10 +447,34 @@ def published_scatter(table: pd.DataFrame) -> Figure:
         ax.set_yscale("log")
         ax.set_xlim(lo, hi)
         ax.set_ylim(lo, hi)
+        for axis in (ax.xaxis, ax.yaxis):  # plain numbers, not 2 x 10^0
+            if metric == "speedup":  # less than a decade: name a few speedups
+                axis.set_major_locator(FixedLocator([1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0]))
+            axis.set_major_formatter(ScalarFormatter())
+            axis.set_minor_formatter(NullFormatter())
         ax.set_xlabel(f"published {unit}")
         ax.set_ylabel(f"predicted {unit}")
         ax.legend(fontsize=7, loc="upper left")
         ax.grid(True, which="both", alpha=0.3)
     fig.suptitle("Predictions against published measurements")
     fig.tight_layout()
+    return fig
+
+
+def gamma_by_engine_chart(table: pd.DataFrame, title: str = "", ax: Axes | None = None) -> Figure:
+    """Speedup against gamma, one line per engine (a :func:`roofline.speculative.speedup_by_engine` table), best marked."""
+    fig, ax = _axes(ax, (7.5, 4.5))
+    for j, (engine, grp) in enumerate(table.groupby("engine", sort=False)):
+        grp = grp.sort_values("gamma")
+        best = grp.iloc[int(np.argmax(grp["speedup"].to_numpy()))]
+        style = {"roofline": "--", "serving": ":"}.get(str(engine), "-")
+        ax.plot(grp["gamma"], grp["speedup"], style, marker="o", ms=3, color=f"C{j}",
+                label=f"{engine}: best gamma {int(best['gamma'])} ({best['speedup']:.2f}x)")  # fmt: skip
+        ax.plot([best["gamma"]], [best["speedup"]], marker="*", ms=14, color=f"C{j}")
+    ax.axhline(1.0, color="0.6", lw=0.8)
+    ax.set_xlabel("gamma (draft tokens per round)")
+    ax.set_ylabel("speedup over plain decoding")
+    ax.set_title(title or "Speedup against gamma under each engine")
+    ax.legend(fontsize=8)
+    ax.grid(True, alpha=0.3)
     return fig

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
+import pandas as pd
 
 from roofline.engine import Engine, load_engine
 from roofline.errors import SpecroofError, as_array, check_min, check_range
@@ -658,11 +659,12 @@ class PredictedSpeedup:
 
 
 @functools.lru_cache(maxsize=256)
-def _heuristic_mix(mean_accepted: float, rounds: int = 4000) -> tuple[float, tuple[tuple[int, float], ...]]:
+def _heuristic_mix(mean_accepted: float, rounds: int = 4000) -> tuple[float, tuple[tuple[int, float], ...], float]:
     """Hugging Face's heuristic schedule at the i.i.d. acceptance that yields ``mean_accepted`` tokens per round.
 
-    Returns the simulated tokens per round and the share of rounds at each draft length:
-    which lengths the schedule picks does not depend on timing, so it is solved once.
+    Returns the simulated tokens per round, the share of rounds at each draft length and
+    that acceptance rate: which lengths the schedule picks does not depend on timing, so
+    it is solved once.
     """
     from roofline.gamma_policies import HeuristicSchedule, simulate_policy
 
@@ -673,9 +675,44 @@ def _heuristic_mix(mean_accepted: float, rounds: int = 4000) -> tuple[float, tup
     for _ in range(30):  # tokens per round grow with alpha: bisect to the published figure
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if run(mid).tokens_per_round < mean_accepted else (lo, mid)
-    pr = run((lo + hi) / 2)
+    alpha = (lo + hi) / 2
+    pr = run(alpha)
     gs, counts = np.unique(pr.gammas, return_counts=True)
-    return pr.tokens_per_round, tuple((int(g), float(c) / pr.rounds) for g, c in zip(gs, counts, strict=True))
+    mix = tuple((int(g), float(c) / pr.rounds) for g, c in zip(gs, counts, strict=True))
+    return pr.tokens_per_round, mix, alpha
+
+
+def alpha_for_heuristic(mean_accepted: float) -> float:
+    """The per-token acceptance at which Hugging Face's schedule emits ``mean_accepted`` tokens per round."""
+    return _heuristic_mix(float(mean_accepted))[2]
+
+
+def speedup_by_engine(
+    *,
+    hardware: Hardware | str,
+    target: ModelSpec | str,
+    drafter: Any,
+    alpha: float,
+    engines: Sequence[Engine | str | None] = (None, "eager", "compiled", "serving"),
+    gammas: Sequence[int] = tuple(range(1, 13)),
+    context: int = 512,
+    dtype: str = "fp16",
+) -> pd.DataFrame:
+    """Speedup per (engine, gamma) for one chain drafter: where the best gamma lies under each engine (tidy)."""
+    rows = []
+    for e in engines:
+        for g in gammas:
+            p = predict_speedup(
+                hardware=hardware, target=target, drafter=drafter, alpha=alpha, gamma=int(g), engine=e,
+                context=context, dtype=dtype,
+            )  # fmt: skip
+            rows.append(
+                {"engine": p.engine, "gamma": int(g), "speedup": p.speedup, "t_draft_s": p.t_draft_s,
+                 "t_verify_s": p.t_verify_s, "t_round_host_s": p.t_round_host_s, "t_base_s": p.t_base_s}
+            )  # fmt: skip
+    df = pd.DataFrame(rows)
+    df["best"] = df["speedup"] == df.groupby("engine")["speedup"].transform("max")
+    return df
 
 
 def predict_speedup(
@@ -736,7 +773,7 @@ def predict_speedup(
     elif gamma == "heuristic":
         if mean_accepted is None:
             raise SpecroofError("gamma='heuristic' needs mean_accepted")
-        E, mix = _heuristic_mix(float(mean_accepted))
+        E, mix, _ = _heuristic_mix(float(mean_accepted))
         parts = [(w, d.draft_time(ctx, np.asarray(g), B, L), d.verify_time(ctx, np.asarray(g), B, L)) for g, w in mix]
         t_draft = float(sum(w * dr for w, dr, _ in parts))
         t_verify = float(sum(w * v for w, _, v in parts))
