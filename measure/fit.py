@@ -23,6 +23,7 @@ import pandas as pd
 from scipy.optimize import least_squares, minimize_scalar
 
 from roofline.cost import PassCost, forward_cost
+from roofline.engine import HARNESS_ENGINE
 from roofline.errors import SpecroofError
 from roofline.hardware import Hardware, Measured, load_hardware, write_profile
 from roofline.model import ModelSpec, get_model
@@ -153,6 +154,7 @@ class FitResult:
             "method": f"specroof measure fit: least squares on relative error over {self.n_points} verify passes",
             "fit_mape": self.mape,
         }
+        prov.setdefault("engine", HARNESS_ENGINE)
         return write_profile(dataclasses.replace(self.hardware, measured=dataclasses.replace(m, provenance=prov)), path)
 
 

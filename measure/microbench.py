@@ -19,6 +19,7 @@ import torch
 from measure.device import describe, match_profile
 from measure.models import TORCH_DTYPES
 from measure.timing import Timing, time_fn
+from roofline.engine import HARNESS_ENGINE
 from roofline.errors import SpecroofError
 from roofline.hardware import Hardware, Measured, load_hardware, write_profile
 
@@ -244,6 +245,8 @@ def measured_hardware(
             "also given); best matmul over verify shapes per dtype; 1-element add for dispatch; GEMM memory/compute "
             "overlap at the ridge; medians",
             "device": str(info["name"]),
+            # the measured figures include the software that ran them: this profile is (this device, this engine)
+            "engine": HARNESS_ENGINE + f", torch {torch.__version__}",
             "torch_version": torch.__version__,
             "python_version": platform.python_version(),
         },

@@ -725,6 +725,8 @@ def cmd_report(args: argparse.Namespace) -> int:
                 f"early exit @{exit_layer}": 0.5,
             },
         }
+    if args.engine:
+        pairing["engine"] = args.engine
     t0 = time.perf_counter()
     n_sections = len(analytic_sections()) + len(extra)
     done = {"n": 0}
@@ -741,7 +743,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"\ninterrupted: the finished sections are in {args.out}/index.html", file=sys.stderr)
         return 130
     summary["seconds"] = time.perf_counter() - t0
-    lines = ["The answer (roofline, batch 1): best strategy and gamma per GPU, and the best draft-tree size"]
+    how = f"roofline + {args.engine} engine" if args.engine else "datasheet roofline, no engine"
+    lines = [f"The answer ({how}, batch 1): best strategy and gamma per GPU, and the best draft-tree size"]
     if "answer" in summary:
         table = pd.DataFrame(summary["answer"])
         lines.append(table.round(2).to_string(index=False))
@@ -959,6 +962,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--early-exit", type=int, default=None, help="early-exit layer of the self-drafter (default 8)")
     p.add_argument("--alpha", type=float, help="acceptance rate of the draft model (default 0.75)")
     p.add_argument("--debug", action="store_true", help="tracebacks of failed sections on the page")
+    _add_engine(p)
     _add_json(p)
     p.set_defaults(func=cmd_report)
 

@@ -29,6 +29,9 @@ from roofline.errors import SpecroofError
 
 ENGINE_DIR = Path(__file__).resolve().parents[1] / "engine_profiles"
 
+#: the engine a measured profile (``specroof measure bench/fit``) was measured under: its figures include it
+HARNESS_ENGINE = "eager PyTorch (specroof's measure harness: static KV cache, one launch per operator)"
+
 #: weight dtypes whose kernels dequantise on the fly (their bandwidth is the engine's, per dtype)
 QUANTISED_WEIGHTS = ("int8", "int4", "fp8")
 

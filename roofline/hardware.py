@@ -180,13 +180,23 @@ class Hardware:
         """The parameters of a pass's time on this device (measured where the profile has them), SI units.
 
         ``engine`` adds the software's terms (:mod:`roofline.engine`): its achieved fractions
-        scale the datasheet ceilings (a measured profile's figures were achieved already,
-        so they stay), its per-pass and per-layer times join the profile's, and its host
-        time, all-reduce latency and quantised-weight rates enter the composition.
+        scale the datasheet ceilings, its per-pass and per-layer times join the profile's,
+        and its host time, all-reduce latency and quantised-weight rates enter the
+        composition. A measured profile is a (device, engine) pair already: its figures
+        include the software that measured them (``[measured] engine``), so adding an
+        engine to it is refused rather than counted twice.
         """
         from roofline.timemodel import TimeModel
 
         measured = self.measured is not None
+        if engine is not None and measured:
+            under = (
+                self.measured.provenance.get("engine") if self.measured else None
+            ) or "the software that measured it"
+            raise SpecroofError(
+                f"{self.id} is a measured profile: its figures already include {under}; "
+                f"price it without --engine, or use the datasheet profile with --engine {engine.name}"
+            )
         peaks = {d: self.peak(d, efficiency) for d in self.dtypes}
         bw = self.bandwidth(efficiency)
         if engine is not None and not measured:

@@ -111,6 +111,10 @@ def validate_inputs(gpus: Sequence[str], pairing: dict[str, Any] | None) -> None
     exit_layer = cfg["drafters"][1]
     if not 1 <= int(exit_layer) < max(2, layers):
         raise SpecroofError(f"--early-exit must lie in [1, {layers - 1}] for {cfg['target']} (got {exit_layer})")
+    if cfg.get("engine") is not None:
+        from roofline.engine import load_engine
+
+        load_engine(cfg["engine"])
     for name, a in cfg["acceptance"].items():
         if not 0.0 <= float(a) < 1.0:
             raise SpecroofError(f"acceptance of {name} must lie in [0, 1) (got {a})")
@@ -125,14 +129,15 @@ def answer(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | None 
     cfg = _pairing(pairing)
     target, (draft_name, exit_layer), acc = cfg["target"], cfg["drafters"], cfg["acceptance"]
     alpha = acc[f"draft {draft_name}"]
+    engine = cfg.get("engine")
     context = _contexts(get_model(target), [1024])[0]
     rows = []
     opt = optimal_tree(IIDAcceptance(alpha), 256, 10)
     for g in gpus:
         hw = load_hardware(g)
-        rec = recommend(hw, target, [draft_name, EarlyExit(exit_layer)], acc, batch=1, context=context)
+        rec = recommend(hw, target, [draft_name, EarlyExit(exit_layer)], acc, batch=1, context=context, engine=engine)
         tree = best_tree_size(
-            hw, target, draft_name, IIDAcceptance(alpha), 1, context, (1, 4, 16, 64, 256), 10, opt=opt
+            hw, target, draft_name, IIDAcceptance(alpha), 1, context, (1, 4, 16, 64, 256), 10, opt=opt, engine=engine
         )
         rows.append(
             {
@@ -149,7 +154,13 @@ def answer(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | None 
     body = (
         f"<p><b>Question:</b> serving {esc(str(target))} at batch 1 and a {context}-token context, how much does "
         f"speculative decoding buy on each GPU, and with which speculation length (gamma: draft tokens proposed "
-        f"per round) or draft-tree size? <b>Answer</b> (the roofline model, before any measurement):</p>"
+        f"per round) or draft-tree size? <b>Answer</b> ("
+        + (
+            f"the roofline model with the <b>{esc(str(engine))}</b> engine's costs"
+            if engine
+            else "the datasheet roofline: no engine's costs, an upper bound; see the engines section"
+        )
+        + ", before any measurement):</p>"
     )
     body += w.table(df, "answer", floatfmt="{:.2f}")
     body += (
@@ -301,7 +312,7 @@ def speculation(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | 
     for g in gpus:
         for batch in (1, 8, 64):
             for context in contexts:
-                rec = recommend(g, target, drafters, acc, batch=batch, context=context)
+                rec = recommend(g, target, drafters, acc, batch=batch, context=context, engine=cfg.get("engine"))
                 rows.append(
                     {
                         "hardware": g,
@@ -360,7 +371,18 @@ def trees_section(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] 
     budgets = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
     opt = optimal_tree(model, max(budgets), 10)
     choices = {
-        g: best_tree_size(g, cfg["target"], cfg["drafters"][0], model, 1, context, budgets, max_depth=10, opt=opt)
+        g: best_tree_size(
+            g,
+            cfg["target"],
+            cfg["drafters"][0],
+            model,
+            1,
+            context,
+            budgets,
+            max_depth=10,
+            opt=opt,
+            engine=cfg.get("engine"),
+        )  # fmt: skip
         for g in gpus
     }
     body += w.figure(

@@ -299,3 +299,30 @@ def test_cli_validate_published(tmp_path: Path):
     assert png.stat().st_size > 10_000
     r = _cli("validate", "published", "--write")
     assert r.returncode == 2 and "--fit" in r.stderr
+
+
+def test_a_measured_profile_is_a_device_engine_pair_and_refuses_a_second_engine(tmp_path: Path):
+    import dataclasses
+
+    from roofline.engine import HARNESS_ENGINE
+    from roofline.hardware import Measured, load_hardware, write_profile
+
+    hw = load_hardware("a100-sxm-80gb")
+    m = Measured(bandwidth_bytes_per_s=1.5e12, provenance={"engine": HARNESS_ENGINE + ", torch 2.13"})
+    p = write_profile(dataclasses.replace(hw, measured=m), tmp_path / "measured.toml")
+    assert "engine" in p.read_text()
+    with pytest.raises(SpecroofError, match="already include eager PyTorch"):
+        pass_time("llama-2-7b", str(p), 1, 1, 0, "bf16", engine="compiled")
+    assert float(pass_time("llama-2-7b", str(p), 1, 1, 0, "bf16").t_memory_s) > 0
+
+
+def test_the_report_prices_its_answer_under_an_engine(tmp_path: Path):
+    r = _cli(
+        "report", "--skip-measure", "--engine", "eager", "--out", str(tmp_path / "rep"), "--hardware", "a100-sxm-80gb"
+    )
+    assert r.returncode == 0, r.stderr
+    page = (tmp_path / "rep" / "index.html").read_text()
+    assert "with the <b>eager</b> engine" in page and "Engines: predictions against published" in page
+    assert "roofline + eager engine" in r.stdout
+    r = _cli("report", "--skip-measure", "--engine", "warp", "--out", str(tmp_path / "x"))
+    assert r.returncode == 2 and not (tmp_path / "x").exists()
