@@ -12,6 +12,8 @@ objects priced the way each method runs (docs/cost-model.md, section 7):
   evaluated once on the last hidden state; Medusa's ``mc_sim_7b_63`` tree (63 nodes).
 * ``hydra``: heads like Medusa's, but each conditioned on the previous head's token, so
   they run one after another: one pass per tree level (Medusa's tree).
+* ``mtp``: multi-token-prediction modules (DeepSeek-V3): priced as EAGLE's layer, one
+  module pass per drafted token (a chain; MTP ships no tree).
 * ``model:NAME``: a separate draft model (SpS); ``prompt-lookup``; ``early-exit:L``.
 """
 
@@ -154,14 +156,14 @@ class SequentialHeads(Heads):
 def default_tree(drafter: Any) -> Tree | None:
     """The tree a drafter ships with (EAGLE's, Medusa's), or None for chain drafters."""
     if isinstance(drafter, Eagle):
-        return drafter.default_tree
+        return None if drafter.name == "mtp" else drafter.default_tree
     if isinstance(drafter, Heads):
         return TREE_PRESETS["medusa"]
     return None
 
 
 def named_drafter(name: Any, target: ModelSpec | str | None = None) -> Any:
-    """A drafter from a name: eagle, eagle2, eagle3, medusa, hydra, model:NAME, prompt-lookup, early-exit:L.
+    """A drafter from a name: eagle, eagle2, eagle3, mtp, medusa, hydra, model:NAME, prompt-lookup, early-exit:L.
 
     A preset model name alone (``llama-68m``) is a separate draft model; a drafter object
     is returned as it is.
@@ -173,6 +175,8 @@ def named_drafter(name: Any, target: ModelSpec | str | None = None) -> Any:
         return Eagle(1)
     if key in ("eagle2", "eagle3"):
         return Eagle(int(key[-1]))
+    if key == "mtp":  # DeepSeek-style MTP modules: one block + projection per extra token, shared embedding and head
+        return Eagle(1, name="mtp")
     if key == "medusa":
         return Heads(5, name="medusa")
     if key == "hydra":
@@ -191,6 +195,6 @@ def named_drafter(name: Any, target: ModelSpec | str | None = None) -> Any:
         return DraftModel(get_model(name))
     except SpecroofError:
         raise SpecroofError(
-            f"unknown drafter {name!r}: use eagle, eagle2, eagle3, medusa, hydra, prompt-lookup, "
+            f"unknown drafter {name!r}: use eagle, eagle2, eagle3, mtp, medusa, hydra, prompt-lookup, "
             "early-exit:L or model:NAME (a preset model or a config.json)"
         ) from None
