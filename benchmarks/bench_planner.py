@@ -20,7 +20,9 @@ def main() -> None:
         times = []
         for _ in range(5):
             t0 = time.perf_counter()
-            r = speedup("llama-3.1-8b", drafter, "h100-sxm-80gb", alpha, gamma, batch, context, "bf16")
+            r = speedup(
+                "h100-sxm-80gb", "llama-3.1-8b", drafter, alpha, gamma, batch=batch, context=context, dtype="bf16"
+            )
             times.append(time.perf_counter() - t0)
         n = np.broadcast_shapes(alpha.shape, gamma.shape, batch.shape, context.shape)
         count = int(np.prod(n))

@@ -18,7 +18,7 @@ def main() -> None:
     times = []
     for _ in range(7):
         t0 = time.perf_counter()
-        st = step_time(forward_cost(spec, B, n, L, "bf16"), hw)
+        st = step_time(forward_cost(spec, B, n, L, weight_dtype="bf16"), hw)
         times.append(time.perf_counter() - t0)
     points = st.t_step_s.size
     med, best = float(np.median(times)), min(times)

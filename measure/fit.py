@@ -116,7 +116,9 @@ def _costs(df: pd.DataFrame, specs: dict[str, ModelSpec]) -> dict[str, list[tupl
     for key, g in df.groupby(keys, sort=False):
         dt = str(key[0] if isinstance(key, tuple) else key)
         spec = specs[str(key[1])] if len(specs) > 1 else next(iter(specs.values()))
-        c = forward_cost(spec, g["batch"].to_numpy(), g["new_tokens"].to_numpy(), g["context"].to_numpy(), dt)
+        c = forward_cost(
+            spec, g["batch"].to_numpy(), g["new_tokens"].to_numpy(), g["context"].to_numpy(), weight_dtype=dt
+        )
         out.setdefault(dt, []).append((g.index.to_numpy(), c))
     return out
 

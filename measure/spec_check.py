@@ -95,14 +95,14 @@ def predicted_block_s(
     Priced by ``hw`` with ``host_s`` added to every pass: the host cost of this harness's
     passes, which the a-priori profile (microbenchmarks of single operations) does not see.
     """
-    base = speedup(target.spec, EarlyExit(1), hw, 0.0, 0, batch, context, dtype, overhead_s=host_s)
+    base = speedup(hw, target.spec, EarlyExit(1), 0.0, 0, batch=batch, context=context, dtype=dtype, overhead_s=host_s)
     t_step = float(base.t_target_step_s)
     total = t_step * tokens * (1 + len(drafters) * len(gammas))  # the probes
     for d in drafters.values():
         cost = DraftModel(d.spec) if isinstance(d, Transformer) else EarlyExit(int(d), reuse_kv=False)
         alpha = PLAN_ALPHA["draft" if isinstance(d, Transformer) else "early exit"]
         for g in gammas:
-            r = speedup(target.spec, cost, hw, alpha, g, batch, context, dtype, overhead_s=host_s)
+            r = speedup(hw, target.spec, cost, alpha, g, batch=batch, context=context, dtype=dtype, overhead_s=host_s)
             total += groups * tokens / float(r.expected_tokens) * float(r.t_round_s)
     # one more visit of every point of the verify sweeps (target and draft): 5 passes each, 2 contexts
     points = len(sweep_tokens(gammas, [batch])) * 2

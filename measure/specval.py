@@ -450,14 +450,14 @@ def predict_speedups(
         model_drafter = DraftModel(d.spec) if isinstance(d, Transformer) else EarlyExit(int(d), reuse_kv=False)
         g = int(row["gamma"])
         pred = speedup(
+            fitted,
             target,
             model_drafter,
-            fitted,
             list(row["curve"]),
             g,
-            int(row["batch"]),
-            int(row["context"]),
-            dtype,
+            batch=int(row["batch"]),
+            context=int(row["context"]),
+            dtype=dtype,
             round_overhead_s=row["host_ms_per_round"] / 1e3,
             draft_hardware=(draft_hardware or {}).get(row["drafter"]),
         )

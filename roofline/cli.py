@@ -201,8 +201,24 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     )
     from roofline.cost import forward_cost
 
-    cost = forward_cost(spec, batch, tokens, context, args.weight_dtype or args.dtype, args.kv_dtype, args.dtype)
-    fp = memory_footprint(spec, batch, context, args.weight_dtype or args.dtype, args.kv_dtype, args.dtype, tokens)
+    cost = forward_cost(
+        spec,
+        batch,
+        tokens,
+        context,
+        weight_dtype=args.weight_dtype or args.dtype,
+        kv_dtype=args.kv_dtype,
+        act_dtype=args.dtype,
+    )
+    fp = memory_footprint(
+        spec,
+        batch,
+        context,
+        weight_dtype=args.weight_dtype or args.dtype,
+        kv_dtype=args.kv_dtype,
+        act_dtype=args.dtype,
+        new_tokens=tokens,
+    )
     payload = {
         "hardware": hw.id,
         "model": spec.name,

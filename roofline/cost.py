@@ -125,6 +125,7 @@ def forward_cost(
     batch: Any = 1,
     new_tokens: Any = 1,
     context: Any = 0,
+    *,
     weight_dtype: str = "fp16",
     kv_dtype: str | None = None,
     act_dtype: str | None = None,

@@ -34,7 +34,7 @@ def speedup_figure(
     fig, ax = _axes(None, (7.0, 4.0))
     g = np.arange(0, 17)
     ax.plot(g, ideal_speedup(alpha, g, c), "o-", ms=3, label=f"idealised E/(gamma c + 1), c = {c:g}")
-    r = speedup(target, draft, gpu, alpha, g, batch, context)
+    r = speedup(gpu, target, draft, alpha, g, batch=batch, context=context)
     ax.plot(g, r.speedup, "s-", ms=3, label=f"roofline: {target} + {draft} on {gpu}")
     ax.axvline(gamma, color="0.5", ls=":")
     ax.axhline(1.0, color="k", lw=0.8)

@@ -276,7 +276,7 @@ def compare_policies(
     reach = max(top, *(int(getattr(p, "max_gamma", 0)) for p in policies))  # gammas a policy may use
     ext = c[:, np.minimum(np.arange(reach), c.shape[1] - 1)]  # beyond the measured curve: its last value
     gs = np.arange(0, reach + 1)
-    res = speedup(target, drafter, hardware, list(ext[0]), gs, batch, context, dtype, curve=True)
+    res = speedup(hardware, target, drafter, list(ext[0]), gs, batch=batch, context=context, dtype=dtype, curve=True)
     t_rounds = np.asarray(res.t_round_s, dtype=float)
     t_round = dict(zip(gs.tolist(), t_rounds.tolist(), strict=True))
     t_step = float(np.asarray(res.t_target_step_s).ravel()[0])

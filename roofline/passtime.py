@@ -151,7 +151,16 @@ def pass_time(
     """
     if weight_dtype is None and dtype == "int4":
         weight_dtype, dtype = dtype, "bf16"
-    cost = forward_cost(spec, batch, new_tokens, context, weight_dtype or dtype, kv_dtype, dtype, tree)
+    cost = forward_cost(
+        spec,
+        batch,
+        new_tokens,
+        context,
+        weight_dtype=weight_dtype or dtype,
+        kv_dtype=kv_dtype,
+        act_dtype=dtype,
+        tree=tree,
+    )
     return step_time(cost, hardware, dtype, efficiency=efficiency, overhead_s=overhead_s, tp=tp, engine=engine)
 
 
@@ -231,6 +240,7 @@ def memory_footprint(
     spec: ModelSpec | str,
     batch: Any = 1,
     context: Any = 0,
+    *,
     weight_dtype: str = "fp16",
     kv_dtype: str | None = None,
     act_dtype: str | None = None,
@@ -264,7 +274,7 @@ def max_batch(
     if hw.memory_bytes is None:
         raise SpecroofError(f"hardware {hw.id!r} has no memory capacity in its profile")
     batches = np.arange(1, limit + 1)
-    fp = memory_footprint(spec, batches, context, weight_dtype, kv_dtype, new_tokens=new_tokens)
+    fp = memory_footprint(spec, batches, context, weight_dtype=weight_dtype, kv_dtype=kv_dtype, new_tokens=new_tokens)
     fits = np.nonzero(fp.total_bytes <= hw.memory_bytes)[0]
     return int(batches[fits[-1]]) if fits.size else 0
 
@@ -273,17 +283,17 @@ def batch_sweep(
     spec: ModelSpec | str,
     hardware: Hardware | str,
     batches: Any,
-    context: int = 0,
-    new_tokens: int = 1,
-    dtype: str = "fp16",
     *,
+    new_tokens: int = 1,
+    context: int = 0,
+    dtype: str = "fp16",
     efficiency: bool = False,
 ) -> pd.DataFrame:
     """Per-user latency and total throughput against batch size (the classic batch graph)."""
     spec, hw = get_model(spec), load_hardware(hardware)
     B = check_min("batches", batches, 1, integer=True).ravel()
     st = pass_time(spec, hw, B, new_tokens, context, dtype, efficiency=efficiency)
-    fp = memory_footprint(spec, B, context, dtype, new_tokens=new_tokens)
+    fp = memory_footprint(spec, B, context, weight_dtype=dtype, new_tokens=new_tokens)
     cap = hw.memory_bytes if hw.memory_bytes is not None else np.inf
     return pd.DataFrame(
         {

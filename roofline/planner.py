@@ -89,14 +89,14 @@ def plan(
                 raise SpecroofError(f"no gamma fits within the acceptance curve's {len(acc)} positions")
             G, BB, LL = np.meshgrid(g, B, L, indexing="ij")
             r = speedup(
+                hw,
                 spec,
                 d,
-                hw,
                 acc,
                 G,
-                BB,
-                LL,
-                dtype,
+                batch=BB,
+                context=LL,
+                dtype=dtype,
                 curve=is_curve,
                 efficiency=efficiency,
                 round_overhead_s=round_overhead_s,

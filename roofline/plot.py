@@ -249,7 +249,7 @@ def optimal_gamma_vs_alpha(
     a = np.linspace(0.3, 0.98, 69) if alphas is None else np.asarray(alphas)
     g = np.arange(0, max_gamma + 1)
     for i, hw in enumerate(hws):
-        r = speedup(target, drafter, hw, a[:, None], g[None, :], batch, context, dtype)
+        r = speedup(hw, target, drafter, a[:, None], g[None, :], batch=batch, context=context, dtype=dtype)
         best = np.argmax(r.speedup, axis=1)
         ax.step(a, g[best], where="mid", color=f"C{i % 10}", label=hw.name)
     ax.set_xlabel("acceptance rate alpha")

@@ -303,7 +303,9 @@ class _SmallModel:
         return _verify(ctx, ctx.target, gamma, batch, context)
 
     def extra_memory_bytes(self, ctx: Ctx, batch: Any, context: Any) -> Array:
-        fp = memory_footprint(self.spec, batch, context, ctx.dtype)
+        fp = memory_footprint(
+            self.spec, batch, context, weight_dtype=ctx.weight_dtype or ctx.dtype, act_dtype=ctx.dtype
+        )
         return np.asarray(fp.weights_bytes + fp.kv_bytes, dtype=float)
 
 
@@ -522,15 +524,15 @@ def owns_weights(drafter: Any) -> bool:
 
 
 def speedup(
+    hardware: Hardware | str,
     target: ModelSpec | str,
     drafter: Any,
-    hardware: Hardware | str,
     alpha_or_curve: Any,
     gamma: Any,
+    *,
     batch: Any = 1,
     context: Any = 1024,
     dtype: str = "bf16",
-    *,
     curve: bool | None = None,
     efficiency: bool = False,
     overhead_s: float | None = None,
@@ -593,7 +595,9 @@ def speedup(
     t_round = np.where(g == 0, base, spec_round)
     E = np.where(g == 0, 1.0, E)
     extra = d.extra_memory_bytes(ctx, B, L)
-    target_fp = memory_footprint(spec, B, L, weight_dtype or dtype, act_dtype=dtype, new_tokens=np.maximum(g, 0) + 1)
+    target_fp = memory_footprint(
+        spec, B, L, weight_dtype=weight_dtype or dtype, act_dtype=dtype, new_tokens=np.maximum(g, 0) + 1
+    )
     # offloaded weights live in host memory: only the KV cache and activations take device memory
     on_device = target_fp.total_bytes - (target_fp.weights_bytes if hw.weights_link_bytes_per_s else 0.0)
     mem = (on_device / tp) + extra

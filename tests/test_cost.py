@@ -61,8 +61,8 @@ def test_sweep_broadcasts_to_the_grid():
 
 def test_tree_attention_sees_ancestors_only():
     depths = np.array([1, 1, 2, 2, 2, 2])
-    tree = forward_cost(L8B, 1, None, 50, "bf16", tree=depths)
-    chain = forward_cost(L8B, 1, 6, 50, "bf16")
+    tree = forward_cost(L8B, 1, None, 50, weight_dtype="bf16", tree=depths)
+    chain = forward_cost(L8B, 1, 6, 50, weight_dtype="bf16")
     i = tree.operators.index("attn_scores")
     assert tree.flops[i] == 2 * (6 * 50 + depths.sum()) * 32 * 128 * 32
     assert tree.flops[i] < chain.flops[i]
@@ -72,8 +72,8 @@ def test_tree_attention_sees_ancestors_only():
 def test_moe_touches_more_experts_with_more_tokens():
     assert float(expected_experts_touched(8, 2, 1)) == pytest.approx(2.0)
     assert float(expected_experts_touched(8, 2, 1000)) == pytest.approx(8.0)
-    w1 = float(forward_cost("mixtral-8x7b", 1, 1, 0, "bf16").weight_bytes)
-    w5 = float(forward_cost("mixtral-8x7b", 1, 5, 0, "bf16").weight_bytes)
+    w1 = float(forward_cost("mixtral-8x7b", 1, 1, 0, weight_dtype="bf16").weight_bytes)
+    w5 = float(forward_cost("mixtral-8x7b", 1, 5, 0, weight_dtype="bf16").weight_bytes)
     assert w5 > 1.5 * w1  # a 5-token verify reads far more expert weights than one step
 
 
@@ -117,11 +117,11 @@ def test_crossover_shrinks_with_batch_and_grows_with_context():
     dc=st.integers(1, 2000),
 )
 def test_cost_is_monotone_in_batch_tokens_and_context(b, n, ctx, db, dn, dc):
-    base = forward_cost(L8B, b, n, ctx, "bf16")
+    base = forward_cost(L8B, b, n, ctx, weight_dtype="bf16")
     for more in (
-        forward_cost(L8B, b + db, n, ctx, "bf16"),
-        forward_cost(L8B, b, n + dn, ctx, "bf16"),
-        forward_cost(L8B, b, n, ctx + dc, "bf16"),
+        forward_cost(L8B, b + db, n, ctx, weight_dtype="bf16"),
+        forward_cost(L8B, b, n + dn, ctx, weight_dtype="bf16"),
+        forward_cost(L8B, b, n, ctx + dc, weight_dtype="bf16"),
     ):
         assert float(more.total_flops) >= float(base.total_flops)
         assert float(more.total_bytes) >= float(base.total_bytes)
@@ -132,8 +132,8 @@ def test_cost_is_monotone_in_batch_tokens_and_context(b, n, ctx, db, dn, dc):
 @given(b=st.integers(1, 32))
 def test_batch_decode_intensity_scales_with_batch_when_weights_dominate(b):
     # short context: weights dominate the bytes, so intensity ~ B x batch-1 intensity
-    i1 = float(forward_cost(L8B, 1, 1, 16, "bf16").intensity)
-    ib = float(forward_cost(L8B, b, 1, 16, "bf16").intensity)
+    i1 = float(forward_cost(L8B, 1, 1, 16, weight_dtype="bf16").intensity)
+    ib = float(forward_cost(L8B, b, 1, 16, weight_dtype="bf16").intensity)
     assert ib / i1 == pytest.approx(b, rel=0.05)
 
 
@@ -176,7 +176,7 @@ def test_measured_refinements_change_the_step_time_as_documented(tmp_path):
     from roofline.passtime import step_time
 
     base = load_hardware("h100-sxm-80gb")
-    cost = forward_cost(L8B, 1, np.array([1, 8, 512]), 1024, "bf16")
+    cost = forward_cost(L8B, 1, np.array([1, 8, 512]), 1024, weight_dtype="bf16")
     plain = step_time(cost, base)
     # overlap 0: every operator's memory and compute time add up instead of the max
     added = step_time(cost, base.replace(measured=Measured(overlap=0.0)))

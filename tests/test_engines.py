@@ -91,8 +91,8 @@ def test_allreduce_latency_is_paid_twice_per_layer():
 
 def test_an_engines_round_time_enters_the_speedup():
     e = Engine("r", round_s=1e-3)
-    a = speedup("llama-2-7b", "llama-68m", "a100-sxm-80gb", 0.8, 4)
-    b = speedup("llama-2-7b", "llama-68m", "a100-sxm-80gb", 0.8, 4, engine=e)
+    a = speedup("a100-sxm-80gb", "llama-2-7b", "llama-68m", 0.8, 4)
+    b = speedup("a100-sxm-80gb", "llama-2-7b", "llama-68m", 0.8, 4, engine=e)
     assert float(b.t_round_s) == pytest.approx(float(a.t_round_s) + 1e-3)
 
 

@@ -8,7 +8,7 @@ from roofline import crossover_tokens, forward_cost, pass_time, weights_only_cro
 
 
 def test_13b_on_a100_bytes_time_and_rate(m13b, a100):
-    cost = forward_cost(m13b, 1, 1, 0, "fp16")
+    cost = forward_cost(m13b, 1, 1, 0, weight_dtype="fp16")
     assert float(cost.total_bytes) == 26e9
     assert float(cost.total_flops) == 26e9
     st = pass_time(m13b, a100, 1, 1, 0, "fp16")

@@ -139,7 +139,7 @@ T8, D1 = "llama-3.1-8b", "llama-3.2-1b"
 
 
 def test_roofline_speedup_terms_and_memory_bound_limit():
-    r = speedup(T8, D1, "h100-sxm-80gb", 0.8, np.arange(0, 9), batch=1, context=1024)
+    r = speedup("h100-sxm-80gb", T8, D1, 0.8, np.arange(0, 9), batch=1, context=1024)
     assert float(r.speedup[0]) == 1.0  # gamma 0 is plain decoding
     np.testing.assert_allclose(r.t_round_s, r.t_draft_s + r.t_verify_s + r.t_overhead_s)
     np.testing.assert_allclose(r.speedup, r.expected_tokens * r.t_target_step_s / r.t_round_s)
@@ -158,11 +158,11 @@ def test_compute_bound_batch_makes_speculation_a_net_loss():
     from roofline import pass_time
 
     assert not bool(pass_time(T8, "h100-sxm-80gb", 2048, 1, 16, "bf16").memory_bound)
-    r = speedup(T8, D1, "h100-sxm-80gb", 0.95, np.arange(1, 9), batch=2048, context=16)
+    r = speedup("h100-sxm-80gb", T8, D1, 0.95, np.arange(1, 9), batch=2048, context=16)
     assert np.all(r.speedup < 1.0)
     # even a perfect free drafter gains only what the few still memory-bound operators
     # (norms, the KV read, embedding rows) amortise: a few percent, not the 9x of gamma + 1
-    r = speedup(T8, PromptLookup(), "h100-sxm-80gb", 1.0, np.arange(1, 9), batch=2048, context=16)
+    r = speedup("h100-sxm-80gb", T8, PromptLookup(), 1.0, np.arange(1, 9), batch=2048, context=16)
     assert np.all(r.speedup < 1.05)
 
 
@@ -177,8 +177,8 @@ def test_long_context_keeps_large_batches_memory_bound_and_window_draft_helps():
     from roofline import pass_time
 
     assert bool(pass_time(T8, "h100-sxm-80gb", 64, 1, 32768, "bf16").memory_bound)
-    full = speedup(T8, D1, "h100-sxm-80gb", 0.8, 4, batch=64, context=32768)
-    win = speedup(T8, SlidingWindowSelfDraft(512), "h100-sxm-80gb", 0.8, 4, batch=64, context=32768)
+    full = speedup("h100-sxm-80gb", T8, D1, 0.8, 4, batch=64, context=32768)
+    win = speedup("h100-sxm-80gb", T8, SlidingWindowSelfDraft(512), 0.8, 4, batch=64, context=32768)
     assert float(win.speedup) > 1.3
     assert float(win.t_draft_s) < 0.2 * 4 * float(full.t_target_step_s)
 
@@ -213,13 +213,13 @@ def test_every_drafter_kind_prices_and_reports_memory():
         (PromptLookup(), False),
         (SlidingWindowSelfDraft(256), False),
     ):
-        r = speedup(T8, d, "h100-sxm-80gb", 0.7, np.arange(0, 6), 1, 2048)
+        r = speedup("h100-sxm-80gb", T8, d, 0.7, np.arange(0, 6), batch=1, context=2048)
         assert np.all(np.isfinite(r.speedup)) and float(r.speedup[0]) == 1.0
         assert (float(np.max(r.extra_memory_bytes)) > 0) == extra
-    ee = speedup(T8, EarlyExit(8), "h100-sxm-80gb", 0.7, 3, 1, 2048)
-    full = speedup(T8, PromptLookup(), "h100-sxm-80gb", 0.7, 3, 1, 2048)
+    ee = speedup("h100-sxm-80gb", T8, EarlyExit(8), 0.7, 3, batch=1, context=2048)
+    full = speedup("h100-sxm-80gb", T8, PromptLookup(), 0.7, 3, batch=1, context=2048)
     assert float(ee.t_verify_s) < float(full.t_verify_s)  # verify reuses the first 8 layers
-    blk = speedup(T8, ParallelBlock(get_model(D1)), "h100-sxm-80gb", 0.7, np.array([2, 8]), 1, 2048)
+    blk = speedup("h100-sxm-80gb", T8, ParallelBlock(get_model(D1)), 0.7, np.array([2, 8]), batch=1, context=2048)
     assert float(blk.t_draft_s[1]) < 1.1 * float(blk.t_draft_s[0])  # one pass for the whole block
 
 
@@ -230,9 +230,9 @@ def test_every_drafter_kind_prices_and_reports_memory():
         (lambda: expected_tokens(0.5, -1), "gamma must be >= 0"),
         (lambda: ideal_speedup(0.5, 3, -0.1), "c must be >= 0"),
         (lambda: expected_tokens_curve([0.9, 0.8], 3), "gamma \\(3\\) exceeds the acceptance curve's 2 positions"),
-        (lambda: speedup(T8, "llama-3.1-70b", "h100-sxm-80gb", 0.8, 4), "not smaller than the target"),
-        (lambda: speedup(T8, EarlyExit(40), "h100-sxm-80gb", 0.8, 4), "early-exit layers must lie in"),
-        (lambda: speedup(T8, D1, "h100-sxm-80gb", [0.9, 0.8], 4), "exceeds the acceptance curve"),
+        (lambda: speedup("h100-sxm-80gb", T8, "llama-3.1-70b", 0.8, 4), "not smaller than the target"),
+        (lambda: speedup("h100-sxm-80gb", T8, EarlyExit(40), 0.8, 4), "early-exit layers must lie in"),
+        (lambda: speedup("h100-sxm-80gb", T8, D1, [0.9, 0.8], 4), "exceeds the acceptance curve"),
     ],
 )
 def test_bad_input_names_the_argument(call, message):
