@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -25,7 +25,7 @@ from measure.models import Transformer
 from measure.timing import synchronize
 from roofline.errors import SpecroofError
 from roofline.gamma_policies import BatchSchedule, GammaPolicy, StaticGamma
-from roofline.speculative import SpecMetrics, metrics_from_counts
+from roofline.speculative import DraftModel, EarlyExit, PromptLookup, SpecMetrics, metrics_from_counts
 from roofline.trees import Tree
 from roofline.verification import SamplingParams
 
@@ -279,6 +279,34 @@ def _draft_tree(
     return toks, q_all
 
 
+class Drafter(Protocol):
+    """What speculative decoding needs from a drafter, and the roofline drafter that prices it.
+
+    ``propose`` drafts a chain; drafters that can draft trees also have ``propose_tree``
+    and ``commit_tree``. ``observe`` sees the tokens each round emitted (prompt lookup
+    extends its history with them). ``cost_model`` returns the
+    :mod:`roofline.speculative` drafter that prices exactly what this one runs.
+    """
+
+    name: str
+
+    def start(self, prompts: Sequence[Sequence[int]], extra: int) -> None: ...
+
+    def propose(
+        self,
+        last2: torch.Tensor,
+        committed: np.ndarray,
+        gamma: int,
+        sp: SamplingParams,
+        gen: torch.Generator | None,
+        stop_below: float | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def observe(self, emitted: list[list[int]]) -> None: ...
+
+    def cost_model(self) -> Any: ...
+
+
 class _ModelDrafter:
     """A drafter that runs a model on a cache: ``keep`` committed tokens are re-fed each round.
 
@@ -316,6 +344,9 @@ class _ModelDrafter:
         self.model.cache.rollback(committed - self.keep)  # type: ignore[union-attr]
         return _draft_tree(self.model, last2[:, 2 - self.keep :], tree, sp, gen, variant, n_layers=self.n_layers)
 
+    def observe(self, emitted: list[list[int]]) -> None:
+        pass  # a model drafter keeps its state in its KV cache
+
 
 class DraftModelDrafter(_ModelDrafter):
     """A separate small model with its own cache (re-fed the last two committed tokens each round)."""
@@ -328,6 +359,9 @@ class DraftModelDrafter(_ModelDrafter):
 
     def start(self, prompts: Sequence[Sequence[int]], extra: int) -> None:
         _prepare(self.model, prompts, extra)
+
+    def cost_model(self) -> Any:
+        return cost_model_of(self.model)
 
     def commit_tree(self, committed: np.ndarray, path: torch.Tensor, n_accepted: torch.Tensor) -> None:
         """Keep the draft KV of the accepted nodes but the last (it is re-fed next round as ``prev``)."""
@@ -350,6 +384,9 @@ class EarlyExitDrafter(_ModelDrafter):
 
     def start(self, prompts: Sequence[Sequence[int]], extra: int) -> None:
         pass  # shares the target's cache
+
+    def cost_model(self) -> Any:
+        return cost_model_of(int(self.n_layers or 1))
 
     def commit_tree(self, committed: np.ndarray, path: torch.Tensor, n_accepted: torch.Tensor) -> None:
         pass  # the target's commit moves the shared cache
@@ -393,9 +430,48 @@ class PromptLookupDrafter:
         q = torch.nn.functional.one_hot(x, self.vocab).double()
         return x, q
 
-    def extend(self, emitted: list[list[int]]) -> None:
+    def observe(self, emitted: list[list[int]]) -> None:
         for h, e in zip(self.history, emitted, strict=True):
             h.extend(e)
+
+    def cost_model(self) -> Any:
+        return cost_model_of("prompt-lookup")
+
+
+def cost_model_of(drafter: Any) -> Any:
+    """The :mod:`roofline.speculative` drafter that prices what ``drafter`` runs in :func:`speculative_generate`.
+
+    ``drafter`` as that function takes it: a draft :class:`Transformer`, an early-exit
+    layer count, ``"prompt-lookup"`` or a :class:`Drafter` (which says itself).
+    """
+    if isinstance(drafter, Transformer):
+        return DraftModel(drafter.spec)
+    if isinstance(drafter, (int, np.integer)) and not isinstance(drafter, bool):
+        # this implementation's verify pass recomputes every layer: price exactly that
+        return EarlyExit(int(drafter), reuse_kv=False)
+    if drafter == "prompt-lookup":
+        return PromptLookup()
+    if hasattr(drafter, "cost_model"):
+        return drafter.cost_model()
+    raise SpecroofError(f"no cost model for the drafter {drafter!r}: give it a cost_model() method")
+
+
+def as_drafter(drafter: Any, target: Transformer) -> Drafter:
+    """A :class:`Drafter` from a draft :class:`Transformer`, an early-exit layer count, ``"prompt-lookup"`` or itself."""
+    if isinstance(drafter, Transformer):
+        if drafter.spec.vocab_size != target.spec.vocab_size:
+            raise SpecroofError("draft and target must share a vocabulary")
+        return DraftModelDrafter(drafter)
+    if isinstance(drafter, (int, np.integer)) and not isinstance(drafter, bool):
+        return EarlyExitDrafter(target, int(drafter))
+    if drafter == "prompt-lookup":
+        return PromptLookupDrafter(target.spec.vocab_size)
+    if hasattr(drafter, "propose") and hasattr(drafter, "start"):
+        return drafter  # type: ignore[no-any-return]
+    raise SpecroofError(
+        f"cannot draft with {drafter!r}: give a draft Transformer, an early-exit layer count, 'prompt-lookup' "
+        "or a Drafter object"
+    )
 
 
 def speculative_generate(
@@ -437,16 +513,7 @@ def speculative_generate(
     if tree_variant not in ("sequoia", "specinfer"):
         raise SpecroofError(f"tree_variant must be 'sequoia' or 'specinfer' (got {tree_variant!r})")
     sp = sampling or SamplingParams(temperature=0.0)
-    if isinstance(drafter, Transformer):
-        if drafter.spec.vocab_size != target.spec.vocab_size:
-            raise SpecroofError("draft and target must share a vocabulary")
-        d: Any = DraftModelDrafter(drafter)
-    elif isinstance(drafter, int):
-        d = EarlyExitDrafter(target, drafter)
-    elif drafter == "prompt-lookup":
-        d = PromptLookupDrafter(target.spec.vocab_size)
-    else:
-        d = drafter
+    d: Any = as_drafter(drafter, target)
     if tree is not None and not hasattr(d, "propose_tree"):
         raise SpecroofError(f"the drafter {getattr(d, 'name', d)!r} drafts chains only")
     # the most drafts a round can propose: the tree's nodes, or the policy's longest gamma
@@ -528,8 +595,8 @@ def speculative_generate(
                 last_node = path.gather(1, (idx - 1).clamp(min=0).view(B, 1)).view(B).clamp(min=0)
                 new_prev = torch.where(idx > 0, x.gather(1, last_node.view(B, 1)).view(B), pending)
             new = [toks[b, : n_acc[b] + 1].tolist() for b in range(B)]
-            if isinstance(d, PromptLookupDrafter):
-                d.extend([nw if a else [] for nw, a in zip(new, active, strict=True)])
+            if hasattr(d, "observe"):  # drafter objects written before observe() have none
+                d.observe([nw if a else [] for nw, a in zip(new, active, strict=True)])
             for b in np.nonzero(active)[0]:
                 emitted[b].extend(new[b])
             committed = committed + np.where(active, n_acc + 1, 0)

@@ -25,7 +25,7 @@ from scipy.optimize import least_squares, minimize_scalar
 from roofline.cost import PassCost, forward_cost
 from roofline.engine import HARNESS_ENGINE
 from roofline.errors import SpecroofError
-from roofline.hardware import Hardware, Measured, load_hardware, write_profile
+from roofline.hardware import FLOAT_DTYPES, Hardware, Measured, load_hardware, write_profile
 from roofline.model import ModelSpec, get_model
 from roofline.passtime import combine, crossover_tokens, pass_time
 from roofline.timemodel import TimeModel
@@ -203,7 +203,7 @@ def fit(
             "`specroof measure bench` measure this device"
         )
     for d in dtypes:
-        if d not in hw.dtypes and d not in ("fp32", "bf16", "fp16"):
+        if d not in hw.dtypes and d not in FLOAT_DTYPES:
             raise SpecroofError(f"no starting FLOP/s for dtype {d!r} in {hw.id!r}")
     peak0 = [hw.peak(d) if d in hw.dtypes else hw.peak(hw.dtypes[0]) for d in dtypes]
     tokens = (df["batch"] * df["new_tokens"]).to_numpy(dtype=float)

@@ -32,6 +32,7 @@ import pandas as pd
 
 from measure.budget import Budget
 from measure.choose import DeviceChoice, fastest_decode_path, one_token_step_s, probe_and_choose
+from measure.decode import cost_model_of
 from measure.device import resolve_device
 from measure.fit import FitResult, fit, validate
 from measure.models import Transformer
@@ -39,7 +40,7 @@ from roofline.errors import SpecroofError, check_min
 from roofline.hardware import Hardware, load_hardware
 from roofline.jsonio import dumps
 from roofline.passtime import crossover_tokens, pass_time
-from roofline.speculative import DraftModel, EarlyExit, speedup
+from roofline.speculative import EarlyExit, speedup
 
 #: configuration ladders, smallest first: the planner takes the largest whose first repetition fits
 LADDER: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = (
@@ -99,7 +100,7 @@ def predicted_block_s(
     t_step = float(base.t_target_step_s)
     total = t_step * tokens * (1 + len(drafters) * len(gammas))  # the probes
     for d in drafters.values():
-        cost = DraftModel(d.spec) if isinstance(d, Transformer) else EarlyExit(int(d), reuse_kv=False)
+        cost = cost_model_of(d)
         alpha = PLAN_ALPHA["draft" if isinstance(d, Transformer) else "early exit"]
         for g in gammas:
             r = speedup(hw, target.spec, cost, alpha, g, batch=batch, context=context, dtype=dtype, overhead_s=host_s)

@@ -32,12 +32,12 @@ import numpy as np
 import pandas as pd
 
 from measure.budget import Budget, WorkBar
-from measure.decode import GenerationResult, autoregressive_generate, speculative_generate
+from measure.decode import GenerationResult, autoregressive_generate, cost_model_of, speculative_generate
 from measure.models import Transformer
 from roofline.errors import SpecroofError, check_min
 from roofline.hardware import Hardware
 from roofline.model import ModelSpec
-from roofline.speculative import DraftModel, EarlyExit, speedup
+from roofline.speculative import speedup
 
 
 def _steady_rounds(run: GenerationResult, batch: int) -> pd.DataFrame:
@@ -168,10 +168,6 @@ class Journal:
         return done, secs
 
 
-def _progress(total: int, enabled: bool) -> WorkBar:
-    return WorkBar(total, "speculative runs", enabled)
-
-
 def measure_speedups(
     target: Transformer,
     drafters: dict[str, Any],
@@ -239,7 +235,7 @@ def measure_speedups(
         jr.path.unlink()
     blocks, block_s = jr.load() if resume else ({}, {})
     per_rep = len(groups) * (1 + 2 * len(configs))
-    bar = _progress(repeats * per_rep, progress)
+    bar = WorkBar(repeats * per_rep, "speculative runs", progress)
     rng = np.random.default_rng(seed)
     runs: list[Run] = [r for rs in blocks.values() for r in rs]
     warmed: set[tuple[str, int, int]] = set()
@@ -445,9 +441,8 @@ def predict_speedups(
     """
     out = []
     for row in measured.to_dict(orient="records"):
-        d = drafters[row["drafter"]]
-        # measure.decode's early exit recomputes every layer in verify: price exactly that
-        model_drafter = DraftModel(d.spec) if isinstance(d, Transformer) else EarlyExit(int(d), reuse_kv=False)
+        # each measure-side drafter names the roofline drafter that prices what it runs
+        model_drafter = cost_model_of(drafters[row["drafter"]])
         g = int(row["gamma"])
         pred = speedup(
             fitted,

@@ -26,7 +26,7 @@ from measure.models import TORCH_DTYPES, Transformer, dtype_name
 from measure.store import META, RESULTS, FolderLock, SweepStore, read_results
 from measure.timing import time_fn
 from roofline.errors import SpecroofError, check_choice, check_min
-from roofline.hardware import Hardware, load_hardware
+from roofline.hardware import FLOAT_DTYPES, Hardware, load_hardware
 from roofline.model import ModelSpec, get_model
 from roofline.passtime import pass_time
 
@@ -447,7 +447,7 @@ def _runner(obj: Any, dtype: str, dev: torch.device, max_batch: int, max_seq: in
 
 
 def _predict(spec: ModelSpec | None, hw: Hardware | None, b: int, n: int, c: int, dt: str, tree: Any) -> float:
-    if spec is None or hw is None or dt not in hw.dtypes and dt not in ("fp32", "bf16", "fp16"):
+    if spec is None or hw is None or dt not in hw.dtypes and dt not in FLOAT_DTYPES:
         return float("nan")
     try:
         st = pass_time(spec, hw, b, None if tree is not None else n, c, dt, tree=tree)

@@ -18,7 +18,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from roofline.errors import SpecroofError, as_array, check_min
-from roofline.hardware import dtype_bytes
+from roofline.hardware import activation_dtype, dtype_bytes
 from roofline.model import ModelSpec, get_model
 
 Array = npt.NDArray[np.float64]
@@ -141,8 +141,7 @@ def forward_cost(
     """
     spec = get_model(spec)
     wb = dtype_bytes(weight_dtype)
-    default_act = weight_dtype if weight_dtype in ("fp32", "bf16", "fp16") else "fp16"
-    act_dtype = act_dtype or default_act
+    act_dtype = act_dtype or activation_dtype(weight_dtype)
     kv_dtype = kv_dtype or act_dtype
     ab, kb = dtype_bytes(act_dtype), dtype_bytes(kv_dtype)
 

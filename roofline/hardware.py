@@ -43,6 +43,15 @@ DTYPE_BYTES: dict[str, float] = {
     "fp4": 0.5,
 }
 
+#: the floating-point dtypes a model's activations and arithmetic run in
+FLOAT_DTYPES = ("fp32", "bf16", "fp16")
+
+
+def activation_dtype(weight_dtype: str, default: str = "fp16") -> str:
+    """The dtype activations and the KV cache take by default: the weights' own if they are floats, else ``default``."""
+    return weight_dtype if weight_dtype in FLOAT_DTYPES else default
+
+
 _GB = 1e9
 _GIB = 2.0**30
 _COMPUTE_KEY = re.compile(r"^(?P<dtype>[a-z0-9]+)_(?P<unit>TFLOP_per_s|TOP_per_s)$")

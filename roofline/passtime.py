@@ -18,7 +18,7 @@ import pandas as pd
 from roofline.cost import PassCost, forward_cost
 from roofline.engine import Engine, load_engine
 from roofline.errors import SpecroofError, check_min
-from roofline.hardware import Hardware, dtype_bytes, load_hardware
+from roofline.hardware import Hardware, activation_dtype, dtype_bytes, load_hardware
 from roofline.model import ModelSpec, get_model
 from roofline.timemodel import ATTENTION_OPERATORS, combine
 
@@ -248,7 +248,7 @@ def memory_footprint(
 ) -> Footprint:
     """Weights + KV cache (``batch`` x ``context`` tokens) + peak activations of one pass."""
     spec = get_model(spec)
-    act_dtype = act_dtype or (weight_dtype if weight_dtype in ("fp32", "bf16", "fp16") else "fp16")
+    act_dtype = act_dtype or activation_dtype(weight_dtype)
     kv_dtype = kv_dtype or act_dtype
     B = check_min("batch", batch, 1, integer=True)
     L = check_min("context", context, 0, integer=True)

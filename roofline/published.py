@@ -22,6 +22,7 @@ import pandas as pd
 
 from roofline.engine import Engine, load_engine
 from roofline.errors import SpecroofError
+from roofline.hardware import FLOAT_DTYPES, activation_dtype
 from roofline.passtime import pass_time
 
 PUBLISHED_DIR = Path(__file__).resolve().parents[1] / "published"
@@ -92,11 +93,12 @@ def load_published(folder: str | Path | None = None) -> pd.DataFrame:
 
 
 def _act_dtype(weight_dtype: str) -> str:
-    return weight_dtype if weight_dtype in ("fp16", "bf16", "fp32") else "bf16"
+    # the published engines multiply quantised weights in bf16 (gpt-fast's int8/int4 kernels)
+    return activation_dtype(weight_dtype, default="bf16")
 
 
 def _wdt(weight_dtype: str) -> str | None:
-    return None if weight_dtype in ("fp16", "bf16", "fp32") else weight_dtype
+    return None if weight_dtype in FLOAT_DTYPES else weight_dtype
 
 
 def predict_row(row: pd.Series | dict[str, Any], engine: Engine | str | None) -> dict[str, float]:

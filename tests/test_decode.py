@@ -198,3 +198,24 @@ def test_dynamic_gamma_keeps_the_baseline_output(pair, which, policy):
         assert drafted.nunique() > 1  # it did move
     curve = spec.acceptance_curve()
     assert np.all((curve[np.isfinite(curve)] >= 0) & (curve[np.isfinite(curve)] <= 1))
+
+
+def test_every_measure_drafter_names_the_roofline_drafter_that_prices_it():
+    """One vocabulary: what speculative_generate runs and what the cost model prices come from one place."""
+    import measure.decode as dec
+    from measure.models import Transformer
+    from roofline.errors import SpecroofError
+    from roofline.model import ModelSpec
+    from roofline.speculative import DraftModel, EarlyExit, PromptLookup
+
+    target = Transformer(ModelSpec("t", 4, 64, 4, 4, 16, 128, 256), dtype="fp32")
+    assert isinstance(dec.cost_model_of(target), DraftModel)
+    ee = dec.cost_model_of(2)
+    assert isinstance(ee, EarlyExit) and ee.layers == 2 and ee.reuse_kv is False
+    assert isinstance(dec.cost_model_of("prompt-lookup"), PromptLookup)
+    for d in (dec.as_drafter(target, target), dec.as_drafter(2, target), dec.as_drafter("prompt-lookup", target)):
+        assert type(d.cost_model()) is type(dec.cost_model_of(d))
+        d.start([[1, 2, 3]], 8)
+        d.observe([[1]])  # every drafter takes the emitted tokens (a no-op for model drafters)
+    with pytest.raises(SpecroofError, match="cannot draft with"):
+        dec.as_drafter(3.5, target)
