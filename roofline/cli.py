@@ -74,6 +74,21 @@ def bounded_int(lo: int, hi: int) -> Callable[[str], int]:
     return parse
 
 
+def bounded_int_list(lo: int, hi: int) -> Callable[[str], list[int]]:
+    """An argparse type: one integer or a list/range of them (``1,4,16``, ``1-64``), each in [lo, hi]."""
+    one = bounded_int(lo, hi)
+
+    def parse(text: str) -> list[int]:
+        if "," not in text and "-" not in text.strip()[1:]:
+            return [one(text)]
+        values = int_list(text)
+        for v in values:
+            one(str(v))
+        return values
+
+    return parse
+
+
 def finite_float(text: str) -> float:
     """An argparse type: a finite number (no nan/inf)."""
     try:
@@ -174,7 +189,9 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     _weight_only(args)
     spec = model_from_args(args)
     hw = load_hardware(args.hardware)
-    batch, tokens, context = args.batch, args.tokens, args.context
+    if max(len(args.batch), len(args.tokens), len(args.context)) > 1:
+        return _roofline_sweep(args, spec, hw)
+    batch, tokens, context = args.batch[0], args.tokens[0], args.context[0]
     st = pass_time(
         spec,
         hw,
@@ -281,6 +298,42 @@ def cmd_roofline(args: argparse.Namespace) -> int:
         )
         fig.savefig(args.plot, dpi=120)
     emit(args, payload, table)
+    return 0
+
+
+def _roofline_sweep(args: argparse.Namespace, spec: ModelSpec, hw: Any) -> int:
+    """``roofline`` over lists of batch, tokens and context: one vectorised call, one row per configuration."""
+    cells = len(args.batch) * len(args.tokens) * len(args.context)
+    if cells > PLAN_MAX_CELLS:
+        raise SpecroofError(f"{cells:,} configurations, over {PLAN_MAX_CELLS:,}: narrow --batch/--tokens/--context")
+    B, n, L = np.meshgrid(args.batch, args.tokens, args.context, indexing="ij")
+    st = pass_time(
+        spec, hw, B, n, L, args.dtype, weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype, tp=args.tp,
+        engine=args.engine,
+    )  # fmt: skip
+    df = pd.DataFrame(
+        {
+            "batch": B.ravel(),
+            "new_tokens": n.ravel(),
+            "context": L.ravel(),
+            "t_memory_s": np.broadcast_to(st.t_memory_s, B.shape).ravel(),
+            "t_compute_s": np.broadcast_to(st.t_compute_s, B.shape).ravel(),
+            "t_step_s": np.broadcast_to(st.t_step_s, B.shape).ravel(),
+            "tokens_per_s": np.broadcast_to(st.tokens_per_s, B.shape).ravel(),
+            "intensity_flop_per_byte": np.broadcast_to(st.intensity, B.shape).ravel(),
+            "bound": np.broadcast_to(st.bound, B.shape).ravel(),
+        }
+    )
+    head = (
+        f"{spec.name} on {hw.name}, {args.dtype}" + (f" (weights {args.weight_dtype})" if args.weight_dtype else "")
+        + (f", engine {args.engine}" if args.engine else " (datasheet roofline, no engine)")
+        + f": {len(df)} configurations (ridge {float(st.ridge):.1f} FLOP/byte)"
+    )  # fmt: skip
+    shown = df.assign(
+        t_step_ms=df["t_step_s"] * 1e3, t_memory_ms=df["t_memory_s"] * 1e3, t_compute_ms=df["t_compute_s"] * 1e3
+    )[["batch", "new_tokens", "context", "t_memory_ms", "t_compute_ms", "t_step_ms", "tokens_per_s", "bound"]]
+    emit(args, {"hardware": hw.id, "model": spec.name, "engine": args.engine or "roofline", "rows": df.to_dict(orient="records")},
+         head + "\n" + shown.to_string(index=False, float_format=lambda v: f"{v:.4g}"))  # fmt: skip
     return 0
 
 
@@ -856,9 +909,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="fp16", help="compute/activation dtype (default fp16)")
     p.add_argument("--weight-dtype", default=None, help="weight dtype if different (e.g. int4)")
     p.add_argument("--kv-dtype", default=None, help="KV-cache dtype if different (e.g. fp8)")
-    p.add_argument("--batch", type=bounded_int(1, INT_MAX), default=1)
-    p.add_argument("--tokens", type=bounded_int(1, INT_MAX), default=1, help="new tokens per sequence in the pass")
-    p.add_argument("--context", type=bounded_int(0, INT_MAX), default=0, help="tokens already in each KV cache")
+    p.add_argument(
+        "--batch",
+        type=bounded_int_list(1, INT_MAX),
+        default=[1],
+        help="sequences per pass; a list sweeps (1,4,16, 1-64)",
+    )
+    p.add_argument(
+        "--tokens", type=bounded_int_list(1, INT_MAX), default=[1], help="new tokens per sequence (a list sweeps)"
+    )
+    p.add_argument(
+        "--context",
+        type=bounded_int_list(0, INT_MAX),
+        default=[0],
+        help="tokens already in each KV cache (a list sweeps)",
+    )
     p.add_argument("--tp", type=bounded_int(1, 1024), default=1, help="tensor-parallel degree")
     _add_engine(p)
     p.add_argument("--plot", type=plot_path, default=None, help="write a roofline chart here (.png, .svg, .pdf)")

@@ -248,3 +248,21 @@ def test_tree_command_errors(capsys, tmp_path, content, extra, message):
     argv = ["tree", "--acceptance-vector", str(vec), "--budget", "4", *extra]
     code, _, err = run(capsys, *argv)
     assert code == 2 and message in err
+
+
+def test_roofline_sweeps_lists_of_batch_tokens_and_context_in_one_call():
+    r = subprocess.run(
+        [sys.executable, "-m", "roofline.cli", "roofline", "--hardware", "a100-sxm-80gb", "--model", "llama-2-7b",
+         "--batch", "1,8", "--tokens", "1-4", "--context", "0,1024", "--json"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["rows"]
+    assert len(rows) == 2 * 4 * 2
+    one = subprocess.run(
+        [sys.executable, "-m", "roofline.cli", "roofline", "--hardware", "a100-sxm-80gb", "--model", "llama-2-7b",
+         "--batch", "8", "--tokens", "3", "--context", "1024", "--json"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    same = [x for x in rows if (x["batch"], x["new_tokens"], x["context"]) == (8, 3, 1024)][0]
+    assert same["t_step_s"] == pytest.approx(json.loads(one.stdout)["t_step_s"])
