@@ -378,7 +378,7 @@ def _speedup_priced(args: argparse.Namespace) -> int:
     if args.tree is not None and args.gamma not in (None,):
         raise SpecroofError("--gamma and --tree exclude each other")
     _weight_only(args)
-    gamma: Any = args.gamma
+    gamma: int | str | None = args.gamma
     if gamma not in (None, "heuristic"):
         try:
             gamma = int(gamma)

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
+from numpy.typing import ArrayLike
 
 from roofline.errors import SpecroofError, as_array, check_min
 from roofline.hardware import activation_dtype, dtype_bytes
@@ -114,7 +115,7 @@ def _tree_visible(tree: Any) -> tuple[int, int]:
     return int(d.size), int(d.sum())
 
 
-def expected_experts_touched(n_experts: int, experts_per_token: int, tokens: Any) -> Array:
+def expected_experts_touched(n_experts: int, experts_per_token: int, tokens: ArrayLike) -> Array:
     """Expected distinct experts that ``tokens`` tokens touch with uniform top-k routing."""
     t = np.asarray(tokens, dtype=float)
     return n_experts * (1.0 - (1.0 - experts_per_token / n_experts) ** t)
@@ -122,9 +123,9 @@ def expected_experts_touched(n_experts: int, experts_per_token: int, tokens: Any
 
 def forward_cost(
     spec: ModelSpec | str,
-    batch: Any = 1,
-    new_tokens: Any = 1,
-    context: Any = 0,
+    batch: ArrayLike = 1,
+    new_tokens: ArrayLike | None = 1,
+    context: ArrayLike = 0,
     *,
     weight_dtype: str = "fp16",
     kv_dtype: str | None = None,

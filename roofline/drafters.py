@@ -22,10 +22,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
+from numpy.typing import ArrayLike
 
 from roofline.errors import SpecroofError
 from roofline.model import ModelSpec, get_model
@@ -42,6 +43,9 @@ from roofline.speculative import (
     as_drafter,
 )
 from roofline.trees import Tree
+
+if TYPE_CHECKING:
+    from roofline.speculative import DrafterLike
 
 Array = npt.NDArray[np.float64]
 
@@ -126,13 +130,13 @@ class Eagle:
     def default_tree(self) -> Tree:
         return TREE_PRESETS[self.name if self.name in TREE_PRESETS else "eagle"]
 
-    def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: Any, context: Any) -> Array:
+    def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
         return _steps(ctx, self.layer_spec(ctx.target), gamma, batch, context)
 
-    def verify_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: Any, context: Any) -> Array:
+    def verify_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
         return _verify(ctx, ctx.target, gamma, batch, context)
 
-    def extra_memory_bytes(self, ctx: Ctx, batch: Any, context: Any) -> Array:
+    def extra_memory_bytes(self, ctx: Ctx, batch: ArrayLike, context: ArrayLike) -> Array:
         layer = self.layer_spec(ctx.target)
         shared_head = ctx.target.d_model * ctx.target.vocab_size
         return _no_memory(batch, context) + (layer.total_params - shared_head) * 2.0
@@ -153,7 +157,7 @@ class SequentialHeads(Heads):
         return one * len(widths)
 
 
-def default_tree(drafter: Any) -> Tree | None:
+def default_tree(drafter: DrafterLike) -> Tree | None:
     """The tree a drafter ships with (EAGLE's, Medusa's), or None for chain drafters."""
     if isinstance(drafter, Eagle):
         return None if drafter.name == "mtp" else drafter.default_tree

@@ -24,13 +24,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
+from numpy.typing import ArrayLike
 
 from roofline.errors import SpecroofError, check_min, check_range
+
+if TYPE_CHECKING:
+    from roofline.hardware import Hardware
+    from roofline.model import ModelSpec
+    from roofline.speculative import DrafterLike
 
 
 class GammaPolicy:
@@ -182,7 +188,7 @@ class PolicyRun:
 
 def simulate_policy(
     policy: GammaPolicy,
-    curve: Any,
+    curve: ArrayLike,
     t_round: Callable[[int], float],
     t_step_s: float,
     *,
@@ -244,10 +250,10 @@ def simulate_policy(
 
 
 def compare_policies(
-    hardware: Any,
-    target: Any,
-    drafter: Any,
-    curve: Any,
+    hardware: Hardware | str,
+    target: ModelSpec | str,
+    drafter: DrafterLike,
+    curve: ArrayLike,
     policies: Sequence[GammaPolicy],
     *,
     batch: int = 1,

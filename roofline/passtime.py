@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
+from numpy.typing import ArrayLike
 
 from roofline.cost import PassCost, forward_cost
 from roofline.engine import Engine, load_engine
@@ -130,9 +131,9 @@ def step_time(
 def pass_time(
     spec: ModelSpec | str,
     hardware: Hardware | str,
-    batch: Any = 1,
-    new_tokens: Any = 1,
-    context: Any = 0,
+    batch: ArrayLike = 1,
+    new_tokens: ArrayLike | None = 1,
+    context: ArrayLike = 0,
     dtype: str = "fp16",
     *,
     weight_dtype: str | None = None,
@@ -175,8 +176,8 @@ def weights_only_crossover(spec: ModelSpec | str, hardware: Hardware | str, dtyp
 def crossover_tokens(
     spec: ModelSpec | str,
     hardware: Hardware | str,
-    batch: Any = 1,
-    context: Any = 0,
+    batch: ArrayLike = 1,
+    context: ArrayLike = 0,
     dtype: str = "fp16",
     *,
     weight_dtype: str | None = None,
@@ -238,13 +239,13 @@ class Footprint:
 
 def memory_footprint(
     spec: ModelSpec | str,
-    batch: Any = 1,
-    context: Any = 0,
+    batch: ArrayLike = 1,
+    context: ArrayLike = 0,
     *,
     weight_dtype: str = "fp16",
     kv_dtype: str | None = None,
     act_dtype: str | None = None,
-    new_tokens: Any = 1,
+    new_tokens: ArrayLike = 1,
 ) -> Footprint:
     """Weights + KV cache (``batch`` x ``context`` tokens) + peak activations of one pass."""
     spec = get_model(spec)
@@ -282,7 +283,7 @@ def max_batch(
 def batch_sweep(
     spec: ModelSpec | str,
     hardware: Hardware | str,
-    batches: Any,
+    batches: ArrayLike,
     *,
     new_tokens: int = 1,
     context: int = 0,

@@ -8,16 +8,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
 
 from roofline.errors import SpecroofError, check_min
 from roofline.hardware import Hardware, load_hardware
 from roofline.model import ModelSpec, get_model
 from roofline.passtime import crossover_tokens
 from roofline.speculative import as_drafter, speedup
+
+if TYPE_CHECKING:
+    from roofline.speculative import DrafterLike
 
 PLAN_COLUMNS = [
     "hardware",
@@ -45,12 +49,12 @@ def _listify(x: Any) -> list[Any]:
 def plan(
     hardware: Hardware | str | Sequence[Hardware | str],
     target: ModelSpec | str,
-    drafter: Any,
+    drafter: DrafterLike | Sequence[DrafterLike],
     acceptance: Any,
     *,
-    batch: Any = 1,
-    context: Any = 1024,
-    gammas: Any = range(0, 17),
+    batch: ArrayLike = 1,
+    context: ArrayLike = 1024,
+    gammas: ArrayLike | range = range(0, 17),
     dtype: str = "bf16",
     curve: bool | None = None,
     efficiency: bool = False,
@@ -70,7 +74,7 @@ def plan(
     stores the weights quantised (int8, int4, fp8).
     """
     spec = get_model(target)
-    g_all = check_min("gammas", np.asarray(list(gammas) if not np.isscalar(gammas) else [gammas]), 0, integer=True)
+    g_all = check_min("gammas", np.atleast_1d(np.asarray(gammas)).ravel(), 0, integer=True)
     B = check_min("batch", np.atleast_1d(batch), 1, integer=True)
     L = check_min("context", np.atleast_1d(context), 0, integer=True)
     drafters = [as_drafter(d) for d in _listify(drafter)]
@@ -143,12 +147,12 @@ class Recommendation:
 def recommend(
     hardware: Hardware | str,
     target: ModelSpec | str,
-    drafter: Any,
+    drafter: DrafterLike | Sequence[DrafterLike],
     acceptance: Any,
     *,
     batch: int = 1,
     context: int = 1024,
-    gammas: Any = range(0, 17),
+    gammas: ArrayLike | range = range(0, 17),
     dtype: str = "bf16",
     **kwargs: Any,
 ) -> Recommendation:
@@ -180,11 +184,11 @@ def recommend(
 def speculation_stops_paying(
     hardware: Hardware | str,
     target: ModelSpec | str,
-    drafter: Any,
+    drafter: DrafterLike | Sequence[DrafterLike],
     acceptance: Any,
     *,
     context: int = 1024,
-    gammas: Any = range(1, 17),
+    gammas: ArrayLike | range = range(1, 17),
     dtype: str = "bf16",
     max_batch: int = 4096,
 ) -> int | None:

@@ -7,7 +7,7 @@ labels axes with units and uses log axes where a quantity spans decades.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -19,6 +19,9 @@ from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
 from roofline.hardware import Hardware, load_hardware
 from roofline.model import ModelSpec, get_model
 from roofline.passtime import batch_sweep, pass_time
+
+if TYPE_CHECKING:
+    from roofline.speculative import DrafterLike
 
 
 def _axes(ax: Axes | None, size: tuple[float, float] = (7.0, 4.5)) -> tuple[Figure, Axes]:
@@ -187,7 +190,7 @@ def speedup_map(
 
 def speedup_vs_batch(
     target: ModelSpec | str,
-    drafter: Any,
+    drafter: DrafterLike,
     hardware: Hardware | str | Sequence[Hardware | str],
     acceptance: Any,
     context: int = 1024,
@@ -231,7 +234,7 @@ def speedup_vs_batch(
 
 def optimal_gamma_vs_alpha(
     target: ModelSpec | str,
-    drafter: Any,
+    drafter: DrafterLike,
     hardware: Hardware | str | Sequence[Hardware | str],
     alphas: np.ndarray | None = None,
     batch: int = 1,

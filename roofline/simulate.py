@@ -7,10 +7,10 @@ accept/reject outcomes, whose leading run of accepts is the accepted count.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from numpy.typing import ArrayLike
 
 from roofline.errors import SpecroofError, as_array, check_min, check_range
 from roofline.verification import sample_from
@@ -42,7 +42,7 @@ class SimResult:
         return (self.accepted[:, None] > np.arange(self.gamma)).sum(axis=0)
 
 
-def simulate_chain(alpha_or_curve: Any, gamma: int, rounds: int, rng: np.random.Generator) -> SimResult:
+def simulate_chain(alpha_or_curve: ArrayLike, gamma: int, rounds: int, rng: np.random.Generator) -> SimResult:
     """Simulate ``rounds`` chain rounds with per-position acceptance (scalar alpha or a curve a_1..a_g)."""
     g = int(check_min("gamma", gamma, 0, integer=True))
     n = int(check_min("rounds", rounds, 1, integer=True))
@@ -55,7 +55,9 @@ def simulate_chain(alpha_or_curve: Any, gamma: int, rounds: int, rng: np.random.
     return SimResult(accepted.astype(np.int64), g)
 
 
-def simulate_from_distributions(p: Any, q: Any, gamma: int, rounds: int, rng: np.random.Generator) -> SimResult:
+def simulate_from_distributions(
+    p: ArrayLike, q: ArrayLike, gamma: int, rounds: int, rng: np.random.Generator
+) -> SimResult:
     """Simulate rounds where every position has target ``p`` and draft ``q`` (1-D, same vocab).
 
     The draft samples x ~ q; the target accepts with probability min(1, p(x)/q(x)).

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
+from numpy.typing import ArrayLike
 
 from roofline.engine import Engine, load_engine
 from roofline.errors import SpecroofError, as_array, check_min, check_range
@@ -33,7 +34,7 @@ Array = npt.NDArray[np.float64]
 # -- closed forms ------------------------------------------------------------------
 
 
-def expected_tokens(alpha: Any, gamma: Any) -> Array:
+def expected_tokens(alpha: ArrayLike, gamma: ArrayLike) -> Array:
     """Expected tokens per round, bonus/correction included: (1 - a^(g+1)) / (1 - a).
 
     Exact at a = 1 (g + 1) and accurate next to it: 1 - a^(g+1) is computed as
@@ -53,7 +54,7 @@ def expected_tokens(alpha: Any, gamma: Any) -> Array:
     return np.clip(series, 1.0, g + 1.0)  # the exact bounds; rounding must not cross them
 
 
-def expected_tokens_curve(curve: Any, gamma: Any = None) -> Array:
+def expected_tokens_curve(curve: ArrayLike, gamma: ArrayLike | None = None) -> Array:
     """Expected tokens per round for per-position acceptance a_1..a_g: 1 + sum_j prod_{i<=j} a_i.
 
     ``curve`` has positions on its last axis (leading axes broadcast). With
@@ -76,14 +77,14 @@ def expected_tokens_curve(curve: Any, gamma: Any = None) -> Array:
     return np.take_along_axis(partial, np.broadcast_to(g, partial.shape[:-1])[..., None], axis=-1)[..., 0]
 
 
-def ideal_speedup(alpha: Any, gamma: Any, c: Any) -> Array:
+def ideal_speedup(alpha: ArrayLike, gamma: ArrayLike, c: ArrayLike) -> Array:
     """Leviathan's idealised speedup E / (gamma c + 1): verify costs one step, a draft step costs c."""
     cc = check_min("c", c, 0.0)
     g = check_min("gamma", gamma, 0, integer=True)
     return expected_tokens(alpha, g) / (g * cc + 1.0)
 
 
-def optimal_gamma(alpha: Any, c: Any, max_gamma: int = 64) -> tuple[npt.NDArray[np.int64], Array]:
+def optimal_gamma(alpha: ArrayLike, c: ArrayLike, max_gamma: int = 64) -> tuple[npt.NDArray[np.int64], Array]:
     """Integer gamma in [0, max_gamma] maximising :func:`ideal_speedup` (ties to the smaller), and that speedup."""
     check_min("max_gamma", max_gamma, 0, integer=True)
     a = check_range("alpha", alpha, 0.0, 1.0)[..., None]
@@ -94,7 +95,7 @@ def optimal_gamma(alpha: Any, c: Any, max_gamma: int = 64) -> tuple[npt.NDArray[
     return best.astype(np.int64), np.take_along_axis(s, best[..., None], axis=-1)[..., 0]
 
 
-def break_even_alpha(gamma: Any, c: Any) -> Array:
+def break_even_alpha(gamma: ArrayLike, c: ArrayLike) -> Array:
     """Smallest alpha at which E(alpha, gamma) = gamma c + 1 (speculation breaks even); NaN if none."""
     g = check_min("gamma", gamma, 1, integer=True)
     cc = check_min("c", c, 0.0)
@@ -192,15 +193,15 @@ class Drafter(Protocol):
         """Label used in tables and as the key of per-drafter acceptance."""
         ...
 
-    def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: Any, context: Any) -> Array:
+    def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
         """Seconds to propose ``gamma`` tokens for each of ``batch`` sequences."""
         ...
 
-    def verify_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: Any, context: Any) -> Array:
+    def verify_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
         """Seconds of the target's verify pass over gamma + 1 tokens."""
         ...
 
-    def extra_memory_bytes(self, ctx: Ctx, batch: Any, context: Any) -> Array:
+    def extra_memory_bytes(self, ctx: Ctx, batch: ArrayLike, context: ArrayLike) -> Array:
         """Device memory the drafter adds (weights + its own KV), bytes."""
         ...
 
@@ -209,7 +210,12 @@ class Drafter(Protocol):
         ...
 
 
-def _steps(ctx: Ctx, spec: ModelSpec, gamma: npt.NDArray[np.int64], batch: Any, context: Any) -> Array:
+#: what the speculation functions accept as a drafter: a Drafter, a draft model (ModelSpec or preset name),
+#: or None (prompt lookup); roofline.drafters.named_drafter adds the named methods (eagle, medusa, ...)
+DrafterLike = Drafter | ModelSpec | str | None
+
+
+def _steps(ctx: Ctx, spec: ModelSpec, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
     """Time of ``gamma`` one-token autoregressive steps of ``spec`` starting at ``context`` (exact sum)."""
     gmax = int(np.max(gamma)) if np.size(gamma) else 0
     if gmax == 0:
@@ -236,12 +242,12 @@ def _steps(ctx: Ctx, spec: ModelSpec, gamma: npt.NDArray[np.int64], batch: Any, 
     return np.take_along_axis(cum, idx, axis=-1)[..., 0]
 
 
-def _verify(ctx: Ctx, spec: ModelSpec, gamma: Any, batch: Any, context: Any) -> Array:
+def _verify(ctx: Ctx, spec: ModelSpec, gamma: ArrayLike, batch: ArrayLike, context: ArrayLike) -> Array:
     st = pass_time(
         spec,
         ctx.hw,
         batch,
-        gamma + 1,
+        np.asarray(gamma) + 1,
         context,
         ctx.dtype,
         efficiency=ctx.efficiency,
@@ -282,7 +288,7 @@ def _check_smaller(draft: ModelSpec, target: ModelSpec) -> None:
         )
 
 
-def _no_memory(batch: Any, context: Any) -> Array:
+def _no_memory(batch: ArrayLike, context: ArrayLike) -> Array:
     return np.zeros(np.broadcast_shapes(np.shape(batch), np.shape(context)))
 
 
@@ -299,10 +305,10 @@ class _SmallModel:
 
     _label = "draft"
 
-    def verify_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: Any, context: Any) -> Array:
+    def verify_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
         return _verify(ctx, ctx.target, gamma, batch, context)
 
-    def extra_memory_bytes(self, ctx: Ctx, batch: Any, context: Any) -> Array:
+    def extra_memory_bytes(self, ctx: Ctx, batch: ArrayLike, context: ArrayLike) -> Array:
         fp = memory_footprint(
             self.spec, batch, context, weight_dtype=ctx.weight_dtype or ctx.dtype, act_dtype=ctx.dtype
         )
@@ -313,7 +319,7 @@ class _SmallModel:
 class DraftModel(_SmallModel):
     """A separate small draft model: gamma autoregressive steps, its own weights and KV cache."""
 
-    def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: Any, context: Any) -> Array:
+    def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
         _check_smaller(self.spec, ctx.target)
         return _steps(ctx, self.spec, gamma, batch, context)
 
@@ -342,16 +348,16 @@ class EarlyExit:
         if not 1 <= self.layers < ctx.target.n_layers:
             raise SpecroofError(f"early-exit layers must lie in [1, {ctx.target.n_layers - 1}] (got {self.layers})")
 
-    def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: Any, context: Any) -> Array:
+    def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
         self._check(ctx)
         return _steps(ctx, ctx.target.replace(n_layers=self.layers), gamma, batch, context)
 
-    def verify_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: Any, context: Any) -> Array:
+    def verify_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
         self._check(ctx)
         verified = ctx.target.replace(n_layers=ctx.target.n_layers - self.layers) if self.reuse_kv else ctx.target
         return _verify(ctx, verified, gamma, batch, context)
 
-    def extra_memory_bytes(self, ctx: Ctx, batch: Any, context: Any) -> Array:
+    def extra_memory_bytes(self, ctx: Ctx, batch: ArrayLike, context: ArrayLike) -> Array:
         return _no_memory(batch, context)
 
     def tree_draft_time(self, ctx: Ctx, widths: Sequence[int], batch: int, context: int) -> float:
@@ -380,7 +386,7 @@ class Heads:
             return float(self.params)
         return self.n_heads * (target.d_model**2 + target.d_model * target.vocab_size)
 
-    def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: Any, context: Any) -> Array:
+    def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
         heads = ModelSpec.from_params(self.head_params(ctx.target), name=self.name)
         t = pass_time(
             heads,
@@ -397,10 +403,10 @@ class Heads:
         shape = np.broadcast_shapes(np.shape(gamma), np.shape(t), np.shape(context))
         return np.where(np.broadcast_to(gamma, shape) > 0, np.broadcast_to(t, shape), 0.0)
 
-    def verify_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: Any, context: Any) -> Array:
+    def verify_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
         return _verify(ctx, ctx.target, gamma, batch, context)
 
-    def extra_memory_bytes(self, ctx: Ctx, batch: Any, context: Any) -> Array:
+    def extra_memory_bytes(self, ctx: Ctx, batch: ArrayLike, context: ArrayLike) -> Array:
         return _no_memory(batch, context) + self.head_params(ctx.target) * dtype_bytes(ctx.dtype)
 
     def tree_draft_time(self, ctx: Ctx, widths: Sequence[int], batch: int, context: int) -> float:
@@ -414,7 +420,7 @@ class ParallelBlock(_SmallModel):
 
     _label = "block"
 
-    def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: Any, context: Any) -> Array:
+    def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
         _check_smaller(self.spec, ctx.target)
         g = np.maximum(gamma, 1)
         t = pass_time(
@@ -442,13 +448,13 @@ class PromptLookup:
 
     name: str = "prompt lookup"
 
-    def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: Any, context: Any) -> Array:
+    def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
         return np.zeros(np.broadcast_shapes(np.shape(gamma), np.shape(batch), np.shape(context)))
 
-    def verify_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: Any, context: Any) -> Array:
+    def verify_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
         return _verify(ctx, ctx.target, gamma, batch, context)
 
-    def extra_memory_bytes(self, ctx: Ctx, batch: Any, context: Any) -> Array:
+    def extra_memory_bytes(self, ctx: Ctx, batch: ArrayLike, context: ArrayLike) -> Array:
         return _no_memory(batch, context)
 
     def tree_draft_time(self, ctx: Ctx, widths: Sequence[int], batch: int, context: int) -> float:
@@ -470,20 +476,20 @@ class SlidingWindowSelfDraft:
         check_min("window", self.window, 1, integer=True)
         object.__setattr__(self, "name", self.name or f"self-draft window {self.window}")
 
-    def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: Any, context: Any) -> Array:
+    def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
         return _steps(ctx, ctx.target, gamma, batch, np.minimum(context, self.window))
 
-    def verify_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: Any, context: Any) -> Array:
+    def verify_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
         return _verify(ctx, ctx.target, gamma, batch, context)
 
-    def extra_memory_bytes(self, ctx: Ctx, batch: Any, context: Any) -> Array:
+    def extra_memory_bytes(self, ctx: Ctx, batch: ArrayLike, context: ArrayLike) -> Array:
         return _no_memory(batch, context)
 
     def tree_draft_time(self, ctx: Ctx, widths: Sequence[int], batch: int, context: int) -> float:
         return _levels(ctx, ctx.target, widths, batch, min(context, self.window))
 
 
-def as_drafter(d: Any) -> Drafter:
+def as_drafter(d: DrafterLike) -> Drafter:
     """A drafter from a Drafter, a ModelSpec/preset name (separate draft model), or None (prompt lookup)."""
     if d is None:
         return PromptLookup()
@@ -518,7 +524,7 @@ class SpeedupResult:
     drafter: str = ""
 
 
-def owns_weights(drafter: Any) -> bool:
+def owns_weights(drafter: DrafterLike) -> bool:
     """Whether a drafter runs weights of its own (a draft model, heads, a block drafter), not the target's."""
     return isinstance(drafter, (DraftModel, ParallelBlock, Heads))
 
@@ -526,12 +532,12 @@ def owns_weights(drafter: Any) -> bool:
 def speedup(
     hardware: Hardware | str,
     target: ModelSpec | str,
-    drafter: Any,
-    alpha_or_curve: Any,
-    gamma: Any,
+    drafter: DrafterLike,
+    alpha_or_curve: ArrayLike,
+    gamma: ArrayLike,
     *,
-    batch: Any = 1,
-    context: Any = 1024,
+    batch: ArrayLike = 1,
+    context: ArrayLike = 1024,
     dtype: str = "bf16",
     curve: bool | None = None,
     efficiency: bool = False,
@@ -623,7 +629,7 @@ def speedup(
 
 def draft_cost_ratio(
     target: ModelSpec | str,
-    drafter: Any,
+    drafter: DrafterLike,
     hardware: Hardware | str,
     batch: int = 1,
     context: int = 1024,
@@ -695,7 +701,7 @@ def speedup_by_engine(
     *,
     hardware: Hardware | str,
     target: ModelSpec | str,
-    drafter: Any,
+    drafter: DrafterLike,
     alpha: float,
     engines: Sequence[Engine | str | None] = (None, "eager", "compiled", "serving"),
     gammas: Sequence[int] = tuple(range(1, 13)),
@@ -723,7 +729,7 @@ def predict_speedup(
     *,
     hardware: Hardware | str,
     target: ModelSpec | str,
-    drafter: Any,
+    drafter: DrafterLike,
     mean_accepted: float | None = None,
     alpha: float | None = None,
     gamma: int | str | None = None,
@@ -785,7 +791,7 @@ def predict_speedup(
         g_out, nodes = float(sum(g * w for g, w in mix)), None
     else:
         g = int(check_min("gamma", 1 if gamma is None else gamma, 1, integer=True))
-        E = float(mean_accepted) if mean_accepted is not None else float(expected_tokens(alpha, g))
+        E = float(mean_accepted) if mean_accepted is not None else float(expected_tokens(float(alpha or 0.0), g))
         if E > g + 1:
             raise SpecroofError(f"mean_accepted {E} exceeds gamma + 1 = {g + 1}")
         gg = np.asarray(g)

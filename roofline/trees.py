@@ -14,13 +14,16 @@ import heapq
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
 from roofline.errors import SpecroofError, as_array, check_min, check_range
+
+if TYPE_CHECKING:
+    from roofline.speculative import DrafterLike
 
 IntArray = npt.NDArray[np.int64]
 Array = npt.NDArray[np.float64]
@@ -730,7 +733,7 @@ class TreeSizeChoice:
 def best_tree_size(
     hardware: Any,
     target: Any,
-    drafter: Any,
+    drafter: DrafterLike,
     acceptance: AcceptanceModel | Sequence[float],
     batch: int = 1,
     context: int = 1024,
@@ -829,7 +832,7 @@ TREE_GAIN = 0.02
 def trees_vs_batch(
     hardware: Any,
     target: Any,
-    drafter: Any,
+    drafter: DrafterLike,
     acceptance: AcceptanceModel | Sequence[float],
     batches: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128, 256),
     contexts: Sequence[int] = (1024,),
