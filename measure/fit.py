@@ -304,12 +304,22 @@ def fit(
     )
 
 
-def predict_times(df: pd.DataFrame, spec: ModelSpec | str, hardware: Hardware | str) -> np.ndarray:
-    """Roofline time (s) of every row's pass on ``hardware`` (measured overrides and overheads included)."""
+def predict_times(df: pd.DataFrame, spec: ModelSpec | str, hardware: Hardware | str, *, tree: Any = None) -> np.ndarray:
+    """Roofline time (s) of every row's pass on ``hardware`` (measured overrides and overheads included).
+
+    One vectorised call per dtype: the sweep prices its points with it before measuring
+    and the fit and validation price them with it after, so a prediction has one route.
+    ``tree`` (node depths or a Tree) makes every row a tree-masked pass of that tree.
+    Rows the profile cannot price (a dtype it has no peak for) are NaN.
+    """
     spec, hw = get_model(spec), load_hardware(hardware)
-    out = np.empty(len(df))
+    out = np.full(len(df), np.nan)
     for dt, g in df.groupby("dtype", sort=False):
-        st = pass_time(spec, hw, g["batch"].to_numpy(), g["new_tokens"].to_numpy(), g["context"].to_numpy(), str(dt))
+        n = None if tree is not None else g["new_tokens"].to_numpy()
+        try:
+            st = pass_time(spec, hw, g["batch"].to_numpy(), n, g["context"].to_numpy(), str(dt), tree=tree)
+        except SpecroofError:
+            continue
         out[df.index.get_indexer(g.index)] = st.t_step_s
     return out
 

@@ -22,13 +22,13 @@ import torch
 
 from measure.budget import Budget, WorkBar
 from measure.device import describe, match_profile, resolve_device
+from measure.fit import predict_times
 from measure.models import TORCH_DTYPES, Transformer, dtype_name
 from measure.store import META, RESULTS, FolderLock, SweepStore, read_results
 from measure.timing import time_fn
 from roofline.errors import SpecroofError, check_choice, check_min
-from roofline.hardware import FLOAT_DTYPES, Hardware, load_hardware
+from roofline.hardware import Hardware, load_hardware
 from roofline.model import ModelSpec, get_model
-from roofline.passtime import pass_time
 
 KEY = ("model", "dtype", "batch", "new_tokens", "context", "tree")
 
@@ -311,8 +311,10 @@ def _sweep_points(
                 "tree": tree_id,
             }
             tokens = torch.randint(0, vocab, (b, n), generator=gen).to(dev)
-            t_pred = _predict(spec, hw, b, n, c, dt, tree)
-            points.append((row, tokens, t_pred))
+            points.append((row, tokens, float("nan")))
+        if spec is not None and hw is not None:  # every point priced in one call, by the fit's own route
+            preds = predict_times(pd.DataFrame([p[0] for p in points]), spec, hw, tree=tree)
+            points = [(r, t, float(p)) for (r, t, _), p in zip(points, preds, strict=True)]
         history: dict[int, list[dict[str, Any]]] = {i: [] for i in range(len(points))}
         keys = [tuple(str(r[k]) for k in KEY) for r, _, _ in points]
         for v in visits:
@@ -438,19 +440,4 @@ def _runner(obj: Any, dtype: str, dev: torch.device, max_batch: int, max_seq: in
         spec = get_model(obj)
         torch.manual_seed(0)
         return ModelRunner(Transformer(spec, dtype=dtype, device=dev), max_batch, max_seq), spec
-    spec = None
-    try:
-        spec = ModelSpec.from_hf_config(obj.config.to_dict())
-    except Exception:  # an architecture the cost model does not know: measure anyway, no prediction
-        spec = None
-    return HFRunner(obj), spec
-
-
-def _predict(spec: ModelSpec | None, hw: Hardware | None, b: int, n: int, c: int, dt: str, tree: Any) -> float:
-    if spec is None or hw is None or dt not in hw.dtypes and dt not in FLOAT_DTYPES:
-        return float("nan")
-    try:
-        st = pass_time(spec, hw, b, None if tree is not None else n, c, dt, tree=tree)
-    except SpecroofError:
-        return float("nan")
-    return float(st.t_step_s)
+    return HFRunner(obj), _spec_of(obj)

@@ -587,7 +587,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     for hw in hardware:
         for b in args.batch:
             for c in args.context:
-                rec = recommend(hw, args.target, drafters, acceptance, batch=b, context=c, **kw)
+                rec = recommend(hw, args.target, drafters, acceptance, batch=b, context=c, table=table, **kw)
                 best.append(
                     {"hardware": load_hardware(hw).id, "batch": b, "context": c, **rec.row, "reason": rec.reason}
                 )

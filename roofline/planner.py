@@ -154,14 +154,25 @@ def recommend(
     context: int = 1024,
     gammas: ArrayLike | range = range(0, 17),
     dtype: str = "bf16",
+    table: pd.DataFrame | None = None,
     **kwargs: Any,
 ) -> Recommendation:
-    """Best strategy and gamma for one GPU, batch and context, with why."""
-    table = plan(
-        hardware, target, drafter, acceptance, batch=batch, context=context, gammas=gammas, dtype=dtype, **kwargs
-    )
-    best = {str(k): v for k, v in table.iloc[0].items()}
+    """Best strategy and gamma for one GPU, batch and context, with why.
+
+    ``table``: a :func:`plan` table that already covers this GPU, batch and context
+    (the CLI plans every cell once and reads each recommendation out of it).
+    """
     hw = load_hardware(hardware)
+    if table is None:
+        table = plan(
+            hw, target, drafter, acceptance, batch=batch, context=context, gammas=gammas, dtype=dtype, **kwargs
+        )
+    else:
+        table = table[(table["hardware"] == hw.id) & (table["batch"] == batch) & (table["context"] == context)]
+        if table.empty:
+            raise SpecroofError(f"the plan table has no row for {hw.id}, batch {batch}, context {context}")
+        table = table.reset_index(drop=True)  # plan() ranked it already
+    best = {str(k): v for k, v in table.iloc[0].items()}
     wdt = kwargs.get("weight_dtype") or (dtype if dtype == "int4" else None)
     k = int(crossover_tokens(target, hw, batch, context, "bf16" if dtype == "int4" else dtype, weight_dtype=wdt))
     if best["gamma"] == 0:

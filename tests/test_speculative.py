@@ -293,3 +293,18 @@ def test_recommend_says_do_not_speculate_when_compute_bound():
 def test_planner_with_a_measured_curve_skips_gammas_beyond_it():
     t = plan("h100-sxm-80gb", T8, D1, [0.9, 0.8, 0.7], gammas=range(0, 9))
     assert t["gamma"].max() == 3
+
+
+def test_recommend_reads_the_plan_table_it_is_given_and_agrees_with_planning_afresh():
+    from roofline.planner import plan, recommend
+
+    kw = dict(gammas=range(0, 9), dtype="bf16")
+    table = plan(["h100-sxm-80gb", "a100-sxm-80gb"], T8, D1, 0.75, batch=[1, 64], context=[512, 4096], **kw)
+    for hw in ("h100-sxm-80gb", "a100-sxm-80gb"):
+        for b in (1, 64):
+            for c in (512, 4096):
+                fresh = recommend(hw, T8, D1, 0.75, batch=b, context=c, **kw)
+                read = recommend(hw, T8, D1, 0.75, batch=b, context=c, table=table, **kw)
+                assert read.row == fresh.row and read.reason == fresh.reason
+    with pytest.raises(SpecroofError, match="no row for"):
+        recommend("h100-sxm-80gb", T8, D1, 0.75, batch=2, context=512, table=table, **kw)
