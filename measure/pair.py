@@ -215,7 +215,7 @@ def load_pair(
     log: Callable[[str], None] | None = None,
     width: int = 1,
 ) -> tuple[Transformer, Transformer, dict]:
-    """The pair: shipped weights for the default config, else the cache (built on first use).
+    """The pair: the weights shipped in the package for the default config; another config is trained once and cached.
 
     ``width`` > 1 returns the target widened that many times (:func:`widen`): the same
     function, memory bound on a CPU from 16 (1.75 GB in bf16) on.

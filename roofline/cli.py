@@ -689,7 +689,9 @@ def cmd_tree(args: argparse.Namespace) -> int:
             f"{b['expected_tokens']:.3f} tokens per {b['t_round_s'] * 1e3:.2f} ms round, speedup {b['speedup']:.2f}x"
         )
     if args.plot:
-        fig = opt.tree.draw(values=opt.tree.path_probabilities(acc))
+        from roofline.plot import tree_chart
+
+        fig = tree_chart(opt.tree, values=opt.tree.path_probabilities(acc))
         fig.savefig(args.plot, dpi=110)
     emit(args, payload, "\n".join(lines))
     return 0

@@ -85,7 +85,9 @@ def accept_or_correct_figure(
 ) -> Figure:
     """One draft token: p, q and the residual, and whether uniform ``u`` keeps the token."""
     v = accept_or_correct(p, q, token, vocab)
-    fig = v.plot()
+    from roofline.plot import verdict_chart
+
+    fig = verdict_chart(v)
     kept = u < v.accept_probability
     fig.axes[0].set_title(
         f"draft proposed {vocab[token]!r}: accept if u < {v.accept_probability:.2f}; u = {u:.2f} -> "

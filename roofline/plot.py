@@ -22,6 +22,8 @@ from roofline.passtime import batch_sweep, pass_time
 
 if TYPE_CHECKING:
     from roofline.speculative import DrafterLike
+    from roofline.trees import Tree
+    from roofline.verification import OneTokenVerdict
 
 
 def _axes(ax: Axes | None, size: tuple[float, float] = (7.0, 4.5)) -> tuple[Figure, Axes]:
@@ -47,7 +49,7 @@ def roofline_chart(
 ) -> Figure:
     """Log-log roofline: attainable TFLOP/s against intensity (FLOP/byte), one roof per dtype.
 
-    With ``seed_points`` the seeds' points are marked on the first profile's first
+    With ``seed_points`` the worked example's points are marked on the first profile's first
     dtype: A (decode at batch 1 of ``spec``, default the 13B abstract model), B (the
     ridge) and C (far right, 10x the ridge). ``points`` adds user points, each a dict
     with ``label``, ``intensity`` (FLOP/byte) and optionally ``flop_per_s``.
@@ -480,4 +482,55 @@ def gamma_by_engine_chart(table: pd.DataFrame, title: str = "", ax: Axes | None 
     ax.set_title(title or "Speedup against gamma under each engine")
     ax.legend(fontsize=8)
     ax.grid(True, alpha=0.3)
+    return fig
+
+
+def tree_chart(tree: Tree, ax: Axes | None = None, labels: Sequence[str] | None = None, values: Any = None) -> Figure:
+    """Draw a draft tree, prefix at the top; ``values`` (one per node, in [0, 1]) colour the nodes."""
+    fig, ax = _axes(ax, (min(12.0, 2 + 0.45 * max(tree.n_nodes, 1)), 1.5 + 0.9 * tree.depth))
+    x = np.zeros(tree.n_nodes)
+    leaves = 0.0
+
+    def place(node: int) -> float:
+        nonlocal leaves
+        kids = tree.children(node)
+        if kids.size == 0:
+            pos = leaves
+            leaves += 1.0
+        else:
+            pos = float(np.mean([place(int(k)) for k in kids]))
+        if node >= 0:
+            x[node] = pos
+        return pos
+
+    root_x = place(-1)
+    ax.plot([root_x], [0], "s", color="k", ms=9)
+    ax.annotate("prefix", (root_x, 0), xytext=(8, 0), textcoords="offset points", va="center", fontsize=8)
+    for i, par in enumerate(tree.parents.tolist()):
+        px, py = (root_x, 0) if par < 0 else (x[par], tree.depths[par])
+        ax.plot([px, x[i]], [-py, -tree.depths[i]], "-", color="0.6", lw=1)
+    sc = ax.scatter(x, -tree.depths, c=values, cmap="viridis", s=120, zorder=3, vmin=0, vmax=1)
+    if values is not None:
+        fig.colorbar(sc, ax=ax, label="P(on accepted path)")
+    names = labels if labels is not None else [str(i) for i in range(tree.n_nodes)]
+    for i in range(tree.n_nodes):
+        ax.annotate(names[i], (x[i], -tree.depths[i]), ha="center", va="center", fontsize=7,
+                    color="w" if values is not None else "k")  # fmt: skip
+    ax.set_yticks(-np.arange(tree.depth + 1), ["prefix", *[f"depth {d}" for d in range(1, tree.depth + 1)]])
+    ax.set_xticks([])
+    ax.set_title(f"draft tree: {tree.n_nodes} nodes, depth {tree.depth}")
+    return fig
+
+
+def verdict_chart(v: OneTokenVerdict, ax: Axes | None = None) -> Figure:
+    """Bars of p, q and the residual per token for one accept-or-correct verdict."""
+    fig, ax = _axes(ax, (6.0, 3.5))
+    xs = np.arange(len(v.vocab))
+    ax.bar(xs - 0.25, v.p, 0.25, label="target p")
+    ax.bar(xs, v.q, 0.25, label="draft q")
+    ax.bar(xs + 0.25, v.residual, 0.25, label="residual norm(max(p - q, 0))")
+    ax.set_xticks(xs, v.vocab)
+    ax.set_ylabel("probability")
+    ax.set_title(f"draft proposed {v.vocab[v.token]!r}: accept with p/q = {v.accept_probability:.2f}")
+    ax.legend(fontsize=8)
     return fig

@@ -221,51 +221,6 @@ class Tree:
             prob[i] = f[i] * (prob[par] if par >= 0 else 1.0)
         return prob
 
-    def draw(self, ax: Any = None, labels: Sequence[str] | None = None, values: Array | None = None) -> Any:
-        """Draw the tree (prefix at the top); returns the matplotlib Figure."""
-        from roofline.plot import _axes
-
-        fig, ax = _axes(ax, (min(12.0, 2 + 0.45 * max(self.n_nodes, 1)), 1.5 + 0.9 * self.depth))
-        x = np.zeros(self.n_nodes)
-        leaves = 0.0
-
-        def place(node: int) -> float:
-            nonlocal leaves
-            kids = self.children(node)
-            if kids.size == 0:
-                pos = leaves
-                leaves += 1.0
-            else:
-                pos = float(np.mean([place(int(k)) for k in kids]))
-            if node >= 0:
-                x[node] = pos
-            return pos
-
-        root_x = place(-1)
-        ax.plot([root_x], [0], "s", color="k", ms=9)
-        ax.annotate("prefix", (root_x, 0), xytext=(8, 0), textcoords="offset points", va="center", fontsize=8)
-        for i, par in enumerate(self.parents.tolist()):
-            px, py = (root_x, 0) if par < 0 else (x[par], self.depths[par])
-            ax.plot([px, x[i]], [-py, -self.depths[i]], "-", color="0.6", lw=1)
-        color = values if values is not None else None
-        sc = ax.scatter(x, -self.depths, c=color, cmap="viridis", s=120, zorder=3, vmin=0, vmax=1)
-        if values is not None:
-            fig.colorbar(sc, ax=ax, label="P(on accepted path)")
-        names = labels if labels is not None else [str(i) for i in range(self.n_nodes)]
-        for i in range(self.n_nodes):
-            ax.annotate(
-                names[i],
-                (x[i], -self.depths[i]),
-                ha="center",
-                va="center",
-                fontsize=7,
-                color="w" if values is not None else "k",
-            )
-        ax.set_yticks(-np.arange(self.depth + 1), ["prefix", *[f"depth {d}" for d in range(1, self.depth + 1)]])
-        ax.set_xticks([])
-        ax.set_title(f"draft tree: {self.n_nodes} nodes, depth {self.depth}")
-        return fig
-
     def __repr__(self) -> str:
         return f"Tree(n_nodes={self.n_nodes}, depth={self.depth}, parents={self.parents.tolist()})"
 

@@ -507,21 +507,6 @@ class OneTokenVerdict:
         ]
         return "\n".join(lines)
 
-    def plot(self, ax: Any = None) -> Any:
-        """Bars of p, q and the residual per token; returns the Figure."""
-        from roofline.plot import _axes
-
-        fig, ax = _axes(ax, (6.0, 3.5))
-        xs = np.arange(len(self.vocab))
-        ax.bar(xs - 0.25, self.p, 0.25, label="target p")
-        ax.bar(xs, self.q, 0.25, label="draft q")
-        ax.bar(xs + 0.25, self.residual, 0.25, label="residual norm(max(p - q, 0))")
-        ax.set_xticks(xs, self.vocab)
-        ax.set_ylabel("probability")
-        ax.set_title(f"draft proposed {self.vocab[self.token]!r}: accept with p/q = {self.accept_probability:.2f}")
-        ax.legend(fontsize=8)
-        return fig
-
 
 def accept_or_correct(p: Any, q: Any, token: int, vocab: Any = None) -> OneTokenVerdict:
     """The accept-or-correct demo: one draft token, its acceptance probability and the correction distribution.

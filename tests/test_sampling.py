@@ -270,7 +270,9 @@ def test_seed_hi_hello_hey():
     assert v.accept_probability == pytest.approx(0.3 / 0.7) and round(v.accept_probability, 2) == 0.43
     np.testing.assert_allclose(v.residual, [0.75, 0.0, 0.25])
     assert "likely" not in str(v) and "hi 0.75" in str(v)
-    assert v.plot().axes
+    from roofline.plot import verdict_chart
+
+    assert verdict_chart(v).axes
 
 
 def test_all_accepted_emits_the_bonus_from_the_last_position():

@@ -274,7 +274,9 @@ def test_best_tree_size_on_a_gpu():
 
 def test_tree_draw_returns_a_figure():
     t = Tree.kary(2, 2)
-    fig = t.draw(values=t.path_probabilities(IIDAcceptance(0.6)))
+    from roofline.plot import tree_chart
+
+    fig = tree_chart(t, values=t.path_probabilities(IIDAcceptance(0.6)))
     assert fig.axes
 
 
