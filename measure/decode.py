@@ -518,16 +518,9 @@ def speculative_generate(
         raise SpecroofError(f"the drafter {getattr(d, 'name', d)!r} drafts chains only")
     # the most drafts a round can propose: the tree's nodes, or the policy's longest gamma
     reach = max(1, _policy_reach(policy)) if policy is not None else 0
-    depth = tree.depth if tree is not None else reach
     n_draft = tree.n_nodes if tree is not None else reach
-    if tree is not None:
-        # the verify pass: the pending token is the root, the draft nodes hang below it
-        verify_tree = Tree(np.concatenate([[-1], np.where(tree.parents < 0, 0, tree.parents + 1)]))
-        tree_parents = tree.parents.tolist()
-        n_children = np.bincount(tree.parents + 1, minlength=tree.n_nodes + 1)  # index 0: the root
     dev = target.device
     gen = torch.Generator(device=dev).manual_seed(seed)
-    B = len(prompts)
     t0 = time.perf_counter()
     # the last round may overshoot by a full draft and the drafts run that many slots ahead
     headroom = max_new_tokens + 2 * n_draft + 4
@@ -535,102 +528,201 @@ def speculative_generate(
     d.start(prompts, headroom)
     synchronize(dev)
     t1 = time.perf_counter()
-    committed = lens.copy()  # tokens committed per sequence (prompt + emitted)
-    prev = torch.as_tensor([p[-2] for p in prompts], device=dev)
-    emitted: list[list[int]] = [[] for _ in range(B)]
-    active = np.ones(B, dtype=bool)
-    stats = []
-    rnd = 0
-    g_next = policy.start(B) if policy is not None else 0
-    gammas_used = []
+    st = _Decoding(
+        pending=pending,
+        prev=torch.as_tensor([p[-2] for p in prompts], device=dev),
+        committed=lens.copy(),
+        emitted=[[] for _ in prompts],
+        active=np.ones(len(prompts), dtype=bool),
+        g_next=policy.start(len(prompts)) if policy is not None else 0,
+    )
+    shape = _TreeShape.of(tree) if tree is not None else None
     with torch.no_grad():
-        while active.any():
+        while st.active.any():
             ta = time.perf_counter()
-            last2 = torch.stack([prev, pending], 1)
-            if tree is None:
-                assert policy is not None
-                stop = policy.confidence_threshold
-                if not g_next:
-                    x, q = _no_drafts(B, dev)
-                elif stop is None:  # drafter objects written before policies take five arguments
-                    x, q = d.propose(last2, committed, g_next, sp, gen)
-                else:
-                    x, q = d.propose(last2, committed, g_next, sp, gen, stop)
-                gammas_used.append(int(x.shape[1]))
-            else:
-                x, q = d.propose_tree(last2, committed, tree, sp, gen, tree_variant)
+            x, q = _draft(d, st, shape, policy, sp, gen, tree_variant)
             synchronize(dev)
             tb = time.perf_counter()
-            target.cache.rollback(committed - 1)  # type: ignore[union-attr]
-            logits = target(torch.cat([pending.view(B, 1), x], 1), verify_tree if tree is not None else None)
+            logits = _verify(target, st, x, shape)
             synchronize(dev)
             tc = time.perf_counter()
-            path = None
-            if tree is not None:
-                if sp.greedy:
-                    res: Any = ts.verify_tree_greedy(logits.argmax(-1), tree_parents, x)
-                else:
-                    res = ts.verify_tree(_probs(logits, sp), q, tree_parents, x, variant=tree_variant, generator=gen)
-                path = res.path
-            elif sp.greedy:  # argmax of the logits: no distributions needed
-                res = ts.verify_greedy(logits, x)
-            else:
-                res = ts.verify_chain(_probs(logits, sp), q, x, generator=gen, validate=False)
-            # finished sequences still ride along in the batch but stay frozen
-            n_acc = np.where(active, res.n_accepted.cpu().numpy(), 0)
-            toks = res.tokens.cpu().numpy()
+            res, n_acc = _accept(logits, q, x, st, shape, sp, gen, tree_variant)
             td = time.perf_counter()
-            # commit: the pending token and the accepted drafts enter the target cache
-            idx = torch.as_tensor(n_acc, device=dev)
-            if path is None:
-                target.cache.rollback(committed + n_acc)  # type: ignore[union-attr]
-                if x.shape[1] == 0:  # a round without drafts: the pending token is the last committed one
-                    new_prev = pending
-                else:
-                    new_prev = torch.where(idx > 0, x.gather(1, (idx - 1).clamp(min=0).view(B, 1)).view(B), pending)
-            else:
-                target.cache.rollback(committed)  # type: ignore[union-attr]
-                target.cache.commit_paths(path, idx)  # type: ignore[union-attr]
-                d.commit_tree(committed, path, idx)
-                last_node = path.gather(1, (idx - 1).clamp(min=0).view(B, 1)).view(B).clamp(min=0)
-                new_prev = torch.where(idx > 0, x.gather(1, last_node.view(B, 1)).view(B), pending)
-            new = [toks[b, : n_acc[b] + 1].tolist() for b in range(B)]
-            if hasattr(d, "observe"):  # drafter objects written before observe() have none
-                d.observe([nw if a else [] for nw, a in zip(new, active, strict=True)])
-            for b in np.nonzero(active)[0]:
-                emitted[b].extend(new[b])
-            committed = committed + np.where(active, n_acc + 1, 0)
-            live = torch.as_tensor(active, device=dev)
-            new_pending = res.tokens.gather(1, idx.view(B, 1)).view(B).to(dev)
-            prev = torch.where(live, new_prev, prev)
-            pending = torch.where(live, new_pending, pending)
-            was_active = np.nonzero(active)[0]
-            for b in was_active:
-                hit_eos = eos is not None and eos in emitted[b]
-                if len(emitted[b]) >= max_new_tokens or hit_eos:
-                    active[b] = False
+            was_active = _commit(target, d, st, x, res, n_acc, shape, max_new_tokens, eos)
             if policy is not None:
-                g_next = policy.next(int(x.shape[1]), n_acc[was_active], B)
+                st.g_next = policy.next(int(x.shape[1]), n_acc[was_active], len(prompts))
             te = time.perf_counter()  # commit includes the host bookkeeping of the round
             times = {"t_draft_s": tb - ta, "t_verify_s": tc - tb, "t_accept_s": td - tc, "t_commit_s": te - td}
-            if path is not None:
-                nodes = path.cpu().numpy()
-            for b in was_active:
-                row = {"round": rnd, "seq": int(b), "accepted": int(n_acc[b]), "emitted": int(n_acc[b] + 1), **times}
-                row["drafted"] = int(x.shape[1])
-                if path is not None:
-                    acc_nodes = nodes[b, : n_acc[b]]
-                    row["ranks"] = tree.ranks[acc_nodes].tolist()
-                    row["stop_children"] = int(n_children[(acc_nodes[-1] + 1) if n_acc[b] else 0])
-                stats.append(row)
-            rnd += 1
+            _account(st, x, res, n_acc, was_active, times, shape)
     synchronize(dev)
     t2 = time.perf_counter()
-    if tree is None:
-        depth = n_draft = max(gammas_used, default=0)
+    depth = shape.tree.depth if shape is not None else max(st.gammas_used, default=0)
+    n_draft = shape.tree.n_nodes if shape is not None else depth
+    result_tree = shape.tree if shape is not None else None
     return GenerationResult(
-        _trim(emitted, eos, max_new_tokens), t2 - t1, t1 - t0, pd.DataFrame(stats), depth, n_draft, tree
+        _trim(st.emitted, eos, max_new_tokens), t2 - t1, t1 - t0, pd.DataFrame(st.stats), depth, n_draft, result_tree
     )
+
+
+# -- the steps of a round: draft, verify, accept, commit, account ---------------------------
+
+
+@dataclass
+class _Decoding:
+    """What a speculative run carries from round to round (per sequence of the batch)."""
+
+    pending: torch.Tensor  # (B,) the token to feed next: the last emitted one, not yet in the target cache
+    prev: torch.Tensor  # (B,) the token before it (a separate draft model re-feeds both)
+    committed: np.ndarray  # (B,) tokens in each sequence's target cache (prompt + emitted)
+    emitted: list[list[int]]
+    active: np.ndarray  # (B,) bool: still generating
+    g_next: int  # the chain length the policy asks for next round
+    rnd: int = 0
+    stats: list[dict[str, Any]] = field(default_factory=list)
+    gammas_used: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _TreeShape:
+    """A draft tree as the round's steps use it (breadth-first numbering: every level's parents come first)."""
+
+    tree: Tree
+    verify_tree: Tree  # the pending token as the root, the draft nodes below it
+    parents: list[int]
+    n_children: np.ndarray  # children per node, index 0 the root
+
+    @classmethod
+    def of(cls, tree: Tree) -> _TreeShape:
+        verify_tree = Tree(np.concatenate([[-1], np.where(tree.parents < 0, 0, tree.parents + 1)]))
+        return cls(tree, verify_tree, tree.parents.tolist(), np.bincount(tree.parents + 1, minlength=tree.n_nodes + 1))
+
+
+def _draft(
+    d: Any,
+    st: _Decoding,
+    shape: _TreeShape | None,
+    policy: GammaPolicy | None,
+    sp: SamplingParams,
+    gen: torch.Generator,
+    tree_variant: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The drafter proposes this round's tokens (B, g) or tree nodes (B, n) and their q."""
+    last2 = torch.stack([st.prev, st.pending], 1)
+    if shape is not None:
+        return d.propose_tree(last2, st.committed, shape.tree, sp, gen, tree_variant)  # type: ignore[no-any-return]
+    assert policy is not None
+    stop = policy.confidence_threshold
+    if not st.g_next:
+        x, q = _no_drafts(len(st.emitted), st.pending.device)
+    elif stop is None:  # drafter objects written before policies take five arguments
+        x, q = d.propose(last2, st.committed, st.g_next, sp, gen)
+    else:
+        x, q = d.propose(last2, st.committed, st.g_next, sp, gen, stop)
+    st.gammas_used.append(int(x.shape[1]))
+    return x, q
+
+
+def _verify(target: Transformer, st: _Decoding, x: torch.Tensor, shape: _TreeShape | None) -> torch.Tensor:
+    """One target pass over the pending token and the drafts (tree-masked for a tree): the logits."""
+    target.cache.rollback(st.committed - 1)  # type: ignore[union-attr]
+    feed = torch.cat([st.pending.view(-1, 1), x], 1)
+    return target(feed, shape.verify_tree if shape is not None else None)
+
+
+def _accept(
+    logits: torch.Tensor,
+    q: torch.Tensor,
+    x: torch.Tensor,
+    st: _Decoding,
+    shape: _TreeShape | None,
+    sp: SamplingParams,
+    gen: torch.Generator,
+    tree_variant: str,
+) -> tuple[Any, np.ndarray]:
+    """The acceptance rule: how many drafts each sequence keeps, and its correction or bonus token."""
+    if shape is not None:
+        if sp.greedy:
+            res: Any = ts.verify_tree_greedy(logits.argmax(-1), shape.parents, x)
+        else:
+            res = ts.verify_tree(_probs(logits, sp), q, shape.parents, x, variant=tree_variant, generator=gen)
+    elif sp.greedy:  # argmax of the logits: no distributions needed
+        res = ts.verify_greedy(logits, x)
+    else:
+        res = ts.verify_chain(_probs(logits, sp), q, x, generator=gen, validate=False)
+    # finished sequences still ride along in the batch but stay frozen
+    n_acc = np.where(st.active, res.n_accepted.cpu().numpy(), 0)
+    return res, n_acc
+
+
+def _commit(
+    target: Transformer,
+    d: Any,
+    st: _Decoding,
+    x: torch.Tensor,
+    res: Any,
+    n_acc: np.ndarray,
+    shape: _TreeShape | None,
+    max_new_tokens: int,
+    eos: int | None,
+) -> np.ndarray:
+    """The pending token and the accepted drafts enter the target cache; emitted tokens are recorded.
+
+    Returns the indices of the sequences that were active this round.
+    """
+    B, dev = len(st.emitted), st.pending.device
+    idx = torch.as_tensor(n_acc, device=dev)
+    cache = target.cache
+    assert cache is not None
+    if shape is None:
+        cache.rollback(st.committed + n_acc)
+        if x.shape[1] == 0:  # a round without drafts: the pending token is the last committed one
+            new_prev = st.pending
+        else:
+            new_prev = torch.where(idx > 0, x.gather(1, (idx - 1).clamp(min=0).view(B, 1)).view(B), st.pending)
+    else:
+        cache.rollback(st.committed)
+        cache.commit_paths(res.path, idx)
+        d.commit_tree(st.committed, res.path, idx)
+        last_node = res.path.gather(1, (idx - 1).clamp(min=0).view(B, 1)).view(B).clamp(min=0)
+        new_prev = torch.where(idx > 0, x.gather(1, last_node.view(B, 1)).view(B), st.pending)
+    toks = res.tokens.cpu().numpy()
+    new = [toks[b, : n_acc[b] + 1].tolist() for b in range(B)]
+    if hasattr(d, "observe"):  # drafter objects written before observe() have none
+        d.observe([nw if a else [] for nw, a in zip(new, st.active, strict=True)])
+    for b in np.nonzero(st.active)[0]:
+        st.emitted[b].extend(new[b])
+    st.committed = st.committed + np.where(st.active, n_acc + 1, 0)
+    live = torch.as_tensor(st.active, device=dev)
+    new_pending = res.tokens.gather(1, idx.view(B, 1)).view(B).to(dev)
+    st.prev = torch.where(live, new_prev, st.prev)
+    st.pending = torch.where(live, new_pending, st.pending)
+    was_active = np.nonzero(st.active)[0]
+    for b in was_active:
+        if len(st.emitted[b]) >= max_new_tokens or (eos is not None and eos in st.emitted[b]):
+            st.active[b] = False
+    return was_active
+
+
+def _account(
+    st: _Decoding,
+    x: torch.Tensor,
+    res: Any,
+    n_acc: np.ndarray,
+    was_active: np.ndarray,
+    times: dict[str, float],
+    shape: _TreeShape | None,
+) -> None:
+    """One row per sequence of the round: accepted and emitted tokens, the phases' seconds (and tree ranks)."""
+    nodes = res.path.cpu().numpy() if shape is not None else None
+    for b in was_active:
+        row = {"round": st.rnd, "seq": int(b), "accepted": int(n_acc[b]), "emitted": int(n_acc[b] + 1), **times}
+        row["drafted"] = int(x.shape[1])
+        if shape is not None and nodes is not None:
+            acc_nodes = nodes[b, : n_acc[b]]
+            row["ranks"] = shape.tree.ranks[acc_nodes].tolist()
+            row["stop_children"] = int(shape.n_children[(acc_nodes[-1] + 1) if n_acc[b] else 0])
+        st.stats.append(row)
+    st.rnd += 1
 
 
 def _policy_reach(policy: GammaPolicy) -> int:

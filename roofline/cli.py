@@ -889,10 +889,8 @@ def _weight_only(args: argparse.Namespace) -> None:
         args.weight_dtype, args.dtype = "int4", "bf16"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="specroof", description="How much does speculative decoding buy on this GPU?")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-
+def _hardware_command(sub: Any) -> None:
+    """Register ``specroof hardware``."""
     hw = sub.add_parser("hardware", help="list or show hardware profiles")
     hw_sub = hw.add_subparsers(dest="hw_command", required=True, parser_class=_Parser)
     p = hw_sub.add_parser("list", help="all built-in profiles")
@@ -903,6 +901,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_json(p)
     p.set_defaults(func=cmd_hardware_show)
 
+
+def _roofline_command(sub: Any) -> None:
+    """Register ``specroof roofline``."""
     p = sub.add_parser("roofline", help="cost of one forward pass: bytes, FLOPs, time, bound, crossover K")
     p.add_argument("--hardware", required=True, help="profile id, alias or .toml path")
     g = p.add_mutually_exclusive_group(required=True)
@@ -932,6 +933,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_json(p)
     p.set_defaults(func=cmd_roofline)
 
+
+def _speedup_command(sub: Any) -> None:
+    """Register ``specroof speedup``."""
     p = sub.add_parser(
         "speedup",
         help="speedup of one configuration: priced (--hardware --target --drafter --mean-accepted [--engine]) "
@@ -943,7 +947,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-gamma", type=bounded_int(1, 4096), default=64)
     p.add_argument("--hardware", help="priced form: profile id, alias or .toml path")
     p.add_argument("--target", help="priced form: target model preset or config.json")
-    p.add_argument("--drafter", help="eagle, eagle2, eagle3, medusa, hydra, prompt-lookup, early-exit:L or model:NAME")
+    p.add_argument(
+        "--drafter", help="eagle, eagle2, eagle3, mtp, medusa, hydra, prompt-lookup, early-exit:L or model:NAME"
+    )
     p.add_argument(
         "--mean-accepted",
         type=finite_float,
@@ -959,6 +965,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_json(p)
     p.set_defaults(func=cmd_speedup)
 
+
+def _plan_command(sub: Any) -> None:
+    """Register ``specroof plan``."""
     p = sub.add_parser("plan", help="choose strategy and gamma for a GPU, target and drafter(s)")
     p.add_argument("--hardware", nargs="+", required=True)
     p.add_argument("--target", required=True, help="target model: preset, config.json or checkpoint folder")
@@ -995,6 +1004,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_json(p)
     p.set_defaults(func=cmd_plan)
 
+
+def _tree_command(sub: Any) -> None:
+    """Register ``specroof tree``."""
     p = sub.add_parser("tree", help="optimal draft tree for a sibling-rank acceptance vector (and its size for a GPU)")
     p.add_argument("--acceptance-vector", required=True, help="JSON: [p0, p1, ...], {'p': [...]} or {'sequoia': [...]}")
     p.add_argument(
@@ -1013,6 +1025,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_json(p)
     p.set_defaults(func=cmd_tree)
 
+
+def _validate_command(sub: Any) -> None:
+    """Register ``specroof validate``."""
     p = sub.add_parser("validate", help="predictions against published measurements")
     vsub = p.add_subparsers(dest="validate_command", required=True, parser_class=_Parser)
     p = vsub.add_parser(
@@ -1026,8 +1041,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_json(p)
     p.set_defaults(func=cmd_validate_published)
 
-    _register_measure(sub)
 
+def _report_command(sub: Any) -> None:
+    """Register ``specroof report``."""
     from roofline.report import DEFAULT_GPUS
 
     p = sub.add_parser(
@@ -1049,6 +1065,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_json(p)
     p.set_defaults(func=cmd_report)
 
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="specroof", description="How much does speculative decoding buy on this GPU?")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    _hardware_command(sub)
+    _roofline_command(sub)
+    _speedup_command(sub)
+    _plan_command(sub)
+    _tree_command(sub)
+    _validate_command(sub)
+    _register_measure(sub)
+    _report_command(sub)
     return parser
 
 
