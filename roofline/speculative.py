@@ -184,6 +184,27 @@ class Ctx:
     #: the weights' storage dtype when it differs from ``dtype`` (weight-only quantisation)
     weight_dtype: str | None = None
 
+    def pass_s(
+        self, spec: ModelSpec, batch: ArrayLike, new_tokens: ArrayLike | None, context: ArrayLike, **kw: Any
+    ) -> Array:
+        """Seconds of one pass of ``spec`` priced with these options (the one place drafters call the roofline).
+
+        Drafter passes run on one device; ``tp=ctx.tp`` is for the target's own passes.
+        """
+        return pass_time(
+            spec,
+            self.hw,
+            batch,
+            new_tokens,
+            context,
+            self.dtype,
+            efficiency=self.efficiency,
+            overhead_s=self.overhead_s,
+            engine=self.engine,
+            weight_dtype=self.weight_dtype,
+            **kw,
+        ).t_step_s
+
 
 class Drafter(Protocol):
     """A way of proposing tokens, priced by the cost model."""
@@ -223,18 +244,7 @@ def _steps(ctx: Ctx, spec: ModelSpec, gamma: npt.NDArray[np.int64], batch: Array
     i = np.arange(gmax)
     B = np.asarray(batch)[..., None]
     L = np.asarray(context)[..., None] + i
-    t = pass_time(
-        spec,
-        ctx.hw,
-        B,
-        1,
-        L,
-        ctx.dtype,
-        efficiency=ctx.efficiency,
-        overhead_s=ctx.overhead_s,
-        engine=ctx.engine,
-        weight_dtype=ctx.weight_dtype,
-    ).t_step_s
+    t = ctx.pass_s(spec, B, 1, L)
     cum = np.concatenate([np.zeros((*t.shape[:-1], 1)), np.cumsum(t, axis=-1)], axis=-1)
     shape = np.broadcast_shapes(np.shape(gamma), cum.shape[:-1])
     cum = np.broadcast_to(cum, (*shape, gmax + 1))
@@ -243,20 +253,7 @@ def _steps(ctx: Ctx, spec: ModelSpec, gamma: npt.NDArray[np.int64], batch: Array
 
 
 def _verify(ctx: Ctx, spec: ModelSpec, gamma: ArrayLike, batch: ArrayLike, context: ArrayLike) -> Array:
-    st = pass_time(
-        spec,
-        ctx.hw,
-        batch,
-        np.asarray(gamma) + 1,
-        context,
-        ctx.dtype,
-        efficiency=ctx.efficiency,
-        overhead_s=ctx.overhead_s,
-        engine=ctx.engine,
-        weight_dtype=ctx.weight_dtype,
-        tp=ctx.tp,
-    )
-    return st.t_step_s
+    return ctx.pass_s(spec, batch, np.asarray(gamma) + 1, context, tp=ctx.tp)
 
 
 def _levels(ctx: Ctx, spec: ModelSpec, widths: Sequence[int], batch: int, context: int) -> float:
@@ -265,18 +262,7 @@ def _levels(ctx: Ctx, spec: ModelSpec, widths: Sequence[int], batch: int, contex
     if w.size == 0:
         return 0.0
     ctxs = context + np.concatenate([[0], np.cumsum(w)[:-1]])
-    t = pass_time(
-        spec,
-        ctx.hw,
-        batch,
-        w,
-        ctxs,
-        ctx.dtype,
-        efficiency=ctx.efficiency,
-        overhead_s=ctx.overhead_s,
-        engine=ctx.engine,
-        weight_dtype=ctx.weight_dtype,
-    ).t_step_s
+    t = ctx.pass_s(spec, batch, w, ctxs)
     return float(np.sum(t))
 
 
@@ -388,18 +374,7 @@ class Heads:
 
     def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
         heads = ModelSpec.from_params(self.head_params(ctx.target), name=self.name)
-        t = pass_time(
-            heads,
-            ctx.hw,
-            batch,
-            1,
-            0,
-            ctx.dtype,
-            efficiency=ctx.efficiency,
-            overhead_s=ctx.overhead_s,
-            engine=ctx.engine,
-            weight_dtype=ctx.weight_dtype,
-        ).t_step_s
+        t = ctx.pass_s(heads, batch, 1, 0)
         shape = np.broadcast_shapes(np.shape(gamma), np.shape(t), np.shape(context))
         return np.where(np.broadcast_to(gamma, shape) > 0, np.broadcast_to(t, shape), 0.0)
 
@@ -423,18 +398,7 @@ class ParallelBlock(_SmallModel):
     def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
         _check_smaller(self.spec, ctx.target)
         g = np.maximum(gamma, 1)
-        t = pass_time(
-            self.spec,
-            ctx.hw,
-            batch,
-            g,
-            context,
-            ctx.dtype,
-            efficiency=ctx.efficiency,
-            overhead_s=ctx.overhead_s,
-            engine=ctx.engine,
-            weight_dtype=ctx.weight_dtype,
-        ).t_step_s
+        t = ctx.pass_s(self.spec, batch, g, context)
         return np.where(np.asarray(gamma) > 0, t, 0.0)
 
     def tree_draft_time(self, ctx: Ctx, widths: Sequence[int], batch: int, context: int) -> float:
