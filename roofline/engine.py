@@ -6,9 +6,10 @@ speculative round, for the latency of every all-reduce, and it reaches only a fr
 of the datasheet bandwidth (less again when it dequantises int8/int4 weights on the
 fly). An :class:`Engine` holds those terms, SI units; ``engine_profiles/*.toml`` ship
 three (``eager``, ``compiled``, ``serving``), each number with its source or the command
-that fitted it. docs/cost-model.md (section 6) writes the composition out:
+that fitted it. ``e_m``, ``e_c`` are the GPU's own streaming and GEMM efficiency (its
+profile's ``[efficiency]``); docs/cost-model.md (section 6) writes the composition out:
 
-    t_device = roofline(bytes / (f_bw x B), FLOPs / (f_c x P)) + pass + L x layer + 2L x (lat_ar + ar bytes / link)
+    t_device = roofline(bytes / (f_bw e_m B), FLOPs / (f_c e_c P)) + pass + L x layer + 2L x (lat_ar + ar bytes / link)
     t_host   = host_pass + L x host_layer
     t_pass   = max(t_device, t_host)            (the host launches ahead while the GPU works)
 
@@ -42,7 +43,8 @@ class Engine:
 
     name: str
     description: str = ""
-    #: achieved share of the datasheet memory bandwidth and matrix throughput, in (0, 1]
+    #: achieved share of what the GPU can reach (datasheet x its profile's [efficiency]: the streaming
+    #: bandwidth and best-shape GEMM rate of that GPU family), in (0, 1]
     bandwidth_fraction: float = 1.0
     compute_fraction: float = 1.0
     #: device-side fixed time per pass and per layer (kernels too small to reach the roofline)

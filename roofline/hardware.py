@@ -189,7 +189,8 @@ class Hardware:
         """The parameters of a pass's time on this device (measured where the profile has them), SI units.
 
         ``engine`` adds the software's terms (:mod:`roofline.engine`): its achieved fractions
-        scale the datasheet ceilings, its per-pass and per-layer times join the profile's,
+        scale what this GPU can reach (datasheet x the profile's ``[efficiency]``, the
+        per-family streaming and GEMM efficiency), its per-pass and per-layer times join the profile's,
         and its host time, all-reduce latency and quantised-weight rates enter the
         composition. A measured profile is a (device, engine) pair already: its figures
         include the software that measured them (``[measured] engine``), so adding an
@@ -209,8 +210,10 @@ class Hardware:
         peaks = {d: self.peak(d, efficiency) for d in self.dtypes}
         bw = self.bandwidth(efficiency)
         if engine is not None and not measured:
-            peaks = {d: p * engine.compute_fraction for d, p in self.peak_flop_per_s.items()}
-            bw = self.bandwidth_bytes_per_s * engine.bandwidth_fraction
+            # an engine reaches a share of what the GPU itself can reach (its streaming and best-GEMM efficiency,
+            # per GPU family from its profile), so one engine profile serves GPUs whose ceilings differ
+            peaks = {d: p * self.efficiency_compute * engine.compute_fraction for d, p in self.peak_flop_per_s.items()}
+            bw = self.bandwidth_bytes_per_s * self.efficiency_memory * engine.bandwidth_fraction
         attn = self.measured.attention_flop_per_s if self.measured is not None else None
         gemv = self.measured.gemv_bandwidth_bytes_per_s if self.measured is not None else None
         e = engine
