@@ -645,6 +645,7 @@ def read_acceptance_vector(path: str) -> Any:
 def cmd_tree(args: argparse.Namespace) -> int:
     from roofline.trees import best_tree_size, optimal_tree
 
+    _weight_only(args)
     if (args.target or args.draft) and not args.hardware:
         raise SpecroofError("--target and --draft choose a tree size for a GPU: give --hardware too")
     acc = read_acceptance_vector(args.acceptance_vector)
@@ -678,6 +679,7 @@ def cmd_tree(args: argparse.Namespace) -> int:
             max_depth=args.max_depth,
             dtype=args.dtype,
             engine=args.engine,
+            weight_dtype=args.weight_dtype,
         )
         b = choice.best
         payload["hardware_choice"] = {
@@ -1019,6 +1021,7 @@ def _tree_command(sub: Any) -> None:
     p.add_argument("--batch", type=bounded_int(1, INT_MAX), default=1)
     p.add_argument("--context", type=bounded_int(0, INT_MAX), default=1024)
     p.add_argument("--dtype", default="bf16")
+    p.add_argument("--weight-dtype", default=None, help="weights stored as int8, int4 or fp8 (weight-only)")
     p.add_argument("--plot", type=plot_path, help="write a drawing of the tree (.png, .svg, .pdf)")
     _add_engine(p)
     _add_offload(p)

@@ -699,6 +699,7 @@ def best_tree_size(
     verify_latency: dict[int, float] | None = None,
     opt: OptimalTree | None = None,
     engine: Any = None,
+    weight_dtype: str | None = None,
 ) -> TreeSizeChoice:
     """Choose the tree size that maximises expected tokens / round time on ``hardware``.
 
@@ -707,7 +708,8 @@ def best_tree_size(
     in all (heads, block drafters), and the target verifies the n nodes in one
     tree-masked pass (each node attends to its ancestors), from the cost model or
     from ``verify_latency`` (a measured table: nodes -> seconds). ``engine`` prices the
-    passes as that software runs them and adds its host time per round.
+    passes as that software runs them and adds its host time per round; ``weight_dtype``
+    stores the weights quantised (int8, int4, fp8).
     """
     from roofline.engine import load_engine
     from roofline.hardware import load_hardware
@@ -721,8 +723,10 @@ def best_tree_size(
         opt = optimal_tree(acceptance, max(budgets), max_depth)  # ``opt`` reuses one table across GPUs and batches
     # with the target offloaded, a drafter with weights of its own still runs from device memory
     eng = load_engine(engine)
-    ctx = Ctx(spec, hw.on_device() if owns_weights(d) else hw, dtype, False, None, 1, eng)
-    t1 = float(pass_time(spec, hw, batch, 1, context, dtype, engine=eng).t_step_s)
+    if weight_dtype is None and dtype == "int4":  # weight-only int4, bf16 arithmetic
+        weight_dtype, dtype = "int4", "bf16"
+    ctx = Ctx(spec, hw.on_device() if owns_weights(d) else hw, dtype, False, None, 1, eng, weight_dtype)
+    t1 = float(pass_time(spec, hw, batch, 1, context, dtype, engine=eng, weight_dtype=weight_dtype).t_step_s)
     round_host = eng.round_s if eng is not None else 0.0
     rows = []
     for n in budgets:
@@ -776,8 +780,9 @@ def _round_times(
         return t_draft, float(verify_latency.get(tree.n_nodes + 1, verify_latency.get(tree.n_nodes, np.nan)))
     # the verify pass holds the tree plus the pending bonus/root token
     depths = np.concatenate([[1], tree.depths + 1])
-    eng = getattr(ctx, "engine", None)
-    return t_draft, float(pass_time(spec, hw, batch, None, context, dtype, tree=depths, engine=eng).t_step_s)
+    eng, wdt = getattr(ctx, "engine", None), getattr(ctx, "weight_dtype", None)
+    st = pass_time(spec, hw, batch, None, context, dtype, tree=depths, engine=eng, weight_dtype=wdt)
+    return t_draft, float(st.t_step_s)
 
 
 #: a tree "pays" over the best chain while it buys at least this much more speed
