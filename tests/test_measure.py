@@ -101,7 +101,8 @@ def test_sweep_returns_tidy_rows_with_predictions(tmp_path):
 
 def test_sweep_saves_as_it_goes_and_resumes(tmp_path, monkeypatch):
     out = tmp_path / "sw"
-    sweeps.sweep(TINY, batch=[1], new_tokens=[1, 2], context=[0], dtype=["fp32"], repeats=1, out=out, progress=False)
+    kw = dict(device="cpu", progress=False)  # the meta names the device: pin it (a GPU machine defaults to CUDA)
+    sweeps.sweep(TINY, batch=[1], new_tokens=[1, 2], context=[0], dtype=["fp32"], repeats=1, out=out, **kw)
     meta = json.loads((out / "meta.json").read_text())
     assert meta["device"]["kind"] == "cpu" and len(meta["runs"]) == 1
     calls = []
@@ -116,7 +117,7 @@ def test_sweep_saves_as_it_goes_and_resumes(tmp_path, monkeypatch):
         repeats=1,
         out=out,
         resume=True,
-        progress=False,
+        **kw,
     )
     assert len(calls) == 1 and len(df) == 3  # only the new point was measured
     assert sorted(pd.read_csv(out / "results.csv")["new_tokens"]) == [1, 2, 3]
