@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from roofline import interrupts
 from roofline.errors import SpecroofError
 from roofline.hardware import list_hardware, load_hardware
 from roofline.jsonio import dumps
@@ -813,6 +814,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     try:
         summary = write_report(args.out, args.hardware, extra, pairing, debug=args.debug, on_section=on_section)
     except KeyboardInterrupt:
+        interrupts.handled()
         print(f"\ninterrupted: the finished sections are in {args.out}/index.html", file=sys.stderr)
         return 130
     summary["seconds"] = time.perf_counter() - t0
@@ -1104,6 +1106,7 @@ def _register_measure(sub: Any) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    interrupts.install()
     try:
         return int(args.func(args))
     except SpecroofError as exc:
@@ -1125,6 +1128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 0
     except KeyboardInterrupt:
+        interrupts.handled()
         print("\nspecroof: interrupted", file=sys.stderr)
         return 130
 

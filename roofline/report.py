@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from roofline import interrupts
 from roofline.errors import SpecroofError
 from roofline.hardware import load_hardware
 from roofline.jsonio import dumps
@@ -605,6 +606,7 @@ def write_report(
 
     for i, (title, make) in enumerate(makers):
         try:
+            interrupts.check()  # a Ctrl-C a finalizer swallowed during the last section stops here
             sec = make(w)
         except KeyboardInterrupt:
             summary["interrupted"] = title

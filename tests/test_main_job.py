@@ -220,3 +220,36 @@ def test_hostile_names_never_reach_the_page_raw(tmp_path, capsys):
     page = (out / "index.html").read_text()
     assert evil not in page and "<svg" not in page
     assert "&lt;svg onload=alert(1)&gt;" in page  # shown, escaped
+
+
+def test_a_ctrl_c_swallowed_by_a_finalizer_still_stops_the_report(tmp_path):
+    """Python ignores a KeyboardInterrupt raised inside a weakref callback (matplotlib frees transforms that way):
+    the report must still stop at the next section instead of running the rest."""
+    import weakref
+
+    from roofline import interrupts
+    from roofline.report import write_report
+
+    ran = []
+
+    def swallowing(w):  # the interrupt lands in a finalizer, which prints it as "ignored" and goes on
+        class Obj:
+            pass
+
+        o = Obj()
+        weakref.finalize(o, lambda: interrupts._on_sigint(2, None))
+        del o
+        ran.append("first")
+        from roofline.report import Section
+
+        return Section("first", "<p>done</p>")
+
+    def never(w):
+        ran.append("second")
+        raise AssertionError("ran after Ctrl-C")
+
+    with pytest.raises(KeyboardInterrupt):
+        write_report(tmp_path / "r", ["a100-sxm-80gb"], extra=[("first", swallowing), ("second", never)])
+    interrupts.handled()
+    assert "second" not in ran and "first" in ran
+    assert "second (not run yet)" in (tmp_path / "r" / "index.html").read_text()

@@ -1,0 +1,43 @@
+"""Ctrl-C that is never lost.
+
+Python turns SIGINT into ``KeyboardInterrupt`` in whatever Python code runs next. When
+that code is a finalizer (a weakref callback: matplotlib frees its transforms that
+way when figures close), the exception is printed as "ignored" and the program goes
+on, so a report interrupted at that moment kept running its next section. The CLI
+installs :func:`install`; long loops call :func:`check` at their boundaries (between
+report sections), which raises the interrupt a finalizer swallowed.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+
+_pending = False
+
+
+def _on_sigint(signum: int, frame: FrameType | None) -> None:
+    global _pending
+    _pending = True
+    raise KeyboardInterrupt
+
+
+def install() -> None:
+    """Remember every Ctrl-C (main thread, and only where Ctrl-C is not deliberately ignored)."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is (
+        signal.default_int_handler
+    ):
+        signal.signal(signal.SIGINT, _on_sigint)
+
+
+def check() -> None:
+    """Raise ``KeyboardInterrupt`` if a Ctrl-C came and was not handled yet."""
+    if _pending:
+        raise KeyboardInterrupt
+
+
+def handled() -> None:
+    """The interrupt was caught and acted on: forget it."""
+    global _pending
+    _pending = False
