@@ -222,6 +222,7 @@ def test_hostile_names_never_reach_the_page_raw(tmp_path, capsys):
     assert "&lt;svg onload=alert(1)&gt;" in page  # shown, escaped
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the swallowed interrupt, on purpose
 def test_a_ctrl_c_swallowed_by_a_finalizer_still_stops_the_report(tmp_path):
     """Python ignores a KeyboardInterrupt raised inside a weakref callback (matplotlib frees transforms that way):
     the report must still stop at the next section instead of running the rest."""
