@@ -300,21 +300,18 @@ def _sweep_points(
         name = spec.name if spec is not None else type(spec_or_model).__name__
         vocab = spec.vocab_size if spec is not None else spec_or_model.config.vocab_size
         gen = torch.Generator().manual_seed(seed)
-        points = []
-        for b, n, c in itertools.product(B, N, L):
-            row: dict[str, Any] = {
-                "model": name,
-                "dtype": dt,
-                "batch": b,
-                "new_tokens": n,
-                "context": c,
-                "tree": tree_id,
-            }
-            tokens = torch.randint(0, vocab, (b, n), generator=gen).to(dev)
-            points.append((row, tokens, float("nan")))
-        if spec is not None and hw is not None:  # every point priced in one call, by the fit's own route
-            preds = predict_times(pd.DataFrame([p[0] for p in points]), spec, hw, tree=tree)
-            points = [(r, t, float(p)) for (r, t, _), p in zip(points, preds, strict=True)]
+        rows: list[dict[str, Any]] = [
+            {"model": name, "dtype": dt, "batch": b, "new_tokens": n, "context": c, "tree": tree_id}
+            for b, n, c in itertools.product(B, N, L)
+        ]
+        tokens = [torch.randint(0, vocab, (r["batch"], r["new_tokens"]), generator=gen).to(dev) for r in rows]
+        # every point priced in one call, by the fit's own route (NaN where there is no profile to price with)
+        preds = (
+            predict_times(pd.DataFrame(rows), spec, hw, tree=tree)
+            if spec is not None and hw is not None
+            else np.full(len(rows), np.nan)
+        )
+        points = [(r, t, float(p)) for r, t, p in zip(rows, tokens, preds, strict=True)]
         history: dict[int, list[dict[str, Any]]] = {i: [] for i in range(len(points))}
         keys = [tuple(str(r[k]) for k in KEY) for r, _, _ in points]
         for v in visits:

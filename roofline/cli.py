@@ -18,7 +18,7 @@ import pandas as pd
 
 from roofline import interrupts
 from roofline.errors import SpecroofError
-from roofline.hardware import list_hardware, load_hardware
+from roofline.hardware import list_hardware, load_hardware, weight_only
 from roofline.jsonio import dumps
 from roofline.model import PRESETS, ModelSpec, get_model
 from roofline.passtime import crossover_tokens, memory_footprint, pass_time, weights_only_crossover
@@ -376,7 +376,7 @@ def _speedup_priced(args: argparse.Namespace) -> int:
         raise SpecroofError("a priced speedup needs " + ", ".join(f"--{m}" for m in missing))
     if args.mean_accepted is None and args.alpha is None:
         raise SpecroofError("give --mean-accepted (tokens per round, bonus included) or --alpha")
-    if args.tree is not None and args.gamma not in (None,):
+    if args.tree is not None and args.gamma is not None:
         raise SpecroofError("--gamma and --tree exclude each other")
     _weight_only(args)
     gamma: int | str | None = args.gamma
@@ -889,8 +889,7 @@ def _add_engine(p: argparse.ArgumentParser) -> None:
 
 def _weight_only(args: argparse.Namespace) -> None:
     """--dtype int4 alone is weight-only int4 with bf16 arithmetic (GPUs multiply in bf16)."""
-    if args.dtype == "int4" and not getattr(args, "weight_dtype", None):
-        args.weight_dtype, args.dtype = "int4", "bf16"
+    args.dtype, args.weight_dtype = weight_only(args.dtype, getattr(args, "weight_dtype", None))
 
 
 def _hardware_command(sub: Any) -> None:

@@ -47,6 +47,18 @@ DTYPE_BYTES: dict[str, float] = {
 FLOAT_DTYPES = ("fp32", "bf16", "fp16")
 
 
+def weight_only(dtype: str, weight_dtype: str | None) -> tuple[str, str | None]:
+    """(arithmetic dtype, weight dtype): ``dtype="int4"`` alone means weight-only int4 with bf16 arithmetic.
+
+    GPUs have no int4 matrix units worth the name, so an int4 model stores its weights in
+    int4 and multiplies in bf16. int8 and fp8 stay compute dtypes (W8A8) unless a weight
+    dtype is given.
+    """
+    if weight_dtype is None and dtype == "int4":
+        return "bf16", "int4"
+    return dtype, weight_dtype
+
+
 def activation_dtype(weight_dtype: str, default: str = "fp16") -> str:
     """The dtype activations and the KV cache take by default: the weights' own if they are floats, else ``default``."""
     return weight_dtype if weight_dtype in FLOAT_DTYPES else default

@@ -19,7 +19,7 @@ from numpy.typing import ArrayLike
 from roofline.cost import PassCost, forward_cost
 from roofline.engine import Engine, load_engine
 from roofline.errors import SpecroofError, check_min
-from roofline.hardware import Hardware, activation_dtype, dtype_bytes, load_hardware
+from roofline.hardware import Hardware, activation_dtype, dtype_bytes, load_hardware, weight_only
 from roofline.model import ModelSpec, get_model
 from roofline.timemodel import ATTENTION_OPERATORS, combine
 
@@ -150,8 +150,7 @@ def pass_time(
     int4): the weights are stored in int4 and the arithmetic runs in bf16. int8 and fp8
     stay compute dtypes (W8A8); weight-only int8 is ``weight_dtype="int8", dtype="bf16"``.
     """
-    if weight_dtype is None and dtype == "int4":
-        weight_dtype, dtype = dtype, "bf16"
+    dtype, weight_dtype = weight_only(dtype, weight_dtype)
     cost = forward_cost(
         spec,
         batch,

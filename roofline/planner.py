@@ -15,7 +15,7 @@ import pandas as pd
 from numpy.typing import ArrayLike
 
 from roofline.errors import SpecroofError, check_min
-from roofline.hardware import Hardware, load_hardware
+from roofline.hardware import Hardware, load_hardware, weight_only
 from roofline.model import ModelSpec, get_model
 from roofline.passtime import crossover_tokens
 from roofline.speculative import as_drafter, speedup
@@ -173,8 +173,8 @@ def recommend(
             raise SpecroofError(f"the plan table has no row for {hw.id}, batch {batch}, context {context}")
         table = table.reset_index(drop=True)  # plan() ranked it already
     best = {str(k): v for k, v in table.iloc[0].items()}
-    wdt = kwargs.get("weight_dtype") or (dtype if dtype == "int4" else None)
-    k = int(crossover_tokens(target, hw, batch, context, "bf16" if dtype == "int4" else dtype, weight_dtype=wdt))
+    cdt, wdt = weight_only(dtype, kwargs.get("weight_dtype"))
+    k = int(crossover_tokens(target, hw, batch, context, cdt, weight_dtype=wdt))
     if best["gamma"] == 0:
         reason = (
             f"do not speculate: at batch {batch}, context {context} no strategy beats plain decoding "

@@ -269,42 +269,38 @@ def calibrate(engine: Engine | str, rows: pd.DataFrame | None = None) -> tuple[E
     return fitted, validation_table(cal, {eng.name: fitted})
 
 
-#: profile key of each fitted parameter: (table, key, scale from SI)
-_PROFILE_KEYS = {
-    "bandwidth_fraction": ("device", "bandwidth_fraction", 1.0),
-    "device_pass_s": ("device", "pass_us", 1e6),
-    "device_layer_s": ("device", "layer_us", 1e6),
-    "weight_bandwidth_ratio.int8": ("weight_only", "int8_bandwidth_ratio", 1.0),
-    "weight_bandwidth_ratio.int4": ("weight_only", "int4_bandwidth_ratio", 1.0),
-    "allreduce_latency_s": ("collectives", "allreduce_latency_us", 1e6),
-    "host_pass_s": ("host", "pass_us", 1e6),
-    "host_layer_s": ("host", "layer_us", 1e6),
-    "round_s": ("host", "round_us", 1e6),
-}
-
 #: engines whose device terms are the compiled engine's (no calibration source of their own)
 SHARES_COMPILED_DEVICE = ("serving",)
 
 
 def write_fitted(engine: Engine, folder: str | Path | None = None) -> list[Path]:
-    """Write ``engine``'s fitted parameters into its shipped profile (and into the profiles that share them)."""
+    """Write ``engine``'s fitted parameters into its shipped profile (and into the profiles that share them).
+
+    Every other field, description and source of a profile is kept as it is.
+    """
     import tomli_w
 
-    from roofline.engine import ENGINE_DIR, engine_from_dict
+    from roofline.engine import ENGINE_DIR, _load_file, engine_data
 
     root = Path(folder or ENGINE_DIR)
     names = [engine.name] + (list(SHARES_COMPILED_DEVICE) if engine.name == "compiled" else [])
     written = []
     for name in names:
         path = root / f"{name}.toml"
-        data = tomllib.loads(path.read_text())
+        target = load_engine(path)
+        assert target is not None
         for param in FIT_PARAMETERS[engine.name]:
-            table, key, scale = _PROFILE_KEYS[param]
-            data.setdefault(table, {})[key] = round(_get(engine, param) * scale, 6)
-        engine_from_dict(data, where=str(path))  # what is written must load
-        path.write_text(tomli_w.dumps(data))
+            target = _with(target, param, _get(engine, param))
+        path.write_text(tomli_w.dumps(_readable(engine_data(target))))
         written.append(path)
-    from roofline.engine import _load_file
-
     _load_file.cache_clear()
     return written
+
+
+def _readable(data: Any) -> Any:
+    """Numbers as a person writes them: 7 significant digits in the profile's units, and no 1e-18 for zero."""
+    if isinstance(data, dict):
+        return {k: _readable(v) for k, v in data.items()}
+    if isinstance(data, float):
+        return 0.0 if abs(data) < 1e-9 else float(f"{data:.7g}")
+    return data

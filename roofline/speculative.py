@@ -24,7 +24,7 @@ from numpy.typing import ArrayLike
 
 from roofline.engine import Engine, load_engine
 from roofline.errors import SpecroofError, as_array, check_min, check_range
-from roofline.hardware import Hardware, dtype_bytes, load_hardware
+from roofline.hardware import Hardware, dtype_bytes, load_hardware, weight_only
 from roofline.model import ModelSpec, get_model
 from roofline.passtime import memory_footprint, pass_time
 
@@ -526,8 +526,7 @@ def speedup(
     (int8, int4, fp8) stores every model's weights quantised, arithmetic in ``dtype``.
     """
     spec, hw, eng = get_model(target), load_hardware(hardware), load_engine(engine)
-    if weight_dtype is None and dtype == "int4":
-        weight_dtype, dtype = "int4", "bf16"
+    dtype, weight_dtype = weight_only(dtype, weight_dtype)
     d = as_drafter(drafter)
     g = check_min("gamma", gamma, 0, integer=True)
     B = check_min("batch", batch, 1, integer=True)
@@ -721,12 +720,10 @@ def predict_speedup(
     their own trees when neither ``gamma`` nor ``tree`` is given.
     """
     from roofline.drafters import default_tree, named_drafter, tree_preset
-    from roofline.trees import _round_times
 
     spec, hw, eng = get_model(target), load_hardware(hardware), load_engine(engine)
     d = named_drafter(drafter, spec)
-    if weight_dtype is None and dtype == "int4":
-        weight_dtype, dtype = "int4", "bf16"
+    dtype, weight_dtype = weight_only(dtype, weight_dtype)
     B = int(check_min("batch", batch, 1, integer=True))
     L = int(check_min("context", context, 0, integer=True))
     if mean_accepted is None and alpha is None:
@@ -740,11 +737,9 @@ def predict_speedup(
     if t is not None:
         if mean_accepted is None:
             raise SpecroofError("a tree needs mean_accepted: its acceptance is not a single alpha")
-        t_draft, _ = _round_times(d, ctx, spec, hw, t, B, L, dtype)
-        depths = np.concatenate([[1], t.depths + 1])
-        t_verify = float(
-            pass_time(spec, hw, B, None, L, dtype, tree=depths, tp=tp, engine=eng, weight_dtype=weight_dtype).t_step_s
-        )
+        t_draft = float(d.tree_draft_time(ctx, t.widths.tolist(), B, L))
+        # the verify pass holds the tree plus the pending token as its root
+        t_verify = float(ctx.pass_s(spec, B, None, L, tree=np.concatenate([[1], t.depths + 1]), tp=tp))
         t_round = t_draft + t_verify + round_host
         E, g_out, nodes = float(mean_accepted), None, t.n_nodes
     elif gamma == "heuristic":

@@ -712,7 +712,7 @@ def best_tree_size(
     stores the weights quantised (int8, int4, fp8).
     """
     from roofline.engine import load_engine
-    from roofline.hardware import load_hardware
+    from roofline.hardware import load_hardware, weight_only
     from roofline.model import get_model
     from roofline.passtime import pass_time
     from roofline.speculative import Ctx, as_drafter, owns_weights
@@ -723,8 +723,7 @@ def best_tree_size(
         opt = optimal_tree(acceptance, max(budgets), max_depth)  # ``opt`` reuses one table across GPUs and batches
     # with the target offloaded, a drafter with weights of its own still runs from device memory
     eng = load_engine(engine)
-    if weight_dtype is None and dtype == "int4":  # weight-only int4, bf16 arithmetic
-        weight_dtype, dtype = "int4", "bf16"
+    dtype, weight_dtype = weight_only(dtype, weight_dtype)
     ctx = Ctx(spec, hw.on_device() if owns_weights(d) else hw, dtype, False, None, 1, eng, weight_dtype)
     t1 = float(pass_time(spec, hw, batch, 1, context, dtype, engine=eng, weight_dtype=weight_dtype).t_step_s)
     round_host = eng.round_s if eng is not None else 0.0
