@@ -44,7 +44,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ci", action="store_true", help="time bash .ci/run instead (about 15 minutes for both loads)")
     args = ap.parse_args()
-    exe = [sys.executable, "-m", "roofline.cli"]
+    exe = [sys.executable, "-m", "specroof.cli"]
     rows = []
     work = Path(tempfile.mkdtemp(prefix="specroof-bench-"))
     try:

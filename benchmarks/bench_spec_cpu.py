@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from benchmarks.record import record
-from roofline import cli
+from specroof import cli
 
 
 def main() -> None:

@@ -33,7 +33,7 @@ step() {
     local name=$1 limit=$2
     shift 2
     case " ${STEPS:-engine device bench sweep fit spec report} " in *" $name "*) ;; *) return 0 ;; esac
-    [ "$1" = specroof ] && { shift; set -- "$py" -m roofline.cli "$@"; }
+    [ "$1" = specroof ] && { shift; set -- "$py" -m specroof.cli "$@"; }
     echo "== $name (limit ${limit}s) $(date -u +%T)"
     timeout "$limit" "$@" > >(tee "$work/$name.log") 2>&1
     local rc=$?

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from roofline.cli import main
+from specroof.cli import main
 
 
 def run(capsys, *argv):
@@ -85,7 +85,7 @@ def test_bad_input_exits_2_with_a_message(capsys, argv, message):
 
 def test_argparse_errors_exit_2_in_a_subprocess():
     p = subprocess.run(
-        [sys.executable, "-m", "roofline.cli", "roofline", "--hardware", "x", "--batch", "many"],
+        [sys.executable, "-m", "specroof.cli", "roofline", "--hardware", "x", "--batch", "many"],
         capture_output=True,
         text=True,
     )
@@ -252,7 +252,7 @@ def test_tree_command_errors(capsys, tmp_path, content, extra, message):
 
 def test_roofline_sweeps_lists_of_batch_tokens_and_context_in_one_call():
     r = subprocess.run(
-        [sys.executable, "-m", "roofline.cli", "roofline", "--hardware", "a100-sxm-80gb", "--model", "llama-2-7b",
+        [sys.executable, "-m", "specroof.cli", "roofline", "--hardware", "a100-sxm-80gb", "--model", "llama-2-7b",
          "--batch", "1,8", "--tokens", "1-4", "--context", "0,1024", "--json"],
         capture_output=True, text=True,
     )  # fmt: skip
@@ -260,7 +260,7 @@ def test_roofline_sweeps_lists_of_batch_tokens_and_context_in_one_call():
     rows = json.loads(r.stdout)["rows"]
     assert len(rows) == 2 * 4 * 2
     one = subprocess.run(
-        [sys.executable, "-m", "roofline.cli", "roofline", "--hardware", "a100-sxm-80gb", "--model", "llama-2-7b",
+        [sys.executable, "-m", "specroof.cli", "roofline", "--hardware", "a100-sxm-80gb", "--model", "llama-2-7b",
          "--batch", "8", "--tokens", "3", "--context", "1024", "--json"],
         capture_output=True, text=True,
     )  # fmt: skip

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from roofline.cli import main
+from specroof.cli import main
 
 HW = ["--hardware", "a100-sxm-80gb"]
 PLAN = ["plan", *HW, "--target", "llama-3.1-8b", "--draft", "llama-3.2-1b"]

@@ -27,7 +27,7 @@ from roofline.speculative import predict_speedup, speedup
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "roofline.cli", *args], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "specroof.cli", *args], capture_output=True, text=True)
 
 
 # -- the engine-free roofline is untouched ---------------------------------------------------

@@ -72,7 +72,7 @@ def test_zero_ranks_never_make_a_subtree_infeasible(vec):
 def test_cli_tree_on_a_sequoia_vector_with_zeros(tmp_path, capsys):
     import json
 
-    from roofline.cli import main
+    from specroof.cli import main
 
     path = tmp_path / "vec.json"
     path.write_text(json.dumps({"sequoia": SEQUOIA_WITH_ZEROS}))
@@ -160,7 +160,7 @@ def test_offloaded_weights_make_big_trees_pay():
 def test_plan_and_tree_take_offload(capsys):
     import json
 
-    from roofline.cli import main
+    from specroof.cli import main
 
     base = ["plan", "--hardware", "l40", "--target", "llama-2-13b", "--draft", "llama-68m", "--alpha", "0.8", "--json"]
     assert main(base) == 0
@@ -188,7 +188,7 @@ def test_ddtree_grows_a_block_drafters_marginals_best_first():
 def test_plan_prints_the_dynamic_gamma_column(capsys, tmp_path):
     import json
 
-    from roofline.cli import main
+    from specroof.cli import main
 
     curve = tmp_path / "c.json"
     curve.write_text("[0.9, 0.85, 0.8, 0.7, 0.6, 0.5]")

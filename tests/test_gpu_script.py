@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from roofline.cli import build_parser
+from specroof.cli import build_parser
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu.sh"
 

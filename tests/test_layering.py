@@ -20,8 +20,8 @@ def test_roofline_and_every_analytic_subcommand_never_import_torch(tmp_path):
     vec = tmp_path / "v.json"
     vec.write_text("[0.6, 0.2]")
     code = [
-        "import sys, roofline, roofline.cli as cli",
-        "from roofline import plot, planner, speculative, trees, gamma_policies, report",
+        "import sys, roofline, specroof.cli as cli",
+        "from roofline import plot, planner, speculative, trees, gamma_policies; from specroof import report",
         f"for argv in {ANALYTIC!r}:",
         f"    argv = [a.replace('{{vec}}', {str(vec)!r}).replace('{{out}}', {str(tmp_path / 'r')!r}) for a in argv]",
         "    assert cli.main(argv) == 0, argv",

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-import roofline.report as report
-from roofline.cli import main
+import specroof.report as report
+from specroof.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 TWO_GPUS = ["--hardware", "a100-sxm-80gb", "h100-sxm-80gb"]
@@ -59,12 +59,12 @@ import signal, sys, time
 # a shell's background job inherits SIGINT ignored, and Python then never raises KeyboardInterrupt:
 # restore the default so Ctrl-C is what this test sends, wherever the suite runs
 signal.signal(signal.SIGINT, signal.default_int_handler)
-import roofline.report as r
+import specroof.report as r
 real = r.trees_section
 def slow(*a, **k):
     time.sleep(600)
 r.trees_section = slow
-from roofline.cli import main
+from specroof.cli import main
 sys.exit(main(["report", "--out", sys.argv[1], "--hardware", "a100-sxm-80gb", "--skip-measure"]))
 """
 
@@ -128,7 +128,7 @@ def test_page_explains_its_terms(tmp_path, capsys):
 
 
 def test_piping_into_head_is_not_an_error():
-    cmd = f"{sys.executable} -m roofline.cli hardware list | head -1"
+    cmd = f"{sys.executable} -m specroof.cli hardware list | head -1"
     res = subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=120)
     assert "Traceback" not in res.stderr and "BrokenPipe" not in res.stderr
 
@@ -170,10 +170,10 @@ def test_every_extra_installs_what_its_code_imports():
         return {norm(re.split(r"[<>=\[; ]", r, maxsplit=1)[0]) for r in reqs}
 
     provided = dists(meta["dependencies"]) | dists(opt["measure"])
-    local = {"roofline", "measure", "hardware_profiles"}
+    local = {"roofline", "measure", "specroof", "hardware_profiles", "engine_profiles", "published"}
     stdlib = set(sys.stdlib_module_names)
     mapping = packages_distributions()
-    for folder, allowed in (("roofline", dists(meta["dependencies"])), ("measure", provided)):
+    for folder, allowed in (("roofline", dists(meta["dependencies"])), ("measure", provided), ("specroof", provided)):
         for mod in _imports(ROOT / folder) - local - stdlib:
             if mod == "transformers":  # the hf extra: imported only where a Hugging Face model is asked for
                 continue
@@ -205,7 +205,7 @@ def test_ci_report_check_catches_a_missing_measured_section(tmp_path, capsys):
 def test_measure_without_torch_says_so(tmp_path):
     # a Python where torch cannot be found: `specroof measure` refuses in one line
     code = "import sys, importlib.util as u; f = u.find_spec; u.find_spec = lambda n, *a: None if n == 'torch' else f(n, *a)\n"
-    code += "from roofline.cli import main; sys.exit(main(['measure', 'device']))"
+    code += "from specroof.cli import main; sys.exit(main(['measure', 'device']))"
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode == 2 and "pip install 'specroof[measure]'" in res.stderr and "Traceback" not in res.stderr
 
@@ -229,7 +229,7 @@ def test_a_ctrl_c_swallowed_by_a_finalizer_still_stops_the_report(tmp_path):
     import weakref
 
     from roofline import interrupts
-    from roofline.report import write_report
+    from specroof.report import write_report
 
     ran = []
 
@@ -241,7 +241,7 @@ def test_a_ctrl_c_swallowed_by_a_finalizer_still_stops_the_report(tmp_path):
         weakref.finalize(o, lambda: interrupts._on_sigint(2, None))
         del o
         ran.append("first")
-        from roofline.report import Section
+        from specroof.report import Section
 
         return Section("first", "<p>done</p>")
 

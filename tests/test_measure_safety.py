@@ -272,7 +272,7 @@ def test_cpu_out_of_memory_becomes_a_row_and_the_rest_is_measured(tmp_path, monk
 
 
 def test_measure_cli_checks_outputs_before_measuring(tmp_path, capsys):
-    from roofline.cli import main
+    from specroof.cli import main
 
     (tmp_path / "f").write_text("x")
     for argv, msg in (

@@ -50,7 +50,7 @@ def test_build_from_scratch_scaled_down(tmp_path):
 def test_measure_spec_cli(tmp_path, capsys):
     import json
 
-    from roofline.cli import main
+    from specroof.cli import main
 
     code = main(
         [

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from roofline.cli import main
+from specroof.cli import main
 
 
 def test_report_writes_page_images_tables_and_summary(tmp_path, capsys):

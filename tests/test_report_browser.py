@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from roofline.cli import main
+from specroof.cli import main
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 FLAGS = [

@@ -760,7 +760,7 @@ def _engine_params(e: Any) -> dict[str, float]:
 def cmd_report(args: argparse.Namespace) -> int:
     import time
 
-    from roofline.report import DEFAULT_PAIRING, analytic_sections, write_report
+    from specroof.report import DEFAULT_PAIRING, analytic_sections, write_report
 
     if args.budget is not None and not args.budget > 0:
         raise SpecroofError(f"--budget must be > 0 seconds (got {args.budget})")
@@ -780,7 +780,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if measured:
 
         def measured_section(w: Any) -> Any:
-            from measure.report import measurement_section
+            from specroof.measure_report import measurement_section
 
             return measurement_section(
                 w, quick=args.quick, budget_s=args.budget, progress=not args.json, log=lambda m: _note(args, m)
@@ -1048,7 +1048,7 @@ def _validate_command(sub: Any) -> None:
 
 def _report_command(sub: Any) -> None:
     """Register ``specroof report``."""
-    from roofline.report import DEFAULT_GPUS
+    from specroof.report import DEFAULT_GPUS
 
     p = sub.add_parser(
         "report", help="the main job: which gamma and tree size per GPU, rooflines, plans, and a measurement here"
@@ -1085,11 +1085,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _register_measure(sub: Any) -> None:
-    """``specroof measure ...`` comes from ``measure.cli`` when torch is installed, else a clear refusal."""
+    """``specroof measure ...`` comes from ``specroof.measure_cli`` when torch is installed, else a clear refusal."""
     import importlib.util
 
     if importlib.util.find_spec("torch") is not None:  # found without importing it: roofline stays torch-free
-        from measure.cli import register
+        from specroof.measure_cli import register
 
         register(sub, _Parser)
         return

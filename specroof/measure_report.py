@@ -1,6 +1,6 @@
 """The measured section of ``specroof report``: speculative decoding measured here, and the roofline's prediction.
 
-Kept in ``measure`` (torch) and handed to ``roofline.report.write_report`` as an
+Kept in ``measure`` (torch) and handed to ``specroof.report.write_report`` as an
 extra section, so the analytic report never imports torch. It runs
 :func:`measure.spec_check.spec_check` within a time budget: it looks at the device
 first (dtype, model size), microbenchmarks it, sweeps verify passes, fits the
@@ -19,7 +19,7 @@ import pandas as pd
 from measure.device import default_device, describe
 from measure.spec_check import SpecCheck, spec_check
 from roofline.plot import fit_overlay
-from roofline.report import ReportWriter, Section, esc
+from specroof.report import ReportWriter, Section, esc
 
 #: seconds the measured section may take by default, and with --quick
 DEFAULT_BUDGET_S = 100.0

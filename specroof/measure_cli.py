@@ -1,4 +1,4 @@
-"""``specroof measure ...``: the measuring subcommands, registered by ``roofline.cli`` when torch is installed.
+"""``specroof measure ...``: the measuring subcommands, registered by ``specroof.cli`` when torch is installed.
 
 Handlers import torch-using modules lazily, so building the parser costs nothing.
 Every argument and output path is checked before the first measurement.
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from roofline.cli import _add_json, _note, emit, int_list
+from specroof.cli import _add_json, _note, emit, int_list
 from roofline.errors import SpecroofError
 from roofline.hardware import load_hardware
 from roofline.model import ModelSpec, get_model

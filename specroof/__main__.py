@@ -1,0 +1,5 @@
+import sys
+
+from specroof.cli import main
+
+sys.exit(main())
