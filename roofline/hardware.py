@@ -25,58 +25,23 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+# the dtype helpers live in roofline.dtypes (the cost model needs them without the profiles); re-exported here
+from roofline.dtypes import DTYPE_BYTES as DTYPE_BYTES
+from roofline.dtypes import FLOAT_DTYPES as FLOAT_DTYPES
+from roofline.dtypes import activation_dtype as activation_dtype
+from roofline.dtypes import dtype_bytes as dtype_bytes
+from roofline.dtypes import weight_only as weight_only
 from roofline.errors import SpecroofError, check_min
 
 if TYPE_CHECKING:
     from roofline.engine import Engine
     from roofline.timemodel import TimeModel
 
-#: Every dtype a profile may list, with its storage size in bytes.
-DTYPE_BYTES: dict[str, float] = {
-    "fp32": 4.0,
-    "tf32": 4.0,
-    "bf16": 2.0,
-    "fp16": 2.0,
-    "fp8": 1.0,
-    "int8": 1.0,
-    "int4": 0.5,
-    "fp4": 0.5,
-}
-
-#: the floating-point dtypes a model's activations and arithmetic run in
-FLOAT_DTYPES = ("fp32", "bf16", "fp16")
-
-
-def weight_only(dtype: str, weight_dtype: str | None) -> tuple[str, str | None]:
-    """(arithmetic dtype, weight dtype): ``dtype="int4"`` alone means weight-only int4 with bf16 arithmetic.
-
-    GPUs have no int4 matrix units worth the name, so an int4 model stores its weights in
-    int4 and multiplies in bf16. int8 and fp8 stay compute dtypes (W8A8) unless a weight
-    dtype is given.
-    """
-    if weight_dtype is None and dtype == "int4":
-        return "bf16", "int4"
-    return dtype, weight_dtype
-
-
-def activation_dtype(weight_dtype: str, default: str = "fp16") -> str:
-    """The dtype activations and the KV cache take by default: the weights' own if they are floats, else ``default``."""
-    return weight_dtype if weight_dtype in FLOAT_DTYPES else default
-
-
 _GB = 1e9
 _GIB = 2.0**30
 _COMPUTE_KEY = re.compile(r"^(?P<dtype>[a-z0-9]+)_(?P<unit>TFLOP_per_s|TOP_per_s)$")
 _TOP_LEVEL = {"name", "vendor", "kind", "aliases", "tdp_W", "notes"}
 _BLOCKS = {"memory", "compute", "interconnect", "overhead", "efficiency", "measured"}
-
-
-def dtype_bytes(dtype: str) -> float:
-    """Bytes per element of ``dtype`` (``'bf16' -> 2.0``); unknown dtypes raise."""
-    try:
-        return DTYPE_BYTES[dtype]
-    except KeyError:
-        raise SpecroofError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPE_BYTES)}") from None
 
 
 @dataclass(frozen=True)
@@ -119,6 +84,11 @@ class Hardware:
     launch_overhead_s: float | None = None
     efficiency_memory: float = 1.0
     efficiency_compute: float = 1.0
+    #: best-shape GEMM share per dtype where it differs from ``efficiency_compute`` (fp8 GEMMs reach less)
+    efficiency_compute_dtype: dict[str, float] = field(default_factory=dict)
+    #: the ``[efficiency]`` shares are a family's figures, not this GPU's own measurement: predictions
+    #: priced with them deserve a wider error band
+    efficiency_estimated: bool = False
     tdp_w: float | None = None
     notes: str = ""
     sources: dict[str, str] = field(default_factory=dict)
@@ -130,6 +100,10 @@ class Hardware:
     weights_link: str = ""
 
     # -- effective ceilings -------------------------------------------------
+    def compute_efficiency(self, dtype: str) -> float:
+        """The best-shape GEMM share of the datasheet peak for ``dtype`` (its own figure, else the profile's)."""
+        return self.efficiency_compute_dtype.get(dtype, self.efficiency_compute)
+
     def bandwidth(self, efficiency: bool = False) -> float:
         """Memory bandwidth in bytes/s: measured if present, else datasheet (x efficiency if asked)."""
         if self.measured is not None and self.measured.bandwidth_bytes_per_s:
@@ -147,7 +121,7 @@ class Hardware:
                 f"hardware {self.id!r} has no verified {dtype} peak (it has: {have}); "
                 "pick another dtype or load a measured profile"
             )
-        return self.peak_flop_per_s[dtype] * (self.efficiency_compute if efficiency else 1.0)
+        return self.peak_flop_per_s[dtype] * (self.compute_efficiency(dtype) if efficiency else 1.0)
 
     @property
     def dtypes(self) -> tuple[str, ...]:
@@ -224,7 +198,9 @@ class Hardware:
         if engine is not None and not measured:
             # an engine reaches a share of what the GPU itself can reach (its streaming and best-GEMM efficiency,
             # per GPU family from its profile), so one engine profile serves GPUs whose ceilings differ
-            peaks = {d: p * self.efficiency_compute * engine.compute_fraction for d, p in self.peak_flop_per_s.items()}
+            peaks = {
+                d: p * self.compute_efficiency(d) * engine.compute_fraction for d, p in self.peak_flop_per_s.items()
+            }
             bw = self.bandwidth_bytes_per_s * self.efficiency_memory * engine.bandwidth_fraction
         attn = self.measured.attention_flop_per_s if self.measured is not None else None
         gemv = self.measured.gemv_bandwidth_bytes_per_s if self.measured is not None else None
@@ -440,15 +416,26 @@ def parse_profile(data: dict[str, Any], where: str, profile_id: str) -> Hardware
         sources["overhead"] = str(over.get("source", ""))
 
     eff = data.get("efficiency", {})
-    _check_keys(f"{where} [efficiency]", eff, {"memory", "compute", "source"})
+    per_dtype = {f"{d}_compute" for d in DTYPE_BYTES}
+    _check_keys(f"{where} [efficiency]", eff, {"memory", "compute", "estimated", "source"} | per_dtype)
     effs = {}
-    for key in ("memory", "compute"):
+    for key in ("memory", "compute", *sorted(per_dtype & set(eff))):
         v = _num(f"{where} [efficiency]", key, eff.get(key, 1.0))
         if v > 1.0:
             raise SpecroofError(f"{where} [efficiency]: field {key!r} must lie in (0, 1] (got {v})")
         effs[key] = v
+    for key in sorted(per_dtype & set(eff)):
+        if key.removesuffix("_compute") not in peaks:
+            raise SpecroofError(
+                f"{where} [efficiency]: field {key!r} names a dtype with no peak in [compute] (it has: {', '.join(peaks) or 'none'})"
+            )
+    estimated = eff.get("estimated", False)
+    if not isinstance(estimated, bool):
+        raise SpecroofError(f"{where} [efficiency]: field 'estimated' must be true or false (got {estimated!r})")
     if eff:
         sources["efficiency"] = str(eff.get("source", ""))
+        if not sources["efficiency"]:
+            raise SpecroofError(f"{where} [efficiency]: missing field 'source' (every block names its source)")
 
     for block in ("memory", "compute"):
         if block in data and not sources.get(block):
@@ -472,6 +459,8 @@ def parse_profile(data: dict[str, Any], where: str, profile_id: str) -> Hardware
         launch_overhead_s=launch,
         efficiency_memory=effs["memory"],
         efficiency_compute=effs["compute"],
+        efficiency_compute_dtype={k.removesuffix("_compute"): v for k, v in effs.items() if k.endswith("_compute")},
+        efficiency_estimated=estimated,
         tdp_w=None if tdp is None else _num(where, "tdp_W", tdp),
         notes=str(data.get("notes", "")),
         sources=sources,
@@ -546,7 +535,9 @@ def profile_data(hw: Hardware) -> dict[str, Any]:
         data["efficiency"] = {
             "memory": hw.efficiency_memory,
             "compute": hw.efficiency_compute,
-            "source": hw.sources.get("efficiency", ""),
+            **{f"{d}_compute": v for d, v in hw.efficiency_compute_dtype.items()},
+            "estimated": hw.efficiency_estimated,
+            "source": hw.sources.get("efficiency") or "unknown",
         }
     if hw.measured is not None:
         data["measured"] = measured_data(hw.measured)
