@@ -1,11 +1,45 @@
 """specroof's analytic half: roofline cost of LLM passes and the value of speculative decoding.
 
-numpy/scipy/pandas/matplotlib only; never imports torch. SI units inside.
+numpy/scipy/pandas/matplotlib only; never imports torch. SI units inside. The names a
+notebook needs are here (``import roofline as rf``)::
+
+    pr = rf.Pricing.of("h100-sxm-80gb", engine="compiled")
+    rf.pass_time("llama-3.1-8b", pr).to_frame()
+    rf.speedup(pr, "llama-3.1-8b", "eagle3", 0.8, 4).to_frame()
+    rf.plan(pr, "llama-3.1-8b", ["model:llama-3.2-1b", "eagle3"], 0.7)
+    rf.best_tree_size(pr, "llama-3.1-8b", "eagle2", [0.6, 0.2, 0.1]).to_frame()
 """
 
+from roofline.acceptance import (
+    MeanAccepted,
+    PerToken,
+    PositionCounts,
+    PositionCurve,
+    SiblingRankVector,
+    VllmDraftRate,
+    parse_acceptance,
+)
 from roofline.cost import PassCost, arithmetic_intensity, forward_cost
+from roofline.drafters import (
+    DRAFTER_GRAMMAR,
+    MTP,
+    TREE_PRESETS,
+    DraftModel,
+    Eagle,
+    EarlyExit,
+    Heads,
+    ParallelBlock,
+    PromptLookup,
+    SequentialHeads,
+    SlidingWindowSelfDraft,
+    as_drafter,
+    round_time,
+)
+from roofline.dtypes import DTYPE_BYTES
+from roofline.engine import Engine, list_engines, load_engine
 from roofline.errors import SpecroofError
-from roofline.hardware import DTYPE_BYTES, Hardware, list_hardware, load_hardware
+from roofline.gamma_policies import BatchSchedule, ConfidenceStop, HeuristicSchedule, StaticGamma, compare_policies
+from roofline.hardware import Hardware, list_hardware, load_hardware
 from roofline.model import PRESETS, ModelSpec, get_model
 from roofline.passtime import (
     Footprint,
@@ -19,27 +53,98 @@ from roofline.passtime import (
     step_time,
     weights_only_crossover,
 )
+from roofline.planner import plan, recommend, speculation_stops_paying
+from roofline.pricing import DEFAULT_CONTEXT, Pricing
+from roofline.speculative import (
+    PredictedSpeedup,
+    SpeedupResult,
+    expected_tokens,
+    expected_tokens_curve,
+    ideal_speedup,
+    optimal_gamma,
+    predict_speedup,
+    speedup,
+)
+from roofline.tree_sizing import TreeSizeChoice, best_tree_size, trees_vs_batch
+from roofline.trees import (
+    ChainCurveAcceptance,
+    DepthRankAcceptance,
+    IIDAcceptance,
+    SiblingRankAcceptance,
+    Tree,
+    optimal_tree,
+)
 
 __all__ = [
+    "DEFAULT_CONTEXT",
+    "DRAFTER_GRAMMAR",
     "DTYPE_BYTES",
+    "MTP",
     "PRESETS",
+    "TREE_PRESETS",
+    "BatchSchedule",
+    "ChainCurveAcceptance",
+    "ConfidenceStop",
+    "DepthRankAcceptance",
+    "DraftModel",
+    "Eagle",
+    "EarlyExit",
+    "Engine",
     "Footprint",
     "Hardware",
+    "Heads",
+    "HeuristicSchedule",
+    "IIDAcceptance",
+    "MeanAccepted",
     "ModelSpec",
+    "ParallelBlock",
     "PassCost",
+    "PerToken",
+    "PositionCounts",
+    "PositionCurve",
+    "PredictedSpeedup",
+    "Pricing",
+    "PromptLookup",
+    "SequentialHeads",
+    "SiblingRankAcceptance",
+    "SiblingRankVector",
+    "SlidingWindowSelfDraft",
     "SpecroofError",
+    "SpeedupResult",
+    "StaticGamma",
     "StepTime",
+    "Tree",
+    "TreeSizeChoice",
+    "VllmDraftRate",
     "arithmetic_intensity",
+    "as_drafter",
     "batch_sweep",
+    "best_tree_size",
+    "compare_policies",
     "crossover_tokens",
+    "expected_tokens",
+    "expected_tokens_curve",
     "forward_cost",
     "get_model",
+    "ideal_speedup",
+    "list_engines",
     "list_hardware",
+    "load_engine",
     "load_hardware",
     "max_batch",
     "memory_footprint",
+    "optimal_gamma",
+    "optimal_tree",
+    "parse_acceptance",
     "pass_time",
+    "plan",
+    "predict_speedup",
     "prefill_vs_decode",
+    "recommend",
+    "round_time",
+    "speculation_stops_paying",
+    "speedup",
     "step_time",
+    "trees_vs_batch",
     "weights_only_crossover",
 ]

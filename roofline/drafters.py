@@ -1,20 +1,34 @@
-"""The drafters people run, by name, and the draft trees they ship with.
+"""Drafters: every way of proposing tokens, priced by the cost model, named by one grammar.
 
-``named_drafter("eagle", target)`` and friends give :mod:`roofline.speculative` drafter
-objects priced the way each method runs (docs/cost-model.md, section 7):
+A drafter knows what one round costs it: :meth:`draft_time` for a chain of ``gamma``
+drafts, :meth:`tree_draft_time` for a tree drafted level by level, :meth:`verify_time`
+for the target's pass over the drafts, and what it adds to device memory. Each prices
+its passes through a :class:`Ctx` (the target and a :class:`roofline.pricing.Pricing`),
+the one place drafters call the roofline; :func:`round_time` is the one round formula
+every speculation function uses (docs/cost-model.md, sections 4, 5 and 7).
+
+The grammar (:func:`as_drafter`, the only resolver; ``named_drafter`` is the same function):
 
 * ``eagle`` / ``eagle2`` / ``eagle3``: one decoder layer of the target's shape on the
   target's features, with an input projection (2d -> d) and the target's LM head,
-  one pass per tree level. EAGLE-1 drafts a static tree (:data:`EAGLE_TREE`, 25 nodes);
-  EAGLE-2/3 expand the top-k (10) nodes per level for ``depth`` levels and verify the
-  best 59 (total_token = 60 with the root), the defaults of the EAGLE repository.
-* ``medusa``: five heads (each a d x d residual block and its own d x vocab projection)
-  evaluated once on the last hidden state; Medusa's ``mc_sim_7b_63`` tree (63 nodes).
-* ``hydra``: heads like Medusa's, but each conditioned on the previous head's token, so
-  they run one after another: one pass per tree level (Medusa's tree).
-* ``mtp``: multi-token-prediction modules (DeepSeek-V3): priced as EAGLE's layer, one
-  module pass per drafted token (a chain; MTP ships no tree).
-* ``model:NAME``: a separate draft model (SpS); ``prompt-lookup``; ``early-exit:L``.
+  one pass per tree level. EAGLE-1 drafts a static tree (25 nodes); EAGLE-2/3 expand the
+  top-k (10) nodes per level for ``depth`` levels and verify the best 59 (total_token =
+  60 with the root), the defaults of the EAGLE repository.
+* ``mtp[:N]``: N multi-token-prediction modules (DeepSeek-V3 ships 1), each priced as
+  EAGLE's layer, one module pass per drafted token; N is also the default draft length.
+  More drafts than modules reuse them in turn, as vLLM does (``spec_step_idx %
+  num_mtp_layers`` in vllm/model_executor/models/deepseek_mtp.py).
+* ``medusa[:HEADS]``: HEADS (default 5) heads, each a d x d residual block and its own
+  d x vocab projection, evaluated once on the last hidden state; Medusa's
+  ``mc_sim_7b_63`` tree (63 nodes).
+* ``hydra``: heads like Medusa's, each conditioned on the previous head's token, so they
+  run one after another: one pass per tree level (Medusa's tree).
+* ``model:NAME_OR_CONFIG``: a separate draft model (SpS); a bare preset name, a
+  config.json path or a :class:`roofline.model.ModelSpec` mean the same.
+* ``early-exit:L``: the target's first L layers (LayerSkip); ``prompt-lookup``: n-grams
+  from the context on the host; ``block:NAME``: a DFlash-style block drafter (one pass of
+  NAME drafts the whole block); ``window:W``: the target drafting over its last W cached
+  tokens (MagicDec/TriForce).
 """
 
 from __future__ import annotations
@@ -22,32 +36,342 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 from numpy.typing import ArrayLike
 
-from roofline.errors import SpecroofError
+from roofline.dtypes import dtype_bytes
+from roofline.errors import SpecroofError, check_min
 from roofline.model import ModelSpec, get_model
-from roofline.speculative import (
-    Ctx,
-    DraftModel,
-    EarlyExit,
-    Heads,
-    PromptLookup,
-    _levels,
-    _no_memory,
-    _steps,
-    _verify,
-    as_drafter,
-)
+from roofline.passtime import memory_footprint, pass_seconds
+from roofline.pricing import Pricing, pricing_of
 from roofline.trees import Tree
 
-if TYPE_CHECKING:
-    from roofline.speculative import DrafterLike
-
 Array = npt.NDArray[np.float64]
+
+#: the grammar, as the error messages and the CLI's help print it
+DRAFTER_GRAMMAR = "eagle|eagle2|eagle3|mtp[:N]|medusa[:HEADS]|hydra|model:NAME_OR_CONFIG|early-exit:L|prompt-lookup|block:NAME|window:W"
+
+
+@dataclass(frozen=True, init=False)
+class Ctx:
+    """What a drafter needs to price itself: the target and the :class:`roofline.pricing.Pricing` of its passes.
+
+    ``Ctx(target, pricing)``; ``Ctx(target, hardware, dtype, efficiency, overhead_s, tp, engine,
+    weight_dtype)`` (the earlier form) builds the Pricing from those options.
+    """
+
+    target: ModelSpec
+    pricing: Pricing
+
+    def __init__(
+        self,
+        target: ModelSpec,
+        pricing: Any,
+        dtype: str | None = None,
+        efficiency: bool | None = None,
+        overhead_s: float | None = None,
+        tp: int | None = None,
+        engine: Any = None,
+        weight_dtype: str | None = None,
+    ) -> None:
+        pr = pricing_of(
+            pricing,
+            dtype=dtype,
+            efficiency=efficiency or None,
+            overhead_s=overhead_s,
+            tp=tp,
+            engine=engine,
+            weight_dtype=weight_dtype,
+        )
+        object.__setattr__(self, "target", get_model(target))
+        object.__setattr__(self, "pricing", pr)
+
+    @property
+    def hw(self) -> Any:
+        return self.pricing.hardware
+
+    @property
+    def dtype(self) -> str:
+        return self.pricing.dtype
+
+    @property
+    def weight_dtype(self) -> str | None:
+        return self.pricing.weight_dtype
+
+    @property
+    def engine(self) -> Any:
+        return self.pricing.engine
+
+    @property
+    def tp(self) -> int:
+        return self.pricing.tp
+
+    def pass_s(
+        self,
+        spec: ModelSpec,
+        batch: ArrayLike,
+        new_tokens: ArrayLike | None,
+        context: ArrayLike,
+        *,
+        tree: Any = None,
+        tp: int = 1,
+    ) -> Array:
+        """Seconds of one pass of ``spec`` priced with this pricing (the one place drafters call the roofline).
+
+        Drafter passes run on one device; ``tp=ctx.tp`` is for the target's own passes.
+        """
+        return pass_seconds(spec, self.pricing, batch, new_tokens, context, tree=tree, tp=tp)
+
+
+class Drafter(Protocol):
+    """A way of proposing tokens, priced by the cost model."""
+
+    @property
+    def name(self) -> str:
+        """Label used in tables and as the key of per-drafter acceptance."""
+        ...
+
+    def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
+        """Seconds to propose ``gamma`` tokens for each of ``batch`` sequences."""
+        ...
+
+    def verify_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
+        """Seconds of the target's verify pass over gamma + 1 tokens."""
+        ...
+
+    def extra_memory_bytes(self, ctx: Ctx, batch: ArrayLike, context: ArrayLike) -> Array:
+        """Device memory the drafter adds (weights + its own KV), bytes."""
+        ...
+
+    def tree_draft_time(self, ctx: Ctx, widths: Sequence[int], batch: int, context: int) -> float:
+        """Seconds to draft a tree level by level (``widths[l]`` nodes at level l + 1)."""
+        ...
+
+
+#: what the speculation functions accept as a drafter: a Drafter, a name in the grammar, a draft model
+#: (ModelSpec, preset name or config.json path), or None (prompt lookup)
+DrafterLike = Drafter | ModelSpec | str | None
+
+
+def _steps(ctx: Ctx, spec: ModelSpec, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
+    """Time of ``gamma`` one-token autoregressive steps of ``spec`` starting at ``context`` (exact sum)."""
+    gmax = int(np.max(gamma)) if np.size(gamma) else 0
+    if gmax == 0:
+        return np.zeros(np.broadcast_shapes(np.shape(gamma), np.shape(batch), np.shape(context)))
+    i = np.arange(gmax)
+    B = np.asarray(batch)[..., None]
+    L = np.asarray(context)[..., None] + i
+    t = ctx.pass_s(spec, B, 1, L)
+    cum = np.concatenate([np.zeros((*t.shape[:-1], 1)), np.cumsum(t, axis=-1)], axis=-1)
+    shape = np.broadcast_shapes(np.shape(gamma), cum.shape[:-1])
+    cum = np.broadcast_to(cum, (*shape, gmax + 1))
+    idx = np.broadcast_to(np.asarray(gamma), shape)[..., None]
+    return np.take_along_axis(cum, idx, axis=-1)[..., 0]
+
+
+def _verify(ctx: Ctx, spec: ModelSpec, gamma: ArrayLike, batch: ArrayLike, context: ArrayLike) -> Array:
+    return ctx.pass_s(spec, batch, np.asarray(gamma) + 1, context, tp=ctx.tp)
+
+
+def _levels(ctx: Ctx, spec: ModelSpec, widths: Sequence[int], batch: int, context: int) -> float:
+    """One pass of ``spec`` per tree level, each over that level's width of new tokens."""
+    w = np.asarray(widths, dtype=np.int64)
+    if w.size == 0:
+        return 0.0
+    ctxs = context + np.concatenate([[0], np.cumsum(w)[:-1]])
+    t = ctx.pass_s(spec, batch, w, ctxs)
+    return float(np.sum(t))
+
+
+def _check_smaller(draft: ModelSpec, target: ModelSpec) -> None:
+    if draft.total_params >= target.total_params:
+        raise SpecroofError(
+            f"drafter {draft.name} ({draft.total_params / 1e9:.2f}B params) is not smaller than "
+            f"the target {target.name} ({target.total_params / 1e9:.2f}B)"
+        )
+
+
+def _no_memory(batch: ArrayLike, context: ArrayLike) -> Array:
+    return np.zeros(np.broadcast_shapes(np.shape(batch), np.shape(context)))
+
+
+@dataclass(frozen=True)
+class _SmallModel:
+    """A drafter that is a separate small model: its own weights and KV cache count as extra memory."""
+
+    spec: ModelSpec
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "spec", get_model(self.spec))
+        object.__setattr__(self, "name", self.name or f"{self._label} {self.spec.name}")
+
+    _label = "draft"
+
+    def verify_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
+        return _verify(ctx, ctx.target, gamma, batch, context)
+
+    def extra_memory_bytes(self, ctx: Ctx, batch: ArrayLike, context: ArrayLike) -> Array:
+        fp = memory_footprint(
+            self.spec, batch, context, weight_dtype=ctx.pricing.stored_weight_dtype, act_dtype=ctx.dtype
+        )
+        return np.asarray(fp.weights_bytes + fp.kv_bytes, dtype=float)
+
+
+@dataclass(frozen=True)
+class DraftModel(_SmallModel):
+    """A separate small draft model: gamma autoregressive steps, its own weights and KV cache."""
+
+    def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
+        _check_smaller(self.spec, ctx.target)
+        return _steps(ctx, self.spec, gamma, batch, context)
+
+    def tree_draft_time(self, ctx: Ctx, widths: Sequence[int], batch: int, context: int) -> float:
+        _check_smaller(self.spec, ctx.target)
+        return _levels(ctx, self.spec, widths, batch, context)
+
+
+@dataclass(frozen=True)
+class EarlyExit:
+    """Self-speculation (LayerSkip): the target's first ``layers`` layers plus its head draft.
+
+    Verification reuses those layers' KV and activations, so the verify pass runs
+    only the remaining layers over the gamma + 1 tokens (``reuse_kv=False`` prices
+    an implementation that recomputes every layer). No extra weights or KV.
+    """
+
+    layers: int
+    name: str = ""
+    reuse_kv: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name", self.name or f"early exit @{self.layers}")
+
+    def _check(self, ctx: Ctx) -> None:
+        if not 1 <= self.layers < ctx.target.n_layers:
+            raise SpecroofError(f"early-exit layers must lie in [1, {ctx.target.n_layers - 1}] (got {self.layers})")
+
+    def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
+        self._check(ctx)
+        return _steps(ctx, ctx.target.replace(n_layers=self.layers), gamma, batch, context)
+
+    def verify_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
+        self._check(ctx)
+        verified = ctx.target.replace(n_layers=ctx.target.n_layers - self.layers) if self.reuse_kv else ctx.target
+        return _verify(ctx, verified, gamma, batch, context)
+
+    def extra_memory_bytes(self, ctx: Ctx, batch: ArrayLike, context: ArrayLike) -> Array:
+        return _no_memory(batch, context)
+
+    def tree_draft_time(self, ctx: Ctx, widths: Sequence[int], batch: int, context: int) -> float:
+        self._check(ctx)
+        return _levels(ctx, ctx.target.replace(n_layers=self.layers), widths, batch, context)
+
+
+@dataclass(frozen=True)
+class Heads:
+    """Medusa/EAGLE-style extra heads: one cheap step proposes the whole chain or tree.
+
+    ``params`` is the weight count of all heads together (default: ``n_heads`` Medusa
+    heads, each a d x d residual block plus its own d x vocab projection).
+    """
+
+    n_heads: int = 4
+    params: float | None = None
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        check_min("n_heads", self.n_heads, 1, integer=True)
+        object.__setattr__(self, "name", self.name or f"{self.n_heads} heads")
+
+    def head_params(self, target: ModelSpec) -> float:
+        if self.params is not None:
+            return float(self.params)
+        return self.n_heads * (target.d_model**2 + target.d_model * target.vocab_size)
+
+    def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
+        heads = ModelSpec.from_params(self.head_params(ctx.target), name=self.name)
+        t = ctx.pass_s(heads, batch, 1, 0)
+        shape = np.broadcast_shapes(np.shape(gamma), np.shape(t), np.shape(context))
+        return np.where(np.broadcast_to(gamma, shape) > 0, np.broadcast_to(t, shape), 0.0)
+
+    def verify_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
+        return _verify(ctx, ctx.target, gamma, batch, context)
+
+    def extra_memory_bytes(self, ctx: Ctx, batch: ArrayLike, context: ArrayLike) -> Array:
+        return _no_memory(batch, context) + self.head_params(ctx.target) * dtype_bytes(ctx.dtype)
+
+    def tree_draft_time(self, ctx: Ctx, widths: Sequence[int], batch: int, context: int) -> float:
+        # the heads see only the last hidden state: one pass proposes every level's top-k
+        return float(self.draft_time(ctx, np.asarray(1 if len(widths) else 0), batch, context))
+
+
+@dataclass(frozen=True)
+class ParallelBlock(_SmallModel):
+    """DFlash-style block drafter: one pass of a small model proposes the whole gamma-token block."""
+
+    _label = "block"
+
+    def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
+        _check_smaller(self.spec, ctx.target)
+        g = np.maximum(gamma, 1)
+        t = ctx.pass_s(self.spec, batch, g, context)
+        return np.where(np.asarray(gamma) > 0, t, 0.0)
+
+    def tree_draft_time(self, ctx: Ctx, widths: Sequence[int], batch: int, context: int) -> float:
+        # DDTree: one block pass gives every position's distribution; the tree is grown from them
+        return float(self.draft_time(ctx, np.asarray(len(widths)), batch, context))
+
+
+@dataclass(frozen=True)
+class PromptLookup:
+    """Prompt lookup / n-gram drafting: proposals come from the context on the host, at no device cost."""
+
+    name: str = "prompt lookup"
+
+    def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
+        return np.zeros(np.broadcast_shapes(np.shape(gamma), np.shape(batch), np.shape(context)))
+
+    def verify_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
+        return _verify(ctx, ctx.target, gamma, batch, context)
+
+    def extra_memory_bytes(self, ctx: Ctx, batch: ArrayLike, context: ArrayLike) -> Array:
+        return _no_memory(batch, context)
+
+    def tree_draft_time(self, ctx: Ctx, widths: Sequence[int], batch: int, context: int) -> float:
+        return 0.0
+
+
+@dataclass(frozen=True)
+class SlidingWindowSelfDraft:
+    """The target drafts for itself over only the last ``window`` cached tokens (MagicDec/TriForce style).
+
+    At long context the KV read dominates a step, so a windowed self-draft is much
+    cheaper than a full step while sharing the target's weights.
+    """
+
+    window: int
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        check_min("window", self.window, 1, integer=True)
+        object.__setattr__(self, "name", self.name or f"self-draft window {self.window}")
+
+    def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
+        return _steps(ctx, ctx.target, gamma, batch, np.minimum(context, self.window))
+
+    def verify_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
+        return _verify(ctx, ctx.target, gamma, batch, context)
+
+    def extra_memory_bytes(self, ctx: Ctx, batch: ArrayLike, context: ArrayLike) -> Array:
+        return _no_memory(batch, context)
+
+    def tree_draft_time(self, ctx: Ctx, widths: Sequence[int], batch: int, context: int) -> float:
+        return _levels(ctx, ctx.target, widths, batch, min(context, self.window))
+
 
 #: EAGLE-1's default tree (EAGLE repository, model/choices.py ``mc_sim_7b_63``): 25 nodes, depth 5
 EAGLE_TREE_PATHS = [
@@ -128,7 +452,7 @@ class Eagle:
 
     @property
     def default_tree(self) -> Tree:
-        return TREE_PRESETS[self.name if self.name in TREE_PRESETS else "eagle"]
+        return TREE_PRESETS["eagle" if self.version == 1 else f"eagle{self.version}"]
 
     def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
         return _steps(ctx, self.layer_spec(ctx.target), gamma, batch, context)
@@ -149,6 +473,29 @@ class Eagle:
 
 
 @dataclass(frozen=True)
+class MTP(Eagle):
+    """Multi-token prediction (DeepSeek-V3): ``modules`` MTP modules, each priced as EAGLE's layer; a chain.
+
+    Each drafted token is one module pass (a target-shaped block and the 2d -> d projection,
+    the target's embedding and head shared). The default draft length is ``modules``.
+    """
+
+    modules: int = 1
+
+    def __post_init__(self) -> None:
+        check_min("mtp modules", self.modules, 1, integer=True)
+        object.__setattr__(self, "name", self.name or ("mtp" if self.modules == 1 else f"mtp:{self.modules}"))
+        super().__post_init__()
+
+    @property
+    def default_gamma(self) -> int:
+        return int(self.modules)
+
+    def extra_memory_bytes(self, ctx: Ctx, batch: ArrayLike, context: ArrayLike) -> Array:
+        return super().extra_memory_bytes(ctx, batch, context) * self.modules
+
+
+@dataclass(frozen=True)
 class SequentialHeads(Heads):
     """Hydra: Medusa-shaped heads run one after another (each sees the previous head's token)."""
 
@@ -157,48 +504,160 @@ class SequentialHeads(Heads):
         return one * len(widths)
 
 
-def default_tree(drafter: DrafterLike) -> Tree | None:
+def default_tree(drafter: Any) -> Tree | None:
     """The tree a drafter ships with (EAGLE's, Medusa's), or None for chain drafters."""
+    if isinstance(drafter, MTP):
+        return None
     if isinstance(drafter, Eagle):
-        return None if drafter.name == "mtp" else drafter.default_tree
+        return drafter.default_tree
     if isinstance(drafter, Heads):
         return TREE_PRESETS["medusa"]
     return None
 
 
-def named_drafter(name: Any, target: ModelSpec | str | None = None) -> Any:
-    """A drafter from a name: eagle, eagle2, eagle3, mtp, medusa, hydra, model:NAME, prompt-lookup, early-exit:L.
+def default_gamma(drafter: Any) -> int | None:
+    """The chain length a drafter is built for (an MTP stack: its module count), or None."""
+    g = getattr(drafter, "default_gamma", None)
+    return int(g) if g is not None else None
 
-    A preset model name alone (``llama-68m``) is a separate draft model; a drafter object
-    is returned as it is.
-    """
-    if not isinstance(name, str):
-        return as_drafter(name)
-    key = name.strip().lower()
-    if key in ("eagle", "eagle1"):
-        return Eagle(1)
-    if key in ("eagle2", "eagle3"):
-        return Eagle(int(key[-1]))
-    if key == "mtp":  # DeepSeek-style MTP modules: one block + projection per extra token, shared embedding and head
-        return Eagle(1, name="mtp")
-    if key == "medusa":
-        return Heads(5, name="medusa")
-    if key == "hydra":
-        return SequentialHeads(5, name="hydra")
-    if key in ("prompt-lookup", "pld", "ngram"):
-        return PromptLookup()
-    if key.startswith("early-exit:"):
-        try:
-            layers = int(key.split(":", 1)[1])
-        except ValueError:
-            raise SpecroofError(f"early-exit needs a layer count, e.g. early-exit:8 (got {name!r})") from None
-        return EarlyExit(layers)
-    if key.startswith("model:"):
-        return DraftModel(get_model(name.split(":", 1)[1]))
+
+def owns_weights(drafter: Any) -> bool:
+    """Whether a drafter runs weights of its own (a draft model, heads, a block drafter), not the target's."""
+    return isinstance(drafter, (DraftModel, ParallelBlock, Heads))
+
+
+def _count(name: str, text: str, example: str) -> int:
     try:
-        return DraftModel(get_model(name))
+        value = int(text)
+    except ValueError:
+        raise SpecroofError(f"{name} needs a whole number, e.g. {example} (got {text!r})") from None
+    check_min(name, value, 1, integer=True)
+    return value
+
+
+def as_drafter(d: Any, target: Any = None) -> Any:
+    """The one drafter resolver: a drafter from a name in the grammar (module docstring), a draft model
+    (ModelSpec, preset name or config.json path), None (prompt lookup), or a drafter object as it is.
+
+    ``target`` is accepted for callers that pass it; no drafter's construction needs it.
+    """
+    if d is None:
+        return PromptLookup()
+    if isinstance(d, ModelSpec):
+        return DraftModel(d)
+    if not isinstance(d, str):
+        if hasattr(d, "draft_time") and hasattr(d, "verify_time"):
+            return d
+        raise SpecroofError(f"cannot use {d!r} as a drafter: give a name ({DRAFTER_GRAMMAR}), a ModelSpec or a drafter")
+    key = d.strip().lower()
+    kind, sep, arg = key.partition(":")
+    arg_raw = d.strip().partition(":")[2].strip()
+    if kind in ("eagle", "eagle1") and not sep:
+        return Eagle(1)
+    if kind in ("eagle2", "eagle3") and not sep:
+        return Eagle(int(kind[-1]))
+    if kind == "mtp":
+        return MTP(modules=_count("mtp", arg, "mtp:2") if sep else 1)
+    if kind == "medusa":
+        # bare "medusa" is the method as shipped (5 heads, its name); medusa:H is H such heads ("H heads")
+        return Heads(_count("medusa heads", arg, "medusa:4")) if sep else Heads(5, name="medusa")
+    if kind == "hydra" and not sep:
+        return SequentialHeads(5, name="hydra")
+    if kind in ("prompt-lookup", "pld", "ngram") and not sep:
+        return PromptLookup()
+    if kind == "early-exit":
+        if not sep:
+            raise SpecroofError("early-exit needs a layer count, e.g. early-exit:8")
+        return EarlyExit(_count("early-exit layers", arg, "early-exit:8"))
+    if kind == "window":
+        if not sep:
+            raise SpecroofError("window needs a token count, e.g. window:512")
+        return SlidingWindowSelfDraft(_count("window", arg, "window:512"))
+    if kind == "block":
+        if not arg_raw:
+            raise SpecroofError("block needs a draft model, e.g. block:llama-3.2-1b")
+        return ParallelBlock(get_model(arg_raw))
+    if kind == "model":
+        if not arg_raw:
+            raise SpecroofError("model needs a draft model, e.g. model:llama-3.2-1b or model:path/config.json")
+        return DraftModel(get_model(arg_raw))
+    try:
+        return DraftModel(get_model(d))
     except SpecroofError:
         raise SpecroofError(
-            f"unknown drafter {name!r}: use eagle, eagle2, eagle3, mtp, medusa, hydra, prompt-lookup, "
-            "early-exit:L or model:NAME (a preset model or a config.json)"
+            f"unknown drafter {d!r}: use {DRAFTER_GRAMMAR} (NAME: a preset model or a config.json)"
         ) from None
+
+
+#: the earlier name of :func:`as_drafter`
+named_drafter = as_drafter
+
+
+# -- the one round formula ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RoundTime:
+    """Seconds of one speculative round: drafting, the verify pass, and host time outside the passes."""
+
+    t_draft_s: Array
+    t_verify_s: Array
+    t_round_host_s: float
+
+    @property
+    def t_round_s(self) -> Array:
+        return self.t_draft_s + self.t_verify_s + self.t_round_host_s
+
+
+def _scalar(x: ArrayLike) -> int:
+    """A tree round is priced one (batch, context) at a time: its levels are a Python list."""
+    a = np.asarray(x)
+    if a.size != 1:
+        raise SpecroofError(f"a tree round takes one batch and one context at a time (got shape {a.shape})")
+    return int(a.reshape(()))
+
+
+def draft_pricing(pricing: Pricing, drafter: Any) -> Pricing:
+    """The pricing of the draft passes: with the target's weights offloaded, a drafter's own weights stay on the device."""
+    return pricing.on_device() if owns_weights(drafter) else pricing
+
+
+def round_time(
+    pricing: Pricing,
+    target: ModelSpec,
+    drafter: Any,
+    shape: ArrayLike | Tree,
+    batch: ArrayLike,
+    context: ArrayLike,
+    *,
+    draft: Pricing | None = None,
+    round_overhead_s: float = 0.0,
+    verify_latency: dict[int, float] | None = None,
+) -> RoundTime:
+    """The round formula: t_round = t_draft + t_verify + round host time (docs/cost-model.md, sections 4-7).
+
+    ``shape`` is a chain length ``gamma`` (int or array, broadcast with ``batch`` and
+    ``context``) or a :class:`roofline.trees.Tree`: the drafter drafts it level by level and
+    the target verifies every node plus the pending token (the root) in one tree-masked
+    pass, each node attending to its ancestors. ``draft`` prices the draft passes (default:
+    :func:`draft_pricing`). The host time is the engine's per-round time plus
+    ``round_overhead_s``; ``verify_latency`` (nodes -> seconds, a measured table) replaces a
+    tree's priced verify pass.
+    """
+    d = as_drafter(drafter)
+    ctx = Ctx(target, pricing)
+    dctx = Ctx(target, draft if draft is not None else draft_pricing(pricing, d))
+    host = pricing.round_host_s + round_overhead_s
+    if isinstance(shape, Tree):
+        t_draft = np.asarray(float(d.tree_draft_time(dctx, shape.widths.tolist(), _scalar(batch), _scalar(context))))
+        if verify_latency is not None:
+            n = shape.n_nodes
+            if n + 1 not in verify_latency and n not in verify_latency:
+                raise SpecroofError(f"verify_latency has no entry for a {n}-node tree")
+            t_verify = np.asarray(float(verify_latency.get(n + 1, verify_latency.get(n, np.nan))))
+        else:
+            depths = np.concatenate([[1], shape.depths + 1])  # the pending token is the root
+            t_verify = ctx.pass_s(target, batch, None, context, tree=depths, tp=pricing.tp)
+        return RoundTime(t_draft, np.asarray(t_verify), host)
+    g = np.asarray(shape)
+    return RoundTime(d.draft_time(dctx, g, batch, context), d.verify_time(ctx, g, batch, context), host)

@@ -24,19 +24,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 from numpy.typing import ArrayLike
 
+from roofline.closed_forms import expected_tokens_curve
+from roofline.drafters import DrafterLike, as_drafter, round_time
+from roofline.engine import Engine
 from roofline.errors import SpecroofError, check_min, check_range
-
-if TYPE_CHECKING:
-    from roofline.hardware import Hardware
-    from roofline.model import ModelSpec
-    from roofline.speculative import DrafterLike
+from roofline.hardware import Hardware
+from roofline.model import ModelSpec, get_model
+from roofline.passtime import pass_seconds
+from roofline.pricing import DEFAULT_CONTEXT, Pricing, pricing_of
 
 
 class GammaPolicy:
@@ -250,42 +252,48 @@ def simulate_policy(
 
 
 def compare_policies(
-    hardware: Hardware | str,
+    hardware: Pricing | Hardware | str,
     target: ModelSpec | str,
     drafter: DrafterLike,
     curve: ArrayLike,
     policies: Sequence[GammaPolicy],
     *,
     batch: int = 1,
-    context: int = 1024,
-    dtype: str = "bf16",
+    context: int = DEFAULT_CONTEXT,
+    dtype: str | None = None,
     max_gamma: int | None = None,
     switch: float = 0.0,
     rounds: int = 20_000,
     seed: int = 0,
+    engine: Engine | str | None = None,
+    weight_dtype: str | None = None,
+    kv_dtype: str | None = None,
+    tp: int | None = None,
 ) -> pd.DataFrame:
     """Each policy against the best static gamma for one GPU, target, drafter, curve, batch and context.
 
-    Round times come from :func:`roofline.speculative.speedup` (the cost model at the
-    real batch and context). ``curve`` is one per-position acceptance curve, or one per
+    ``hardware`` is a :class:`roofline.pricing.Pricing` or a profile priced with ``engine``,
+    ``dtype``, ``weight_dtype``, ``kv_dtype`` and ``tp``. Round times come from
+    :func:`roofline.drafters.round_time` (the round formula at the real batch and context).
+    ``curve`` is one per-position acceptance curve, or one per
     regime with ``switch`` the chance per round of moving to another (see
     :func:`simulate_policy`); the static gamma's closed form then averages the regimes'
     expected tokens. Rows: the best static gamma (closed form and simulated) and each
     policy (simulated), with ``speedup``, ``mean_gamma`` and ``vs_best_static`` (policy
     speedup / best static speedup - 1).
     """
-    from roofline.speculative import expected_tokens_curve, speedup
-
+    pr = pricing_of(hardware, dtype=dtype, engine=engine, weight_dtype=weight_dtype, kv_dtype=kv_dtype, tp=tp)
     c = np.asarray(curve, dtype=float)
     c = c[None] if c.ndim == 1 else c
     top = int(max_gamma or max(c.shape[1], 1))  # static gammas searched
     reach = max(top, *(int(getattr(p, "max_gamma", 0)) for p in policies))  # gammas a policy may use
     ext = c[:, np.minimum(np.arange(reach), c.shape[1] - 1)]  # beyond the measured curve: its last value
     gs = np.arange(0, reach + 1)
-    res = speedup(hardware, target, drafter, list(ext[0]), gs, batch=batch, context=context, dtype=dtype, curve=True)
-    t_rounds = np.asarray(res.t_round_s, dtype=float)
+    spec = get_model(target)
+    t_step = float(pass_seconds(spec, pr, batch, 1, context))
+    # gamma 0 is a plain step; every other gamma one round of the round formula
+    t_rounds = np.where(gs == 0, t_step, round_time(pr, spec, as_drafter(drafter), gs, batch, context).t_round_s)
     t_round = dict(zip(gs.tolist(), t_rounds.tolist(), strict=True))
-    t_step = float(np.asarray(res.t_target_step_s).ravel()[0])
     gs, t_rounds = gs[: top + 1], t_rounds[: top + 1]
     e_mix = np.mean([expected_tokens_curve(row[:top], gs) for row in ext], axis=0)  # regimes equally likely
     sp = np.where(gs == 0, 1.0, e_mix * t_step / t_rounds)

@@ -8,7 +8,7 @@ number of new tokens for which that still holds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -17,13 +17,31 @@ import pandas as pd
 from numpy.typing import ArrayLike
 
 from roofline.cost import PassCost, forward_cost
-from roofline.engine import Engine, load_engine
+from roofline.dtypes import activation_dtype, dtype_bytes
+from roofline.engine import Engine
 from roofline.errors import SpecroofError, check_min
-from roofline.hardware import Hardware, activation_dtype, dtype_bytes, load_hardware, weight_only
+from roofline.hardware import Hardware
 from roofline.model import ModelSpec, get_model
+from roofline.pricing import DEFAULT_CONTEXT, Pricing, pricing_of
 from roofline.timemodel import ATTENTION_OPERATORS, combine
 
-__all__ = ["ATTENTION_OPERATORS", "StepTime", "combine", "crossover_tokens", "pass_time", "step_time"]
+HardwareLike = Pricing | Hardware | str
+
+__all__ = [
+    "ATTENTION_OPERATORS",
+    "DEFAULT_CONTEXT",
+    "Footprint",
+    "StepTime",
+    "batch_sweep",
+    "combine",
+    "crossover_tokens",
+    "max_batch",
+    "memory_footprint",
+    "pass_time",
+    "prefill_vs_decode",
+    "step_time",
+    "weights_only_crossover",
+]
 
 Array = npt.NDArray[np.float64]
 
@@ -46,6 +64,12 @@ class StepTime:
     tokens: npt.NDArray[np.int64]
     intensity: Array
     ridge: float
+    #: device memory the configuration needs (weights on the device + KV cache of batch x (context + new
+    #: tokens)), bytes, and whether it fits in the devices' memory: set by :func:`pass_time` (None from a bare cost)
+    memory_bytes: Array | None = None
+    fits_in_memory: npt.NDArray[np.bool_] | None = None
+    #: the pass's bytes and FLOPs, for :meth:`to_frame`
+    cost: PassCost | None = field(default=None, repr=False, compare=False)
 
     @property
     def memory_bound(self) -> npt.NDArray[np.bool_]:
@@ -60,6 +84,27 @@ class StepTime:
     @property
     def bound(self) -> npt.NDArray[np.str_]:
         return np.where(self.memory_bound, "memory", "compute")
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per configuration of the sweep (batch, new tokens, context when known), unit-suffixed columns."""
+        shape = np.shape(self.t_step_s)
+        cols: dict[str, Any] = {}
+        if self.cost is not None:
+            for name in ("batch", "new_tokens", "context"):
+                cols[name] = np.broadcast_to(getattr(self.cost, name), shape).ravel()
+        cols |= {
+            "tokens": np.broadcast_to(self.tokens, shape).ravel(),
+            "t_step_s": np.ravel(self.t_step_s),
+            "t_memory_s": np.broadcast_to(self.t_memory_s, shape).ravel(),
+            "t_compute_s": np.broadcast_to(self.t_compute_s, shape).ravel(),
+            "tokens_per_s": np.broadcast_to(self.tokens_per_s, shape).ravel(),
+            "intensity_flop_per_byte": np.broadcast_to(self.intensity, shape).ravel(),
+            "bound": np.broadcast_to(self.bound, shape).ravel(),
+        }
+        if self.memory_bytes is not None and self.fits_in_memory is not None:
+            cols["memory_bytes"] = np.broadcast_to(self.memory_bytes, shape).ravel()
+            cols["fits_in_memory"] = np.broadcast_to(self.fits_in_memory, shape).ravel()
+        return pd.DataFrame(cols)
 
     def breakdown(self) -> pd.DataFrame:
         """Per-operator times of one configuration, with the bound of each operator."""
@@ -80,18 +125,19 @@ class StepTime:
 
 def step_time(
     cost: PassCost,
-    hardware: Hardware | str,
+    hardware: HardwareLike,
     dtype: str | None = None,
     *,
-    efficiency: bool = False,
+    efficiency: bool | None = None,
     overhead_s: float | None = None,
-    tp: int = 1,
+    tp: int | None = None,
     engine: Engine | str | None = None,
 ) -> StepTime:
-    """Roofline time of the pass ``cost`` on ``hardware``.
+    """Roofline time of the pass ``cost`` priced by ``hardware`` (a :class:`roofline.pricing.Pricing`, or a
+    profile/name with the options below).
 
-    ``dtype`` picks the compute ceiling (default: the pass's activation dtype).
-    ``efficiency=True`` scales the datasheet ceilings by the profile's achievable
+    ``dtype`` picks the compute ceiling (default: the pass's activation dtype, or the
+    Pricing's). ``efficiency=True`` scales the datasheet ceilings by the profile's achievable
     fractions. ``overhead_s`` is the fixed time per pass; by default the profile's
     measured pass overhead plus per-layer overhead (zero for datasheet profiles).
     ``tp`` > 1 splits weights, KV and work over ``tp`` devices (tensor parallelism)
@@ -100,19 +146,18 @@ def step_time(
     ``engine`` (a name from ``engine_profiles/`` or an :class:`roofline.engine.Engine`)
     adds what the software running the model adds; None is the datasheet roofline.
     """
-    hw = load_hardware(hardware)
-    tp = int(check_min("tp", tp, 1, integer=True))
-    dtype = dtype or cost.compute_dtype
-    hw.peak(dtype, efficiency)  # an unknown dtype, or one the profile has no peak for: the profile says which
-    tm = hw.time_model(efficiency, load_engine(engine))
-    if overhead_s is None:
-        overhead_s = tm.overhead_s(cost.n_layers)
-    elif not (np.isfinite(overhead_s) and overhead_s >= 0):
-        raise SpecroofError(f"overhead_s must be >= 0 and finite (got {overhead_s})")
-    op_mem, op_comp = tm.operator_times(cost, dtype, tp)
+    if dtype is None and not isinstance(hardware, Pricing):
+        dtype = cost.compute_dtype
+    pr = pricing_of(hardware, dtype=dtype, efficiency=efficiency, overhead_s=overhead_s, tp=tp, engine=engine)
+    return _step_time(cost, pr)
+
+
+def _step_time(cost: PassCost, pr: Pricing, memory_bytes: Array | None = None) -> StepTime:
+    tm, dtype = pr.time_model, pr.dtype
+    fixed = tm.overhead_s(cost.n_layers) if pr.overhead_s is None else pr.overhead_s
+    op_mem, op_comp = tm.operator_times(cost, dtype, pr.tp)
     op_t = combine(op_mem, op_comp, tm.overlap)
-    comm = tm.allreduce_s(cost, tp)
-    peak, bw = tm.peak(dtype), tm.bandwidth_bytes_per_s
+    comm = tm.allreduce_s(cost, pr.tp)
     return StepTime(
         operators=cost.operators,
         op_memory_s=op_mem,
@@ -120,78 +165,137 @@ def step_time(
         op_time_s=op_t,
         t_memory_s=op_mem.sum(axis=0),
         t_compute_s=op_comp.sum(axis=0),
-        overhead_s=float(overhead_s),
-        t_step_s=tm.compose(op_t, overhead_s, comm, cost.n_layers),
+        overhead_s=float(fixed),
+        t_step_s=tm.compose(op_t, fixed, comm, cost.n_layers, cost=cost),
         tokens=cost.tokens,
         intensity=cost.intensity,
-        ridge=peak / bw,
+        ridge=tm.peak(dtype) / tm.bandwidth_bytes_per_s,
+        memory_bytes=memory_bytes,
+        fits_in_memory=None if memory_bytes is None else np.asarray(memory_bytes <= pr.memory_bytes),
+        cost=cost,
     )
 
 
-def pass_time(
-    spec: ModelSpec | str,
-    hardware: Hardware | str,
-    batch: ArrayLike = 1,
-    new_tokens: ArrayLike | None = 1,
-    context: ArrayLike = 0,
-    dtype: str = "fp16",
-    *,
-    weight_dtype: str | None = None,
-    kv_dtype: str | None = None,
+def pass_cost(
+    spec: ModelSpec,
+    pr: Pricing,
+    batch: ArrayLike,
+    new_tokens: ArrayLike | None,
+    context: ArrayLike,
     tree: Any = None,
-    efficiency: bool = False,
-    overhead_s: float | None = None,
-    tp: int = 1,
-    engine: Engine | str | None = None,
-) -> StepTime:
-    """Shortcut: :func:`forward_cost` then :func:`step_time` (``dtype`` = compute/activation dtype).
-
-    ``dtype="int4"`` with no ``weight_dtype`` means weight-only int4 (no GPU multiplies in
-    int4): the weights are stored in int4 and the arithmetic runs in bf16. int8 and fp8
-    stay compute dtypes (W8A8); weight-only int8 is ``weight_dtype="int8", dtype="bf16"``.
-    """
-    dtype, weight_dtype = weight_only(dtype, weight_dtype)
-    cost = forward_cost(
+) -> PassCost:
+    """The bytes and FLOPs of one pass of ``spec`` in the pricing's dtypes."""
+    return forward_cost(
         spec,
         batch,
         new_tokens,
         context,
-        weight_dtype=weight_dtype or dtype,
-        kv_dtype=kv_dtype,
-        act_dtype=dtype,
+        weight_dtype=pr.stored_weight_dtype,
+        kv_dtype=pr.kv_dtype,
+        act_dtype=pr.dtype,
         tree=tree,
     )
-    return step_time(cost, hardware, dtype, efficiency=efficiency, overhead_s=overhead_s, tp=tp, engine=engine)
 
 
-def weights_only_crossover(spec: ModelSpec | str, hardware: Hardware | str, dtype: str = "fp16") -> float:
+def pass_seconds(
+    spec: ModelSpec,
+    pr: Pricing,
+    batch: ArrayLike,
+    new_tokens: ArrayLike | None,
+    context: ArrayLike,
+    *,
+    tree: Any = None,
+    tp: int | None = None,
+) -> Array:
+    """Seconds of one pass of ``spec`` (just the total: the drafters' and rounds' fast path).
+
+    ``tp`` overrides the pricing's (a drafter's own passes run on one device).
+    """
+    cost = pass_cost(spec, pr, batch, new_tokens, context, tree)
+    return pr.time_model.pass_seconds(cost, pr.dtype, overhead_s=pr.overhead_s, tp=pr.tp if tp is None else tp)
+
+
+def device_memory(spec: ModelSpec, pr: Pricing, batch: ArrayLike, tokens_cached: ArrayLike) -> Array:
+    """Bytes the target needs on the devices: its weights (unless offloaded) and the KV of ``tokens_cached`` per sequence."""
+    weights = 0.0 if pr.offloaded else spec.total_params * dtype_bytes(pr.stored_weight_dtype)
+    kv = spec.kv_bytes(np.asarray(batch) * np.asarray(tokens_cached), dtype_bytes(pr.kv_dtype or pr.dtype))
+    return np.asarray(weights + kv, dtype=float)
+
+
+def pass_time(
+    spec: ModelSpec | str,
+    hardware: HardwareLike,
+    batch: ArrayLike = 1,
+    new_tokens: ArrayLike | None = 1,
+    context: ArrayLike = DEFAULT_CONTEXT,
+    dtype: str | None = None,
+    *,
+    weight_dtype: str | None = None,
+    kv_dtype: str | None = None,
+    tree: Any = None,
+    efficiency: bool | None = None,
+    overhead_s: float | None = None,
+    tp: int | None = None,
+    engine: Engine | str | None = None,
+) -> StepTime:
+    """Time of one pass of ``spec``: :func:`forward_cost` priced by ``hardware`` (a Pricing, or a profile with options).
+
+    ``dtype`` is the compute/activation dtype (default bf16). ``dtype="int4"`` with no
+    ``weight_dtype`` means weight-only int4 (no GPU multiplies in int4): the weights are
+    stored in int4 and the arithmetic runs in bf16. int8 and fp8 stay compute dtypes
+    (W8A8); weight-only int8 is ``weight_dtype="int8", dtype="bf16"``. The result's
+    ``fits_in_memory`` says whether the weights and the KV cache of ``batch`` x
+    (``context`` + new tokens) fit in the devices' memory (a pass that does not fit is
+    still priced: the flag is the warning).
+    """
+    pr = pricing_of(
+        hardware,
+        dtype=dtype,
+        weight_dtype=weight_dtype,
+        kv_dtype=kv_dtype,
+        efficiency=efficiency,
+        overhead_s=overhead_s,
+        tp=tp,
+        engine=engine,
+    )
+    spec = get_model(spec)
+    cost = pass_cost(spec, pr, batch, new_tokens, context, tree)
+    return _step_time(cost, pr, device_memory(spec, pr, cost.batch, cost.context + cost.new_tokens))
+
+
+def weights_only_crossover(spec: ModelSpec | str, hardware: HardwareLike, dtype: str | None = None) -> float:
     """The back-of-the-envelope K = t_memory / t_compute_per_token, counting weights only (a float)."""
-    spec, hw = get_model(spec), load_hardware(hardware)
-    t_mem = spec.total_params * dtype_bytes(dtype) / hw.bandwidth()
-    t_tok = 2.0 * spec.active_params / hw.peak(dtype)
+    pr = pricing_of(hardware, dtype=dtype)
+    spec, hw = get_model(spec), pr.hardware
+    t_mem = spec.total_params * dtype_bytes(pr.stored_weight_dtype) / hw.bandwidth()
+    t_tok = 2.0 * spec.active_params / hw.peak(pr.dtype)
     return t_mem / t_tok
 
 
 def crossover_tokens(
     spec: ModelSpec | str,
-    hardware: Hardware | str,
+    hardware: HardwareLike,
     batch: ArrayLike = 1,
-    context: ArrayLike = 0,
-    dtype: str = "fp16",
+    context: ArrayLike = DEFAULT_CONTEXT,
+    dtype: str | None = None,
     *,
     weight_dtype: str | None = None,
     kv_dtype: str | None = None,
-    efficiency: bool = False,
+    efficiency: bool | None = None,
     max_tokens: int = 1 << 20,
     engine: Engine | str | None = None,
+    tp: int | None = None,
 ) -> npt.NDArray[np.int64]:
     """Largest number of new tokens per sequence for which the pass stays memory bound.
 
     Exact on the integer grid (vectorised bisection over batch x context). 0 means
     even a one-token pass is compute bound; ``max_tokens`` (capped by the model's
-    context) means it never flips.
+    context) means it never flips. Priced like :func:`pass_time` (engine, TP, dtypes).
     """
-    spec, hw = get_model(spec), load_hardware(hardware)
+    pr = pricing_of(
+        hardware, dtype=dtype, weight_dtype=weight_dtype, kv_dtype=kv_dtype, efficiency=efficiency, engine=engine, tp=tp
+    )
+    spec = get_model(spec)
     B = check_min("batch", batch, 1, integer=True)
     L = check_min("context", context, 0, integer=True)
     B, L = np.broadcast_arrays(B, L)
@@ -200,10 +304,7 @@ def crossover_tokens(
         raise SpecroofError(f"context leaves no room for new tokens within max context {spec.max_context}")
 
     def mem_bound(n: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
-        st = pass_time(
-            spec, hw, B, n, L, dtype, weight_dtype=weight_dtype, kv_dtype=kv_dtype, efficiency=efficiency, engine=engine
-        )
-        return st.memory_bound
+        return _step_time(pass_cost(spec, pr, B, n, L), pr).memory_bound
 
     lo = np.zeros(B.shape, dtype=np.int64)  # invariant: lo is memory bound (0 trivially)
     hi = cap.astype(np.int64) + 1  # invariant: hi is compute bound (or past the cap)
@@ -239,9 +340,9 @@ class Footprint:
 def memory_footprint(
     spec: ModelSpec | str,
     batch: ArrayLike = 1,
-    context: ArrayLike = 0,
+    context: ArrayLike = DEFAULT_CONTEXT,
     *,
-    weight_dtype: str = "fp16",
+    weight_dtype: str = "bf16",
     kv_dtype: str | None = None,
     act_dtype: str | None = None,
     new_tokens: ArrayLike = 1,
@@ -262,39 +363,45 @@ def memory_footprint(
 
 def max_batch(
     spec: ModelSpec | str,
-    hardware: Hardware | str,
+    hardware: HardwareLike,
     context: int,
-    weight_dtype: str = "fp16",
+    weight_dtype: str | None = None,
     kv_dtype: str | None = None,
     new_tokens: int = 1,
     limit: int = 1 << 20,
 ) -> int:
     """Largest batch whose weights + KV + activations fit in the device memory (0 if none)."""
-    hw = load_hardware(hardware)
+    pr = pricing_of(hardware, weight_dtype=weight_dtype, kv_dtype=kv_dtype)
+    hw = pr.hardware
     if hw.memory_bytes is None:
         raise SpecroofError(f"hardware {hw.id!r} has no memory capacity in its profile")
     batches = np.arange(1, limit + 1)
-    fp = memory_footprint(spec, batches, context, weight_dtype=weight_dtype, kv_dtype=kv_dtype, new_tokens=new_tokens)
+    fp = memory_footprint(
+        spec, batches, context, weight_dtype=pr.stored_weight_dtype, kv_dtype=pr.kv_dtype, new_tokens=new_tokens
+    )
     fits = np.nonzero(fp.total_bytes <= hw.memory_bytes)[0]
     return int(batches[fits[-1]]) if fits.size else 0
 
 
 def batch_sweep(
     spec: ModelSpec | str,
-    hardware: Hardware | str,
+    hardware: HardwareLike,
     batches: ArrayLike,
     *,
     new_tokens: int = 1,
-    context: int = 0,
-    dtype: str = "fp16",
-    efficiency: bool = False,
+    context: int = DEFAULT_CONTEXT,
+    dtype: str | None = None,
+    efficiency: bool | None = None,
 ) -> pd.DataFrame:
     """Per-user latency and total throughput against batch size (the classic batch graph)."""
-    spec, hw = get_model(spec), load_hardware(hardware)
+    pr = pricing_of(hardware, dtype=dtype, efficiency=efficiency)
+    spec = get_model(spec)
     B = check_min("batches", batches, 1, integer=True).ravel()
-    st = pass_time(spec, hw, B, new_tokens, context, dtype, efficiency=efficiency)
-    fp = memory_footprint(spec, B, context, weight_dtype=dtype, new_tokens=new_tokens)
-    cap = hw.memory_bytes if hw.memory_bytes is not None else np.inf
+    st = pass_time(spec, pr, B, new_tokens, context)
+    fp = memory_footprint(
+        spec, B, context, weight_dtype=pr.stored_weight_dtype, act_dtype=pr.dtype, new_tokens=new_tokens
+    )
+    cap = pr.hardware.memory_bytes if pr.hardware.memory_bytes is not None else np.inf
     return pd.DataFrame(
         {
             "batch": B,
@@ -312,15 +419,16 @@ def batch_sweep(
 
 def prefill_vs_decode(
     spec: ModelSpec | str,
-    hardware: Hardware | str,
+    hardware: HardwareLike,
     prompt_tokens: int,
     batch: int = 1,
-    dtype: str = "fp16",
+    dtype: str | None = None,
 ) -> pd.DataFrame:
     """Prefill of ``prompt_tokens`` against one decode step after it: time, intensity, bound."""
+    pr = pricing_of(hardware, dtype=dtype)
     rows = []
     for phase, n, ctx in (("prefill", prompt_tokens, 0), ("decode", 1, prompt_tokens)):
-        st = pass_time(spec, hardware, batch, n, ctx, dtype)
+        st = pass_time(spec, pr, batch, n, ctx)
         rows.append(
             {
                 "phase": phase,

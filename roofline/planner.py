@@ -8,20 +8,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
+from roofline.drafters import DrafterLike, as_drafter
+from roofline.engine import Engine
 from roofline.errors import SpecroofError, check_min
-from roofline.hardware import Hardware, load_hardware, weight_only
+from roofline.hardware import Hardware
 from roofline.model import ModelSpec, get_model
 from roofline.passtime import crossover_tokens
-from roofline.speculative import as_drafter, speedup
+from roofline.pricing import DEFAULT_CONTEXT, Pricing, pricing_of
+from roofline.speculative import speedup
 
-if TYPE_CHECKING:
-    from roofline.speculative import DrafterLike
+HardwareLike = Pricing | Hardware | str
 
 PLAN_COLUMNS = [
     "hardware",
@@ -32,7 +34,7 @@ PLAN_COLUMNS = [
     "expected_tokens",
     "t_draft_s",
     "t_verify_s",
-    "t_overhead_s",
+    "t_round_host_s",
     "t_round_s",
     "tokens_per_s_per_user",
     "tokens_per_s_total",
@@ -47,31 +49,32 @@ def _listify(x: Any) -> list[Any]:
 
 
 def plan(
-    hardware: Hardware | str | Sequence[Hardware | str],
+    hardware: HardwareLike | Sequence[HardwareLike],
     target: ModelSpec | str,
     drafter: DrafterLike | Sequence[DrafterLike],
     acceptance: Any,
     *,
     batch: ArrayLike = 1,
-    context: ArrayLike = 1024,
+    context: ArrayLike = DEFAULT_CONTEXT,
     gammas: ArrayLike | range = range(0, 17),
-    dtype: str = "bf16",
+    dtype: str | None = None,
     curve: bool | None = None,
-    efficiency: bool = False,
+    efficiency: bool | None = None,
     round_overhead_s: float = 0.0,
-    tp: int = 1,
-    engine: Any = None,
+    tp: int | None = None,
+    engine: Engine | str | None = None,
     weight_dtype: str | None = None,
+    kv_dtype: str | None = None,
 ) -> pd.DataFrame:
     """Ranked table of every (hardware, strategy, gamma, batch, context), best speedup first.
 
-    ``drafter`` may be one drafter or a list; ``acceptance`` a scalar alpha or a
-    per-position curve (then gammas beyond its length are skipped), or a dict
-    from drafter name to its own alpha or curve. gamma 0 is
-    plain decoding (strategy 'none'). Rows that do not fit in memory stay in the
-    table with ``fits_in_memory`` False and are ranked last. ``engine`` prices every pass
-    and round as that software runs them (:mod:`roofline.engine`); ``weight_dtype``
-    stores the weights quantised (int8, int4, fp8).
+    ``hardware`` is one or a list of :class:`roofline.pricing.Pricing` objects or profiles
+    (priced with ``engine``, ``dtype``, ``weight_dtype``, ``kv_dtype``, ``tp``, ``efficiency``;
+    each resolved once). ``drafter`` may be one drafter or a list; ``acceptance`` a scalar
+    alpha or a per-position curve (then gammas beyond its length are skipped), or a dict
+    from drafter name to its own alpha or curve. gamma 0 is plain decoding (strategy
+    'none'). Rows that do not fit in memory stay in the table with ``fits_in_memory``
+    False and are ranked last.
     """
     spec = get_model(target)
     g_all = check_min("gammas", np.atleast_1d(np.asarray(gammas)).ravel(), 0, integer=True)
@@ -82,9 +85,12 @@ def plan(
         missing = [d.name for d in drafters if d.name not in acceptance]
         if missing:
             raise SpecroofError(f"acceptance has no entry for drafter(s) {missing}; keys: {list(acceptance)}")
+    options = dict(
+        dtype=dtype, efficiency=efficiency, tp=tp, engine=engine, weight_dtype=weight_dtype, kv_dtype=kv_dtype
+    )
     frames = []
     for hw_ in _listify(hardware):
-        hw = load_hardware(hw_)
+        pr = pricing_of(hw_, **options)
         for d in drafters:
             acc = acceptance[d.name] if isinstance(acceptance, dict) else acceptance
             is_curve = isinstance(acc, (list, tuple, np.ndarray)) and np.ndim(acc) == 1 if curve is None else curve
@@ -92,25 +98,10 @@ def plan(
             if g.size == 0:
                 raise SpecroofError(f"no gamma fits within the acceptance curve's {len(acc)} positions")
             G, BB, LL = np.meshgrid(g, B, L, indexing="ij")
-            r = speedup(
-                hw,
-                spec,
-                d,
-                acc,
-                G,
-                batch=BB,
-                context=LL,
-                dtype=dtype,
-                curve=is_curve,
-                efficiency=efficiency,
-                round_overhead_s=round_overhead_s,
-                tp=tp,
-                engine=engine,
-                weight_dtype=weight_dtype,
-            )
+            r = speedup(pr, spec, d, acc, G, batch=BB, context=LL, curve=is_curve, round_overhead_s=round_overhead_s)
             frame = pd.DataFrame(
                 {
-                    "hardware": hw.id,
+                    "hardware": pr.hardware.id,
                     "strategy": np.where(G == 0, "none", d.name).ravel(),
                     "gamma": G.ravel(),
                     "batch": BB.ravel(),
@@ -118,7 +109,7 @@ def plan(
                     "expected_tokens": np.broadcast_to(r.expected_tokens, G.shape).ravel(),
                     "t_draft_s": np.broadcast_to(r.t_draft_s, G.shape).ravel(),
                     "t_verify_s": np.broadcast_to(r.t_verify_s, G.shape).ravel(),
-                    "t_overhead_s": np.where(G == 0, 0.0, r.t_overhead_s).ravel(),
+                    "t_round_host_s": np.where(G == 0, 0.0, r.t_round_host_s).ravel(),
                     "t_round_s": np.broadcast_to(r.t_round_s, G.shape).ravel(),
                     "tokens_per_s_per_user": np.broadcast_to(r.tokens_per_s_per_user, G.shape).ravel(),
                     "tokens_per_s_total": np.broadcast_to(r.tokens_per_s_total, G.shape).ravel(),
@@ -143,38 +134,49 @@ class Recommendation:
     reason: str
     table: pd.DataFrame
 
+    def to_frame(self) -> pd.DataFrame:
+        """The ranked plan table this recommendation was read from (best first)."""
+        return self.table
+
 
 def recommend(
-    hardware: Hardware | str,
+    hardware: HardwareLike,
     target: ModelSpec | str,
     drafter: DrafterLike | Sequence[DrafterLike],
     acceptance: Any,
     *,
     batch: int = 1,
-    context: int = 1024,
+    context: int = DEFAULT_CONTEXT,
     gammas: ArrayLike | range = range(0, 17),
-    dtype: str = "bf16",
+    dtype: str | None = None,
     table: pd.DataFrame | None = None,
+    efficiency: bool | None = None,
+    tp: int | None = None,
+    engine: Engine | str | None = None,
+    weight_dtype: str | None = None,
+    kv_dtype: str | None = None,
     **kwargs: Any,
 ) -> Recommendation:
     """Best strategy and gamma for one GPU, batch and context, with why.
 
-    ``table``: a :func:`plan` table that already covers this GPU, batch and context
-    (the CLI plans every cell once and reads each recommendation out of it).
+    ``hardware`` is a Pricing or a profile priced with the keyword options; the crossover K
+    in the reason is priced the same way (engine, TP, dtypes). ``table``: a :func:`plan`
+    table that already covers this GPU, batch and context (the CLI plans every cell once
+    and reads each recommendation out of it). Other keywords go to :func:`plan`.
     """
-    hw = load_hardware(hardware)
+    pr = pricing_of(
+        hardware, dtype=dtype, efficiency=efficiency, tp=tp, engine=engine, weight_dtype=weight_dtype, kv_dtype=kv_dtype
+    )
+    hw = pr.hardware
     if table is None:
-        table = plan(
-            hw, target, drafter, acceptance, batch=batch, context=context, gammas=gammas, dtype=dtype, **kwargs
-        )
+        table = plan(pr, target, drafter, acceptance, batch=batch, context=context, gammas=gammas, **kwargs)
     else:
         table = table[(table["hardware"] == hw.id) & (table["batch"] == batch) & (table["context"] == context)]
         if table.empty:
             raise SpecroofError(f"the plan table has no row for {hw.id}, batch {batch}, context {context}")
         table = table.reset_index(drop=True)  # plan() ranked it already
     best = {str(k): v for k, v in table.iloc[0].items()}
-    cdt, wdt = weight_only(dtype, kwargs.get("weight_dtype"))
-    k = int(crossover_tokens(target, hw, batch, context, cdt, weight_dtype=wdt))
+    k = int(crossover_tokens(target, pr, batch, context))
     if best["gamma"] == 0:
         reason = (
             f"do not speculate: at batch {batch}, context {context} no strategy beats plain decoding "
@@ -193,24 +195,32 @@ def recommend(
 
 
 def speculation_stops_paying(
-    hardware: Hardware | str,
+    hardware: HardwareLike,
     target: ModelSpec | str,
     drafter: DrafterLike | Sequence[DrafterLike],
     acceptance: Any,
     *,
-    context: int = 1024,
+    context: int = DEFAULT_CONTEXT,
     gammas: ArrayLike | range = range(1, 17),
-    dtype: str = "bf16",
+    dtype: str | None = None,
     max_batch: int = 4096,
+    efficiency: bool | None = None,
+    tp: int | None = None,
+    engine: Engine | str | None = None,
+    weight_dtype: str | None = None,
+    kv_dtype: str | None = None,
 ) -> int | None:
     """Smallest power-of-two batch at which no gamma >= 1 gives a speedup above 1.
 
     Only batches whose KV cache fits in memory count; None when speculation pays
     at every batch that fits (at long context the KV read keeps even large
-    batches memory bound).
+    batches memory bound). Priced like :func:`plan`.
     """
+    pr = pricing_of(
+        hardware, dtype=dtype, efficiency=efficiency, tp=tp, engine=engine, weight_dtype=weight_dtype, kv_dtype=kv_dtype
+    )
     batches = 2 ** np.arange(int(np.log2(max_batch)) + 1)
-    table = plan(hardware, target, drafter, acceptance, batch=batches, context=context, gammas=gammas, dtype=dtype)
+    table = plan(pr, target, drafter, acceptance, batch=batches, context=context, gammas=gammas)
     table = table[table["fits_in_memory"]]
     best = table[table["gamma"] > 0].groupby("batch")["speedup"].max()
     losing = best[best <= 1.0]

@@ -1,4 +1,4 @@
-"""Draft trees: structure, masks, position ids, expected tokens, optimal trees, tree size for a GPU.
+"""Draft trees: structure, masks, position ids, expected tokens, optimal trees (sizing: roofline.tree_sizing).
 
 A tree is a parent array over draft nodes; -1 means "child of the committed
 prefix". Parents come before children, so every pass over nodes in index order
@@ -14,16 +14,12 @@ import heapq
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 from roofline.errors import SpecroofError, as_array, check_min, check_range
-
-if TYPE_CHECKING:
-    from roofline.speculative import DrafterLike
 
 IntArray = npt.NDArray[np.int64]
 Array = npt.NDArray[np.float64]
@@ -375,17 +371,31 @@ class OptimalTree:
         return self._builder(n_nodes, max_depth)
 
 
-#: most cells (budget^2 x depth x ranks) the tree DP takes on before refusing: about 10 s of work
+#: most cells (budget^2 x depth x ranks) of the dense recurrence the tree DP takes on before refusing
 MAX_DP_WORK = 4e10
+
+#: slack under which a split, a rank or a level counts as "cannot win": far above the rounding of a sum
+#: of a few dozen products of probabilities (~1e-15), far below any difference a table reports
+_DP_SLACK = 1e-12
+
+#: candidates (rows x splits) evaluated in one block: 1 MiB of float64, a core's cache
+_DP_BLOCK = 1 << 17
+
+#: below this many candidates a rank tries every split: finding the ones that can win costs more
+_DP_SMALL = 1 << 14
 
 
 def sequoia_dp_work(m_max: int, l_max: int, n_ranks: int) -> float:
-    """Element operations of :func:`sequoia_dp`: one (budget x budget) max-plus step per level and rank."""
+    """Element operations of the dense recurrence: one (budget x budget) max-plus step per level and rank.
+
+    :func:`sequoia_dp` bounds its input by this count; it does far less where splits, ranks
+    or levels cannot win (docs/cost-model.md, section 10).
+    """
     return float(m_max + 1) ** 2 * max(1, l_max - 1) * max(1, min(n_ranks, m_max))
 
 
 def sequoia_dp(p: Array, m_max: int, l_max: int) -> tuple[Array, IntArray, Array]:
-    """Sequoia's recurrence, vectorised as max-plus convolutions.
+    """Sequoia's recurrence as max-plus convolutions, searching only what can win.
 
     T[m, l, b]: best expected tokens of a subtree with m nodes (root included), at
     most l levels (root included) and b root children. Returns (T, best b for each
@@ -393,10 +403,15 @@ def sequoia_dp(p: Array, m_max: int, l_max: int) -> tuple[Array, IntArray, Array
     behind each cell is not stored: :func:`_sequoia_tree` recovers it for the cells a
     tree visits (a few hundred), which spares an argmax over every cell.
 
-    Work: O(m_max^2 x l_max x K) for K = min(len(p), m_max) ranks (a root never has
-    more children than nodes), memory O(m_max x l_max x K + m_max^2). A rank whose
-    acceptance is 0 (never accepted in the sample) adds nothing but stays a legal
-    child: 0 x (an infeasible subtree) is infeasible, never NaN.
+    Every value is the max over a set of candidates that provably holds the best one, each
+    candidate computed as the dense recurrence computes it, so F is the dense one bit for
+    bit (a level proven not to pay is the one before it, equal in exact arithmetic); T is
+    -inf for ranks proven not to win. Skipped, each with its proof in docs/cost-model.md
+    section 10: sizes whose child subtrees did not change since the last level (copied),
+    splits whose bound falls below a split in hand, ranks beyond the last one that can
+    still beat the best root, and levels once one more cannot pay (copied). A rank whose
+    acceptance is 0 (never accepted in the sample) adds nothing but stays a legal child:
+    0 x (an infeasible subtree) is infeasible, never NaN.
     """
     K = min(p.size, max(1, m_max - 1))
     p = p[:K]
@@ -411,42 +426,138 @@ def sequoia_dp(p: Array, m_max: int, l_max: int) -> tuple[Array, IntArray, Array
     T[1, 1:, 0] = 1.0
     F = np.full((m_max + 1, l_max + 1), -np.inf)  # best over b
     F[1, 1:] = 1.0
+    p_top = float(p.max())
     for level in range(2, l_max + 1):
-        if level > 2 and np.array_equal(F[:, level - 1], F[:, level - 2]):
-            # deeper levels no longer help any size: every later level equals this one, exactly
-            T[:, level:, :] = T[:, level - 1 : level, :]
-            F[:, level:] = F[:, level - 1 : level]
-            break
         sub = F[:, level - 1]
-        Tl = T[:, level, :]
-        # Rows (subtree sizes m) in ascending chunks that fit in a core's cache, each taken through every
-        # rank b: T[m, b] needs T[y, b - 1] only for y < m, all in earlier chunks or earlier in this one.
-        r0 = 2
-        while r0 <= m_max:
-            r1 = min(m_max + 1, r0 + max(16, 131072 // (r0 + 16)))
-            rows = np.arange(r0, r1)
-            cols = np.arange(r1 - 1)  # y: nodes of the root and its first b - 1 children, y < m
-            rest = rows[:, None] - cols[None, :]
-            ok = (cols[None, :] >= 1) & (rest >= 1)
-            child = np.where(ok, sub[np.clip(rest, 0, m_max)], -np.inf)  # child[m, y] = F[m - y, l - 1]
-            zero = np.where(np.isfinite(child), 0.0, -np.inf)  # a p = 0 child: adds 0 where it can exist
-            buf = np.empty_like(child)
-            # the first child leaves exactly the root (y = 1) on the left: one column, no search
-            Tl[r0:r1, 1] = 1.0 + (child[:, 1] * float(p[0]) if p[0] > 0 else zero[:, 1])
-            for b in range(2, K + 1):
-                pb = float(p[b - 1])
-                if pb > 0:
-                    np.multiply(child, pb, out=buf)
-                else:
-                    buf[...] = zero
-                buf += Tl[None, : r1 - 1, b - 1]
-                # only the best value is kept: the tree builder recovers the argmax for the few cells it visits
-                np.max(buf, axis=1, out=Tl[r0:r1, b])
-            r0 = r1
+        start = 2
+        if level > 2:
+            changed = sub != F[:, level - 2]  # -inf == -inf: infeasible both times is "unchanged"
+            if not changed.any() or _depth_cannot_pay(sub, p_top ** (level - 1)):
+                # this level equals the last one, so does every deeper one: copy, exactly
+                T[:, level:, :] = T[:, level - 1 : level, :]
+                F[:, level:] = F[:, level - 1 : level]
+                break
+            # T[m, level] reads F[s, level - 1] only for s < m: sizes up to the first changed one are unchanged
+            start = int(np.argmax(changed)) + 1
+            T[:start, level, :] = T[:start, level - 1, :]
+        _dp_level(T[:, level, :], sub, p, start)
         T[1, level, 0] = 1.0
-        F[:, level] = Tl.max(axis=1)
+        F[:, level] = T[:, level, :].max(axis=1)
     B = np.argmax(T, axis=2)
     return T, B, F
+
+
+def _depth_cannot_pay(sub: Array, v: float) -> bool:
+    """True when one more level helps no size: F[:, l] = F[:, l - 1] everywhere (``sub`` = F[:, l - 1]).
+
+    Dropping the j nodes on the deepest of l levels, each worth at most v = max(p)^(l - 1),
+    leaves a tree of m - j nodes within l - 1 levels, so F[m, l] <= max over j of
+    F[m - j, l - 1] + j v; when that never exceeds F[m, l - 1] (and every size already
+    fits) the level adds nothing.
+    """
+    f = sub[1:]
+    if not np.isfinite(f).all():
+        return False
+    s = np.arange(1, sub.size, dtype=np.float64)
+    reach = np.maximum.accumulate(f - s * v)[:-1] + s[1:] * v  # max over s' < m of F[s'] + (m - s') v
+    return bool(np.all(reach <= f[1:] - _DP_SLACK * (1.0 + np.abs(f[1:]))))
+
+
+def _dp_level(Tl: Array, sub: Array, p: Array, start: int) -> None:
+    """Rows m >= start of Tl = T[:, level, :], from rows < m and ``sub`` = F[:, level - 1]."""
+    M = Tl.shape[0] - 1
+    K = p.size
+    if start > M:
+        return
+    finite = np.isfinite(sub)
+    dmax = int(np.flatnonzero(finite)[-1])  # the largest child subtree within level - 1 levels
+    stop = min(M, 1 + K * dmax)  # the largest subtree any number of ranks can hold
+    sub_top = np.maximum.accumulate(sub)  # sub_top[s]: the best child of at most s nodes
+    zero = np.where(finite, 0.0, -np.inf)  # a p = 0 child: adds 0 where it can exist
+    # the first child leaves exactly the root on the left: one column, no search
+    Tl[start:, 1] = 1.0 + (sub[start - 1 : M] * float(p[0]) if p[0] > 0 else zero[start - 1 : M])
+    best = Tl[:, :2].max(axis=1)
+    y = np.arange(M + 1, dtype=np.float64)
+    pad = np.full(M, -np.inf)
+    buf = np.empty(max(_DP_BLOCK, _DP_SMALL) + M)  # one block of candidates, reused: no fresh pages per rank
+    for b in range(2, K + 1):
+        lo, hi = max(start, b + 1), min(M, 1 + b * dmax)  # the root and b children of 1..dmax nodes
+        if lo > hi:
+            continue
+        pb = float(p[b - 1])
+        child = sub * pb if pb > 0 else zero  # pb x (-inf) stays -inf for pb > 0
+        _dp_rank(Tl[:, b], Tl[:, b - 1], child, pb, sub_top, dmax, lo, hi, b, pad, buf)
+        np.maximum(best, Tl[:, b], out=best)
+        if (
+            b < K
+            and (hi - lo + 1) * min(dmax, hi - b) > _DP_SMALL  # else the remaining ranks are cheaper than the test
+            and _later_ranks_cannot_win(Tl[:, b], best, float(p[b:].max()), y, max(start, 2), stop)
+        ):
+            return
+
+
+def _dp_rank(
+    out: Array,
+    left: Array,
+    child: Array,
+    pb: float,
+    sub_top: Array,
+    dmax: int,
+    lo: int,
+    hi: int,
+    b: int,
+    pad: Array,
+    buf: Array,
+) -> None:
+    """out[m] = max over y of left[y] + child[m - y] for m in [lo, hi], over the splits y that can win.
+
+    ``left`` = T[:, level, b - 1] never decreases with y, so split y is worth at most
+    max(left[:y + 1]) + pb x max(sub[:m]); where that is below a split in hand (the b-th
+    child as one leaf), y and every smaller split cannot win.
+    """
+    n = hi - lo + 1
+    w_full = min(dmax, hi - b)  # y >= b (b - 1 children need b nodes) and m - y <= dmax
+    width: IntArray | None = None  # None: every row tries every split
+    if n * w_full > _DP_SMALL:
+        rows = np.arange(lo, hi + 1)
+        held = left[lo - 1 : hi] + child[1]
+        bar = held - pb * sub_top[lo - 1 : hi] - _DP_SLACK * (1.0 + np.abs(held))
+        y_lo = np.searchsorted(np.maximum.accumulate(left), bar, side="left")
+        width = np.minimum(rows - y_lo, w_full)  # row m tries y in [m - width, m - 1]
+    W = w_full if width is None else int(width.max())
+    if W <= 0:
+        return
+    A = np.concatenate((pad[:W], left[:hi]))  # A[W + y] = left[y], -inf for y < 0
+    step = A.strides[0]
+    r = 0
+    while r < n:
+        if width is None:
+            k, w = n, W
+        else:
+            # the next rows, padded to their widest window, at most _DP_BLOCK candidates
+            wmax = np.maximum.accumulate(width[r:])
+            k = max(1, int(np.searchsorted(wmax * np.arange(1, n - r + 1), _DP_BLOCK, side="right")))
+            w = int(wmax[k - 1])
+        m0 = lo + r
+        # row m's window: left[m - w .. m - 1] (a strided view, no copy) against child[w .. 1]
+        win = np.ndarray((k, w), np.float64, A, offset=(W - w + m0) * step, strides=(step, step))
+        cand = np.add(win, child[w:0:-1], out=buf[: k * w].reshape(k, w))
+        np.max(cand, axis=1, out=out[m0 : m0 + k])
+        r += k
+
+
+def _later_ranks_cannot_win(col: Array, best: Array, p_rest: float, y: Array, lo: int, hi: int) -> bool:
+    """True when no root with more than b children beats the best with at most b, for sizes lo..hi.
+
+    ``col`` = T[:, level, b]. A child of rank > b and s nodes adds p_rank x F[s] <= p_rest x s
+    (a subtree is worth at most one token per node), so a root with more children is worth
+    at most max over y < m of T[y, b] + p_rest (m - y).
+    """
+    h = best[lo : hi + 1]
+    if not np.isfinite(h).all():
+        return False  # some size still needs more children to exist at all
+    reach = np.maximum.accumulate(col[:hi] - p_rest * y[:hi])[lo - 1 :] + p_rest * y[lo : hi + 1]
+    return bool(np.all(reach <= h - _DP_SLACK * (1.0 + np.abs(h))))
 
 
 def _times(p: float, v: float) -> float:
@@ -489,6 +600,10 @@ def _split(T: Array, F: Array, p: Array, mm: int, ll: int, b: int) -> int:
 
 
 def _sequoia_tree(T: Array, B: IntArray, F: Array, p: Array, m: int, level: int) -> Tree:
+    # levels past the one where the DP stopped are copies of it: build from the first level with the same
+    # values, where T and F agree with the recurrence
+    while level > 1 and np.array_equal(F[:, level - 1], F[:, level]):
+        level -= 1
     parents: list[int] = []
 
     def build(node: int, mm: int, ll: int, b: int) -> None:
@@ -550,8 +665,7 @@ def optimal_tree(acceptance: AcceptanceModel | Sequence[float], n_nodes: int, ma
     model = acceptance if isinstance(acceptance, AcceptanceModel) else SiblingRankAcceptance(acceptance)
     if isinstance(model, SiblingRankAcceptance):
         T, B, Fb = sequoia_dp(model.p, n + 1, d + 1)
-        F = T.max(axis=2)
-        table = F[1:, 1:].copy()
+        table = Fb[1:, 1:].copy()  # Fb = T.max(axis=2)
         table[~np.isfinite(table)] = np.nan
 
         def build(nn: int, dd: int) -> Tree:
@@ -671,199 +785,3 @@ def _tree_from_ranked_paths(paths: list[tuple[int, ...]]) -> Tree:
         parents.append(-1 if len(p) == 1 else index[p[:-1]])
         index[p] = len(parents) - 1
     return Tree(parents)
-
-
-# -- tree size for a GPU --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TreeSizeChoice:
-    """Every (budget, depth) priced on the hardware, and the best one."""
-
-    table: pd.DataFrame
-    best: dict[str, Any]
-    tree: Tree
-
-
-def best_tree_size(
-    hardware: Any,
-    target: Any,
-    drafter: DrafterLike,
-    acceptance: AcceptanceModel | Sequence[float],
-    batch: int = 1,
-    context: int = 1024,
-    budgets: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128),
-    max_depth: int = 10,
-    dtype: str = "bf16",
-    *,
-    verify_latency: dict[int, float] | None = None,
-    opt: OptimalTree | None = None,
-    engine: Any = None,
-    weight_dtype: str | None = None,
-) -> TreeSizeChoice:
-    """Choose the tree size that maximises expected tokens / round time on ``hardware``.
-
-    For each budget n and depth d the optimal tree is priced: the drafter runs one
-    pass per level over that level's nodes (a draft model or early exit), or one pass
-    in all (heads, block drafters), and the target verifies the n nodes in one
-    tree-masked pass (each node attends to its ancestors), from the cost model or
-    from ``verify_latency`` (a measured table: nodes -> seconds). ``engine`` prices the
-    passes as that software runs them and adds its host time per round; ``weight_dtype``
-    stores the weights quantised (int8, int4, fp8).
-    """
-    from roofline.engine import load_engine
-    from roofline.hardware import load_hardware, weight_only
-    from roofline.model import get_model
-    from roofline.passtime import pass_time
-    from roofline.speculative import Ctx, as_drafter, owns_weights
-
-    hw, spec, d = load_hardware(hardware), get_model(target), as_drafter(drafter)
-    budgets = [int(b) for b in check_min("budgets", list(budgets), 1, integer=True)]
-    if opt is None or opt.table.shape[0] <= max(budgets) or opt.table.shape[1] <= max_depth:
-        opt = optimal_tree(acceptance, max(budgets), max_depth)  # ``opt`` reuses one table across GPUs and batches
-    # with the target offloaded, a drafter with weights of its own still runs from device memory
-    eng = load_engine(engine)
-    dtype, weight_dtype = weight_only(dtype, weight_dtype)
-    ctx = Ctx(spec, hw.on_device() if owns_weights(d) else hw, dtype, False, None, 1, eng, weight_dtype)
-    t1 = float(pass_time(spec, hw, batch, 1, context, dtype, engine=eng, weight_dtype=weight_dtype).t_step_s)
-    round_host = eng.round_s if eng is not None else 0.0
-    rows = []
-    for n in budgets:
-        for depth in range(1, max_depth + 1):
-            e = opt.table[n, depth]
-            if np.isnan(e):
-                continue
-            tree = opt.tree_for(n, depth)
-            if tree.depth < depth:  # the same tree as a shallower limit: already priced
-                continue
-            t_draft, t_verify = _round_times(d, ctx, spec, hw, tree, batch, context, dtype, verify_latency)
-            t_round = t_draft + t_verify + round_host
-            rows.append(
-                {
-                    "n_nodes": tree.n_nodes,
-                    "budget": n,
-                    "depth": tree.depth,
-                    "expected_tokens": float(e),
-                    "t_draft_s": t_draft,
-                    "t_verify_s": t_verify,
-                    "t_round_s": t_round,
-                    "tokens_per_s_per_user": e / t_round,
-                    "speedup": e * t1 / t_round,
-                }
-            )
-    table = pd.DataFrame(rows).drop_duplicates(subset=["n_nodes", "depth"]).sort_values("speedup", ascending=False)
-    table = table.reset_index(drop=True)
-    best = {str(k): v for k, v in table.iloc[0].items()}
-    return TreeSizeChoice(table, best, opt.tree_for(int(best["budget"]), int(best["depth"])))
-
-
-def _round_times(
-    d: Any,
-    ctx: Any,
-    spec: Any,
-    hw: Any,
-    tree: Tree,
-    batch: int,
-    context: int,
-    dtype: str,
-    verify_latency: dict[int, float] | None = None,
-) -> tuple[float, float]:
-    """Seconds to draft ``tree`` level by level and to verify it in one tree-masked target pass."""
-    from roofline.passtime import pass_time
-
-    # the last level is verified, not drafted from: only levels 1..depth are drafted
-    t_draft = float(d.tree_draft_time(ctx, tree.widths.tolist(), batch, context))
-    if verify_latency is not None:
-        if tree.n_nodes + 1 not in verify_latency and tree.n_nodes not in verify_latency:
-            raise SpecroofError(f"verify_latency has no entry for a {tree.n_nodes}-node tree")
-        return t_draft, float(verify_latency.get(tree.n_nodes + 1, verify_latency.get(tree.n_nodes, np.nan)))
-    # the verify pass holds the tree plus the pending bonus/root token
-    depths = np.concatenate([[1], tree.depths + 1])
-    eng, wdt = getattr(ctx, "engine", None), getattr(ctx, "weight_dtype", None)
-    st = pass_time(spec, hw, batch, None, context, dtype, tree=depths, engine=eng, weight_dtype=wdt)
-    return t_draft, float(st.t_step_s)
-
-
-#: a tree "pays" over the best chain while it buys at least this much more speed
-TREE_GAIN = 0.02
-
-
-def trees_vs_batch(
-    hardware: Any,
-    target: Any,
-    drafter: DrafterLike,
-    acceptance: AcceptanceModel | Sequence[float],
-    batches: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128, 256),
-    contexts: Sequence[int] = (1024,),
-    budgets: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128, 256),
-    max_depth: int = 10,
-    dtype: str = "bf16",
-    max_gamma: int = 16,
-) -> pd.DataFrame:
-    """Best tree and best chain per (GPU, batch, context): where trees, then chains, stop paying.
-
-    A row per (hardware, batch, context) with the best tree (nodes, depth, speedup), the
-    best chain (gamma, speedup; a chain is the tree whose nodes are all rank-0 children,
-    priced the same way) and ``tree_gain`` = tree speedup / chain speedup - 1. As the
-    batch grows the verify pass meets the ridge: wide trees stop paying first (their
-    extra nodes cost compute), then chains (speedup <= 1). ``hardware`` may be a list.
-    """
-    from roofline.hardware import load_hardware
-    from roofline.model import get_model
-    from roofline.passtime import pass_time
-    from roofline.speculative import Ctx, as_drafter, owns_weights
-
-    hws = hardware if isinstance(hardware, (list, tuple)) else [hardware]
-    spec, d = get_model(target), as_drafter(drafter)
-    model = acceptance if isinstance(acceptance, AcceptanceModel) else SiblingRankAcceptance(acceptance)
-    chains = [(g, Tree.chain(g)) for g in range(1, max_gamma + 1)]
-    budgets = [int(b) for b in check_min("budgets", list(budgets), 1, integer=True)]
-    opt = optimal_tree(model, max(budgets), max_depth)  # one table for every GPU, batch and context
-    rows = []
-    for h in hws:
-        hw = load_hardware(h)
-        ctx = Ctx(spec, hw.on_device() if owns_weights(d) else hw, dtype, False, None, 1)
-        for b in [int(x) for x in check_min("batches", list(batches), 1, integer=True)]:
-            for c in [int(x) for x in check_min("contexts", list(contexts), 0, integer=True)]:
-                best = best_tree_size(hw, spec, d, model, b, c, budgets, max_depth, dtype, opt=opt).best
-                t1 = float(pass_time(spec, hw, b, 1, c, dtype).t_step_s)
-                chain_speed = []
-                for _, tree in chains:
-                    e = tree.expected_tokens(model)
-                    t_draft, t_verify = _round_times(d, ctx, spec, hw, tree, b, c, dtype)
-                    chain_speed.append(e * t1 / (t_draft + t_verify))
-                g_best = int(np.argmax(chain_speed))
-                rows.append(
-                    {
-                        "hardware": hw.id,
-                        "batch": b,
-                        "context": c,
-                        "tree_nodes": int(best["n_nodes"]),
-                        "tree_depth": int(best["depth"]),
-                        "tree_speedup": float(best["speedup"]),
-                        "chain_gamma": chains[g_best][0],
-                        "chain_speedup": float(chain_speed[g_best]),
-                    }
-                )
-    df = pd.DataFrame(rows)
-    df["tree_gain"] = df["tree_speedup"] / df["chain_speedup"] - 1.0
-    return df
-
-
-def stops_paying(df: pd.DataFrame) -> pd.DataFrame:
-    """Per (hardware, context) of a :func:`trees_vs_batch` table: the first batch where trees stop buying
-    ``TREE_GAIN`` over the best chain, and the first where the best chain stops beating plain decoding
-    (NaN: not within the batches swept)."""
-    out = []
-    for (hw, c), g in df.sort_values("batch").groupby(["hardware", "context"], sort=False):
-        tree_stop = g.loc[g["tree_gain"] < TREE_GAIN, "batch"]
-        chain_stop = g.loc[g["chain_speedup"] <= 1.0, "batch"]
-        out.append(
-            {
-                "hardware": hw,
-                "context": c,
-                "trees_stop_paying_batch": float(tree_stop.iloc[0]) if len(tree_stop) else np.nan,
-                "chains_stop_paying_batch": float(chain_stop.iloc[0]) if len(chain_stop) else np.nan,
-            }
-        )
-    return pd.DataFrame(out)

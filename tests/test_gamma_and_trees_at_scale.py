@@ -19,15 +19,13 @@ from roofline.gamma_policies import (
     simulate_policy,
 )
 from roofline.speculative import expected_tokens_curve
+from roofline.tree_sizing import best_tree_size, stops_paying, trees_vs_batch
 from roofline.trees import (
     SiblingRankAcceptance,
     Tree,
-    best_tree_size,
     optimal_tree,
     sequoia_dp,
     sequoia_dp_reference,
-    stops_paying,
-    trees_vs_batch,
 )
 
 SEQUOIA_WITH_ZEROS = [0.0, 0.55, 0.0, 0.12, 0.0, 0.05, 0.0, 0.02, 0.26]  # element 0 unused, last = none accepted

@@ -1,9 +1,16 @@
-"""roofline/ never imports torch: the analytic package and every analytic subcommand run without it."""
+"""Layers: imports point down (specroof -> measure -> roofline), never in a cycle, and roofline/ never imports torch."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("roofline", "measure", "specroof")
+#: a package may import only the packages listed for it (its own included)
+MAY_IMPORT = {"roofline": {"roofline"}, "measure": {"roofline", "measure"}, "specroof": set(PACKAGES)}
 
 ANALYTIC = [
     ["hardware", "list"],
@@ -30,3 +37,117 @@ def test_roofline_and_every_analytic_subcommand_never_import_torch(tmp_path):
     ]
     res = subprocess.run([sys.executable, "-c", "\n".join(code)], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0 and res.stdout.strip().endswith("ok"), res.stderr[-3000:]
+
+
+# -- the import graph, read from the source (every import statement: module level, in functions, under
+# TYPE_CHECKING), so an import moved into a function to dodge a cycle is still an edge ----------------------
+
+
+def _module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            found[_module_name(path)] = path
+    return found
+
+
+def _resolve(name: str, known: dict[str, Path]) -> str | None:
+    """The module an imported dotted name lands in: the longest known prefix."""
+    parts = name.split(".")
+    for i in range(len(parts), 0, -1):
+        candidate = ".".join(parts[:i])
+        if candidate in known:
+            return candidate
+    return None
+
+
+def import_graph(known: dict[str, Path] | None = None) -> dict[str, set[str]]:
+    """module -> the modules of our three packages it imports, anywhere in its source."""
+    known = known if known is not None else _modules()
+    graph: dict[str, set[str]] = {}
+    for mod, path in known.items():
+        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        edges: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join([*anchor, base] if base else anchor)
+                # ``from pkg import name``: the submodule pkg.name if there is one, else pkg itself
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+            for t in targets:
+                hit = _resolve(t, known)
+                if hit is not None and hit != mod:
+                    edges.add(hit)
+        graph[mod] = edges
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as a path (first module repeated at the end), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: finished
+    stack: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        stack.append(m)
+        for n in sorted(graph.get(m, ())):
+            if state.get(n) == 1:
+                return [*stack[stack.index(n) :], n]
+            if n not in state:
+                found = visit(n)
+                if found:
+                    return found
+        stack.pop()
+        state[m] = 2
+        return None
+
+    for m in sorted(graph):
+        if m not in state:
+            found = visit(m)
+            if found:
+                return found
+    return None
+
+
+def test_there_is_no_import_cycle_in_roofline_measure_or_specroof():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_imports_point_down_the_layers():
+    wrong = sorted(
+        f"{m} imports {n}"
+        for m, edges in import_graph().items()
+        for n in edges
+        if n.split(".")[0] not in MAY_IMPORT[m.split(".")[0]]
+    )
+    assert not wrong, "; ".join(wrong)
+
+
+def test_the_graph_sees_imports_inside_functions_and_type_checking_blocks(tmp_path):
+    # the checks above are only as good as the graph: a cycle closed by a function-level import, a
+    # TYPE_CHECKING import or a relative import must be found, and a clean pair must not be
+    pkg = tmp_path / "roofline"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from roofline.b import f\n")
+    (pkg / "b.py").write_text("def f():\n    from roofline import a\n    return a\n")
+    (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .d import X\n")
+    (pkg / "d.py").write_text("import roofline.c\nX = 1\n")
+    (pkg / "e.py").write_text("import numpy\nfrom roofline.a import f\n")
+    graph = import_graph({_module_name(p, tmp_path): p for p in sorted(pkg.glob("*.py"))})
+    assert graph["roofline.b"] == {"roofline.a"} and graph["roofline.c"] == {"roofline.d"}
+    assert graph["roofline.e"] == {"roofline.a"}  # numpy is outside the packages
+    cycle = find_cycle(graph)
+    assert cycle is not None and cycle[0] == cycle[-1] and len(cycle) == 3
+    assert find_cycle({k: v for k, v in graph.items() if k not in ("roofline.b", "roofline.c")}) is None

@@ -10,13 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from roofline import ModelSpec, SpecroofError, load_hardware, pass_time
+from roofline.tree_sizing import best_tree_size
 from roofline.trees import (
     ChainCurveAcceptance,
     DepthRankAcceptance,
     IIDAcceptance,
     SiblingRankAcceptance,
     Tree,
-    best_tree_size,
     eagle2_tree,
     optimal_tree,
     sequoia_dp_reference,
@@ -289,3 +289,131 @@ def test_breadth_first_keeps_the_tree():
     b = t.breadth_first()
     assert b.parents.tolist() == [-1, -1, 0, 0, 2]
     assert sorted(b.paths()) == sorted(t.paths())
+
+
+# -- the tree DP at deployment budgets: pruned search against the dense recurrence ------------------------------
+
+
+def dense_dp(p, m_max, l_max):
+    """The dense max-plus recurrence the DP used before it learnt to skip (every size, split, rank and level)."""
+    K = min(p.size, max(1, m_max - 1))
+    p = p[:K]
+    T = np.full((m_max + 1, l_max + 1, K + 1), -np.inf)
+    T[1, 1:, 0] = 1.0
+    F = np.full((m_max + 1, l_max + 1), -np.inf)
+    F[1, 1:] = 1.0
+    for level in range(2, l_max + 1):
+        sub = F[:, level - 1]
+        rows = np.arange(2, m_max + 1)
+        cols = np.arange(m_max)
+        rest = rows[:, None] - cols[None, :]
+        child = np.where((cols[None, :] >= 1) & (rest >= 1), sub[np.clip(rest, 0, m_max)], -np.inf)
+        zero = np.where(np.isfinite(child), 0.0, -np.inf)
+        Tl = T[:, level, :]
+        Tl[2:, 1] = 1.0 + (child[:, 1] * p[0] if p[0] > 0 else zero[:, 1])
+        for b in range(2, K + 1):
+            cand = (child * p[b - 1] if p[b - 1] > 0 else zero) + Tl[None, :m_max, b - 1]
+            Tl[2:, b] = cand.max(axis=1)
+        T[1, level, 0] = 1.0
+        F[:, level] = Tl.max(axis=1)
+    return F
+
+
+def sequoia_like(n_ranks=64, zeros=()):
+    """A strong first rank and a decaying tail summing to < 1, as Sequoia's measured vectors."""
+    p = np.array([0.60, 0.14, 0.06, 0.04, 0.03] + [0.03 * 0.8**k for k in range(1, n_ranks - 4)])[:n_ranks]
+    p[list(zeros)] = 0.0
+    return p
+
+
+def thin(n_ranks=64, seed=0):
+    """Low acceptance spread over many ranks: wide, shallow trees."""
+    return np.sort(np.random.default_rng(seed).dirichlet(np.ones(n_ranks + 6))[:n_ranks])[::-1]
+
+
+def _count_prunes(monkeypatch):
+    from roofline import trees
+
+    hits = {"levels": 0, "ranks": 0, "windows": 0}
+    depth, ranks, rank = trees._depth_cannot_pay, trees._later_ranks_cannot_win, trees._dp_rank
+
+    def count_depth(*a):
+        out = depth(*a)
+        hits["levels"] += out
+        return out
+
+    def count_ranks(*a):
+        out = ranks(*a)
+        hits["ranks"] += out
+        return out
+
+    def count_windows(out, left, child, pb, sub_top, dmax, lo, hi, b, pad, buf):
+        hits["windows"] += (hi - lo + 1) * min(dmax, hi - b) > trees._DP_SMALL
+        return rank(out, left, child, pb, sub_top, dmax, lo, hi, b, pad, buf)
+
+    monkeypatch.setattr(trees, "_depth_cannot_pay", count_depth)
+    monkeypatch.setattr(trees, "_later_ranks_cannot_win", count_ranks)
+    monkeypatch.setattr(trees, "_dp_rank", count_windows)
+    return hits
+
+
+@pytest.mark.parametrize(
+    "p, m_max, l_max",
+    [
+        (sequoia_like(), 301, 13),
+        (sequoia_like(zeros=(5, 17, 40)), 301, 13),
+        (0.6 * 0.38 ** np.arange(64), 260, 17),
+        (thin(), 301, 9),
+        (thin(seed=3)[::-1].copy(), 200, 6),  # increasing ranks: nothing is monotone the easy way
+    ],
+    ids=["sequoia-like", "sequoia-like-zeros", "geometric", "thin", "increasing"],
+)
+def test_pruned_dp_equals_the_dense_recurrence(p, m_max, l_max, monkeypatch):
+    from roofline.trees import sequoia_dp
+
+    hits = _count_prunes(monkeypatch)
+    T, B, F = sequoia_dp(p, m_max, l_max)
+    want = dense_dp(p, m_max, l_max)
+    np.testing.assert_array_equal(F, want)  # bit for bit: every kept candidate is computed as the dense one
+    np.testing.assert_array_equal(T.max(axis=2), F)
+    assert (np.take_along_axis(T, B[..., None], axis=2)[..., 0] == F).all()
+    assert hits["windows"] > 0  # the split search really was narrowed somewhere
+
+
+def test_every_pruning_rule_fires_and_keeps_the_values(monkeypatch):
+    from roofline.trees import sequoia_dp
+
+    hits = _count_prunes(monkeypatch)
+    p = 0.6 * 0.38 ** np.arange(64)  # deep trees of few ranks: ranks stop mattering
+    np.testing.assert_array_equal(sequoia_dp(p, 301, 11)[2], dense_dp(p, 301, 11))
+    assert hits["ranks"] > 0 and hits["windows"] > 0
+    q = thin()  # shallow trees: a fourth level cannot pay, proven without computing it
+    np.testing.assert_array_equal(sequoia_dp(q, 301, 12)[2], dense_dp(q, 301, 12))
+    assert hits["levels"] > 0
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_pruned_dp_on_random_vectors(seed):
+    from roofline.trees import sequoia_dp
+
+    rng = np.random.default_rng(100 + seed)
+    k = int(rng.integers(1, 40))
+    p = rng.dirichlet(np.ones(k + 1) * rng.uniform(0.2, 3))[:k]  # unsorted
+    if seed % 3 == 0:
+        p[rng.integers(0, k, size=max(1, k // 4))] = 0.0  # never-accepted ranks in the middle
+    m_max, l_max = int(rng.integers(2, 220)), int(rng.integers(2, 12))
+    F = sequoia_dp(p, m_max, l_max)[2]
+    np.testing.assert_array_equal(F, dense_dp(p, m_max, l_max))
+
+
+@pytest.mark.parametrize("p", [sequoia_like(zeros=(5, 17, 40)), thin()], ids=["sequoia-like", "thin"])
+def test_trees_from_the_pruned_dp_reach_their_table_values(p):
+    opt = optimal_tree(p, 256, 12)
+    model = SiblingRankAcceptance(p)
+    for n, d in [(256, 12), (255, 3), (100, 12), (17, 2), (256, 1), (64, 1), (1, 5)]:
+        if np.isnan(opt.table[n, d]):
+            assert n > 64 and d == 1  # 64 ranks hold at most 64 nodes on one level
+            continue
+        tr = opt.tree_for(n, d)
+        assert tr.n_nodes == n and tr.depth <= d
+        assert tr.expected_tokens(model) == pytest.approx(opt.table[n, d], abs=1e-9)

@@ -1,0 +1,281 @@
+"""Pricing: everything that turns a model's bytes and FLOPs into seconds, resolved once.
+
+A :class:`Pricing` holds the hardware profile (loaded, offloaded if asked), the engine
+(loaded), the dtypes, tensor parallelism and the efficiency switch, and builds their
+:class:`roofline.timemodel.TimeModel` once. Every pricing function (``pass_time``,
+``crossover_tokens``, ``speedup``, ``predict_speedup``, ``plan``, ``recommend``,
+``best_tree_size``, ``trees_vs_batch``, ``compare_policies``, ...) takes one where it takes
+a hardware profile, so a sweep or a notebook resolves names once instead of at every
+level::
+
+    pr = Pricing.of("h100-sxm-80gb", engine="compiled", weight_dtype="int4")
+    pass_time("llama-3.1-8b", pr)
+    speedup(pr, "llama-3.1-8b", "eagle3", 0.8, 4)
+
+A hardware profile or a name still works (``pass_time(spec, "h100", engine="compiled")``):
+:func:`pricing_of` builds the Pricing from the keyword options. A Pricing together with
+an option that contradicts it is an error, not a silent override.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from roofline.dtypes import DEFAULT_DTYPE, dtype_bytes, weight_only
+from roofline.engine import Engine, load_engine
+from roofline.errors import SpecroofError
+from roofline.hardware import Hardware, load_hardware
+from roofline.timemodel import TimeModel
+
+#: the context every speculation and pass-time function prices at when none is given (docs/cost-model.md, glossary)
+DEFAULT_CONTEXT = 1024
+
+#: the options a Pricing is made of, in the order of its fields after ``hardware``
+OPTIONS = ("engine", "dtype", "weight_dtype", "kv_dtype", "tp", "offload", "efficiency", "overhead_s")
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """The hardware, engine and numeric options a pass is priced with, resolved and validated once.
+
+    ``dtype`` is the arithmetic/activation dtype (default bf16; ``"int4"`` alone means
+    weight-only int4 with bf16 arithmetic); ``weight_dtype`` the weights' storage dtype
+    when it differs (weight-only quantisation); ``kv_dtype`` the KV cache's (default: the
+    activations'). ``tp`` devices split the target's weights, KV and work. ``offload`` names
+    the host link the target's weights stream over every pass (``hardware`` is then the
+    offloaded profile). ``efficiency`` scales datasheet ceilings by the profile's achievable
+    fractions; ``overhead_s`` replaces the fixed per-pass overheads. Build one with
+    :meth:`of`; change one with :meth:`with_`.
+    """
+
+    hardware: Hardware
+    engine: Engine | None = None
+    dtype: str = DEFAULT_DTYPE
+    weight_dtype: str | None = None
+    kv_dtype: str | None = None
+    tp: int = 1
+    offload: str | float | None = None
+    efficiency: bool = False
+    overhead_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.hardware, Hardware):
+            raise SpecroofError(
+                f"Pricing needs a loaded Hardware (got {type(self.hardware).__name__}); use Pricing.of(name, ...)"
+            )
+        if self.engine is not None and not isinstance(self.engine, Engine):
+            raise SpecroofError(f"Pricing needs a loaded Engine or None (got {type(self.engine).__name__})")
+        for key in ("dtype", "weight_dtype", "kv_dtype"):
+            value = getattr(self, key)
+            if value is not None:
+                dtype_bytes(value)  # unknown dtypes name the choices
+        if isinstance(self.tp, bool) or not isinstance(self.tp, int) or self.tp < 1:
+            raise SpecroofError(f"tp must be an integer >= 1 (got {self.tp!r})")
+        if self.overhead_s is not None and not (math.isfinite(self.overhead_s) and self.overhead_s >= 0):
+            raise SpecroofError(f"overhead_s must be >= 0 and finite (got {self.overhead_s})")
+        if self.offload is not None and self.hardware.weights_link_bytes_per_s is None:
+            raise SpecroofError(
+                "offload is set but the hardware streams no weights: build it with Pricing.of(..., offload=)"
+            )
+        # the profile must have a ceiling for the arithmetic dtype, and a measured profile refuses an engine:
+        # both are found here, once, rather than at the first pass priced
+        self.time_model.peak(self.dtype)
+
+    @classmethod
+    def of(
+        cls,
+        hardware: Pricing | Hardware | str | Path,
+        *,
+        engine: Engine | str | Path | None = None,
+        dtype: str | None = None,
+        weight_dtype: str | None = None,
+        kv_dtype: str | None = None,
+        tp: int | None = None,
+        offload: str | float | None = None,
+        efficiency: bool | None = None,
+        overhead_s: float | None = None,
+    ) -> Pricing:
+        """A Pricing from a profile name/path/object and options (None: the default), names resolved once.
+
+        ``hardware`` may be a Pricing: the options given then change it (as :meth:`with_`).
+        """
+        given: dict[str, Any] = {
+            "engine": engine,
+            "dtype": dtype,
+            "weight_dtype": weight_dtype,
+            "kv_dtype": kv_dtype,
+            "tp": tp,
+            "offload": offload,
+            "efficiency": efficiency,
+            "overhead_s": overhead_s,
+        }
+        if isinstance(hardware, Pricing):
+            return hardware.with_(**{k: v for k, v in given.items() if v is not None})
+        if all(isinstance(v, (str, int, float, bool, type(None))) for v in given.values()):
+            # plain options: one Pricing per (profile as loaded, options); load_hardware re-reads a file that
+            # changed on disk, so a rewritten profile gets a new Pricing
+            return _of_loaded(_Same(load_hardware(hardware)), **given)
+        return _build(hardware, **given)
+
+    def with_(self, **changes: Any) -> Pricing:
+        """This pricing with some options changed (``hardware=`` too); the rest stay as they are."""
+        unknown = sorted(set(changes) - {"hardware", *OPTIONS})
+        if unknown:
+            raise SpecroofError(f"unknown pricing option {unknown[0]!r} (known: hardware, {', '.join(OPTIONS)})")
+        fields: dict[str, Any] = {k: getattr(self, k) for k in OPTIONS}
+        fields.update({k: v for k, v in changes.items() if k != "hardware"})
+        # the offloaded profile is rebuilt from the on-device one, so a link is never applied twice
+        hw = changes.get("hardware", self.hardware.on_device())
+        return _build(hw, **fields)
+
+    # -- what the pricing functions read ------------------------------------------------
+
+    @cached_property
+    def time_model(self) -> TimeModel:
+        """The composition's parameters for this hardware and engine, built once per Pricing."""
+        return self.hardware.time_model(self.efficiency, self.engine)
+
+    @property
+    def stored_weight_dtype(self) -> str:
+        """The dtype the weights are stored in (the arithmetic dtype unless weight-only quantised)."""
+        return self.weight_dtype or self.dtype
+
+    @property
+    def round_host_s(self) -> float:
+        """Host seconds per speculative round outside the passes (the engine's; 0 for the pure roofline)."""
+        return self.engine.round_s if self.engine is not None else 0.0
+
+    @property
+    def engine_name(self) -> str:
+        return self.engine.name if self.engine is not None else "roofline"
+
+    @property
+    def memory_bytes(self) -> float:
+        """Device memory over the ``tp`` devices (inf when the profile lists none)."""
+        cap = self.hardware.memory_bytes
+        return math.inf if cap is None else cap * self.tp
+
+    @property
+    def offloaded(self) -> bool:
+        return self.hardware.weights_link_bytes_per_s is not None
+
+    def on_device(self) -> Pricing:
+        """The same options with the weights in device memory (a draft model's own weights live there)."""
+        return self if not self.offloaded else self.with_(offload=None)
+
+    def describe(self) -> str:
+        """One line: hardware, engine, dtypes, TP."""
+        parts = [self.hardware.id, f"engine {self.engine_name}", self.dtype]
+        if self.weight_dtype:
+            parts.append(f"{self.weight_dtype} weights")
+        if self.kv_dtype:
+            parts.append(f"{self.kv_dtype} KV")
+        if self.tp > 1:
+            parts.append(f"TP {self.tp}")
+        return ", ".join(parts)
+
+    def __hash__(self) -> int:
+        # Hardware and Engine hold dicts: hash what identifies them; equal Pricings still hash equal
+        return hash(
+            (
+                self.hardware.id,
+                self.hardware.bandwidth_bytes_per_s,
+                self.engine.name if self.engine is not None else None,
+                self.dtype,
+                self.weight_dtype,
+                self.kv_dtype,
+                self.tp,
+                self.offload,
+                self.efficiency,
+                self.overhead_s,
+            )
+        )
+
+
+def _build(
+    hardware: Hardware | str | Path,
+    *,
+    engine: Engine | str | Path | None = None,
+    dtype: str | None = None,
+    weight_dtype: str | None = None,
+    kv_dtype: str | None = None,
+    tp: int | None = None,
+    offload: str | float | None = None,
+    efficiency: bool | None = None,
+    overhead_s: float | None = None,
+) -> Pricing:
+    hw = load_hardware(hardware)
+    # weights stored in the arithmetic dtype are not weight-only quantised: one spelling for one pricing
+    cdt, wdt = weight_only(dtype or DEFAULT_DTYPE, None if weight_dtype == dtype else weight_dtype)
+    link: str | float | None = offload
+    if offload is not None:
+        hw = hw.on_device().offloaded(offload)
+    elif hw.weights_link_bytes_per_s is not None:
+        link = hw.weights_link_bytes_per_s  # an already offloaded profile keeps its link
+    if tp is not None and (isinstance(tp, bool) or not float(tp).is_integer()):
+        raise SpecroofError(f"tp must be an integer >= 1 (got {tp!r})")
+    return Pricing(
+        hardware=hw,
+        engine=load_engine(engine),
+        dtype=cdt,
+        weight_dtype=wdt,
+        kv_dtype=kv_dtype,
+        tp=1 if tp is None else int(tp),
+        offload=link,
+        efficiency=bool(efficiency),
+        overhead_s=None if overhead_s is None else float(overhead_s),
+    )
+
+
+class _Same:
+    """A cache key that is one particular object (Hardware holds dicts: it has no hash of its own)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.obj is self.obj
+
+
+@functools.lru_cache(maxsize=512)
+def _of_loaded(hardware: _Same, **given: Any) -> Pricing:
+    """Pricings of the same loaded profile and options are shared: a frozen Pricing (and its time model) is safe
+    to reuse, and the key holds the profile, so its id is never reused while cached."""
+    return _build(hardware.obj, **given)
+
+
+def pricing_of(hardware: Pricing | Hardware | str | Path, **options: Any) -> Pricing:
+    """The Pricing a pricing function uses: ``hardware`` itself when it is one, else one built from ``options``.
+
+    Options left at None take the Pricing's defaults. A Pricing together with an option that
+    changes it raises ("give a Pricing or engine=, not both"): the function would otherwise
+    have to guess which of the two the caller meant.
+    """
+    given = {k: v for k, v in options.items() if v is not None}
+    if isinstance(hardware, Pricing):
+        for key, value in given.items():
+            if hardware.with_(**{key: value}) != hardware:
+                raise SpecroofError(f"give a Pricing or {key}=, not both (the Pricing already sets {key})")
+        return hardware
+    return Pricing.of(hardware, **given)
+
+
+def replace_hardware(pricing: Pricing, hardware: Pricing | Hardware | str | Path) -> Pricing:
+    """``pricing`` on another profile (the draft passes' own, for one): same engine, dtypes and options.
+
+    A Pricing given as ``hardware`` is taken as it is.
+    """
+    if isinstance(hardware, Pricing):
+        return hardware
+    return dataclasses.replace(pricing, hardware=load_hardware(hardware), offload=None)
