@@ -19,7 +19,7 @@ import pandas as pd
 from numpy.typing import ArrayLike
 
 from roofline.errors import SpecroofError, as_array, check_min
-from roofline.hardware import activation_dtype, dtype_bytes
+from roofline.dtypes import activation_dtype, dtype_bytes
 from roofline.model import ModelSpec, get_model
 
 Array = npt.NDArray[np.float64]
@@ -53,6 +53,12 @@ class PassCost:
     allreduce_bytes: Array | float = 0.0
     #: the dtype the weights are stored in (an engine streams quantised weights at its own rate)
     weight_dtype: str = ""
+    #: what an eager engine's kernel count and a sampler's logits need: the vocabulary, the MLP's matrices,
+    #: the MoE layers and the distinct experts (shared ones included) each of them runs for this pass
+    vocab_size: int = 0
+    mlp_matrices: int = 3
+    n_moe_layers: int = 0
+    experts_touched: Array | float = 0.0
 
     @cached_property
     def bytes(self) -> Array:
@@ -218,6 +224,7 @@ def forward_cost(
     mlp_act = dense_layers * T * (2 * d + spec.mlp_matrices * spec.d_ff) * ab
     router_f: Any = 0.0
     router_w: Any = 0.0
+    touched: Any = 0.0
     if spec.is_moe:
         m = spec.n_moe_layers
         k = spec.experts_per_token
@@ -233,5 +240,7 @@ def forward_cost(
     op("lm_head", 2.0 * T * d * spec.vocab_size, w=spec.lm_head_params * wb, act=T * (d + spec.vocab_size) * ab)
 
     return PassCost(
-        names, out["f"], out["w"], out["kr"], out["kw"], out["a"], B, n, L, act_dtype, nl, T * d * ab, weight_dtype
-    )
+        names, out["f"], out["w"], out["kr"], out["kw"], out["a"], B, n, L, act_dtype, nl, T * d * ab, weight_dtype,
+        vocab_size=spec.vocab_size, mlp_matrices=spec.mlp_matrices, n_moe_layers=spec.n_moe_layers,
+        experts_touched=(touched + spec.n_shared_experts) if spec.is_moe else 0.0,
+    )  # fmt: skip

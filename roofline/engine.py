@@ -18,6 +18,7 @@ profile's ``[efficiency]``); docs/cost-model.md (section 6) writes the compositi
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import tomllib
@@ -35,6 +36,31 @@ HARNESS_ENGINE = "eager PyTorch (specroof's measure harness: static KV cache, on
 
 #: weight dtypes whose kernels dequantise on the fly (their bandwidth is the engine's, per dtype)
 QUANTISED_WEIGHTS = ("int8", "int4", "fp8")
+
+#: the operators whose kernels an eager engine issues one by one, per instance (docs/cost-model.md, section 6):
+#: per layer two norms, the q/k/v projections, rotary embedding, the KV-cache write, attention, the output
+#: projection, each MLP matrix, the activation (and its gate product), two residual adds; MoE layers add the
+#: router's kernels and each touched expert's gather/scatter; per pass the embedding, the final norm, the LM
+#: head and the sampling/stopping kernels of the decoding loop
+LAUNCH_KEYS = (
+    "norm",
+    "qkv",
+    "rotary",
+    "kv_update",
+    "attention",
+    "out_proj",
+    "mlp_matrix",
+    "activation",
+    "residual",
+    "router",
+    "expert",
+    "embed",
+    "lm_head",
+    "sampling",
+)
+
+#: names that stand for another engine (kept so the published rows and old commands keep their meaning)
+ALIASES = {"eager": "hf", "serving": "vllm"}
 
 
 @dataclass(frozen=True)
@@ -55,6 +81,20 @@ class Engine:
     host_layer_s: float = 0.0
     #: host time per speculative round outside the passes (acceptance, tree buffers, cache bookkeeping)
     round_s: float = 0.0
+    #: eager engines: host seconds to issue one kernel (Python, the framework's dispatch, the driver's launch);
+    #: the kernels a pass issues are counted from the model (``launches`` per instance of each operator)
+    host_launch_s: float = 0.0
+    #: kernels per instance of each operator of the pass (keys: :data:`LAUNCH_KEYS`); empty: not an eager engine
+    launches: Mapping[str, float] = field(default_factory=dict)
+    #: host seconds per step outside the model's kernels (the scheduler, input preparation, the generate loop),
+    #: plus a share per running sequence; ``step_overlap``: it runs while the device works (an overlap scheduler)
+    host_step_s: float = 0.0
+    host_step_per_seq_s: float = 0.0
+    step_overlap: bool = False
+    #: share of the engine's streaming rate that its attention kernels reach on the (paged) KV cache, in (0, 1]
+    kv_bandwidth_fraction: float = 1.0
+    #: passes over the fp32 logits (batch x tokens x vocab x 4 bytes) that sampling makes on the device
+    sampling_passes: float = 0.0
     #: latency of one tensor-parallel all-reduce of a hidden state, on top of its bytes over the link
     allreduce_latency_s: float = 0.0
     #: per quantised weight dtype: bandwidth its kernels reach relative to bf16's, in (0, 1]
@@ -68,13 +108,32 @@ class Engine:
             v = getattr(self, f.name)
             if isinstance(v, float) and not math.isfinite(v):
                 raise SpecroofError(f"engine {self.name!r}: {f.name} must be finite (got {v})")
-        for key in ("bandwidth_fraction", "compute_fraction"):
+        for key in ("bandwidth_fraction", "compute_fraction", "kv_bandwidth_fraction"):
             v = getattr(self, key)
             if not 0.0 < v <= 1.0:
                 raise SpecroofError(f"engine {self.name!r}: {key} must lie in (0, 1] (got {v})")
-        for key in ("device_pass_s", "device_layer_s", "host_pass_s", "host_layer_s", "round_s", "allreduce_latency_s"):
+        for key in (
+            "device_pass_s",
+            "device_layer_s",
+            "host_pass_s",
+            "host_layer_s",
+            "round_s",
+            "allreduce_latency_s",
+            "host_launch_s",
+            "host_step_s",
+            "host_step_per_seq_s",
+            "sampling_passes",
+        ):
             if getattr(self, key) < 0:
                 raise SpecroofError(f"engine {self.name!r}: {key} must be >= 0 (got {getattr(self, key)})")
+        for key, n in self.launches.items():
+            if key not in LAUNCH_KEYS or not (math.isfinite(n) and 0 <= n <= 100):
+                raise SpecroofError(
+                    f"engine {self.name!r}: launches[{key!r}] must be a known operator ({', '.join(LAUNCH_KEYS)}) "
+                    f"with 0 to 100 kernels (got {n})"
+                )
+        if self.launches and self.host_launch_s <= 0:
+            raise SpecroofError(f"engine {self.name!r}: launches are counted but host_launch_s is {self.host_launch_s}")
         for dt, r in self.weight_bandwidth_ratio.items():
             if dt not in QUANTISED_WEIGHTS or not 0.0 < r <= 1.0:
                 raise SpecroofError(f"engine {self.name!r}: weight bandwidth ratio for {dt!r} must be in (0, 1]")
@@ -83,8 +142,24 @@ class Engine:
                 raise SpecroofError(f"engine {self.name!r}: weight bytes factor for {dt!r} must be in [1, 4]")
 
     def host_s(self, n_layers: int) -> float:
-        """Host seconds to issue one pass of ``n_layers`` layers."""
+        """Host seconds to issue one pass of ``n_layers`` layers (the per-pass and per-layer terms; launches aside)."""
         return self.host_pass_s + n_layers * self.host_layer_s
+
+    def with_host_launch(self, host_launch_us: float | None) -> Engine:
+        """This engine with the user's own per-kernel host cost (``--host-launch-us``, or ``measure bench``'s dispatch).
+
+        The kernel counts stay the engine's; only what one kernel costs this host changes.
+        """
+        if host_launch_us is None:
+            return self
+        if not self.launches:
+            raise SpecroofError(
+                f"--host-launch-us prices an eager engine's kernels; {self.name!r} launches whole graphs "
+                f"(choose one of {', '.join(e for e in list_engines() if _is_eager(e))})"
+            )
+        if not (math.isfinite(host_launch_us) and 0.1 <= host_launch_us <= 1000):
+            raise SpecroofError(f"host_launch_us must lie in [0.1, 1000] microseconds (got {host_launch_us})")
+        return dataclasses.replace(self, host_launch_s=host_launch_us * 1e-6, name=f"{self.name}@{host_launch_us:g}us")
 
     def describe(self) -> str:
         return f"{self.name}: {self.description}" if self.description else self.name
@@ -97,8 +172,17 @@ _LAYOUT: dict[str, dict[str, tuple[str, float]]] = {
         "compute_fraction": ("compute_fraction", 1.0),
         "pass_us": ("device_pass_s", 1e-6),
         "layer_us": ("device_layer_s", 1e-6),
+        "kv_bandwidth_fraction": ("kv_bandwidth_fraction", 1.0),
+        "sampling_passes": ("sampling_passes", 1.0),
     },
-    "host": {"pass_us": ("host_pass_s", 1e-6), "layer_us": ("host_layer_s", 1e-6), "round_us": ("round_s", 1e-6)},
+    "host": {
+        "pass_us": ("host_pass_s", 1e-6),
+        "layer_us": ("host_layer_s", 1e-6),
+        "round_us": ("round_s", 1e-6),
+        "launch_us": ("host_launch_s", 1e-6),
+        "step_us": ("host_step_s", 1e-6),
+        "step_per_seq_us": ("host_step_per_seq_s", 1e-6),
+    },
     "collectives": {"allreduce_latency_us": ("allreduce_latency_s", 1e-6)},
 }
 
@@ -109,7 +193,7 @@ def engine_from_dict(data: Mapping[str, Any], where: str = "engine") -> Engine:
         raise SpecroofError(f"{where}: missing 'name'")
     kw: dict[str, Any] = {"name": str(data["name"]), "description": str(data.get("description", ""))}
     sources: dict[str, str] = {}
-    known_top = {"name", "description", "weight_only", *_LAYOUT}
+    known_top = {"name", "description", "weight_only", "launches", *_LAYOUT}
     for key in data:
         if key not in known_top:
             raise SpecroofError(f"{where}: unknown key {key!r} (known: {', '.join(sorted(known_top))})")
@@ -121,12 +205,35 @@ def engine_from_dict(data: Mapping[str, Any], where: str = "engine") -> Engine:
             if key == "source":
                 sources[table] = str(value)
                 continue
+            if table == "host" and key == "step_overlap":
+                if not isinstance(value, bool):
+                    raise SpecroofError(f"{where}: [host] step_overlap must be true or false (got {value!r})")
+                kw["step_overlap"] = value
+                continue
             if key not in keys:
-                raise SpecroofError(f"{where}: unknown key {key!r} in [{table}] (known: {', '.join(keys)}, source)")
+                raise SpecroofError(
+                    f"{where}: unknown key {key!r} in [{table}] (known: {', '.join(keys)}"
+                    + (", step_overlap" if table == "host" else "")
+                    + ", source)"
+                )
             if not isinstance(value, (int, float)) or isinstance(value, bool):
                 raise SpecroofError(f"{where}: [{table}] {key} must be a number (got {value!r})")
             name, scale = keys[key]
             kw[name] = float(value) * scale
+    launches: dict[str, float] = {}
+    block = data.get("launches", {})
+    if not isinstance(block, Mapping):
+        raise SpecroofError(f"{where}: [launches] must be a table")
+    for key, value in block.items():
+        if key == "source":
+            sources["launches"] = str(value)
+            continue
+        if key not in LAUNCH_KEYS:
+            raise SpecroofError(f"{where}: unknown key {key!r} in [launches] (known: {', '.join(LAUNCH_KEYS)}, source)")
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise SpecroofError(f"{where}: [launches] {key} must be a number (got {value!r})")
+        launches[key] = float(value)
+    kw["launches"] = launches
     wo = data.get("weight_only", {})
     ratio, factor = {}, {}
     for key, value in wo.items():
@@ -150,9 +257,15 @@ def engine_data(engine: Engine) -> dict[str, Any]:
         out["description"] = engine.description
     for table, keys in _LAYOUT.items():
         block: dict[str, Any] = {key: getattr(engine, name) / scale for key, (name, scale) in keys.items()}
+        if table == "host":
+            block["step_overlap"] = engine.step_overlap
         if table in engine.sources:
             block["source"] = engine.sources[table]
         out[table] = block
+    if engine.launches or "launches" in engine.sources:
+        out["launches"] = dict(engine.launches) | (
+            {"source": engine.sources["launches"]} if "launches" in engine.sources else {}
+        )
     wo: dict[str, Any] = {f"{d}_bandwidth_ratio": r for d, r in engine.weight_bandwidth_ratio.items()}
     wo |= {f"{d}_bytes_factor": r for d, r in engine.weight_bytes_factor.items()}
     if "weight_only" in engine.sources:
@@ -162,8 +275,18 @@ def engine_data(engine: Engine) -> dict[str, Any]:
 
 
 def list_engines() -> list[str]:
-    """Names of the shipped engine profiles."""
+    """Names of the shipped engine profiles (aliases included: ``eager`` is ``hf``, ``serving`` is ``vllm``)."""
     return sorted(p.stem for p in ENGINE_DIR.glob("*.toml"))
+
+
+def canonical_engine(name: str | None) -> str | None:
+    """The engine a name stands for (``eager`` -> ``hf``, ``serving`` -> ``vllm``; others unchanged)."""
+    return None if name is None else ALIASES.get(name, name)
+
+
+def _is_eager(name: str) -> bool:
+    e = load_engine(name)
+    return e is not None and bool(e.launches)
 
 
 @functools.lru_cache(maxsize=64)
@@ -173,11 +296,20 @@ def _load_file(path: str) -> Engine:
         data = tomllib.loads(p.read_text())
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise SpecroofError(f"cannot read engine profile {p}: {e}") from None
+    alias = data.get("alias_of")
+    if alias is not None:
+        if set(data) - {"name", "description", "alias_of"}:
+            raise SpecroofError(f"{p}: an alias profile holds only name, description and alias_of")
+        target = p.parent / f"{alias}.toml"
+        if not target.exists() or str(alias) in ALIASES:
+            raise SpecroofError(f"{p}: alias_of names {alias!r}, which is not a shipped engine")
+        return _load_file(str(target))
     return engine_from_dict(data, where=str(p))
 
 
 def load_engine(engine: Engine | str | Path | None) -> Engine | None:
-    """An :class:`Engine` from itself, a shipped name (``eager``, ``compiled``, ``serving``) or a TOML path; None stays None."""
+    """An :class:`Engine` from itself, a shipped name (``hf``, ``torch-eager``, ``compiled``, ``vllm``, ``sglang``,
+    ``trtllm``; the aliases ``eager`` and ``serving``) or a TOML path; None stays None."""
     if engine is None or isinstance(engine, Engine):
         return engine
     p = Path(engine)

@@ -222,6 +222,7 @@ class Hardware:
             weight_bandwidth_ratio=dict(e.weight_bandwidth_ratio) if e else {},
             weight_bytes_factor=dict(e.weight_bytes_factor) if e else {},
             name=self.id + (f" + {e.name}" if e else ""),
+            engine=e,
         )
 
     def ridge(self, dtype: str, efficiency: bool = False) -> float:

@@ -20,15 +20,27 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from roofline.engine import Engine, load_engine
+from roofline.engine import Engine, canonical_engine, load_engine
 from roofline.errors import SpecroofError
 from roofline.hardware import FLOAT_DTYPES, activation_dtype
 from roofline.passtime import pass_time
 
+try:  # the speedup predictor is moving to its own module (roofline.predict); either home works
+    from roofline.predict import predict_speedup
+except ImportError:  # pragma: no cover
+    from roofline.speculative import predict_speedup  # type: ignore[no-redef]
+
 PUBLISHED_DIR = Path(__file__).resolve().parents[1] / "published"
 
-#: the kinds of figure, each summarised on its own
-KINDS = ("decode", "quantised", "tp", "speculative")
+#: the kinds of figure, each summarised on its own: batch-1 decode, quantised weights, tensor parallel,
+#: speculative, decode at a serving batch (a whole generation: prefill then every step), and prefill
+KINDS = ("decode", "quantised", "tp", "speculative", "batched", "prefill")
+
+#: engines whose device terms are the compiled engine's and whose serving terms are fitted together
+SERVING_FAMILY = ("vllm", "sglang", "trtllm")
+
+#: how many more calibration rows than free parameters a fit needs (the serving sources name three rows)
+FIT_MARGIN = {"compiled": 2, "hf": 2, "vllm": 1}
 
 #: every engine's free parameters when fitted, with bounds (SI units; ratios and fractions in (0, 1])
 #: (lower bound, start, upper bound): the fit always starts from the same point, so it is reproducible
@@ -41,10 +53,14 @@ FIT_PARAMETERS: dict[str, dict[str, tuple[float, float, float]]] = {
         "weight_bandwidth_ratio.int4": (0.2, 0.8, 1.0),
         "allreduce_latency_s": (0.0, 1e-5, 1e-4),
     },
-    "eager": {
-        "host_pass_s": (0.0, 3e-3, 0.05),
-        "host_layer_s": (0.0, 3e-4, 2e-3),
+    "hf": {
+        "host_launch_s": (1e-6, 2e-5, 1e-4),
+        "host_step_s": (0.0, 1e-3, 0.05),
         "round_s": (0.0, 2e-3, 0.05),
+    },
+    "vllm": {
+        "kv_bandwidth_fraction": (0.1, 0.8, 1.0),
+        "compute_fraction": (0.2, 0.8, 1.0),
     },
 }
 
@@ -60,8 +76,10 @@ def load_published(folder: str | Path | None = None) -> pd.DataFrame:
         for key in ("source", "url", "setup", "hardware", "use"):
             if key not in data:
                 raise SpecroofError(f"{path}: missing {key!r}")
-        if data["use"] not in ("calibration", "validation"):
-            raise SpecroofError(f"{path}: use must be 'calibration' or 'validation' (got {data['use']!r})")
+        uses = [data["use"], *(r.get("use", data["use"]) for r in data.get("row", []))]
+        if any(u not in ("calibration", "validation") for u in uses):
+            bad = next(u for u in uses if u not in ("calibration", "validation"))
+            raise SpecroofError(f"{path}: use must be 'calibration' or 'validation' (got {bad!r})")
         for i, r in enumerate(data.get("row", [])):
             if r.get("kind") not in KINDS:
                 raise SpecroofError(f"{path}: row {i + 1} kind must be one of {', '.join(KINDS)}")
@@ -70,9 +88,13 @@ def load_published(folder: str | Path | None = None) -> pd.DataFrame:
                 "source": data["source"],
                 "url": data["url"],
                 "setup": data["setup"],
-                "use": data["use"],
+                "use": r.get("use", data["use"]),
                 "hardware": r.get("hardware", data["hardware"]),
                 "engine": r.get("engine", data.get("engine")),
+                "batch": int(r.get("batch", data.get("batch", 1))),
+                "prompt_tokens": int(r.get("prompt_tokens", data.get("prompt_tokens", 0))),
+                "output_tokens": int(r.get("output_tokens", data.get("output_tokens", 0))),
+                "counts": str(r.get("counts", data.get("counts", "output"))),
                 "context": int(r.get("context", data.get("context", 512))),
                 "kind": r["kind"],
                 "model": r["model"],
@@ -86,10 +108,32 @@ def load_published(folder: str | Path | None = None) -> pd.DataFrame:
                 "published_speedup": r.get("speedup"),
                 "not_modelled": r.get("not_modelled", ""),
             }
-            if row["engine"] is None:
-                raise SpecroofError(f"{path}: row {i + 1} names no engine")
+            _check_row(path, i, row)
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _check_row(path: Path, i: int, row: dict[str, Any]) -> None:
+    """One line naming the file, the row and the field for anything a prediction could not use."""
+    where = f"{path.name}: row {i + 1}"
+    if row["engine"] is None:
+        raise SpecroofError(f"{where} names no engine")
+    from roofline.engine import list_engines
+
+    if row["engine"] not in list_engines():
+        raise SpecroofError(f"{where}: engine {row['engine']!r} is not shipped (one of {', '.join(list_engines())})")
+    for key in ("published_tokens_per_s", "published_speedup", "mean_accepted"):
+        v = row[key]
+        if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+            raise SpecroofError(f"{where}: {key.removeprefix('published_')} must be a finite number > 0 (got {v!r})")
+    if row["published_tokens_per_s"] is None and row["published_speedup"] is None:
+        raise SpecroofError(f"{where}: give tokens_per_s or speedup")
+    if not 1 <= row["batch"] <= 4096 or not 1 <= row["tp"] <= 64:
+        raise SpecroofError(f"{where}: batch must lie in [1, 4096] and tp in [1, 64]")
+    if row["kind"] in ("batched", "prefill") and (row["prompt_tokens"] < 1 or row["output_tokens"] < 0):
+        raise SpecroofError(f"{where}: a {row['kind']} row gives prompt_tokens >= 1 and output_tokens >= 0")
+    if row["counts"] not in ("output", "total"):
+        raise SpecroofError(f"{where}: counts must be 'output' or 'total' (got {row['counts']!r})")
 
 
 def _act_dtype(weight_dtype: str) -> str:
@@ -110,10 +154,14 @@ def predict_row(row: pd.Series | dict[str, Any], engine: Engine | str | None) ->
     """
     r = dict(row)
     act, wdt = _act_dtype(r["weight_dtype"]), _wdt(r["weight_dtype"])
+    batch = int(r.get("batch", 1) or 1)
+    if r["kind"] in ("batched", "prefill") or (r["kind"] != "speculative" and int(r.get("prompt_tokens", 0) or 0)):
+        return {"predicted": _generation_rate(r, engine, act, wdt, batch)}
     if r["kind"] != "speculative":
-        st = pass_time(r["model"], r["hardware"], 1, 1, r["context"], act, weight_dtype=wdt, tp=r["tp"], engine=engine)
-        return {"predicted": float(1.0 / st.t_step_s[()])}
-    from roofline.speculative import predict_speedup
+        st = pass_time(
+            r["model"], r["hardware"], batch, 1, r["context"], act, weight_dtype=wdt, tp=r["tp"], engine=engine
+        )
+        return {"predicted": float(batch / st.t_step_s[()])}
 
     gamma = r["gamma"]
     gamma = None if gamma is None or (isinstance(gamma, float) and math.isnan(gamma)) else gamma
@@ -141,6 +189,23 @@ def predict_row(row: pd.Series | dict[str, Any], engine: Engine | str | None) ->
     return {"predicted": p.tokens_per_s}
 
 
+def _generation_rate(r: dict[str, Any], engine: Engine | str | None, act: str, wdt: str | None, batch: int) -> float:
+    """Tokens/s of a whole generation of ``batch`` requests: one prefill of the prompts, then every decode step.
+
+    A decode step's time is linear in its context (the KV read), so the steps are priced once,
+    at the mean context ``prompt + output / 2``. ``counts`` says whether the figure counts the
+    output tokens or prompt and output together (``vllm bench throughput``'s total tokens/s).
+    """
+    prompt, out = int(r["prompt_tokens"]), int(r["output_tokens"])
+    kw: dict[str, Any] = dict(weight_dtype=wdt, tp=r["tp"], engine=engine)
+    t = float(pass_time(r["model"], r["hardware"], batch, prompt, 0, act, **kw).t_step_s[()])
+    if out > 1:
+        step = pass_time(r["model"], r["hardware"], batch, 1, prompt + out // 2, act, **kw)
+        t += (out - 1) * float(step.t_step_s[()])  # the prefill pass emits the first token
+    tokens = batch * (out + (prompt if r["counts"] == "total" else 0))
+    return tokens / t
+
+
 def validation_table(rows: pd.DataFrame | None = None, engines: dict[str, Engine] | None = None) -> pd.DataFrame:
     """Published against predicted, per row: the roofline-only and the engine-aware prediction and their errors."""
     df = load_published() if rows is None else rows.copy()
@@ -154,6 +219,7 @@ def validation_table(rows: pd.DataFrame | None = None, engines: dict[str, Engine
             "kind": r["kind"],
             "hardware": r["hardware"],
             "engine": r["engine"],
+            "batch": int(r["batch"]),
             "setup": _setup(r),
             "metric": metric,
             "published": float(published),
@@ -165,7 +231,8 @@ def validation_table(rows: pd.DataFrame | None = None, engines: dict[str, Engine
             "note": r["not_modelled"],
         }
         if not r["not_modelled"]:
-            eng = (engines or {}).get(r["engine"]) or load_engine(r["engine"])
+            eng = (engines or {}).get(r["engine"]) or (engines or {}).get(canonical_engine(r["engine"]) or "")
+            eng = eng or load_engine(r["engine"])
             roof = predict_row(r, None)
             aware = predict_row(r, eng)
             rec["roofline"], rec["engine_aware"] = roof["predicted"], aware["predicted"]
@@ -173,9 +240,11 @@ def validation_table(rows: pd.DataFrame | None = None, engines: dict[str, Engine
             rec["error_engine"] = aware["predicted"] / published - 1.0
             if "implied_mean_accepted" in aware:
                 rec["implied_mean_accepted"] = aware["implied_mean_accepted"]
+                g = r["gamma"]
+                most = "" if g is None or pd.isna(g) else f" (of at most {int(g) + 1})"
                 rec["note"] = (
-                    f"no acceptance published: {aware['implied_mean_accepted']:.2f} tokens per round "
-                    f"(of at most {int(r['gamma']) + 1}) reproduce it under {r['engine']}"
+                    f"no acceptance published: {aware['implied_mean_accepted']:.2f} tokens per round{most} "
+                    f"reproduce it under {r['engine']}"
                 )
         out.append(rec)
     return pd.DataFrame(out)
@@ -183,6 +252,10 @@ def validation_table(rows: pd.DataFrame | None = None, engines: dict[str, Engine
 
 def _setup(r: pd.Series) -> str:
     parts = [str(r["model"]), str(r["weight_dtype"])]
+    if int(r.get("batch", 1)) > 1:
+        parts.append(f"batch {int(r['batch'])}")
+    if int(r.get("prompt_tokens", 0) or 0):
+        parts.append(f"{int(r['prompt_tokens'])} in / {int(r['output_tokens'])} out")
     if r["tp"] > 1:
         parts.append(f"TP{r['tp']}")
     if r["kind"] == "speculative":
@@ -211,6 +284,7 @@ def error_summary(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def _with(engine: Engine, name: str, value: float) -> Engine:
+    """``engine`` with one fitted parameter set (``weight_bandwidth_ratio.<dtype>`` for a quantised rate)."""
     if name.startswith("weight_bandwidth_ratio."):
         dt = name.split(".", 1)[1]
         return dataclasses.replace(engine, weight_bandwidth_ratio={**engine.weight_bandwidth_ratio, dt: value})
@@ -239,10 +313,12 @@ def calibrate(engine: Engine | str, rows: pd.DataFrame | None = None) -> tuple[E
         raise SpecroofError(f"engine {eng.name!r} has no free parameters to fit (fitted: {', '.join(FIT_PARAMETERS)})")
     params = FIT_PARAMETERS[eng.name]
     df = load_published() if rows is None else rows
-    cal = df[(df["use"] == "calibration") & (df["engine"] == eng.name) & (df["not_modelled"] == "")]
+    family = SERVING_FAMILY if eng.name in SERVING_FAMILY else (eng.name,)
+    canonical = df["engine"].map(canonical_engine)
+    cal = df[(df["use"] == "calibration") & canonical.isin(family) & (df["not_modelled"] == "")]
     has_figure = cal["published_speedup"].notna() | cal["mean_accepted"].notna() | (cal["kind"] != "speculative")
     cal = cal[has_figure]
-    if len(cal) < len(params) + 2:
+    if len(cal) < len(params) + FIT_MARGIN.get(eng.name, 2):
         raise SpecroofError(f"{len(cal)} calibration rows for {len(params)} parameters of {eng.name!r}: too few")
     names = list(params)
     lo = np.array([params[n][0] for n in names])
@@ -256,21 +332,32 @@ def calibrate(engine: Engine | str, rows: pd.DataFrame | None = None) -> tuple[E
             e = _with(e, n, float(v))
         return e
 
+    def engine_of(e: Engine, row_engine: str) -> Engine:
+        # a row of another engine of the family takes the fitted terms on top of its own profile
+        other = load_engine(row_engine)
+        assert other is not None
+        if other.name == e.name:
+            return e
+        for n in names:
+            other = _with(other, n, _get(e, n))
+        return other
+
     def residuals(x: np.ndarray) -> np.ndarray:
         e = build(x)
         res = []
         for _, r in cal.iterrows():
             pub = r["published_speedup"] if not pd.isna(r["published_speedup"]) else r["published_tokens_per_s"]
-            res.append(math.log(predict_row(r, e)["predicted"] / pub))
+            res.append(math.log(predict_row(r, engine_of(e, r["engine"]))["predicted"] / pub))
         return np.array(res)
 
     fit = least_squares(residuals, x0, bounds=(lo / scale, hi / scale), x_scale="jac", xtol=1e-12, ftol=1e-12)
     fitted = build(fit.x)
-    return fitted, validation_table(cal, {eng.name: fitted})
+    engines = {name: engine_of(fitted, name) for name in set(cal["engine"])}
+    return fitted, validation_table(cal, engines)
 
 
 #: engines whose device terms are the compiled engine's (no calibration source of their own)
-SHARES_COMPILED_DEVICE = ("serving",)
+SHARES_COMPILED_DEVICE = SERVING_FAMILY
 
 
 def write_fitted(engine: Engine, folder: str | Path | None = None) -> list[Path]:
@@ -284,6 +371,8 @@ def write_fitted(engine: Engine, folder: str | Path | None = None) -> list[Path]
 
     root = Path(folder or ENGINE_DIR)
     names = [engine.name] + (list(SHARES_COMPILED_DEVICE) if engine.name == "compiled" else [])
+    if engine.name in SERVING_FAMILY:
+        names = list(dict.fromkeys([engine.name, *SERVING_FAMILY]))
     written = []
     for name in names:
         path = root / f"{name}.toml"

@@ -17,13 +17,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from roofline.cost import PassCost
 from roofline.errors import SpecroofError
+
+if TYPE_CHECKING:
+    from roofline.engine import Engine
 
 Array = npt.NDArray[np.float64]
 
@@ -76,6 +79,9 @@ class TimeModel:
     #: per quantised weight dtype: bandwidth relative to the dense rate, and bytes per weight byte
     weight_bandwidth_ratio: Mapping[str, float] = field(default_factory=dict)
     weight_bytes_factor: Mapping[str, float] = field(default_factory=dict)
+    #: the engine whose per-kernel launches, per-step host time, paged-KV efficiency and sampling this
+    #: composition prices (docs/cost-model.md, section 6); None: none of those terms
+    engine: Engine | None = None
     #: label for errors
     name: str = field(default="", compare=False)
 
@@ -102,6 +108,16 @@ class TimeModel:
             op_mem = w_bytes / w_bw + (cost.bytes - cost.bytes_weights) / bw
         else:
             op_mem = cost.bytes / bw
+        e = self.engine
+        if e is not None and e.kv_bandwidth_fraction != 1.0:
+            # attention over the (paged) cache reads its KV at a share of the weight stream's rate
+            op_mem = op_mem + cost.bytes_kv_read / bw * (1.0 / e.kv_bandwidth_fraction - 1.0)
+        if e is not None and e.sampling_passes and cost.vocab_size and "lm_head" in cost.operators:
+            # sampling reads and writes the fp32 logits of every token (softmax, top-k/p, the draw)
+            head = cost.operators.index("lm_head")
+            logits = cost.tokens * float(cost.vocab_size) * 4.0 * e.sampling_passes
+            op_mem = op_mem.copy()
+            op_mem[head] = op_mem[head] + logits / bw
         peak = self.peak(dtype) * tp
         op_comp = cost.flops / peak
         if self.matmul_half_tokens:
@@ -128,15 +144,132 @@ class TimeModel:
         """Host seconds to issue one pass (0 without an engine)."""
         return self.host_pass_s + n_layers * self.host_layer_s
 
-    def compose(self, op_time_s: Array, fixed_s: float, allreduce_s: Any, n_layers: int) -> Array:
-        """The pass time from its parts: the device's work, or the host's when issuing takes longer."""
+    def compose(
+        self, op_time_s: Array, fixed_s: float, allreduce_s: Any, n_layers: int, cost: PassCost | None = None
+    ) -> Array:
+        """The pass time from its parts: the device's work, the host's issuing of it, and the step's host time.
+
+        With ``cost`` an eager engine's kernels are issued one by one and the device runs each
+        once it is issued and its predecessor is done (:func:`launch_pipeline`); without it the
+        host's total is set against the device's (the issuing overlaps the device's work).
+        An engine's per-step host time (scheduler, input preparation, the decoding loop) adds
+        to the pass, or hides under it where the engine overlaps it (``step_overlap``).
+        """
         device = op_time_s.sum(axis=0) + fixed_s + allreduce_s
-        host = self.host_s(n_layers)
-        return np.maximum(device, host) if host > 0 else device
+        e = self.engine
+        if e is not None and e.launches and cost is not None and cost.n_layers > 0:
+            t = launch_pipeline(self, e, op_time_s, fixed_s, allreduce_s, cost)
+        else:
+            host = self.host_s(n_layers)
+            if e is not None and e.launches:
+                host = host + e.host_launch_s * (n_layers * _dense_layer_kernels(e) + _pass_kernels(e))
+            t = np.maximum(device, host) if host > 0 else device
+        if e is not None and (e.host_step_s or e.host_step_per_seq_s):
+            batch = cost.batch if cost is not None else 1
+            step = e.host_step_s + e.host_step_per_seq_s * np.asarray(batch, dtype=float)
+            t = np.maximum(t, step) if e.step_overlap else t + step
+        return np.asarray(t, dtype=float)
 
     def pass_seconds(self, cost: PassCost, dtype: str, *, overhead_s: float | None = None, tp: int = 1) -> Array:
         """Seconds of the pass ``cost`` (the composition; ``overhead_s`` replaces the fixed overheads)."""
         op_mem, op_comp = self.operator_times(cost, dtype, tp)
         fixed = self.overhead_s(cost.n_layers) if overhead_s is None else overhead_s
         op_t = combine(op_mem, op_comp, self.overlap)
-        return self.compose(op_t, fixed, self.allreduce_s(cost, tp), cost.n_layers)
+        return self.compose(op_t, fixed, self.allreduce_s(cost, tp), cost.n_layers, cost=cost)
+
+
+def _dense_layer_kernels(e: Engine) -> float:
+    """Kernels an eager engine issues for one dense (SwiGLU) layer, from its per-operator counts."""
+    k = e.launches
+    return (
+        2 * k.get("norm", 0) + k.get("qkv", 0) + k.get("rotary", 0) + k.get("kv_update", 0) + k.get("attention", 0)
+        + k.get("out_proj", 0) + 3 * k.get("mlp_matrix", 0) + k.get("activation", 0) + 2 * k.get("residual", 0)
+    )  # fmt: skip
+
+
+def _pass_kernels(e: Engine) -> float:
+    """Kernels issued once per pass: the embedding, the final norm, the LM head and the decoding loop's."""
+    k = e.launches
+    return k.get("embed", 0) + k.get("norm", 0) + k.get("lm_head", 0) + k.get("sampling", 0)
+
+
+def launch_pipeline(tm: TimeModel, e: Engine, op_t: Array, fixed_s: Any, allreduce_s: Any, cost: PassCost) -> Array:
+    """Seconds until the last kernel of an eagerly issued pass finishes.
+
+    The host issues kernel i at ``I_i`` (``host_launch_s`` after the one before; the per-pass and
+    per-layer host terms come on top) and the device runs kernels in order, each once issued
+    and once its predecessor is done, so the pass ends at ``max_i (I_i + S_i)`` with ``S_i``
+    the device time of kernel i and all after it (docs/cost-model.md, section 6). The kernels
+    come in runs of equal cost (a norm's 8 elementwise kernels, a layer's projections), and
+    the layers repeat: within a run and across layers the term is linear in the index, so its
+    maximum lies at a run's first or last kernel and at the first or last layer. That makes the
+    exact answer a handful of array operations, whatever the number of kernels.
+    """
+    k, h, nl = e.launches, e.host_launch_s, cost.n_layers
+    shape = np.shape(op_t[0])
+    ops = {name: op_t[i] for i, name in enumerate(cost.operators)}
+    zero = np.zeros(shape)
+
+    def dev(name: str) -> Any:
+        return ops.get(name, zero)
+
+    moe = cost.n_moe_layers / nl if nl else 0.0
+    experts = np.asarray(cost.experts_touched, dtype=float)  # distinct experts per MoE layer (shared included)
+    per_layer_mats = cost.mlp_matrices * ((1.0 - moe) + moe * experts)
+    norm_dev = dev("norms") / (2 * nl + 1)
+    layer_floor = tm.layer_overhead_s if np.ndim(fixed_s) == 0 and fixed_s >= nl * tm.layer_overhead_s else 0.0
+    pass_floor = fixed_s - nl * layer_floor
+    layer = [
+        (k.get("norm", 0), norm_dev),
+        (k.get("qkv", 0), dev("qkv") / nl),
+        (k.get("rotary", 0), zero),
+        (k.get("kv_update", 0), zero),
+        (k.get("attention", 0), (dev("attn_scores") + dev("attn_values")) / nl),
+        (k.get("out_proj", 0), dev("out_proj") / nl),
+        (k.get("residual", 0), zero),
+        (k.get("norm", 0), norm_dev),
+        (k.get("router", 0) * moe, dev("router") / nl),
+        (k.get("mlp_matrix", 0) * per_layer_mats, dev("mlp") / nl),
+        (k.get("activation", 0) * per_layer_mats / max(cost.mlp_matrices, 1), zero),
+        (k.get("expert", 0) * moe * experts, zero),
+        (k.get("residual", 0), zero),
+        (0.0, layer_floor + np.asarray(allreduce_s) / nl),  # device work issued with the layer's last kernel
+    ]
+    prologue = [(k.get("embed", 0), dev("embed"))]
+    epilogue = [
+        (k.get("norm", 0), norm_dev),
+        (k.get("lm_head", 0), dev("lm_head")),
+        (k.get("sampling", 0), zero),
+        (0.0, pass_floor + zero),
+    ]
+
+    def runs(segments: list[tuple[Any, Any]]) -> tuple[Any, Any, list[tuple[Any, Any, Any, Any]]]:
+        """(host time, device time, [(host before the run, device from the run on, kernels, device per kernel)])."""
+        n = [np.asarray(c, dtype=float) + zero for c, _ in segments]
+        d = [np.asarray(t, dtype=float) + zero for _, t in segments]
+        host_before, out = zero.copy(), []
+        suffix = [sum(d[i:], zero) for i in range(len(d))]
+        for i in range(len(d)):
+            out.append((host_before, suffix[i], n[i], np.divide(d[i], n[i], out=np.zeros(shape), where=n[i] > 0)))
+            host_before = host_before + n[i] * h
+        return host_before, suffix[0] if d else zero, out
+
+    def end(a: Any, s: Any, n: Any, dk: Any) -> Any:
+        # issue of the run's first kernel + device from it on; the last kernel instead where issuing is the slower
+        v = a + h + s + np.maximum(0.0, (n - 1) * (h - dk))
+        return np.where(n > 0, v, -np.inf)
+
+    h_pro, d_pro, pro = runs(prologue)
+    h_lay, d_lay, lay = runs(layer)
+    h_epi, d_epi, epi = runs(epilogue)
+    h_pro = h_pro + tm.host_pass_s
+    h_lay = h_lay + tm.host_layer_s
+    finish = np.asarray(d_pro + nl * d_lay + d_epi, dtype=float)  # the device's work alone, at the least
+    for a, s, n, dk in pro:
+        finish = np.maximum(finish, end(tm.host_pass_s + a, s + nl * d_lay + d_epi, n, dk))
+    steady = (nl - 1) * np.maximum(h_lay, d_lay)  # the other layers: issue-bound or device-bound
+    for a, s, n, dk in lay:
+        finish = np.maximum(finish, end(h_pro + tm.host_layer_s + a, s + d_epi, n, dk) + steady)
+    for a, s, n, dk in epi:
+        finish = np.maximum(finish, end(h_pro + nl * h_lay + a, s, n, dk))
+    return finish

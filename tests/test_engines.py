@@ -14,6 +14,7 @@ import pytest
 from roofline.drafters import TREE_PRESETS, Eagle, named_drafter
 from roofline.engine import Engine, engine_data, engine_from_dict, list_engines, load_engine
 from roofline.errors import SpecroofError
+from roofline.hardware import load_hardware
 from roofline.passtime import pass_time
 from roofline.published import (
     FIT_PARAMETERS,
@@ -41,10 +42,12 @@ def test_no_engine_keeps_the_worked_example():
     assert weights_only_crossover("llama-2-13b", "a100-sxm-80gb") == pytest.approx(153, rel=0.01)  # K = ridge 153
 
 
-@pytest.mark.parametrize("name", ["eager", "compiled", "serving"])
+@pytest.mark.parametrize("name", ["hf", "torch-eager", "compiled", "vllm", "sglang", "trtllm", "eager", "serving"])
 def test_every_shipped_engine_loads_and_round_trips(name):
+    from roofline.engine import canonical_engine
+
     e = load_engine(name)
-    assert e is not None and e.name == name
+    assert e is not None and e.name == canonical_engine(name)  # eager is hf, serving is vllm
     assert engine_from_dict(engine_data(e)) == e
     assert name in list_engines()
 
@@ -73,7 +76,9 @@ def test_device_terms_add_and_fractions_scale_what_the_gpu_reaches():
     assert float(st.t_step_s) == pytest.approx(2 * base / 0.855 + 1e-3 + 40 * 1e-5, rel=1e-3)
     h200 = float(pass_time("llama-2-13b", "h200-sxm-141gb", 1, 1, 0, "fp16", engine=e).t_memory_s)
     assert h200 == pytest.approx(
-        2 * float(pass_time("llama-2-13b", "h200-sxm-141gb", 1, 1, 0, "fp16").t_memory_s) / 0.7
+        2
+        * float(pass_time("llama-2-13b", "h200-sxm-141gb", 1, 1, 0, "fp16").t_memory_s)
+        / load_hardware("h200-sxm-141gb").efficiency_memory  # the H200's own sourced share (docs/hardware-sources.md)
     )
 
 
@@ -140,7 +145,7 @@ def test_a_bad_engine_profile_is_one_clear_error(data, message):
 
 
 def test_an_unknown_engine_names_the_shipped_ones(tmp_path):
-    with pytest.raises(SpecroofError, match="eager, compiled|compiled, eager"):
+    with pytest.raises(SpecroofError, match="compiled, eager, hf"):
         load_engine("turbo")
     bad = tmp_path / "bad.toml"
     bad.write_text('name = "b"\n[device]\nbandwidth_fraction = 2.0\n')
@@ -228,7 +233,12 @@ def test_every_published_file_names_its_source_and_use():
     assert set(rows["use"]) == {"calibration", "validation"}
     assert rows["url"].str.len().min() > 10 and rows["setup"].str.len().min() > 20
     cal_sources = set(rows.loc[rows["use"] == "calibration", "file"])
-    assert cal_sources == {"gpt_fast.toml", "spec_bench_a100.toml"}  # the only calibration sources the issue names
+    # the only calibration sources the issues name: gpt-fast, Spec-Bench's A100 Vicuna-7B rows, SGLang's documentation
+    # rows for the H100 and torchao's vLLM rows for the H100 in bf16
+    assert cal_sources == {"gpt_fast.toml", "spec_bench_a100.toml", "sglang_docs_h100.toml", "torchao_vllm.toml"}
+    tao = rows[rows["file"] == "torchao_vllm.toml"]
+    assert set(tao.loc[tao["use"] == "calibration", "weight_dtype"]) == {"bf16"}
+    assert set(tao.loc[tao["use"] == "calibration", "hardware"]) == {"h100-sxm-80gb"}
 
 
 def test_a_bad_published_file_is_refused(tmp_path):
@@ -238,23 +248,27 @@ def test_a_bad_published_file_is_refused(tmp_path):
     with pytest.raises(SpecroofError, match="use must be"):
         load_published(tmp_path)
     (tmp_path / "x.toml").write_text('source = "s"\nurl = "u"\nsetup = "s"\nhardware = "a"\nuse = "validation"\n'
-                                     '[[row]]\nkind = "prefill"\nmodel = "m"\n')  # fmt: skip
+                                     '[[row]]\nkind = "training"\nmodel = "m"\n')  # fmt: skip
     with pytest.raises(SpecroofError, match="kind must be one of"):
         load_published(tmp_path)
 
 
-@pytest.mark.parametrize("kind", ["decode", "quantised", "tp", "speculative"])
+@pytest.mark.parametrize("kind", ["decode", "quantised", "tp", "speculative", "batched", "prefill"])
 def test_calibration_rows_are_predicted_within_the_promised_error(table, kind):
-    """Median |error| <= 10% and max <= 25% on the calibration rows; the roofline-only column is worse."""
+    """Median |error| <= 5% and max <= 15% on the calibration rows; the roofline-only column is worse.
+
+    One exception, stated: Spec-Bench's Hydra row is +16% under the launch-counted hf engine (the
+    least-squares fit balances it against prompt lookup's -11%), so the speculative max is 17%.
+    """
     s = error_summary(table).set_index(["use", "kind"]).loc[("calibration", kind)]
-    assert s["median_abs_error_engine"] <= 0.10
-    assert s["max_abs_error_engine"] <= 0.25
+    assert s["median_abs_error_engine"] <= 0.05
+    assert s["max_abs_error_engine"] <= (0.17 if kind == "speculative" else 0.15)
     assert s["median_abs_error_roofline"] > 2 * s["median_abs_error_engine"]
 
 
 def test_rows_that_cannot_be_priced_say_why_and_stay_out_of_the_statistics(table):
     not_priced = table[table["note"].str.contains("REST|Lookahead|no acceptance published")]
-    assert len(not_priced) == 3 and not_priced["error_engine"].isna().all()
+    assert len(not_priced) == 5 and not_priced["error_engine"].isna().all()  # + SGLang's two EAGLE rows
     implied = table.loc[table["setup"].str.contains("70b int4 \\+"), "implied_mean_accepted"].iloc[0]
     assert 1.0 < implied < 5.0  # gpt-fast's 48.4 tok/s at gamma 4 implies a plausible acceptance
 
@@ -268,13 +282,15 @@ def test_the_shipped_engines_are_what_the_fit_gives(name):
         assert _get(fitted, p) == pytest.approx(_get(shipped, p), rel=0.02, abs=1e-7), p
 
 
-def test_serving_shares_the_compiled_device_terms():
-    c, s = load_engine("compiled"), load_engine("serving")
+@pytest.mark.parametrize("name", ["serving", "vllm", "sglang", "trtllm"])
+def test_serving_shares_the_compiled_device_terms(name):
+    c, s, v = load_engine("compiled"), load_engine(name), load_engine("vllm")
     assert (c.bandwidth_fraction, c.device_layer_s, c.allreduce_latency_s) == (
         s.bandwidth_fraction,
         s.device_layer_s,
         s.allreduce_latency_s,
     )
+    assert (s.kv_bandwidth_fraction, s.compute_fraction) == (v.kv_bandwidth_fraction, v.compute_fraction)
 
 
 # -- the CLI -------------------------------------------------------------------------------------
