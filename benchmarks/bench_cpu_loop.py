@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.record import record
-from measure.fit import fit, sweep_fit_validate
+from measure.fit import fit
+from measure.loop import sweep_fit_validate
 from roofline.model import ModelSpec
 from roofline.plot import fit_overlay
 

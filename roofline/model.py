@@ -15,8 +15,26 @@ from pathlib import Path
 from typing import Any
 
 from roofline.errors import SpecroofError, check_choice
+from roofline.validation import check_quantity
 
 MLP_KINDS = ("swiglu", "gelu")
+
+#: each shape field's kind in :data:`roofline.validation.RANGES`
+_FIELD_KINDS = {
+    "n_layers": "layers",
+    "d_model": "width",
+    "n_heads": "heads",
+    "n_kv_heads": "heads",
+    "head_dim": "width",
+    "d_ff": "width",
+    "vocab_size": "vocab",
+    "n_experts": "experts",
+    "experts_per_token": "experts",
+    "d_ff_expert": "width",
+    "n_shared_experts": "experts",
+    "d_ff_shared": "width",
+    "n_dense_layers": "layers",
+}
 
 
 @dataclass(frozen=True)
@@ -49,14 +67,20 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         check_choice("mlp_kind", self.mlp_kind, MLP_KINDS)
-        if self.raw_params < 0:
-            raise SpecroofError(f"raw_params must be >= 0 (got {self.raw_params})")
+        if self.raw_params != 0:
+            check_quantity(f"ModelSpec {self.name!r}: raw_params", self.raw_params, "params")
+        check_quantity(f"ModelSpec {self.name!r}: max_context", self.max_context, "context")
         if self.is_abstract:
             return
         for f in ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "vocab_size", "max_context"):
             v = getattr(self, f)
             if not isinstance(v, int) or v < 1:
                 raise SpecroofError(f"ModelSpec {self.name!r}: {f} must be a positive integer (got {v!r})")
+        # physical ranges: past them the byte and FLOP counts overflow a float (a vocabulary of 10**400)
+        for f, kind in _FIELD_KINDS.items():
+            v = getattr(self, f)
+            if v != 0 or f in ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "vocab_size"):
+                check_quantity(f"ModelSpec {self.name!r}: {f}", v, kind)
         if self.n_heads % self.n_kv_heads:
             raise SpecroofError(
                 f"ModelSpec {self.name!r}: n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})"
@@ -80,6 +104,7 @@ class ModelSpec:
         """The abstract model of the 13B-on-A100 worked example: ``params`` weights, 2 FLOPs per weight per token, no KV."""
         if not params > 0:
             raise SpecroofError(f"params must be > 0 (got {params!r})")
+        params = check_quantity("params", params, "params")
         label = name or f"{params / 1e9:g}B (abstract)"
         return cls(label, 0, 0, 0, 0, 0, 0, 0, max_context=max_context, raw_params=float(params))
 
@@ -219,6 +244,19 @@ class ModelSpec:
         }
 
 
+#: each config.json field's kind in :data:`roofline.validation.RANGES` (others: "width")
+_CONFIG_KINDS = {
+    "num_hidden_layers": "layers",
+    "num_attention_heads": "heads",
+    "num_key_value_heads": "heads",
+    "vocab_size": "vocab",
+    "max_position_embeddings": "context",
+    "num_local_experts": "experts",
+    "num_experts": "experts",
+    "n_routed_experts": "experts",
+    "num_experts_per_tok": "experts",
+}
+
 _SUPPORTED = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3")
 
 
@@ -238,7 +276,8 @@ def _from_hf_dict(cfg: dict[str, Any], name: str | None) -> ModelSpec:
             raise SpecroofError(f"config field {key!r} must be a positive whole number (got {value!r})")
         if isinstance(value, float) and not value.is_integer():
             raise SpecroofError(f"config field {key!r} must be a whole number (got {value!r})")
-        return int(value)
+        kind = _CONFIG_KINDS.get(key, "width")
+        return int(check_quantity(f"config field {key!r}", value, kind))
 
     def req(key: str) -> int:
         if cfg.get(key) is None:
@@ -325,8 +364,82 @@ PRESETS: dict[str, ModelSpec] = {
 }
 
 
+#: The Hugging Face ids each preset stands for (the name people deploy with: vLLM's ``--model``, SGLang's
+#: ``--model-path``); an id is matched case-insensitively. Shapes are the same for base and instruct models.
+HF_IDS: dict[str, tuple[str, ...]] = {
+    "llama-2-7b": ("meta-llama/Llama-2-7b-hf", "meta-llama/Llama-2-7b-chat-hf"),
+    "llama-2-13b": ("meta-llama/Llama-2-13b-hf", "meta-llama/Llama-2-13b-chat-hf"),
+    "llama-2-70b": ("meta-llama/Llama-2-70b-hf", "meta-llama/Llama-2-70b-chat-hf"),
+    "vicuna-7b": ("lmsys/vicuna-7b-v1.3", "lmsys/vicuna-7b-v1.5"),
+    "vicuna-13b": ("lmsys/vicuna-13b-v1.3",),
+    "vicuna-33b": ("lmsys/vicuna-33b-v1.3",),
+    "llama-3.1-8b": (
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "meta-llama/Llama-3.1-8B",
+        "meta-llama/Meta-Llama-3.1-8B-Instruct",
+    ),
+    "llama-3.1-70b": (
+        "meta-llama/Llama-3.1-70B-Instruct",
+        "meta-llama/Llama-3.1-70B",
+        "meta-llama/Llama-3.3-70B-Instruct",
+    ),
+    "llama-3.2-1b": ("meta-llama/Llama-3.2-1B-Instruct", "meta-llama/Llama-3.2-1B"),
+    "llama-3.2-3b": ("meta-llama/Llama-3.2-3B-Instruct", "meta-llama/Llama-3.2-3B"),
+    "qwen2.5-0.5b": ("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-0.5B"),
+    "qwen2.5-1.5b": ("Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-1.5B"),
+    "qwen2.5-7b": ("Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-7B"),
+    "qwen2.5-72b": ("Qwen/Qwen2.5-72B-Instruct", "Qwen/Qwen2.5-72B"),
+    "mistral-7b": (
+        "mistralai/Mistral-7B-Instruct-v0.2",
+        "mistralai/Mistral-7B-v0.1",
+        "mistralai/Mistral-7B-Instruct-v0.3",
+    ),
+    "mixtral-8x7b": ("mistralai/Mixtral-8x7B-Instruct-v0.1", "mistralai/Mixtral-8x7B-v0.1"),
+    "llama-68m": ("JackFram/llama-68m",),
+    "vicuna-68m": ("double7/vicuna-68m",),
+    "llama-160m": ("JackFram/llama-160m",),
+}
+_BY_HF_ID = {i.lower(): preset for preset, ids in HF_IDS.items() for i in ids}
+
+
+def hf_id(spec: ModelSpec | str) -> str | None:
+    """The Hugging Face id a deployment names this model by (a preset's first id), or None if unknown."""
+    name = spec.name if isinstance(spec, ModelSpec) else str(spec)
+    ids = HF_IDS.get(name.strip().lower())
+    if ids:
+        return ids[0]
+    return name if "/" in name and not Path(name).exists() else None
+
+
+def _hf_cache_dirs() -> list[Path]:
+    """Where a local Hugging Face hub cache keeps snapshots (HF_HUB_CACHE, HF_HOME/hub, ~/.cache/huggingface/hub)."""
+    import os
+
+    dirs = []
+    if os.environ.get("HF_HUB_CACHE"):
+        dirs.append(Path(os.environ["HF_HUB_CACHE"]))
+    if os.environ.get("HF_HOME"):
+        dirs.append(Path(os.environ["HF_HOME"]) / "hub")
+    dirs.append(Path.home() / ".cache" / "huggingface" / "hub")
+    return dirs
+
+
+def cached_hf_config(model_id: str) -> Path | None:
+    """The config.json of ``model_id`` in the local Hugging Face cache (its newest snapshot), never the network."""
+    folder = "models--" + model_id.strip().replace("/", "--")
+    for root in _hf_cache_dirs():
+        snaps = root / folder / "snapshots"
+        if not snaps.is_dir():
+            continue
+        found = sorted(snaps.glob("*/config.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+        if found:
+            return found[0]
+    return None
+
+
 def get_model(name: str | ModelSpec) -> ModelSpec:
-    """A preset by name (e.g. ``'llama-3.1-8b'``), a Hugging Face ``config.json`` path or checkpoint folder, or the spec itself."""
+    """A preset (``'llama-3.1-8b'``), a Hugging Face id (``'meta-llama/Llama-3.1-8B-Instruct'``: a preset's, or one in
+    the local Hugging Face cache; never the network), a ``config.json`` path or checkpoint folder, or the spec itself."""
     if isinstance(name, ModelSpec):
         return name
     if not isinstance(name, str):
@@ -334,11 +447,24 @@ def get_model(name: str | ModelSpec) -> ModelSpec:
     key = name.strip().lower()
     if key in PRESETS:
         return PRESETS[key]
+    if key in _BY_HF_ID:
+        return PRESETS[_BY_HF_ID[key]]
     path = Path(name)
     if name.endswith(".json") or path.is_dir() or path.is_file():
         return ModelSpec.from_hf_config(path)
     import difflib
 
+    if "/" in key:  # a Hugging Face id that no preset stands for: the local cache, or one line saying what to do
+        cfg = cached_hf_config(name)
+        if cfg is not None:
+            return ModelSpec.from_hf_config(cfg)
+        tail = key.rsplit("/", 1)[-1]
+        close = difflib.get_close_matches(tail, list(PRESETS), n=1, cutoff=0.3)
+        hint = f"the closest preset is {close[0]!r}; " if close else ""
+        raise SpecroofError(
+            f"{name!r} is not a preset's Hugging Face id and is not in the local Hugging Face cache: {hint}"
+            "pass its config.json (a path) instead (specroof never downloads)"
+        )
     close = difflib.get_close_matches(key, list(PRESETS), n=3, cutoff=0.5)
     hint = f"; closest: {', '.join(close)}" if close else f"; presets: {', '.join(PRESETS)}"
     raise SpecroofError(f"unknown model preset {name!r}{hint}")

@@ -6,6 +6,7 @@ Bad input exits with status 2 and a one-line message, never a traceback.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -19,10 +20,23 @@ import pandas as pd
 from roofline import interrupts
 from roofline.errors import SpecroofError
 from roofline.hardware import list_hardware, load_hardware, weight_only
-from roofline.jsonio import dumps
 from roofline.model import PRESETS, ModelSpec, get_model
 from roofline.passtime import crossover_tokens, memory_footprint, pass_time, weights_only_crossover
 from roofline.units import format_quantity
+from specroof.shell import (
+    INT_MAX,
+    _add_engine,
+    _add_json,
+    _add_offload,
+    _note,
+    bounded_int,
+    bounded_int_list,
+    emit,
+    engine_arg,
+    finite_float,
+    int_list,
+    plot_path,
+)
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -31,102 +45,6 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # argparse's own exit code is already 2
         # one line, as for every other bad input; the usage is one --help away
         self.exit(2, f"specroof: error: {message} (see `{self.prog} --help`)\n")
-
-
-#: the largest integer a list flag takes, and the most values it expands to (a sweep beyond is a typo)
-INT_MAX = 10**7
-LIST_MAX = 100_000
-
-
-def int_list(text: str) -> list[int]:
-    """Parse ``'1,4,16'`` or ``'1-64'`` (inclusive range) into integers."""
-    out: list[int] = []
-    for part in text.split(","):
-        part = part.strip()
-        try:
-            if "-" in part[1:]:
-                a, b = (int(x) for x in part.split("-", 1))
-                if b < a:
-                    raise argparse.ArgumentTypeError(f"empty range {part!r}: write low-high, e.g. '1-64'")
-                if b - a + 1 > LIST_MAX:
-                    raise argparse.ArgumentTypeError(f"range {part!r} has over {LIST_MAX} values")
-                out.extend(range(a, b + 1))
-            else:
-                out.append(int(part))
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected integers like '1,4,16' or '1-64', got {text!r}") from None
-    if any(abs(v) > INT_MAX for v in out):
-        raise argparse.ArgumentTypeError(f"values must lie within +-{INT_MAX:.0e} (got {text!r})")
-    return out
-
-
-def bounded_int(lo: int, hi: int) -> Callable[[str], int]:
-    """An argparse type: an integer in [lo, hi], else a message naming the range."""
-
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-        if not lo <= v <= hi:
-            raise argparse.ArgumentTypeError(f"must lie in [{lo}, {hi}] (got {v})")
-        return v
-
-    return parse
-
-
-def bounded_int_list(lo: int, hi: int) -> Callable[[str], list[int]]:
-    """An argparse type: one integer or a list/range of them (``1,4,16``, ``1-64``), each in [lo, hi]."""
-    one = bounded_int(lo, hi)
-
-    def parse(text: str) -> list[int]:
-        if "," not in text and "-" not in text.strip()[1:]:
-            return [one(text)]
-        values = int_list(text)
-        for v in values:
-            one(str(v))
-        return values
-
-    return parse
-
-
-def finite_float(text: str) -> float:
-    """An argparse type: a finite number (no nan/inf)."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not np.isfinite(v):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
-    return v
-
-
-def plot_path(text: str) -> str:
-    """An argparse type: a PNG/SVG/PDF file whose folder exists and is writable."""
-    p = Path(text)
-    if p.suffix.lower() not in (".png", ".svg", ".pdf"):
-        raise argparse.ArgumentTypeError(f"a plot is written as .png, .svg or .pdf (got {text!r})")
-    parent = p.parent if str(p.parent) else Path(".")
-    if not parent.is_dir():
-        raise argparse.ArgumentTypeError(f"folder {str(parent)!r} does not exist")
-    if p.is_dir() or not os.access(parent, os.W_OK):
-        raise argparse.ArgumentTypeError(f"cannot write {text!r}")
-    return text
-
-
-def float_list(text: str) -> list[float]:
-    try:
-        return [float(x) for x in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected numbers like '0.6,0.8', got {text!r}") from None
-
-
-def emit(args: argparse.Namespace, payload: Any, table: pd.DataFrame | str) -> None:
-    """Print ``payload`` as JSON with ``--json``, else the readable ``table``."""
-    if getattr(args, "json", False):
-        print(dumps(payload))
-    else:
-        print(table if isinstance(table, str) else table.to_string(index=False))
 
 
 def model_from_args(args: argparse.Namespace) -> ModelSpec:
@@ -439,31 +357,69 @@ def read_curve(path: str) -> list[float]:
         raise SpecroofError(f"{path}: expected a list of acceptance probabilities") from None
 
 
-#: the drafter flags of `plan`, as `--acceptance KEY=...` names them
-DRAFTER_KEYS = ("draft", "early-exit", "heads", "block", "window", "prompt-lookup")
+#: the per-kind drafter flags `plan` had before the drafter grammar, and the grammar each one stands for
+LEGACY_DRAFTER_FLAGS = {
+    "draft": "model:{}",
+    "early_exit": "early-exit:{}",
+    "heads": "medusa:{}",
+    "block": "block:{}",
+    "window": "window:{}",
+    "prompt_lookup": "prompt-lookup",
+}
+#: old `--acceptance` keys, kept as aliases of the grammar's names
+ACCEPTANCE_KEY_ALIASES = {"draft": "model", "heads": "medusa"}
+DRAFTER_GRAMMAR = "eagle|eagle2|eagle3|mtp[:N]|medusa[:HEADS]|hydra|model:NAME_OR_CONFIG|early-exit:L|prompt-lookup|block:NAME|window:W"
+
+
+#: the drafter grammar's method names (what comes before any ``:``)
+GRAMMAR_NAMES = ("eagle", "eagle1", "eagle2", "eagle3", "mtp", "medusa", "hydra", "model", "early-exit", "prompt-lookup",
+                 "block", "window")  # fmt: skip
+
+
+def _draft_spec(value: str) -> str:
+    """``--draft X``: a drafter of the grammar when X names one (``eagle2``), else a separate draft model."""
+    return value if drafter_key(value) in GRAMMAR_NAMES else f"model:{value}"
+
+
+def drafter_specs(args: argparse.Namespace) -> list[str]:
+    """Every drafter the command line names, in the drafter grammar (``--drafter``, then the old flags)."""
+    specs = [s.strip() for s in (getattr(args, "drafter", None) or [])]
+    for attr, form in LEGACY_DRAFTER_FLAGS.items():
+        value = getattr(args, attr, None)
+        if value is None or value is False:
+            continue
+        specs.append(_draft_spec(value) if attr == "draft" else form if value is True else form.format(value))
+    return specs
+
+
+def drafter_key(spec: str) -> str:
+    """The name ``--acceptance KEY=...`` gives a drafter: its grammar name before any ``:``."""
+    return spec.split(":", 1)[0].strip().lower()
+
+
+def resolve_drafter(spec: str, target: Any = None) -> Any:
+    """One drafter from the grammar (``roofline.speculative.as_drafter`` is the only resolver)."""
+    from roofline.speculative import as_drafter
+
+    return as_drafter(spec)
 
 
 def drafters_by_key(args: argparse.Namespace) -> dict[str, Any]:
-    """The drafters the flags ask for, keyed by their flag name (``draft``, ``early-exit``, ...)."""
-    from roofline.speculative import DraftModel, EarlyExit, Heads, ParallelBlock, PromptLookup, SlidingWindowSelfDraft
+    """The drafters the flags ask for, keyed by their grammar name (``model``, ``eagle3``, ``early-exit``, ...).
 
+    Two drafters of one kind (``--drafter model:a --drafter model:b``) are keyed by their whole spec.
+    """
+    specs = drafter_specs(args)
+    if not specs:
+        raise SpecroofError(f"choose a drafter: --drafter {DRAFTER_GRAMMAR} (repeat to compare)")
+    keys = [drafter_key(s) for s in specs]
     chosen: dict[str, Any] = {}
-    if args.draft is not None:
-        chosen["draft"] = DraftModel(get_model(args.draft))
-    if args.early_exit is not None:
-        chosen["early-exit"] = EarlyExit(args.early_exit)
-    if args.heads is not None:
-        chosen["heads"] = Heads(args.heads)
-    if args.block is not None:
-        chosen["block"] = ParallelBlock(get_model(args.block))
-    if args.window is not None:
-        chosen["window"] = SlidingWindowSelfDraft(args.window)
-    if args.prompt_lookup:
-        chosen["prompt-lookup"] = PromptLookup()
-    if not chosen:
-        raise SpecroofError(
-            "choose a drafter: --draft PRESET, --early-exit L, --heads N, --block PRESET, --window W or --prompt-lookup"
-        )
+    for spec, key in zip(specs, keys, strict=True):
+        if keys.count(key) > 1:
+            key = spec.lower()
+        if key in chosen:
+            raise SpecroofError(f"drafter {spec!r} is asked for twice")
+        chosen[key] = resolve_drafter(spec, getattr(args, "target", None))
     return chosen
 
 
@@ -471,46 +427,141 @@ def drafter_from_args(args: argparse.Namespace) -> Any:
     return list(drafters_by_key(args).values())
 
 
+#: drafters whose mean accepted length, given without the gamma it was measured at, refers to the engine's own
+#: default tree (SGLang's 5 steps, top-k 4, 8 draft tokens) rather than to a chain
+TREE_DRAFTER_KEYS = ("eagle", "eagle1", "eagle2", "eagle3", "mtp")
+
+
+def _for_plan(key: str, acc: Any) -> tuple[Any, str]:
+    """What the planner takes for one drafter's acceptance (an alpha or a curve), and the sentence saying so."""
+    from roofline.acceptance import MeanAccepted
+
+    if (
+        isinstance(acc, MeanAccepted)
+        and acc.gamma is None
+        and acc.depth is None
+        and drafter_key(key) in TREE_DRAFTER_KEYS
+    ):
+        from roofline.engine_trees import SGLANG_DEFAULT, fit_acceptance
+
+        p = float(fit_acceptance(acc.mean, SGLANG_DEFAULT).p)
+        return p, (
+            f"{key}: given {acc.given()}, read as measured on SGLang's default EAGLE tree ({SGLANG_DEFAULT.label}): "
+            f"each candidate accepted with p = {p:.3f}"
+        )
+    return acc.for_plan(), f"{key}: {acc.describe()}"
+
+
 def acceptance_from_args(args: argparse.Namespace, drafters: dict[str, Any]) -> Any:
-    """Acceptance per drafter: ``--acceptance KEY=ALPHA|curve.json`` (repeated); one shared value only with --same-alpha.
+    """Acceptance per drafter (``--acceptance KEY=VALUE``, repeated; VALUE in any kind of roofline.acceptance), or one
+    shared value only with --same-alpha. Returns what the planner takes, keyed by drafter name; the sentences saying
+    what each value was read as go to ``args.acceptance_notes``.
 
     Drafters differ in how often their tokens are accepted (a trained draft model, an
     early exit and prompt lookup are not alike), so a plan that compares several with
     one shared alpha favours whichever is cheapest: it must be asked for explicitly.
     """
+    from roofline.acceptance import GRAMMAR, parse_acceptance_items
+
+    args.acceptance_notes = []
+    args.acceptance_kinds = {}
     shared = args.alpha is not None or args.acceptance_curve is not None
     if args.acceptance_curve and args.alpha is not None:
         raise SpecroofError("give --alpha or --acceptance-curve, not both")
     if args.acceptance:
         if shared:
             raise SpecroofError("give --acceptance per drafter, or one shared --alpha/--acceptance-curve, not both")
+        aliases = {alias: key for alias, key in ACCEPTANCE_KEY_ALIASES.items() if key in drafters}
+        aliases |= {d.name: k for k, d in drafters.items()}
+        kinds = parse_acceptance_items(args.acceptance, list(drafters), aliases=aliases)
         out: dict[str, Any] = {}
-        for item in args.acceptance:
-            key, sep, value = item.partition("=")
-            key = key.strip()
-            names = {k: d.name for k, d in drafters.items()}
-            match = key if key in drafters else next((k for k, n in names.items() if n == key), None)
-            if not sep or match is None:
-                raise SpecroofError(
-                    f"--acceptance {item!r}: write KEY=ALPHA or KEY=curve.json with KEY one of the drafters asked for "
-                    f"({', '.join(drafters)})"
-                )
-            try:
-                out[drafters[match].name] = float(value)
-            except ValueError:
-                out[drafters[match].name] = read_curve(value)
-        missing = [k for k, d in drafters.items() if d.name not in out]
-        if missing:
-            raise SpecroofError(f"no --acceptance for drafter(s) {', '.join(missing)}: give KEY=ALPHA for each")
+        for key, acc in kinds.items():
+            out[drafters[key].name], note = _for_plan(key, acc)
+            args.acceptance_notes.append(note)
+            args.acceptance_kinds[key] = acc
         return out
     if not shared:
-        raise SpecroofError("give --acceptance KEY=ALPHA for each drafter (or --alpha A / --acceptance-curve FILE)")
+        raise SpecroofError(f"give --acceptance KEY=VALUE for each drafter (VALUE {GRAMMAR}), or --alpha A")
     if len(drafters) > 1 and not args.same_alpha:
         raise SpecroofError(
-            f"{len(drafters)} drafters with one shared acceptance would favour the cheapest: give --acceptance KEY=ALPHA "
+            f"{len(drafters)} drafters with one shared acceptance would favour the cheapest: give --acceptance KEY=VALUE "
             f"per drafter ({', '.join(drafters)}), or --same-alpha to compare them at one rate on purpose"
         )
-    return read_curve(args.acceptance_curve) if args.acceptance_curve else args.alpha
+    from roofline.acceptance import PerToken, parse_acceptance
+
+    acc = parse_acceptance(args.acceptance_curve) if args.acceptance_curve else PerToken(args.alpha)
+    value, note = _for_plan(next(iter(drafters)), acc) if len(drafters) == 1 else (acc.for_plan(), acc.describe())
+    args.acceptance_notes.append(note if len(drafters) == 1 else f"every drafter (--same-alpha): {note}")
+    return value
+
+
+def _deploy(args: argparse.Namespace, by_key: dict[str, Any], acceptance: Any, best: list[dict[str, Any]]) -> list:
+    """``plan --emit ENGINE``: per batch and drafter, the best setting in the engine's own knobs and its launch flags.
+
+    EAGLE-family drafters are searched over the engine's own tree knobs (roofline.engine_search); chain drafters
+    (a draft model, prompt lookup, Medusa in vLLM) deploy the plan's best gamma as that engine's chain.
+    """
+    from roofline.engine_flags import emit_flags
+    from roofline.engine_search import plan_engine
+    from roofline.engine_trees import SGLANG_DEFAULT, EngineSetting
+    from roofline.model import hf_id
+    from roofline.trees import IIDAcceptance
+
+    out: list[dict[str, Any]] = []
+    for hw in args.hardware:
+        for c in args.context:
+            for key, d in by_key.items():
+                kind = drafter_key(key)
+                if kind in TREE_DRAFTER_KEYS:
+                    acc = getattr(args, "acceptance_kinds", {}).get(key)
+                    if acc is not None and getattr(acc, "kind", "") == "mean" and acc.gamma is None:
+                        kw: dict[str, Any] = {"mean_accepted": acc.mean, "measured_at": SGLANG_DEFAULT}
+                    elif acc is not None and getattr(acc, "kind", "") == "mean" and acc.gamma:
+                        g = int(acc.gamma)
+                        kw = {"mean_accepted": acc.mean, "measured_at": EngineSetting(args.emit, g, 1, g + 1)}
+                    else:
+                        a = acceptance[d.name] if isinstance(acceptance, dict) else acceptance
+                        alpha = float(a if np.isscalar(a) else np.mean(a))
+                        kw = {"acceptance": IIDAcceptance(alpha)}
+                    plan = plan_engine(
+                        hardware=_with_offload(hw, args.offload),
+                        target=args.target,
+                        drafter=kind if kind != "eagle1" else "eagle",
+                        framework=args.emit,
+                        batches=args.batch,
+                        engine=args.engine,
+                        context=c,
+                        dtype=args.dtype,
+                        weight_dtype=args.weight_dtype,
+                        tp=args.tp,
+                        **kw,
+                    )
+                    for r in plan.records(target=args.target, drafter=kind, draft_model=args.draft_model):
+                        out.append({"hardware": hw, "context": c, "drafter": key, "engine": args.emit, **r})
+                    continue
+                for r in best:
+                    if r["hardware"] != load_hardware(hw).id or r["context"] != c or r["strategy"] != d.name:
+                        continue
+                    g = int(r["gamma"])
+                    setting = EngineSetting(args.emit, g, 1, g + 1)
+                    draft_model = args.draft_model
+                    if kind == "model" and draft_model is None:
+                        draft_model = hf_id(d.spec) if hasattr(d, "spec") else None
+                    flags = emit_flags(setting, target=args.target, drafter=kind, draft_model=draft_model)
+                    out.append(
+                        {
+                            "hardware": hw,
+                            "context": c,
+                            "drafter": key,
+                            "engine": args.emit,
+                            "batch": r["batch"],
+                            "knobs": setting.knobs(),
+                            "label": setting.label,
+                            "speedup": r["speedup"],
+                            "flags": flags,
+                        }
+                    )
+    return out
 
 
 def _add_dynamic_gamma(
@@ -594,8 +645,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 )
     if args.dynamic_gamma:
         _add_dynamic_gamma(best, args, by_key, acceptance, {h.id: h for h in hardware})
-    payload = {"recommendations": best, "table": table.head(args.top).to_dict(orient="records")}
+    payload = {
+        "recommendations": best,
+        "table": table.head(args.top).to_dict(orient="records"),
+        "acceptance": getattr(args, "acceptance_notes", []),
+    }
     lines = [f"{r['hardware']}  batch {r['batch']:>4}  context {r['context']:>6}:  {r['reason']}" for r in best]
+    if getattr(args, "acceptance_notes", None):
+        lines = ["acceptance, as given and as priced:", *(f"  {n}" for n in args.acceptance_notes), "", *lines]
+    if args.emit:
+        payload["deploy"] = _deploy(args, by_key, acceptance, best)
+        names = {"sglang": "SGLang", "vllm": "vLLM", "trtllm": "TensorRT-LLM"}
+        lines += ["", f"deploying it with {names[args.emit]} (the engine's own knobs; best setting per batch):"]
+        for r in payload["deploy"]:
+            lines += [f"  {r['hardware']} batch {r['batch']} {r['drafter']}: {r['label']} ({r['speedup']:.2f}x)"]
+            lines += [f"    {line}" for line in str(r["flags"]).splitlines()]
     if args.dynamic_gamma:
         lines += [
             f"  Hugging Face's heuristic schedule instead: {r['heuristic_speedup']:.2f}x "
@@ -625,54 +689,60 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def read_acceptance_vector(path: str) -> Any:
-    """Sibling-rank acceptance from JSON: a list (rank 0 first), {"p": [...]}, or {"sequoia": [...]}."""
-    from roofline.trees import SiblingRankAcceptance
+    """A Sequoia sibling-rank vector from JSON: a list (rank 0 first, or Sequoia's saved layout with its leading 0,
+    detected and said so, never shifted), {"p": [...]} or {"sequoia": [...]}."""
+    from roofline.acceptance import read_sibling_vector
 
-    p = Path(path)
-    if not p.is_file():
-        raise SpecroofError(f"acceptance-vector file {path!r} does not exist")
-    try:
-        data = json.loads(_read_text(p))
-    except json.JSONDecodeError as exc:
-        raise SpecroofError(f"{path}: not valid JSON ({exc})") from None
-    if isinstance(data, dict) and "sequoia" in data:
-        return SiblingRankAcceptance.from_sequoia(data["sequoia"])
-    values = data.get("p") if isinstance(data, dict) else data
-    if not isinstance(values, list):
-        raise SpecroofError(f"{path}: expected a list, {{'p': [...]}} or {{'sequoia': [...]}}")
-    return SiblingRankAcceptance(values)
+    return read_sibling_vector(path)
 
 
-def cmd_tree(args: argparse.Namespace) -> int:
-    from roofline.trees import best_tree_size, optimal_tree
+def _tree_lines(t: Any) -> list[str]:
+    """A tree's shape in words: nodes, depth, nodes per level, and its paths as sibling ranks."""
+    return [
+        f"  {t.n_nodes} nodes, depth {t.depth}, nodes per level {t.widths.tolist()}",
+        "  paths (sibling ranks, 0 = the draft's top choice): " + " ".join("".join(map(str, p)) for p in t.paths()),
+    ]
 
-    _weight_only(args)
-    if (args.target or args.draft) and not args.hardware:
-        raise SpecroofError("--target and --draft choose a tree size for a GPU: give --hardware too")
-    acc = read_acceptance_vector(args.acceptance_vector)
-    opt = optimal_tree(acc, args.budget, args.max_depth)
-    t = opt.tree
-    payload: dict[str, Any] = {
-        "expected_tokens": opt.expected_tokens,
+
+def _tree_payload(t: Any) -> dict[str, Any]:
+    return {
         "n_nodes": t.n_nodes,
         "depth": t.depth,
         "parents": t.parents.tolist(),
         "paths": [list(p) for p in t.paths()],
         "widths": t.widths.tolist(),
     }
+
+
+def cmd_tree(args: argparse.Namespace) -> int:
+    from roofline.tree_sizing import best_tree_size
+    from roofline.trees import optimal_tree
+
+    _weight_only(args)
+    if args.drafter and args.draft:
+        raise SpecroofError("give --drafter SPEC or --draft NAME (the same as --drafter model:NAME), not both")
+    drafter = args.drafter or (_draft_spec(args.draft) if args.draft else None)
+    if (args.target or drafter) and not args.hardware:
+        raise SpecroofError("--target and --drafter choose a tree size for a GPU: give --hardware too")
+    vec = read_acceptance_vector(args.acceptance_vector)
+    acc = vec.model()
+    opt = optimal_tree(acc, args.budget, args.max_depth)
+    t = opt.tree
+    payload: dict[str, Any] = {"expected_tokens": opt.expected_tokens, **_tree_payload(t), "acceptance": vec.to_json()}
     lines = [
-        f"optimal tree for budget {args.budget}, depth <= {args.max_depth}: {t.n_nodes} nodes, depth {t.depth}, "
-        f"widths {t.widths.tolist()}",
-        f"expected tokens per round: {opt.expected_tokens:.4f} (bonus included)",
-        "paths (sibling ranks): " + " ".join("".join(map(str, p)) for p in t.paths()),
+        f"acceptance: {vec.describe()}",
+        f"the tree with the most expected tokens for {args.budget} draft nodes, depth <= {args.max_depth} "
+        f"(no hardware: the largest tree always wins on tokens):",
+        *_tree_lines(t),
+        f"  expected tokens per round: {opt.expected_tokens:.4f} (bonus included)",
     ]
     if args.hardware:
-        if not (args.target and args.draft):
-            raise SpecroofError("--hardware needs --target and --draft as well")
+        if not (args.target and drafter):
+            raise SpecroofError("--hardware needs --target and --drafter as well")
         choice = best_tree_size(
             _with_offload(args.hardware, args.offload),
             args.target,
-            args.draft,
+            resolve_drafter(drafter, args.target),
             acc,
             args.batch,
             args.context,
@@ -685,12 +755,15 @@ def cmd_tree(args: argparse.Namespace) -> int:
         b = choice.best
         payload["hardware_choice"] = {
             k: (float(v) if isinstance(v, (int, float, np.floating, np.integer)) else v) for k, v in b.items()
-        }
-        payload["hardware_choice"]["parents"] = choice.tree.parents.tolist()
-        lines.append(
-            f"on {args.hardware}: best tree {int(b['n_nodes'])} nodes, depth {int(b['depth'])}: "
-            f"{b['expected_tokens']:.3f} tokens per {b['t_round_s'] * 1e3:.2f} ms round, speedup {b['speedup']:.2f}x"
-        )
+        } | _tree_payload(choice.tree)
+        engine = f", engine {args.engine}" if args.engine else " (datasheet roofline, no engine)"
+        lines += [
+            "",
+            f"on {args.hardware}: best tree (the fastest, not the largest) for {args.target} + {drafter}, "
+            f"batch {args.batch}, context {args.context}{engine}: speedup {b['speedup']:.2f}x",
+            *_tree_lines(choice.tree),
+            f"  {b['expected_tokens']:.3f} tokens per {b['t_round_s'] * 1e3:.2f} ms round",
+        ]
     if args.plot:
         from roofline.plot import tree_chart
 
@@ -744,7 +817,18 @@ def cmd_validate_published(args: argparse.Namespace) -> int:
     for c in pct.columns:
         if "error" in c:
             pct[c] = pct[c].map(lambda v: f"{100 * v:.1f}%")
-    emit(args, payload, text + "\n" + pct.to_string(index=False))
+    from roofline.error_bands import band_table
+
+    bands = band_table()
+    payload["error_bands"] = bands.to_dict(orient="records")
+    shown_bands = bands.copy()
+    for c in shown_bands.columns:
+        if "error" in c:
+            shown_bands[c] = shown_bands[c].map(lambda v: f"{100 * v:.1f}%")
+    text += "\n" + pct.to_string(index=False)
+    text += "\n\nerror bands every prediction carries (held-out rows per engine, kind, calibration GPU or not):\n"
+    text += shown_bands.to_string(index=False) if not bands.empty else "no held-out rows"
+    emit(args, payload, text)
     return 0
 
 
@@ -799,8 +883,7 @@ def cmd_report(args: argparse.Namespace) -> int:
                 f"early exit @{exit_layer}": 0.5,
             },
         }
-    if args.engine:
-        pairing["engine"] = args.engine
+    pairing["engine"] = None if args.engine == "none" else args.engine
     t0 = time.perf_counter()
     n_sections = len(analytic_sections()) + len(extra)
     done = {"n": 0}
@@ -818,11 +901,19 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"\ninterrupted: the finished sections are in {args.out}/index.html", file=sys.stderr)
         return 130
     summary["seconds"] = time.perf_counter() - t0
-    how = f"roofline + {args.engine} engine" if args.engine else "datasheet roofline, no engine"
+    how = f"roofline + {pairing['engine']} engine" if pairing["engine"] else "datasheet roofline, no engine"
     lines = [f"The answer ({how}, batch 1): best strategy and gamma per GPU, and the best draft-tree size"]
     if "answer" in summary:
         table = pd.DataFrame(summary["answer"])
-        lines.append(table.round(2).to_string(index=False))
+        deploy = [c for c in table.columns if c.startswith("deploy_")]
+        lines.append(table.drop(columns=deploy).round(2).to_string(index=False))
+        if "deploy_vllm" in table:
+            lines.append("deploy the chain answer with vLLM:")
+            lines += [
+                f"  {r['hardware']}: {r['deploy_vllm']}"
+                for _, r in table.iterrows()
+                if isinstance(r["deploy_vllm"], str)
+            ]
     meas = summary.get("measurement")
     if meas:
         lines.append(
@@ -842,49 +933,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _note(args: argparse.Namespace, message: str) -> None:
-    """A progress line on stderr (kept off stdout so --json stays parseable)."""
-    print(message, file=sys.stderr, flush=True)
-
-
 # -- parser ----------------------------------------------------------------------
-
-
-def _add_offload(p: argparse.ArgumentParser) -> None:
-    from roofline.hardware import HOST_LINKS
-
-    p.add_argument(
-        "--offload",
-        choices=list(HOST_LINKS),
-        help="the target's weights live in host memory and stream over this link every pass (Sequoia's regime)",
-    )
-
-
-def _add_json(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-
-
-def engine_arg(text: str) -> str:
-    """An engine name or TOML path, checked now so a typo is one line (argparse type)."""
-    from roofline.engine import load_engine
-
-    try:
-        load_engine(text)
-    except SpecroofError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    return text
-
-
-def _add_engine(p: argparse.ArgumentParser) -> None:
-    from roofline.engine import list_engines
-
-    p.add_argument(
-        "--engine",
-        type=engine_arg,
-        default=None,
-        help=f"price passes as this software runs them: {', '.join(list_engines())} or a TOML path "
-        "(default: the datasheet roofline, no engine)",
-    )
 
 
 def _weight_only(args: argparse.Namespace) -> None:
@@ -974,18 +1023,26 @@ def _plan_command(sub: Any) -> None:
     p = sub.add_parser("plan", help="choose strategy and gamma for a GPU, target and drafter(s)")
     p.add_argument("--hardware", nargs="+", required=True)
     p.add_argument("--target", required=True, help="target model: preset, config.json or checkpoint folder")
-    p.add_argument("--draft", help="separate draft model: preset, config.json or checkpoint folder")
-    p.add_argument("--early-exit", type=bounded_int(1, 10_000), help="self-speculation with the first L layers")
-    p.add_argument("--heads", type=bounded_int(1, 1024), help="Medusa-style heads (count)")
-    p.add_argument("--block", help="DFlash-style parallel block drafter preset")
-    p.add_argument("--window", type=bounded_int(1, INT_MAX), help="sliding-window self-draft over the last W tokens")
-    p.add_argument("--prompt-lookup", action="store_true", help="n-gram drafting at no device cost")
+    p.add_argument(
+        "--drafter",
+        action="append",
+        metavar="SPEC",
+        help=f"a drafter, repeat to compare: {DRAFTER_GRAMMAR}",
+    )
+    p.add_argument("--draft", help="same as --drafter model:NAME (a separate draft model)")
+    p.add_argument("--early-exit", type=bounded_int(1, 10_000), help="same as --drafter early-exit:L")
+    p.add_argument("--heads", type=bounded_int(1, 1024), help="same as --drafter medusa:HEADS")
+    p.add_argument("--block", help="same as --drafter block:NAME (a DFlash-style parallel block drafter)")
+    p.add_argument("--window", type=bounded_int(1, INT_MAX), help="same as --drafter window:W")
+    p.add_argument("--prompt-lookup", action="store_true", help="same as --drafter prompt-lookup")
     p.add_argument(
         "--acceptance",
         action="append",
-        metavar="KEY=ALPHA|FILE",
-        help="acceptance of one drafter (repeat per drafter): KEY is draft, early-exit, heads, block, window or "
-        "prompt-lookup; the value a per-token rate or a per-position curve file",
+        metavar="KEY=VALUE",
+        help="acceptance of one drafter (repeat per drafter): KEY is the drafter's name before any ':' (model, eagle3, "
+        "mtp, early-exit, ...), VALUE 0.7 or alpha:0.7 (per-token), mean:3.2[@G] (tokens per round), vllm-rate:0.7@K "
+        "(vLLM's accepted/drafted at K speculative tokens), curve:0.9,0.8,... or a file (curve, counts, or a vLLM, "
+        "SGLang or Spec-Bench metrics file)",
     )
     p.add_argument("--alpha", type=finite_float, help="one per-token acceptance rate (one drafter, or --same-alpha)")
     p.add_argument("--acceptance-curve", help="JSON/text file with per-position acceptance a_1..a_g (one drafter)")
@@ -1004,6 +1061,12 @@ def _plan_command(sub: Any) -> None:
     p.add_argument("--tp", type=bounded_int(1, 1024), default=1, help="tensor-parallel degree of the target")
     _add_engine(p)
     p.add_argument("--top", type=bounded_int(1, 10**6), default=10, help="rows of the ranked table to show")
+    p.add_argument(
+        "--emit",
+        choices=("sglang", "vllm", "trtllm"),
+        help="also answer in this engine's own flags: EAGLE/MTP searched over its tree knobs, chains at the best gamma",
+    )
+    p.add_argument("--draft-model", help="with --emit: the draft checkpoint to name (a Hugging Face id or a path)")
     _add_json(p)
     p.set_defaults(func=cmd_plan)
 
@@ -1018,7 +1081,8 @@ def _tree_command(sub: Any) -> None:
     p.add_argument("--max-depth", type=bounded_int(1, 10_000), default=8, help="draft levels")
     p.add_argument("--hardware", help="also choose the tree size for this GPU")
     p.add_argument("--target", help="target model (with --hardware): preset, config.json or folder")
-    p.add_argument("--draft", help="draft model (with --hardware): preset, config.json or folder")
+    p.add_argument("--drafter", metavar="SPEC", help=f"the drafter (with --hardware): {DRAFTER_GRAMMAR}")
+    p.add_argument("--draft", help="same as --drafter model:NAME")
     p.add_argument("--batch", type=bounded_int(1, INT_MAX), default=1)
     p.add_argument("--context", type=bounded_int(0, INT_MAX), default=1024)
     p.add_argument("--dtype", default="bf16")
@@ -1048,7 +1112,7 @@ def _validate_command(sub: Any) -> None:
 
 def _report_command(sub: Any) -> None:
     """Register ``specroof report``."""
-    from specroof.report import DEFAULT_GPUS
+    from specroof.report import DEFAULT_ENGINE, DEFAULT_GPUS
 
     p = sub.add_parser(
         "report", help="the main job: which gamma and tree size per GPU, rooflines, plans, and a measurement here"
@@ -1065,9 +1129,19 @@ def _report_command(sub: Any) -> None:
     p.add_argument("--early-exit", type=int, default=None, help="early-exit layer of the self-drafter (default 8)")
     p.add_argument("--alpha", type=float, help="acceptance rate of the draft model (default 0.75)")
     p.add_argument("--debug", action="store_true", help="tracebacks of failed sections on the page")
-    _add_engine(p)
+    p.add_argument(
+        "--engine",
+        type=lambda text: text if text.strip().lower() == "none" else engine_arg(text),
+        default=DEFAULT_ENGINE,
+        help=f"price the answers as this software runs them (default {DEFAULT_ENGINE}: what deployments run; "
+        "'none' is the datasheet roofline)",
+    )
     _add_json(p)
     p.set_defaults(func=cmd_report)
+
+
+#: commands that live in a module of their own (specroof/commands/NAME.py, each with ``add_parser(sub)``)
+COMMAND_MODULES = ("acceptance",)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -1078,6 +1152,8 @@ def build_parser() -> argparse.ArgumentParser:
     _speedup_command(sub)
     _plan_command(sub)
     _tree_command(sub)
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"specroof.commands.{name}").add_parser(sub)
     _validate_command(sub)
     _register_measure(sub)
     _report_command(sub)
@@ -1103,24 +1179,15 @@ def _register_measure(sub: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command. The one error boundary: bad input of any kind exits 2 with one line; a bug exits 1."""
     parser = build_parser()
     args = parser.parse_args(argv)
     interrupts.install()
     try:
+        _refuse_repeats(parser, sys.argv[1:] if argv is None else list(argv))
         return int(args.func(args))
     except SpecroofError as exc:
-        print(f"specroof: error: {exc}", file=sys.stderr)
-        return 2
-    except (PermissionError, IsADirectoryError, NotADirectoryError, FileNotFoundError) as exc:
-        # an output or input path the checks could not foresee (a read-only mount, a vanished folder)
-        print(f"specroof: error: {exc.strerror or exc}: {exc.filename!r}", file=sys.stderr)
-        return 2
-    except MemoryError:
-        print(
-            "specroof: error: out of memory: ask for a smaller sweep (fewer batch, context or gamma values)",
-            file=sys.stderr,
-        )
-        return 2
+        return _fail(str(exc))
     except BrokenPipeError:
         # the reader went away (`specroof ... | head`): not an error of ours; silence the flush at exit
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -1130,6 +1197,102 @@ def main(argv: Sequence[str] | None = None) -> int:
         interrupts.handled()
         print("\nspecroof: interrupted", file=sys.stderr)
         return 130
+    except MemoryError:
+        return _fail("out of memory: ask for a smaller sweep (fewer batch, context or gamma values)")
+    except OSError as exc:
+        # an output or input path the checks could not foresee (a read-only mount, a full disk, a vanished folder)
+        return _fail(os_error_message(exc))
+    except Exception as exc:  # the boundary: classify, never let a traceback out
+        if _is_bad_data(exc):
+            return _fail(f"{_one_line(exc)}{_inputs_named(args)}", exc)
+        return _bug(exc)
+
+
+def _refuse_repeats(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """A single-valued option given twice is a contradiction, not "the last one wins" (argparse's rule)."""
+    repeatable: set[str] = set()
+    stack = [parser]
+    while stack:
+        p = stack.pop()
+        for action in p._actions:  # argparse keeps no public list of a parser's actions
+            if isinstance(action, argparse._SubParsersAction):
+                stack.extend(action.choices.values())
+            elif isinstance(action, (argparse._AppendAction, argparse._CountAction, argparse._ExtendAction)):
+                repeatable.update(action.option_strings)
+    head = argv[: argv.index("--")] if "--" in argv else argv
+    flags = [a.split("=", 1)[0] for a in head if a.startswith("--") and len(a) > 2]
+    for flag in dict.fromkeys(flags):
+        if flags.count(flag) > 1 and flag not in repeatable:
+            raise SpecroofError(f"{flag} was given {flags.count(flag)} times: give it once")
+
+
+def _one_line(exc: BaseException | str) -> str:
+    text = str(exc) if not isinstance(exc, BaseException) or str(exc) else type(exc).__name__
+    return " ".join(part.strip() for part in text.splitlines() if part.strip()) or "error"
+
+
+def _fail(message: str, exc: BaseException | None = None) -> int:
+    """Bad input: one line on stderr and exit status 2 (the traceback too with SPECROOF_DEBUG=1)."""
+    if exc is not None and os.environ.get("SPECROOF_DEBUG") == "1":
+        import traceback
+
+        traceback.print_exception(exc, file=sys.stderr)
+    print(f"specroof: error: {_one_line(message)}", file=sys.stderr)
+    return 2
+
+
+def _bug(exc: BaseException) -> int:
+    """A failure no input explains: exit 1, ask for a report; the traceback only with SPECROOF_DEBUG=1."""
+    if os.environ.get("SPECROOF_DEBUG") == "1":
+        import traceback
+
+        traceback.print_exception(exc, file=sys.stderr)
+        hint = "the traceback is above"
+    else:
+        hint = "rerun with SPECROOF_DEBUG=1 for the traceback"
+    print(
+        f"specroof: internal error ({type(exc).__name__}: {_one_line(exc)}): this is a bug, please report it "
+        f"with the command line; {hint}",
+        file=sys.stderr,
+    )
+    return 1
+
+
+def os_error_message(exc: OSError) -> str:
+    """One line for a failed file operation, naming the file and, for a full disk, what to do."""
+    import errno
+
+    where = f" {exc.filename!r}" if exc.filename is not None else ""
+    if exc.filename2 is not None:
+        where += f" -> {exc.filename2!r}"
+    if exc.errno == errno.ENOSPC:
+        return f"no space left on the device writing{where}: free some space (or choose another --out) and rerun"
+    if exc.errno == errno.EROFS:
+        return f"read-only file system: cannot write{where}; choose another --out"
+    if exc.errno == errno.EDQUOT:
+        return f"disk quota exceeded writing{where}: free some space and rerun"
+    if isinstance(exc, FileExistsError):
+        return f"{where.strip()} already exists and is not a folder this command can use; choose another path"
+    return f"{exc.strerror or _one_line(exc)}:{where}" if where else _one_line(exc)
+
+
+def _is_bad_data(exc: BaseException) -> bool:
+    """Errors that bad input produces: numbers out of range, undecodable JSON/TOML/text, a damaged checkpoint."""
+    if isinstance(exc, (ValueError, ArithmeticError, UnicodeError)):  # JSON/TOML decode errors are ValueErrors
+        return True
+    # safetensors' error type lives in a compiled module: matched by name, without importing it
+    return type(exc).__name__ in ("SafetensorError", "HeaderTooLarge", "HeaderTooSmall", "InvalidHeader")
+
+
+def _inputs_named(args: argparse.Namespace) -> str:
+    """' (inputs: --model c.json, ...)': the files among the arguments, so a decode error names its file."""
+    named = []
+    for key, value in sorted(vars(args).items()):
+        values = value if isinstance(value, list) else [value]
+        for v in values:
+            if isinstance(v, str) and len(v) < 4096 and ("/" in v or "." in v) and Path(v).exists():
+                named.append(f"--{key.replace('_', '-')} {v}")
+    return f" (inputs: {', '.join(named)})" if named else " (check the numbers given)"
 
 
 if __name__ == "__main__":

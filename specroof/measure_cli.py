@@ -7,17 +7,19 @@ Every argument and output path is checked before the first measurement.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from specroof.cli import _add_json, _note, emit, int_list
 from roofline.errors import SpecroofError
 from roofline.hardware import load_hardware
 from roofline.model import ModelSpec, get_model
 from roofline.units import format_quantity
+from roofline.validation import check_quantity, not_both
+from specroof.shell import _add_json, _note, emit, int_list
 
 
 def _writable_file(path: str, what: str) -> Path:
@@ -64,6 +66,15 @@ def _keeps_on_interrupt(command: str) -> Callable[[Callable[[argparse.Namespace]
                 return run(args)
             except KeyboardInterrupt:
                 return _interrupted(args.out, command)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or args.out is None:
+                    raise
+                print(
+                    f"specroof: error: no space left on the device writing {exc.filename or args.out!r}: "
+                    f"saved {_saved(args.out)} to {args.out}; free some space and rerun with --resume to continue",
+                    file=sys.stderr,
+                )
+                return 2
 
         return handler
 
@@ -72,23 +83,27 @@ def _keeps_on_interrupt(command: str) -> Callable[[Callable[[argparse.Namespace]
 
 def _interrupted(out: str | Path | None, command: str) -> int:
     """Ctrl-C: say what is on disk and how to continue; exit 130 (the shell's code for SIGINT)."""
-    from measure.store import RESULTS, read_results
-
     if out is None:
         print(f"\ninterrupted: nothing was saved (no --out); rerun `specroof {command}` with --out", file=sys.stderr)
         return 130
+    print(f"\ninterrupted: saved {_saved(out)} to {out}; rerun with --resume to continue", file=sys.stderr)
+    return 130
+
+
+def _saved(out: str | Path) -> str:
+    """What a measuring run has on disk in ``out``, in words."""
+    from measure.store import RESULTS, read_results
+
     folder = Path(out)
     rows = 0
     for f in [folder / RESULTS, *folder.glob(f"sweep-*/{RESULTS}")]:
         try:
             rows += len(read_results(f))
-        except SpecroofError:
+        except (SpecroofError, OSError):
             pass
     runs = folder / "runs.jsonl"
     n_runs = sum(1 for line in runs.open() if '"spec"' in line) if runs.exists() else 0
-    what = f"{rows} measured sweep visits" + (f" and {n_runs} speculative decoding runs" if n_runs else "")
-    print(f"\ninterrupted: saved {what} to {folder}; rerun with --resume to continue", file=sys.stderr)
-    return 130
+    return f"{rows} measured sweep visits" + (f" and {n_runs} speculative decoding runs" if n_runs else "")
 
 
 def cmd_measure_device(args: argparse.Namespace) -> int:
@@ -137,16 +152,28 @@ def cmd_measure_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_counts(args: argparse.Namespace, kinds: dict[str, str]) -> None:
+    """Every numeric option (one value or a list) inside its physical range, before any work starts."""
+    for flag, kind in kinds.items():
+        value = getattr(args, flag.lstrip("-").replace("-", "_"), None)
+        for v in value if isinstance(value, list) else [] if value is None else [value]:
+            check_quantity(flag, v, kind)
+
+
 @_keeps_on_interrupt("measure sweep")
 def cmd_measure_sweep(args: argparse.Namespace) -> int:
     from measure.device import resolve_device
     from measure.sweep import sweep
 
-    dev = resolve_device(args.device)
     if args.resume and not args.out:
         raise SpecroofError("--resume needs --out (the folder to resume)")
     if args.budget is not None and not args.budget > 0:
         raise SpecroofError(f"--budget must be > 0 seconds (got {args.budget})")
+    _check_counts(
+        args,
+        {"--batch": "batch", "--tokens": "tokens", "--context": "context", "--repeats": "batch", "--rounds": "batch"},
+    )
+    dev = resolve_device(args.device)
     if args.out:
         _writable_dir(args.out, "--out")
     if args.hf:
@@ -190,8 +217,11 @@ def cmd_measure_sweep(args: argparse.Namespace) -> int:
         )
         if c in df
     ]
+    if "t_predicted_s" in cols and df["t_predicted_s"].isna().all():
+        cols.remove("t_predicted_s")  # no profile matches this device: nothing to predict with (give --hardware)
+    shown = df[cols].astype(object).where(df[cols].notna(), "-")
     payload = {"out": args.out, "points": len(df), "rows": df[cols].to_dict(orient="records")}
-    emit(args, payload, df[cols].to_string(index=False) + (f"\nsaved to {args.out}" if args.out else ""))
+    emit(args, payload, shown.to_string(index=False) + (f"\nsaved to {args.out}" if args.out else ""))
     return 0
 
 
@@ -234,10 +264,14 @@ def cmd_measure_spec(args: argparse.Namespace) -> int:
     from measure.device import resolve_device
     from measure.spec_check import spec_check
 
+    not_both({"--pair": args.pair, "--hf": args.hf})
+    not_both({"--pair": args.pair, "--draft-hf": args.draft_hf})  # the offline pair brings its own draft
+    not_both({"--early-exit-only": args.early_exit_only or None, "--draft-hf": args.draft_hf})
     if args.pair != "offline" and not args.hf:
         raise SpecroofError(
             "give --pair offline or --hf TARGET_FOLDER (with --draft-hf DRAFT_FOLDER or --early-exit L)"
         )
+    _check_counts(args, {"--gamma": "gamma", "--batch": "batch", "--tokens": "tokens", "--repeats": "batch"})
     if args.budget is not None and not args.budget > 0:
         raise SpecroofError(f"--budget must be > 0 seconds (got {args.budget})")
     if args.width is not None and (args.width < 1 or args.width & (args.width - 1)):

@@ -78,15 +78,114 @@ class ReportWriter:
                 return "" if not np.isfinite(v) else floatfmt.format(v)
             return "" if v is None else v
 
-        return df.map(cell).to_html(index=False, classes="data", border=0)
+        shown = df.map(cell)
+        shown.columns = [column_words(str(c)) for c in df.columns]
+        return '<div class="scroll">' + shown.to_html(index=False, classes="data", border=0) + "</div>"
 
+
+#: column names of the CSVs (machine names, unit-suffixed) and the words the page shows for them
+COLUMN_WORDS = {
+    "hardware": "GPU",
+    "best_strategy": "best strategy",
+    "strategy": "strategy",
+    "gamma": "gamma (draft tokens per round)",
+    "chain_speedup": "chain speedup (x)",
+    "tree_nodes": "best tree: nodes",
+    "tree_depth": "best tree: depth",
+    "tree_speedup": "tree speedup (x)",
+    "speedup": "speedup (x)",
+    "n_nodes": "tree nodes",
+    "depth": "tree depth",
+    "expected_tokens": "tokens per round",
+    "K_weights_only": "K, weights only (tokens)",
+    "K_exact": "K, every byte (tokens)",
+    "p": "acceptance p",
+    "E_tree_14_nodes": "tokens per round: 14-node tree",
+    "E_chain_3_nodes": "tokens per round: 3-token chain",
+    "tree_over_chain": "tree / chain",
+    "deploy_vllm": "vLLM: --speculative-config",
+    "deploy_sglang": "SGLang: launch flags",
+}
+
+#: unit suffixes of column names, as the page writes them
+_UNITS = (
+    ("_tokens_per_s", "tokens/s"),
+    ("_flop_per_byte", "FLOP/byte"),
+    ("_per_s", "/s"),
+    ("_ms", "ms"),
+    ("_us", "us"),
+    ("_s", "s"),
+    ("_GB", "GB"),
+    ("_pct", "%"),
+)
+
+
+def column_words(name: str) -> str:
+    """A column's header in words with its unit: ``t_round_ms`` -> ``t round (ms)``; known names from COLUMN_WORDS."""
+    if name in COLUMN_WORDS:
+        return COLUMN_WORDS[name]
+    for suffix, unit in _UNITS:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return f"{name[: -len(suffix)].replace('_', ' ')} ({unit})"
+    return name.replace("_", " ")
+
+
+#: The engine the page prices its answers under unless told otherwise (``--engine``; ``--engine none`` is the
+#: datasheet roofline), and why: the answer a deployment needs is the one its software reaches.
+DEFAULT_ENGINE = "serving"
+DEFAULT_ENGINE_WHY = (
+    "the way deployments run a model (vLLM, SGLang, TensorRT-LLM: CUDA graphs for decode, fused attention "
+    "over a paged KV cache, speculative rounds on the device)"
+)
 
 #: The pairing the default report plans for, with assumed acceptance rates (replace with measured ones).
 DEFAULT_PAIRING: dict[str, Any] = {
     "target": "llama-3.1-8b",
     "drafters": ("llama-3.2-1b", 8),  # a separate 1B draft, and early exit after layer 8
     "acceptance": {"draft llama-3.2-1b": 0.75, "early exit @8": 0.5},
+    "engine": DEFAULT_ENGINE,
 }
+
+#: the draft-tree budgets the page searches, and the deepest tree: the answer and the tree section share one
+#: search (they used to search different budgets and could name different best trees for one question)
+TREE_BUDGETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+TREE_DEPTH = 10
+_TREE_CACHE: dict[tuple[Any, ...], Any] = {}
+
+
+def tree_choice(gpu: Any, target: str, draft: str, alpha: float, context: int, engine: str | None) -> Any:
+    """The draft-tree size the page recommends on ``gpu`` (i.i.d. acceptance ``alpha``, batch 1): searched once."""
+    from roofline.tree_sizing import best_tree_size
+    from roofline.trees import IIDAcceptance, optimal_tree
+
+    key = (str(gpu), str(target), str(draft), float(alpha), int(context), engine)
+    if key not in _TREE_CACHE or not isinstance(gpu, str):
+        opt_key = ("optimal", float(alpha))
+        if opt_key not in _TREE_CACHE:
+            _TREE_CACHE[opt_key] = optimal_tree(IIDAcceptance(alpha), max(TREE_BUDGETS), TREE_DEPTH)
+        _TREE_CACHE[key] = best_tree_size(
+            gpu,
+            target,
+            draft,
+            IIDAcceptance(alpha),
+            1,
+            context,
+            TREE_BUDGETS,
+            max_depth=TREE_DEPTH,
+            opt=_TREE_CACHE[opt_key],
+            engine=engine,
+        )  # fmt: skip
+    return _TREE_CACHE[key]
+
+
+def engine_words(engine: str | None) -> str:
+    """How the page says what its numbers are priced under."""
+    if not engine:
+        return "the datasheet roofline: no engine's costs, an upper bound (see the engines section)"
+    why = f", {DEFAULT_ENGINE_WHY}" if engine == DEFAULT_ENGINE else ""
+    return (
+        f"the roofline model with the <b>{esc(str(engine))}</b> engine's costs{why}; <code>--engine</code> changes it"
+    )
 
 
 def _contexts(spec: ModelSpec, wanted: Sequence[int], room: int = 64) -> list[int]:
@@ -125,7 +224,6 @@ def answer(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | None 
     """The question first: on each GPU, speculate or not, with which gamma, and how big a draft tree."""
     from roofline.planner import recommend
     from roofline.speculative import EarlyExit
-    from roofline.trees import IIDAcceptance, best_tree_size, optimal_tree
 
     cfg = _pairing(pairing)
     target, (draft_name, exit_layer), acc = cfg["target"], cfg["drafters"], cfg["acceptance"]
@@ -133,13 +231,10 @@ def answer(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | None 
     engine = cfg.get("engine")
     context = _contexts(get_model(target), [1024])[0]
     rows = []
-    opt = optimal_tree(IIDAcceptance(alpha), 256, 10)
     for g in gpus:
         hw = load_hardware(g)
         rec = recommend(hw, target, [draft_name, EarlyExit(exit_layer)], acc, batch=1, context=context, engine=engine)
-        tree = best_tree_size(
-            hw, target, draft_name, IIDAcceptance(alpha), 1, context, (1, 4, 16, 64, 256), 10, opt=opt, engine=engine
-        )
+        tree = tree_choice(g, target, draft_name, alpha, context, engine)
         rows.append(
             {
                 "hardware": hw.id,
@@ -155,13 +250,7 @@ def answer(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | None 
     body = (
         f"<p><b>Question:</b> serving {esc(str(target))} at batch 1 and a {context}-token context, how much does "
         f"speculative decoding buy on each GPU, and with which speculation length (gamma: draft tokens proposed "
-        f"per round) or draft-tree size? <b>Answer</b> ("
-        + (
-            f"the roofline model with the <b>{esc(str(engine))}</b> engine's costs"
-            if engine
-            else "the datasheet roofline: no engine's costs, an upper bound; see the engines section"
-        )
-        + ", before any measurement):</p>"
+        f"per round) or draft-tree size? <b>Answer</b> (" + engine_words(engine) + ", before any measurement):</p>"
     )
     body += w.table(df, "answer", floatfmt="{:.2f}")
     body += (
@@ -174,7 +263,46 @@ def answer(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | None 
         "Speedup is tokens per second against plain decoding on the same GPU. Pass your own models and rates with "
         "<code>--target/--draft/--alpha</code>.</p>"
     )
+    body += _deploy_flags(rows, target, draft_name)
     return Section("The answer: gamma and tree size per GPU", body, ["answer.csv"], {"answer": rows})
+
+
+def _deploy_flags(rows: list[dict[str, Any]], target: str, draft_name: str) -> str:
+    """The answer in the engines' own flags: a chain of a separate draft model at the chosen gamma, per GPU.
+
+    Early exit has no switch in vLLM or SGLang, so a GPU whose best strategy is early exit gets a sentence saying so.
+    """
+    from roofline.engine_flags import emit_flags
+    from roofline.engine_trees import EngineSetting
+    from roofline.model import hf_id
+
+    items = []
+    for r in rows:
+        g = int(r["gamma"])
+        if g == 0:
+            items.append(f"<li>{esc(r['hardware'])}: plain decoding (no speculative flags)</li>")
+            continue
+        if not str(r["best_strategy"]).startswith("draft"):
+            items.append(
+                f"<li>{esc(r['hardware'])}: {esc(str(r['best_strategy']))} at gamma {g}: no serving engine ships "
+                "early-exit self-speculation; the best draft-model setting is in the plans below</li>"
+            )
+            continue
+        flags = {
+            e: emit_flags(EngineSetting(e, g, 1, g + 1), target=target, drafter="model", draft_model=hf_id(draft_name))
+            for e in ("vllm", "sglang")
+        }
+        r["deploy_vllm"], r["deploy_sglang"] = flags["vllm"], flags["sglang"]
+        items.append(
+            f"<li>{esc(r['hardware'])}: vLLM <code>{esc(flags['vllm'])}</code><br>SGLang "
+            f"<code>{esc(flags['sglang'])}</code></li>"
+        )
+    return (
+        "<p><b>Deploying it</b> (the engines' own flags for the chain answer; "
+        "<code>specroof plan ... --emit sglang|vllm|trtllm</code> also searches EAGLE's tree knobs):</p><ul>"
+        + "".join(items)
+        + "</ul>"
+    )
 
 
 def seed_example(w: ReportWriter) -> Section:
@@ -343,7 +471,7 @@ def speculation(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | 
 def trees_section(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | None = None) -> Section:
     """Chain vs tree (the worked example), expected tokens against budget, and the tree size each GPU should use."""
     from roofline.plot import tree_budget_chart, tree_size_per_gpu
-    from roofline.trees import IIDAcceptance, Tree, best_tree_size, optimal_tree
+    from roofline.trees import IIDAcceptance, Tree
 
     seed_rows = []
     for p in (0.6, 0.8):
@@ -369,23 +497,7 @@ def trees_section(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] 
         "tree_budget",
         f"Expected tokens against node budget (i.i.d. acceptance {alpha})",
     )
-    budgets = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
-    opt = optimal_tree(model, max(budgets), 10)
-    choices = {
-        g: best_tree_size(
-            g,
-            cfg["target"],
-            cfg["drafters"][0],
-            model,
-            1,
-            context,
-            budgets,
-            max_depth=10,
-            opt=opt,
-            engine=cfg.get("engine"),
-        )  # fmt: skip
-        for g in gpus
-    }
+    choices = {g: tree_choice(g, cfg["target"], cfg["drafters"][0], alpha, context, cfg.get("engine")) for g in gpus}
     body += w.figure(
         tree_size_per_gpu(choices),
         "tree_size_per_gpu",
@@ -418,7 +530,8 @@ def trees_section(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] 
 def _trees_at_scale(w: ReportWriter, gpus: Sequence[str], cfg: dict[str, Any], model: Any, context: int) -> str:
     """Trees as the batch grows, and trees when the weights stream from host memory (offloading)."""
     from roofline.plot import trees_vs_batch_chart
-    from roofline.trees import best_tree_size, optimal_tree, stops_paying, trees_vs_batch
+    from roofline.tree_sizing import best_tree_size, stops_paying, trees_vs_batch
+    from roofline.trees import optimal_tree
 
     target, draft = cfg["target"], cfg["drafters"][0]
     budgets = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -466,11 +579,14 @@ def _trees_at_scale(w: ReportWriter, gpus: Sequence[str], cfg: dict[str, Any], m
 
 _CSS = """
 body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+.scroll{max-width:100%;overflow-x:auto}
 table.data{border-collapse:collapse;font-size:13px;margin:1em 0}
+table.data th{white-space:normal;max-width:11em;vertical-align:bottom}
 table.data td,table.data th{border-bottom:1px solid #ddd;padding:3px 8px;text-align:right}
 figure{margin:1em 0}img{max-width:100%}figcaption{font-size:13px;color:#555}
 h2{border-bottom:2px solid #444;padding-bottom:4px;margin-top:2em}
 .error{background:#fee;border:1px solid #c00;padding:.5em 1em}
+code{overflow-wrap:anywhere}
 .note{background:#ffd;border:1px solid #cc0;padding:.5em 1em}
 """
 
@@ -518,16 +634,20 @@ def engines_section(w: ReportWriter) -> Section:
         str(r["engine"]): {k: float(r[k]) for k in ("gamma", "speedup", "t_draft_s", "t_base_s")}
         for _, r in by[by["best"]].iterrows()
     }
+    eager = best.get("eager", best.get("hf"))  # `eager` is Hugging Face's eager engine, `hf`, by its old name
+    if eager is None:
+        raise SpecroofError(f"speedup_by_engine returned no eager engine (got {', '.join(best)})")
     body += (
         f"<h3>Which gamma for a 68M draft of Vicuna-7B on an A100?</h3><p>At the acceptance Spec-Bench measured for "
         f"this pair (2.28 tokens per round under Hugging Face's schedule: alpha = {alpha:.2f}), the best gamma is "
         + ", ".join(f"{e} {int(r['gamma'])} ({r['speedup']:.2f}x)" for e, r in best.items())
         + ". Under eager PyTorch each draft step of the 2-layer draft costs "
-        f"{1e3 * best['eager']['t_draft_s'] / best['eager']['gamma']:.1f} ms of host time (a tenth of a "
-        f"{1e3 * best['eager']['t_base_s']:.0f} ms target step), so long drafts stop paying early; compiled into "
+        f"{1e3 * eager['t_draft_s'] / eager['gamma']:.1f} ms of host time (against a "
+        f"{1e3 * eager['t_base_s']:.0f} ms target step), so long drafts stop paying early; compiled into "
         f"CUDA graphs it costs {1e3 * best['compiled']['t_draft_s'] / best['compiled']['gamma']:.2f} ms "
-        "and longer drafts pay. The serving profile shares the compiled engine's device terms (no calibration "
-        "source of its own), so it picks the same gamma here.</p>"
+        "and longer drafts pay. The serving engines (vLLM, SGLang, TensorRT-LLM) share the compiled engine's device "
+        "terms and add their own per-step, paged-attention and sampling costs, fitted to SGLang's and torchao's "
+        "published H100 rows.</p>"
     )
     body += w.figure(gamma_by_engine_chart(by, "vicuna-7b + vicuna-68m on an A100"), "gamma_by_engine",
                      "Speedup against gamma under each engine")  # fmt: skip
@@ -595,6 +715,7 @@ def write_report(
     section finishes (the CLI prints progress with it).
     """
     validate_inputs(gpus, pairing)
+    _TREE_CACHE.clear()  # a profile path may name another file than in the last run of this process
     w = ReportWriter(out_dir)
     makers: list[tuple[str, SectionMaker]] = [*analytic_sections(gpus, pairing), *extra]
     sections: list[Section] = []

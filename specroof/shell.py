@@ -1,0 +1,157 @@
+"""What every command shares: argument types that refuse bad input in one line, the common flags, and printing.
+
+Kept apart from ``specroof.cli`` so that command modules (``specroof.commands.*``, ``specroof.measure_cli``) import
+it without importing the parser that registers them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from roofline.errors import SpecroofError
+from roofline.jsonio import dumps
+
+#: the largest integer a list flag takes, and the most values it expands to (a sweep beyond is a typo)
+INT_MAX = 10**7
+LIST_MAX = 100_000
+
+
+def int_list(text: str) -> list[int]:
+    """Parse ``'1,4,16'`` or ``'1-64'`` (inclusive range) into integers."""
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            if "-" in part[1:]:
+                a, b = (int(x) for x in part.split("-", 1))
+                if b < a:
+                    raise argparse.ArgumentTypeError(f"empty range {part!r}: write low-high, e.g. '1-64'")
+                if b - a + 1 > LIST_MAX:
+                    raise argparse.ArgumentTypeError(f"range {part!r} has over {LIST_MAX} values")
+                out.extend(range(a, b + 1))
+            else:
+                out.append(int(part))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected integers like '1,4,16' or '1-64', got {text!r}") from None
+    if any(abs(v) > INT_MAX for v in out):
+        raise argparse.ArgumentTypeError(f"values must lie within +-{INT_MAX:.0e} (got {text!r})")
+    return out
+
+
+def bounded_int(lo: int, hi: int) -> Callable[[str], int]:
+    """An argparse type: an integer in [lo, hi], else a message naming the range."""
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"must lie in [{lo}, {hi}] (got {v})")
+        return v
+
+    return parse
+
+
+def bounded_int_list(lo: int, hi: int) -> Callable[[str], list[int]]:
+    """An argparse type: one integer or a list/range of them (``1,4,16``, ``1-64``), each in [lo, hi]."""
+    one = bounded_int(lo, hi)
+
+    def parse(text: str) -> list[int]:
+        if "," not in text and "-" not in text.strip()[1:]:
+            return [one(text)]
+        values = int_list(text)
+        for v in values:
+            one(str(v))
+        return values
+
+    return parse
+
+
+def finite_float(text: str) -> float:
+    """An argparse type: a finite number (no nan/inf)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not np.isfinite(v):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return v
+
+
+def plot_path(text: str) -> str:
+    """An argparse type: a PNG/SVG/PDF file whose folder exists and is writable."""
+    p = Path(text)
+    if p.suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise argparse.ArgumentTypeError(f"a plot is written as .png, .svg or .pdf (got {text!r})")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise argparse.ArgumentTypeError(f"folder {str(parent)!r} does not exist")
+    if p.is_dir() or not os.access(parent, os.W_OK):
+        raise argparse.ArgumentTypeError(f"cannot write {text!r}")
+    return text
+
+
+def float_list(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers like '0.6,0.8', got {text!r}") from None
+
+
+def emit(args: argparse.Namespace, payload: Any, table: pd.DataFrame | str) -> None:
+    """Print ``payload`` as JSON with ``--json``, else the readable ``table``."""
+    if getattr(args, "json", False):
+        print(dumps(payload))
+    else:
+        print(table if isinstance(table, str) else table.to_string(index=False))
+
+
+def _note(args: argparse.Namespace, message: str) -> None:
+    """A progress line on stderr (kept off stdout so --json stays parseable)."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def _add_offload(p: argparse.ArgumentParser) -> None:
+    from roofline.hardware import HOST_LINKS
+
+    p.add_argument(
+        "--offload",
+        choices=list(HOST_LINKS),
+        help="the target's weights live in host memory and stream over this link every pass (Sequoia's regime)",
+    )
+
+
+def _add_json(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def engine_arg(text: str) -> str:
+    """An engine name or TOML path, checked now so a typo is one line (argparse type)."""
+    from roofline.engine import load_engine
+
+    try:
+        load_engine(text)
+    except SpecroofError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def _add_engine(p: argparse.ArgumentParser) -> None:
+    from roofline.engine import list_engines
+
+    p.add_argument(
+        "--engine",
+        type=engine_arg,
+        default=None,
+        help=f"price passes as this software runs them: {', '.join(list_engines())} or a TOML path "
+        "(default: the datasheet roofline, no engine)",
+    )
