@@ -181,6 +181,10 @@ def cmd_roofline(args: argparse.Namespace) -> int:
         "weights_only_crossover": weights_only_crossover(spec, hw, args.dtype),
         "memory_footprint_bytes": float(fp.total_bytes),
     }
+    capacity = (hw.memory_bytes or float("inf")) * args.tp
+    payload["fits_in_memory"] = bool(fp.total_bytes <= capacity)
+    band = _band(args.engine, hw, batch=batch, tp=args.tp, weight_dtype=args.weight_dtype)
+    payload["error_band"], payload["error_band_note"] = band
     table = "\n".join(
         [
             f"{spec.name} on {hw.name}, {args.dtype}"
@@ -194,12 +198,24 @@ def cmd_roofline(args: argparse.Namespace) -> int:
             f"  memory time        {format_quantity(payload['t_memory_s'], 's')}",
             f"  compute time       {format_quantity(payload['t_compute_s'], 's')}",
             f"  pass time          {format_quantity(payload['t_step_s'], 's')}  ({payload['bound']} bound)",
-            f"  tokens/s           {payload['tokens_per_s']:.1f}",
+            f"  tokens/s           {payload['tokens_per_s']:.1f}  ({band[1]})",
             f"  intensity          {payload['arithmetic_intensity']:.2f} FLOP/byte (ridge {payload['ridge_flop_per_byte']:.1f})",
             f"  crossover K        {k} new tokens per sequence stay memory bound",
-            f"  memory footprint   {format_quantity(payload['memory_footprint_bytes'], 'B')}",
+            f"  memory footprint   {format_quantity(payload['memory_footprint_bytes'], 'B')}"
+            + (
+                ""
+                if payload["fits_in_memory"]
+                else f"  DOES NOT FIT in {format_quantity(capacity, 'B')}: the figures above are for a GPU that "
+                "does not exist (raise --tp, quantise the weights or shorten the context)"
+            ),
         ]
     )
+    if not payload["fits_in_memory"] and not args.json:
+        print(
+            f"specroof: warning: {spec.name} needs {format_quantity(fp.total_bytes, 'B')} "
+            f"(weights + KV) but {hw.name} x{args.tp} holds {format_quantity(capacity, 'B')}",
+            file=sys.stderr,
+        )
     if args.plot:
         from roofline.plot import roofline_chart
 
@@ -218,6 +234,19 @@ def cmd_roofline(args: argparse.Namespace) -> int:
         fig.savefig(args.plot, dpi=120)
     emit(args, payload, table)
     return 0
+
+
+def _band(engine: Any, hw: Any, **kind: Any) -> tuple[dict[str, Any] | None, str]:
+    """The error band of a prediction (held-out published rows of its kind) and the sentence that states it."""
+    import dataclasses
+
+    from roofline.error_bands import band_sentence, error_band, prediction_kind
+
+    if not engine:
+        return None, "datasheet roofline: an upper bound; no error band (price it under an engine for one)"
+    k = prediction_kind(**kind)
+    band = error_band(engine, k, hw)
+    return (dataclasses.asdict(band) if band else None), band_sentence(engine, k, hw)
 
 
 def _roofline_sweep(args: argparse.Namespace, spec: ModelSpec, hw: Any) -> int:
@@ -319,10 +348,13 @@ def _speedup_priced(args: argparse.Namespace) -> int:
         tp=args.tp,
     )
     payload = r.to_dict() | {"hardware": args.hardware, "target": args.target}
+    band = _band(args.engine, load_hardware(args.hardware), speculative=True)
+    payload["error_band"], payload["error_band_note"] = band
     shape = f"tree of {r.tree_nodes} nodes" if r.tree_nodes else f"gamma {r.gamma:g}"
     text = "\n".join(
         [
-            f"{args.target} + {r.drafter} ({shape}) on {args.hardware}, engine {r.engine}: speedup {r.speedup:.2f}x",
+            f"{args.target} + {r.drafter} ({shape}) on {args.hardware}, engine {r.engine}: speedup {r.speedup:.2f}x"
+            f" ({band[1]})",
             f"  {r.mean_accepted:.2f} tokens per round of {r.t_round_s * 1e3:.2f} ms "
             f"(draft {r.t_draft_s * 1e3:.2f}, verify {r.t_verify_s * 1e3:.2f}, host {r.t_round_host_s * 1e3:.2f})"
             f" against one token per {r.t_base_s * 1e3:.2f} ms",
@@ -817,8 +849,10 @@ def cmd_validate_published(args: argparse.Namespace) -> int:
     for c in pct.columns:
         if "error" in c:
             pct[c] = pct[c].map(lambda v: f"{100 * v:.1f}%")
-    from roofline.error_bands import band_table
+    from roofline.error_bands import band_table, write_residuals
 
+    if args.write_bands:
+        lines.append(f"wrote the held-out residuals every error band reads: {write_residuals()}")
     bands = band_table()
     payload["error_bands"] = bands.to_dict(orient="records")
     shown_bands = bands.copy()
@@ -1105,6 +1139,11 @@ def _validate_command(sub: Any) -> None:
     p.add_argument("--use", choices=("calibration", "validation", "all"), default="all", help="which rows")
     p.add_argument("--fit", metavar="ENGINE", help="refit ENGINE's free parameters to its calibration rows")
     p.add_argument("--write", action="store_true", help="with --fit: write the fitted values into its profile")
+    p.add_argument(
+        "--write-bands",
+        action="store_true",
+        help="write the held-out residuals the error bands read (published/held_out_residuals.csv)",
+    )
     p.add_argument("--plot", type=plot_path, help="write the predicted-vs-published scatter here")
     _add_json(p)
     p.set_defaults(func=cmd_validate_published)
