@@ -155,19 +155,28 @@ def probe_and_choose(
     t_token_s: float = 0.02,
     dtype: str | None = None,
     width: int | None = None,
+    threads: int | None = None,
 ) -> DeviceChoice:
-    """Probe the device (about a second) and choose dtype and target width; ``dtype``/``width`` force a choice."""
+    """Probe the device (about a second) and choose dtype and target width; ``dtype``/``width`` force a choice.
+
+    ``threads`` forces the CPU thread count (a resumed check reuses the one it recorded,
+    since the load that chose it has changed since).
+    """
     from measure.pair import PairConfig, widened_spec
 
     dev = resolve_device(device)
     info = describe(dev)
     llc = info.get("llc_bytes") if dev.type == "cpu" else None
     reasons = []
-    threads = None
-    if dev.type == "cpu":
+    if dev.type == "cpu" and threads is not None:
+        torch.set_num_threads(threads)
+        reasons.append(f"Threads: {threads} (recorded by the run being resumed).")
+    elif dev.type == "cpu":
         threads, why_threads = choose_threads(dev)
         torch.set_num_threads(threads)
         reasons.append(why_threads)
+    else:
+        threads = None
     rates = {d: matmul_rate(d, dev) for d in ("fp32", "bf16")}
     chosen, why = choose_dtype(rates, dev.type)
     reasons.insert(0, why)

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from measure.budget import Budget
-from measure.choose import DeviceChoice, fastest_decode_path, one_token_step_s, probe_and_choose
+from measure.choose import WIDTHS, DeviceChoice, fastest_decode_path, one_token_step_s, probe_and_choose
 from measure.decode import cost_model_of
 from measure.device import resolve_device
 from measure.fit import FitResult, fit, validate
@@ -41,6 +41,7 @@ from roofline.hardware import Hardware, load_hardware
 from roofline.jsonio import dumps
 from roofline.passtime import crossover_tokens, pass_time
 from roofline.speculative import EarlyExit, speedup
+from roofline.validation import check_gamma, check_quantity
 
 #: configuration ladders, smallest first: the planner takes the largest whose first repetition fits
 LADDER: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = (
@@ -165,6 +166,56 @@ def sweep_tokens(
     )
 
 
+#: the device choice a check measured with (width, dtype, threads), reused by a resume
+CHOICE = "choice.json"
+
+
+def _recorded_choice(folder: Path, width: int | None, dtype: str | None) -> tuple[int | None, str | None, int | None]:
+    """(width, dtype, threads) recorded by the check in ``folder``; a different one asked for is an error."""
+    path = folder / CHOICE
+    if not path.is_file():
+        return width, dtype, None
+    try:
+        rec = json.loads(path.read_text())
+        w, d, t = rec.get("width"), rec.get("dtype"), rec.get("threads")
+        ok = isinstance(w, int) and w >= 1 and d in ("fp32", "bf16") and (t is None or isinstance(t, int) and t >= 1)
+    except (OSError, ValueError, AttributeError):
+        ok = False
+    if not ok:
+        raise SpecroofError(f"{str(path)!r} is damaged: cannot tell what the check measured; --overwrite to restart")
+    if width is not None and width != w:
+        raise SpecroofError(f"cannot resume: {str(folder)!r} was measured at --width {w}, not {width}")
+    if dtype is not None and dtype != d:
+        raise SpecroofError(f"cannot resume: {str(folder)!r} was measured in {d}, not {dtype}")
+    return w, d, t
+
+
+def _check_sizes(
+    spec: Any, dtype: str | None, batches: Sequence[int] | None, gammas: Sequence[int] | None, tokens: int, dev: Any
+) -> None:
+    """Before anything runs: the longest sequence must fit the model's context, the largest batch the memory."""
+    from measure.sweep import device_memory, footprint_bytes
+
+    g = max(gammas) if gammas else max(max(gs) for _, gs in LADDER)
+    b = max(batches) if batches else max(max(bs) for bs, _ in LADDER)
+    new = max(128, g + 1)  # the verify sweeps' widest pass (sweep_tokens caps crossover points at 128)
+    seq = 64 + 2 * tokens + new
+    if seq > spec.max_context:
+        room = (spec.max_context - 64 - new) // 2
+        raise SpecroofError(
+            f"--tokens {tokens}: 64-token prompts, {2 * tokens} tokens of context and {new}-token verify passes "
+            f"exceed {spec.name}'s max context {spec.max_context}; use --tokens up to {max(1, room)}"
+        )
+    total, _ = device_memory(dev)
+    f = footprint_bytes(spec, dtype or "fp32", b, new, 64 + 2 * tokens)
+    if total is not None and f["total"] > total:
+        raise SpecroofError(
+            f"--batch {b}: {spec.name} in {dtype or 'fp32'} needs about {f['total'] / 1e9:.3g} GB "
+            f"(KV cache {f['kv'] / 1e9:.3g}, activations {f['activations'] / 1e9:.3g}), more than this device's "
+            f"{total / 1e9:.3g} GB; use a smaller --batch"
+        )
+
+
 def spec_check(
     out: str | Path,
     *,
@@ -201,11 +252,17 @@ def spec_check(
     say = log or (lambda _msg: None)
     bud = Budget(budget_s)
     tokens = int(check_min("tokens", tokens, 1, integer=True))
+    tokens = check_quantity("tokens", tokens, "tokens")
     repeats = int(check_min("repeats", repeats, 1, integer=True))
+    repeats = check_quantity("repeats", repeats, "batch")
     if gammas is not None:
         gammas = [int(g) for g in check_min("gamma", list(gammas), 1, integer=True)]
+        gammas = [check_gamma(g) for g in gammas]
     if batches is not None:
         batches = [int(b) for b in check_min("batch", list(batches), 1, integer=True)]
+        batches = [check_quantity("batch", b, "batch") for b in batches]
+    if width is not None and (width < 1 or width & (width - 1) or width > max(WIDTHS)):
+        raise SpecroofError(f"width must be a power of two in [1, {max(WIDTHS)}] (got {width})")
     if statistic not in ("min", "median"):
         raise SpecroofError(f"statistic must be 'min' or 'median' (got {statistic!r})")
     if dtype is not None and dtype not in ("fp32", "bf16"):
@@ -215,19 +272,32 @@ def spec_check(
     folder = Path(out)
     if folder.exists() and not folder.is_dir():
         raise SpecroofError(f"--out {str(folder)!r} is a file, not a folder")
-    folder.mkdir(parents=True, exist_ok=True)
     choice: DeviceChoice | None = None
     pair_info: dict[str, Any] = {}
+    threads: int | None = None
     if target_model is None:
-        from measure.pair import PairConfig
+        from measure.pair import PairConfig, widened_spec
 
         if early_exit is not None and not 1 <= early_exit < PairConfig().target_layers:
             raise SpecroofError(f"--early-exit must lie in [1, {PairConfig().target_layers - 1}] (got {early_exit})")
+        if resume:  # a resume measures what the store recorded, never a width re-chosen from today's load
+            width, dtype, threads = _recorded_choice(folder, width, dtype)
+        base = PairConfig().target_spec()
+        _check_sizes(widened_spec(base, width) if width and width > 1 else base, dtype, batches, gammas, tokens, dev)
+    else:
+        _check_sizes(target_model.spec, dtype, batches, gammas, tokens, dev)
+    folder.mkdir(parents=True, exist_ok=True)
+    if target_model is None:
         say("probing the device (dtype, streaming rate) ...")
         t_token = 0.02 if budget_s is None else float(np.clip(budget_s / 4000.0, 0.003, 0.04))
-        choice = probe_and_choose(dev, t_token_s=t_token, dtype=dtype, width=width)
+        choice = probe_and_choose(dev, t_token_s=t_token, dtype=dtype, width=width, threads=threads)
+        (folder / CHOICE).write_text(
+            dumps({"width": choice.width, "dtype": choice.dtype, "threads": choice.threads, "device": choice.device})
+        )
         say(choice.describe())
         dtype = choice.dtype
+        if choice.width > 1:  # the width the probe chose, before its weights are built
+            _check_sizes(widened_spec(base, choice.width), dtype, batches, gammas, tokens, dev)
         target_model, dm, stats = load_pair(device=dev, dtype=dtype, width=choice.width)
         draft_model = dm if draft else None
         pair_info = {
@@ -318,15 +388,16 @@ def spec_check(
         journal=folder / "runs.jsonl",
         resume=resume,
     )
-    from measure.store import RESULTS, read_results
+    from measure.store import RESULTS
+    from measure.sweep import read_sweep_rows
 
-    df = pool_visits(read_results(folder / "sweep-target" / RESULTS))
+    df = pool_visits(read_sweep_rows(folder / "sweep-target" / RESULTS))
     fitted = fit(df, target_model.spec, apriori_hw, statistic=statistic)
     fitted.write_toml(folder / "fitted-profile.toml")
     draft_hw: dict[str, Hardware] = {}
     draft_fit = None
     if draft_model is not None:
-        ddf = pool_visits(read_results(folder / "sweep-draft" / RESULTS))
+        ddf = pool_visits(read_sweep_rows(folder / "sweep-draft" / RESULTS))
         draft_fit = fit(ddf, draft_model.spec, apriori_hw, statistic=statistic)
         draft_fit.write_toml(folder / "fitted-profile-draft.toml")
         draft_hw = {f"draft {draft_model.spec.name}": draft_fit.hardware}

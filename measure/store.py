@@ -6,21 +6,30 @@ incomplete last line (a row cut off mid-write) is dropped with a warning; any
 other line that does not parse is an error naming its line number, never a
 silent change of the data. ``done()`` tells a resumed sweep which rows are saved.
 A lock file (holder's pid) keeps two runs from writing one folder at once.
+
+A store given its columns (:class:`Column`) also checks what each row holds, on
+resume and when a sweep is fitted: a damaged header or a value of the wrong type,
+not finite or out of range is an error naming its line, and nothing is appended
+to such a file. A write that fails (a full disk) is undone to the last whole row
+and the error says how many rows are saved and how to continue.
 """
 
 from __future__ import annotations
 
 import csv
 import datetime as _dt
+import errno
 import io
 import json
 import os
 import subprocess
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from roofline.errors import SpecroofError
@@ -91,12 +100,74 @@ class FolderLock:
         self.release()
 
 
-def read_results(path: str | Path) -> pd.DataFrame:
+@dataclass(frozen=True)
+class Column:
+    """What one column of a results file may hold.
+
+    ``kind``: ``"count"`` (a whole number in [lo, hi]), ``"number"`` (a finite number in
+    [lo, hi]; empty allowed when ``optional``), or ``"text"`` (non-empty; one of
+    ``choices`` when given).
+    """
+
+    kind: str
+    lo: float = 0.0
+    hi: float = 1e12
+    optional: bool = False
+    choices: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        if self.kind == "text":
+            return f"one of {', '.join(self.choices)}" if self.choices else "a non-empty text"
+        what = "a whole number" if self.kind == "count" else "a finite number"
+        return f"{what} in [{self.lo:g}, {self.hi:g}]" + (" or empty" if self.optional else "")
+
+
+def check_columns(df: pd.DataFrame, columns: Mapping[str, Column], where: str, header: list[str] | None = None) -> None:
+    """Refuse a results table whose header lacks a column or whose values do not fit their :class:`Column`.
+
+    ``header``: the file's header as written (pandas renames a repeated name). Line
+    numbers count the header as line 1, as an editor shows them.
+    """
+    header = [str(c) for c in (header if header is not None else df.columns)]
+    missing = [c for c in columns if c not in header]
+    dup = sorted({c for c in header if header.count(c) > 1})
+    if missing or dup or any(not c.strip() or c.startswith("Unnamed:") for c in header):
+        what = f"lacks the column(s) {missing}" if missing else f"repeats {dup}" if dup else "has an empty name"
+        raise SpecroofError(
+            f"{where} line 1 (the header) {what}: the file was damaged or is not a results file of this kind; "
+            "restore it, or start again with --overwrite"
+        )
+    for name, col in columns.items():
+        raw = df[name]
+        empty = raw.isna().to_numpy()
+        if col.kind == "text":
+            text = raw.astype(str)
+            bad = empty | (text.str.strip() == "").to_numpy()
+            if col.choices:
+                bad |= ~text.isin(col.choices).to_numpy()
+        else:
+            num = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=float)
+            ok = np.isfinite(num) & (num >= col.lo) & (num <= col.hi)
+            if col.kind == "count":
+                ok &= num == np.round(num)
+            bad = ~(ok | (empty & col.optional))
+        if bad.any():
+            i = int(np.argmax(bad))
+            value = raw.iloc[i]
+            value = value.item() if hasattr(value, "item") else value
+            raise SpecroofError(
+                f"{where} line {2 + i}: {name} = {value!r} is not {col.describe()}: the file was "
+                "damaged; fix or remove that line (nothing was appended to it)"
+            )
+
+
+def read_results(path: str | Path, columns: Mapping[str, Column] | None = None) -> pd.DataFrame:
     """Read a results CSV written row by row, tolerating only a cut-off last row.
 
     A last line without its newline, or with fewer fields than the header, is a row
     that was being written when the writer died: it is dropped with a warning. A
-    damaged line anywhere else raises :class:`SpecroofError` naming the line.
+    damaged line anywhere else raises :class:`SpecroofError` naming the line; so
+    does, with ``columns``, a header without them or a value that does not fit.
     """
     p = Path(path)
     if not p.exists() or p.stat().st_size == 0:
@@ -129,7 +200,13 @@ def read_results(path: str | Path) -> pd.DataFrame:
             warnings.warn(f"{p}: dropped a last row without its newline (line {i}): it may be cut off", stacklevel=2)
             continue
         rows_ok.append(line)
-    return pd.read_csv(io.StringIO("\n".join(rows_ok) + "\n"))
+    try:
+        df = pd.read_csv(io.StringIO("\n".join(rows_ok) + "\n"))
+    except (ValueError, csv.Error) as exc:  # pandas' ParserError is a ValueError
+        raise SpecroofError(f"{str(p)!r} cannot be read as CSV ({exc}); the file was damaged") from None
+    if columns is not None:
+        check_columns(df, columns, repr(str(p)), header)
+    return df
 
 
 def _drop_cut_row(path: Path) -> None:
@@ -151,10 +228,11 @@ def _drop_cut_row(path: Path) -> None:
 class SweepStore:
     """``out_dir/results.csv`` (one row per measured visit of a point) and ``out_dir/meta.json``."""
 
-    def __init__(self, out_dir: str | Path, key: Iterable[str]) -> None:
+    def __init__(self, out_dir: str | Path, key: Iterable[str], columns: Mapping[str, Column] | None = None) -> None:
         self.dir = Path(out_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.key = tuple(key)
+        self.columns = columns
         self.path = self.dir / RESULTS
 
     def write_meta(self, meta: dict[str, Any]) -> None:
@@ -169,8 +247,12 @@ class SweepStore:
             {**meta, "started": _dt.datetime.now().isoformat(timespec="seconds"), "git_revision": git_revision()}
         )
         tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps({**old, **meta, "runs": runs}, indent=2, default=str))
-        tmp.replace(path)
+        try:
+            tmp.write_text(json.dumps({**old, **meta, "runs": runs}, indent=2, default=str))
+            tmp.replace(path)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise SpecroofError(f"cannot write {str(path)!r}: {exc.strerror}; nothing was measured yet") from None
 
     def has_results(self) -> bool:
         return self.path.exists() and self.path.stat().st_size > 0
@@ -181,8 +263,8 @@ class SweepStore:
             self.path.unlink()
 
     def read(self) -> pd.DataFrame:
-        """Every saved row (an empty frame when nothing was saved yet); see :func:`read_results`."""
-        return read_results(self.path)
+        """Every saved row (an empty frame when nothing was saved yet), each checked; see :func:`read_results`."""
+        return read_results(self.path, self.columns)
 
     def done(self) -> set[tuple[str, ...]]:
         """Keys of the rows already saved (as strings, so types read back from CSV compare equal)."""
@@ -202,11 +284,36 @@ class SweepStore:
         if self.has_results():
             _drop_cut_row(self.path)
         new = not self.has_results()
-        header = list(row) if new else list(pd.read_csv(self.path, nrows=0).columns)
-        with self.path.open("a", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=header, extrasaction="ignore")
-            if new:
-                w.writeheader()
-            w.writerow(row)
-            f.flush()
-            os.fsync(f.fileno())
+        header = list(row) if new else next(csv.reader([self.path.open().readline()]), [])
+        if not new and sorted(header) != sorted(row):
+            raise SpecroofError(
+                f"{str(self.path)!r} line 1 (the header) does not hold this run's columns: "
+                "the file was damaged or written by another kind of run; nothing was appended"
+            )
+        size = self.path.stat().st_size if not new else 0
+        try:
+            with self.path.open("a", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=header, extrasaction="ignore")
+                if new:
+                    w.writeheader()
+                w.writerow(row)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:
+            self._undo(size)
+            saved = max(0, len(self.path.read_bytes().splitlines()) - 1) if self.path.exists() else 0
+            what = "no space left on the device" if exc.errno == errno.ENOSPC else exc.strerror or str(exc)
+            raise SpecroofError(
+                f"{what} writing {str(self.path)!r}: the {saved} rows measured before are saved; "
+                "free some space and rerun with --resume to continue"
+            ) from None
+
+    def _undo(self, size: int) -> None:
+        """Cut a row a failed write left half on disk (the file as it was before the write)."""
+        try:
+            if size == 0:
+                self.path.unlink(missing_ok=True)
+            else:
+                os.truncate(self.path, size)
+        except OSError:
+            pass  # the next append's _drop_cut_row removes a cut row as well

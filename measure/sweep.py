@@ -24,13 +24,45 @@ from measure.budget import Budget, WorkBar
 from measure.device import describe, match_profile, resolve_device
 from measure.fit import predict_times
 from measure.models import TORCH_DTYPES, Transformer, dtype_name
-from measure.store import META, RESULTS, FolderLock, SweepStore, read_results
+from measure.store import META, RESULTS, Column, FolderLock, SweepStore, read_results
 from measure.timing import time_fn
 from roofline.errors import SpecroofError, check_choice, check_min
 from roofline.hardware import Hardware, load_hardware
 from roofline.model import ModelSpec, get_model
 
 KEY = ("model", "dtype", "batch", "new_tokens", "context", "tree")
+
+#: what each column of a sweep's results.csv may hold: checked on resume and before a fit
+COLUMNS: dict[str, Column] = {
+    "model": Column("text"),
+    "dtype": Column("text"),
+    "batch": Column("count", 1, 1e7),
+    "new_tokens": Column("count", 1, 1e7),
+    "context": Column("count", 0, 1e9),
+    "tree": Column("text"),
+    "visit": Column("count", 0, 1e6),
+    "status": Column("text", choices=("ok", "oom")),
+    "t_median_s": Column("number", 0, 1e6, optional=True),
+    "t_min_s": Column("number", 0, 1e6, optional=True),
+    "t_iqr_s": Column("number", 0, 1e6, optional=True),
+    "repeats": Column("count", 0, 1e9),
+    "t_predicted_s": Column("number", 0, 1e9, optional=True),
+}
+
+
+def read_sweep_rows(path: str | Path) -> pd.DataFrame:
+    """A sweep's saved rows, each checked (header, types, ranges; an ``ok`` row has its times)."""
+    df = read_results(path, COLUMNS)
+    if not df.empty:
+        ok = df["status"].astype(str) == "ok"
+        lacking = ok & (df["t_min_s"].isna() | df["t_median_s"].isna() | ~(df["t_min_s"] > 0))
+        if lacking.any():
+            i = int(np.argmax(lacking.to_numpy()))
+            raise SpecroofError(
+                f"{str(path)!r} line {i + 2}: status 'ok' without a positive t_min_s and t_median_s: the file was "
+                "damaged; fix or remove that line (nothing was appended to it)"
+            )
+    return df
 
 
 class HFRunner:
@@ -202,7 +234,8 @@ def sweep(
     bud = budget if isinstance(budget, Budget) else Budget(budget)
     name0 = spec0.name if spec0 is not None else type(spec_or_model).__name__
     fingerprint = _fingerprint(spec0, name0, dtypes, dev)
-    store = SweepStore(out, (*KEY, "visit")) if out is not None else None
+    _check_fits(spec0, dtypes, B, N, L, dev)
+    store = SweepStore(out, (*KEY, "visit"), COLUMNS) if out is not None else None
     lock = FolderLock(out) if out is not None else None
     if lock is not None:
         lock.acquire()
@@ -219,7 +252,7 @@ def sweep(
                     "fingerprint": fingerprint,
                 }
             )
-        saved = store.read() if (store is not None and resume) else pd.DataFrame()
+        saved = read_sweep_rows(store.path) if (store is not None and resume) else pd.DataFrame()
         return _sweep_points(
             spec_or_model,
             dtypes,
@@ -244,6 +277,72 @@ def sweep(
             lock.release()
 
 
+def device_memory(dev: torch.device) -> tuple[float | None, float | None]:
+    """(total, available) bytes of ``dev``'s memory; None where it cannot be told."""
+    if dev.type == "cuda":
+        free, total = torch.cuda.mem_get_info(dev)
+        return float(total), float(free)
+    try:
+        text = Path("/proc/meminfo").read_text()
+    except OSError:
+        return None, None
+    got = {}
+    for key in ("MemTotal", "MemAvailable"):
+        for line in text.splitlines():
+            if line.startswith(key + ":"):
+                got[key] = float(line.split()[1]) * 1024
+    return got.get("MemTotal"), got.get("MemAvailable")
+
+
+def footprint_bytes(spec: ModelSpec, dtype: str, batch: Any, new_tokens: Any, context: Any) -> dict[str, Any]:
+    """Bytes a verify pass of ``spec`` holds at (batch, new_tokens, context): weights, KV cache, activations.
+
+    An estimate from the shapes (broadcasts over arrays): the static cache of
+    ``batch`` x (context + new_tokens) slots, the residual stream, the MLP's
+    intermediate, the logits and the attention scores and mask of one layer at a time.
+    """
+    el = torch.empty((), dtype=TORCH_DTYPES[dtype]).element_size()
+    b, n, c = (np.asarray(x, dtype=float) for x in (batch, new_tokens, context))
+    seq = c + np.maximum(n, 1)
+    weights = float(spec.total_params) * el
+    kv = b * seq * spec.kv_elements_per_token * el
+    ff = max(spec.d_ff, spec.d_ff_expert * max(1, spec.experts_per_token) + spec.d_ff_shared * spec.n_shared_experts)
+    act = b * n * (4 * spec.d_model + 3 * ff + spec.vocab_size) * el
+    attn = b * n * seq * (spec.n_heads * el + 1)  # scores of one layer, and the boolean mask
+    return {"weights": weights, "kv": kv, "activations": act + attn, "total": weights + kv + act + attn}
+
+
+def _check_fits(
+    spec: ModelSpec | None, dtypes: Sequence[str], B: list[int], N: list[int], L: list[int], dev: torch.device
+) -> None:
+    """Refuse, before anything is allocated, a grid whose largest point cannot fit the device's memory.
+
+    The kernel kills a process that overcommits the CPU's memory instead of raising an
+    out-of-memory error, so the check must come first, with the footprint in the message.
+    """
+    if spec is None or spec.is_abstract:
+        return
+    total, _ = device_memory(dev)
+    if total is None:
+        return
+    for dt in dtypes:
+        if dt not in TORCH_DTYPES:
+            continue
+        f = footprint_bytes(spec, dt, max(B), max(N), max(L))
+        if f["total"] <= total:
+            continue
+        per_seq = (f["kv"] + f["activations"]) / max(B)
+        fits = int(max(0.0, total - f["weights"]) // per_seq) if per_seq > 0 else 0
+        hint = (
+            f"the largest batch that fits is {fits}" if fits >= 1 else "no batch fits: use a smaller model or context"
+        )
+        raise SpecroofError(
+            f"batch {max(B)} x (context {max(L)} + {max(N)} new tokens) of {spec.name} in {dt} needs about "
+            f"{f['total'] / 1e9:.3g} GB (weights {f['weights'] / 1e9:.3g}, KV cache {f['kv'] / 1e9:.3g}, "
+            f"activations {f['activations'] / 1e9:.3g}), more than this device's {total / 1e9:.3g} GB: {hint}"
+        )
+
+
 def _spec_of(obj: Any) -> ModelSpec | None:
     if isinstance(obj, Transformer):
         return obj.spec
@@ -263,13 +362,26 @@ def _check_store(store: SweepStore, fingerprint: str, resume: bool, overwrite: b
             f"{str(store.dir)!r} already holds results: --resume to continue them, --overwrite to replace them, "
             "or choose another --out"
         )
-    if resume and meta_path.exists():
-        try:
-            old = json.loads(meta_path.read_text()).get("fingerprint")
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise SpecroofError(f"{str(meta_path)!r} is damaged (not JSON): cannot tell what was measured") from None
-        if old is not None and old != fingerprint and store.has_results():
-            raise SpecroofError(f"cannot resume: {str(store.dir)!r} holds {old}, this run measures {fingerprint}")
+    if not (resume and store.has_results()):
+        return
+    # rows are appended only to a store whose fingerprint says they were measured as this run measures
+    if not meta_path.exists():
+        raise SpecroofError(
+            f"cannot resume: {str(store.dir)!r} holds results but no {META}, so what they measured cannot be "
+            "verified; --overwrite to start again, or choose another --out"
+        )
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise SpecroofError(f"{str(meta_path)!r} is damaged (not JSON): cannot tell what was measured") from None
+    old = meta.get("fingerprint") if isinstance(meta, dict) else None
+    if old is None:
+        raise SpecroofError(
+            f"cannot resume: {str(meta_path)!r} records no fingerprint, so what the results measured cannot be "
+            "verified; --overwrite to start again, or choose another --out"
+        )
+    if old != fingerprint:
+        raise SpecroofError(f"cannot resume: {str(store.dir)!r} holds {old}, this run measures {fingerprint}")
 
 
 def _sweep_points(
@@ -312,6 +424,7 @@ def _sweep_points(
             else np.full(len(rows), np.nan)
         )
         points = [(r, t, float(p)) for r, t, p in zip(rows, tokens, preds, strict=True)]
+        too_big = _too_big_now(spec, dt, rows, dev)
         history: dict[int, list[dict[str, Any]]] = {i: [] for i in range(len(points))}
         keys = [tuple(str(r[k]) for k in KEY) for r, _, _ in points]
         for v in visits:
@@ -333,7 +446,10 @@ def _sweep_points(
                         continue
                     if h and bud.expired():
                         continue  # every point has its first visit; the budget says stop
-                    visit = _measure_visit(runner, row, tokens, tree, dev, warmup if not h else 1, repeats, threads)
+                    if spec is not None and i in too_big:
+                        visit = dict(_OOM)  # would not fit the memory now free: not attempted (the kernel kills)
+                    else:
+                        visit = _measure_visit(runner, row, tokens, tree, dev, warmup if not h else 1, repeats, threads)
                     out = {**row, "visit": len(h), **visit, "device": str(dev), "t_predicted_s": t_pred}
                     h.append(out)
                     if store is not None:
@@ -348,6 +464,28 @@ def _sweep_points(
     if not visits:
         return pd.DataFrame()
     return pool_visits(pd.DataFrame(visits))
+
+
+#: the row of a point that does not fit the memory
+_OOM: dict[str, Any] = {"status": "oom", "t_median_s": np.nan, "t_min_s": np.nan, "t_iqr_s": np.nan, "repeats": 0}
+
+
+def _too_big_now(spec: ModelSpec | None, dtype: str, rows: list[dict[str, Any]], dev: torch.device) -> set[int]:
+    """Indices of CPU points whose estimated footprint exceeds the memory available now: ``oom`` rows, untried.
+
+    On a GPU an allocation that does not fit raises a clean out-of-memory error, which
+    becomes an ``oom`` row anyway; on a CPU the kernel may kill the process instead.
+    """
+    if spec is None or spec.is_abstract or dev.type != "cpu" or not rows or dtype not in TORCH_DTYPES:
+        return set()
+    _, avail = device_memory(dev)
+    if avail is None:
+        return set()
+    df = pd.DataFrame(rows)
+    f = footprint_bytes(spec, dtype, df["batch"], df["new_tokens"], df["context"])
+    # the weights are already allocated when points run; a margin for the allocator and the interpreter
+    need = (f["kv"] + f["activations"]) * 1.25
+    return {int(i) for i in np.nonzero(need > avail)[0]}
 
 
 def _converged(h: list[dict[str, Any]]) -> bool:
@@ -380,7 +518,7 @@ def _measure_visit(
             raise
         if dev.type == "cuda":
             torch.cuda.empty_cache()
-        return {"status": "oom", "t_median_s": np.nan, "t_min_s": np.nan, "t_iqr_s": np.nan, "repeats": 0}
+        return dict(_OOM)
     return {"status": "ok", **t.as_row("t")}
 
 
@@ -400,7 +538,7 @@ def load_sweep(folder: str | Path) -> pd.DataFrame:
     path = Path(folder) / RESULTS
     if not path.is_file():
         raise SpecroofError(f"no {RESULTS} in {str(folder)!r}: run `specroof measure sweep --out DIR` first")
-    df = read_results(path)
+    df = read_sweep_rows(path)
     if df.empty:
         raise SpecroofError(f"{str(path)!r} holds no rows yet")
     return pool_visits(df)

@@ -11,11 +11,13 @@ had q > 0.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from roofline.errors import SpecroofError
 from roofline.trees import Tree
+from roofline.verification import SamplingParams
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,40 @@ def process_logits(
         p = torch.where(p >= min_p * p.amax(-1, keepdim=True), p, torch.zeros_like(p))
         p = p / p.sum(-1, keepdim=True)
     return p
+
+
+def process_pair(
+    target_logits: torch.Tensor, draft_logits: torch.Tensor, params: SamplingParams | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """p and q under the same processors, from logits (see ``roofline.verification.process_pair``)."""
+    sp = params or SamplingParams()
+    knobs = (sp.temperature, sp.top_k, sp.top_p, sp.min_p)
+    return process_logits(target_logits, *knobs), process_logits(draft_logits, *knobs)
+
+
+def verify_chain_logits(
+    target_logits: torch.Tensor,
+    draft_logits: torch.Tensor,
+    draft_tokens: torch.Tensor,
+    params: SamplingParams | None = None,
+    **kw: Any,
+) -> ChainResultT:
+    """:func:`verify_chain` from raw logits on both sides, under the same processors."""
+    p, q = process_pair(target_logits, draft_logits, params)
+    return verify_chain(p, q, draft_tokens, **kw)
+
+
+def verify_tree_logits(
+    target_logits: torch.Tensor,
+    draft_logits: torch.Tensor,
+    parents: list[int],
+    node_tokens: torch.Tensor,
+    params: SamplingParams | None = None,
+    **kw: Any,
+) -> TreeResultT:
+    """:func:`verify_tree` from raw logits on both sides, under the same processors."""
+    p, q = process_pair(target_logits, draft_logits, params)
+    return verify_tree(p, q, parents, node_tokens, **kw)
 
 
 def sample_from(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:

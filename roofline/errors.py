@@ -18,25 +18,42 @@ class SpecroofError(ValueError):
     """Bad input to a specroof function: the message names the field and the problem."""
 
 
+#: the largest whole number a counted argument may be: int64 arithmetic on it (times a few) cannot overflow
+INT_LIMIT = 2**53
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def as_array(name: str, value: Any, *, integer: bool = False) -> npt.NDArray[Any]:
-    """Return ``value`` as a numpy array, rejecting NaN, inf and non-numbers."""
+    """Return ``value`` as a numpy array, rejecting NaN, inf, non-numbers and numbers past a float (or int64)."""
     if type(value) is int or type(value) is float:  # the scalar fast path: notebooks call these in loops
-        if not math.isfinite(value):
-            raise SpecroofError(f"{name} must be finite (got {value!r})")
+        try:
+            finite = math.isfinite(value)
+        except OverflowError:  # an int beyond a float
+            finite = False
+        if not finite:
+            raise SpecroofError(f"{name} must be finite (got {_short(value)})")
         if integer:
             if value != int(value):
                 raise SpecroofError(f"{name} must be a whole number (got {value!r})")
+            if abs(value) > INT_LIMIT:
+                raise SpecroofError(f"{name} must lie within +-2**53 (got {_short(value)})")
             return np.asarray(int(value), dtype=np.int64)
         return np.asarray(float(value))
     try:
         arr = np.asarray(value, dtype=float)
-    except (TypeError, ValueError) as exc:
-        raise SpecroofError(f"{name} must be a number or an array of numbers (got {value!r})") from exc
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise SpecroofError(f"{name} must be a number or an array of finite numbers (got {_short(value)})") from exc
     if not np.all(np.isfinite(arr)):
-        raise SpecroofError(f"{name} must be finite (got {value!r})")
+        raise SpecroofError(f"{name} must be finite (got {_short(value)})")
     if integer:
         if not np.all(arr == np.round(arr)):
-            raise SpecroofError(f"{name} must be a whole number (got {value!r})")
+            raise SpecroofError(f"{name} must be a whole number (got {_short(value)})")
+        if np.any(np.abs(arr) > INT_LIMIT):
+            raise SpecroofError(f"{name} must lie within +-2**53 (got {_short(value)})")
         return arr.astype(np.int64)
     return arr
 

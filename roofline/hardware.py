@@ -32,6 +32,7 @@ from roofline.dtypes import activation_dtype as activation_dtype
 from roofline.dtypes import dtype_bytes as dtype_bytes
 from roofline.dtypes import weight_only as weight_only
 from roofline.errors import SpecroofError, check_min
+from roofline.validation import check_quantity
 
 if TYPE_CHECKING:
     from roofline.engine import Engine
@@ -340,7 +341,19 @@ def _num(where: str, key: str, value: Any, *, positive: bool = True) -> float:
         raise SpecroofError(f"{where}: field {key!r} must be positive (got {value!r})")
     if value < 0:
         raise SpecroofError(f"{where}: field {key!r} cannot be negative (got {value!r})")
+    for suffix, kind, scale in _PHYSICAL:  # far beyond any device: a typo or a unit slip, not a new GPU
+        if key.endswith(suffix) and value > 0:
+            check_quantity(f"{where}: {key}", float(value) * scale, kind)
     return float(value)
+
+
+#: profile fields checked against roofline.validation's physical ranges, by unit suffix
+_PHYSICAL = (
+    ("_GB_per_s", "bandwidth", 1e9),
+    ("_TFLOP_per_s", "flops", 1e12),
+    ("_TOP_per_s", "flops", 1e12),
+    ("capacity_GB", "memory", 1e9),
+)
 
 
 def _compute_block(where: str, block: dict[str, Any]) -> dict[str, float]:

@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from roofline.errors import SpecroofError, as_array, check_min, check_range
+from roofline.validation import check_tree_size
 
 IntArray = npt.NDArray[np.int64]
 Array = npt.NDArray[np.float64]
@@ -86,6 +87,7 @@ class Tree:
         """A full tree with ``b`` children per node and ``depth`` draft levels (b + b^2 + ... nodes)."""
         b = int(check_min("b", b, 1, integer=True))
         depth = int(check_min("depth", depth, 0, integer=True))
+        check_tree_size(b, depth)  # Tree.kary(2, 40) would build 2.2e12 nodes: refuse it at once
         parents: list[int] = []
         level = [-1]
         for _ in range(depth):

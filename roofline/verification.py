@@ -103,6 +103,47 @@ def process_logits(logits: Any, params: SamplingParams | None = None) -> Array:
     return p
 
 
+def process_pair(target_logits: Any, draft_logits: Any, params: SamplingParams | None = None) -> tuple[Array, Array]:
+    """The target's p and the draft's q under the same processors, from their logits.
+
+    Lossless verification needs q to be exactly the distribution the draft sampled
+    from and p the distribution the output must follow: both pass through the same
+    temperature, top-k, top-p and min-p, applied to logits (never to probabilities).
+    """
+    return process_logits(target_logits, params), process_logits(draft_logits, params)
+
+
+def verify_chain_logits(
+    target_logits: Any,
+    draft_logits: Any,
+    draft_tokens: Any,
+    params: SamplingParams | None = None,
+    rng: np.random.Generator | None = None,
+    *,
+    uniforms: tuple[Any, Any] | None = None,
+) -> ChainResult:
+    """:func:`verify_chain` from raw logits: (gamma + 1, V) target, (gamma, V) draft; ``draft_tokens`` drawn
+    from the draft's processed distribution. Output follows the target's processed distribution."""
+    p, q = process_pair(target_logits, draft_logits, params)
+    return verify_chain(p, q, draft_tokens, rng, uniforms=uniforms)
+
+
+def verify_tree_logits(
+    target_logits: Any,
+    draft_logits: Any,
+    tree: Any,
+    node_tokens: Any,
+    params: SamplingParams | None = None,
+    rng: np.random.Generator | None = None,
+    *,
+    variant: str = "sequoia",
+    uniforms: tuple[Any, Any] | None = None,
+) -> TreeResult:
+    """:func:`verify_tree` from raw logits (n_nodes + 1, V) on both sides, under the same processors."""
+    p, q = process_pair(target_logits, draft_logits, params)
+    return verify_tree(p, q, tree, node_tokens, rng, variant=variant, uniforms=uniforms)
+
+
 def _softmax(x: Array) -> Array:
     z = np.exp(x - x.max(axis=-1, keepdims=True))
     return z / z.sum(axis=-1, keepdims=True)

@@ -23,6 +23,7 @@ from roofline.hardware import list_hardware, load_hardware, weight_only
 from roofline.model import PRESETS, ModelSpec, get_model
 from roofline.passtime import crossover_tokens, memory_footprint, pass_time, weights_only_crossover
 from roofline.units import format_quantity
+from roofline.validation import check_gamma, check_tp, not_both
 from specroof.shell import (
     INT_MAX,
     _add_engine,
@@ -107,6 +108,8 @@ def cmd_hardware_show(args: argparse.Namespace) -> int:
 def cmd_roofline(args: argparse.Namespace) -> int:
     _weight_only(args)
     spec = model_from_args(args)
+    if not spec.is_abstract:
+        check_tp(spec, args.tp)
     hw = load_hardware(args.hardware)
     if max(len(args.batch), len(args.tokens), len(args.context)) > 1:
         return _roofline_sweep(args, spec, hw)
@@ -291,6 +294,7 @@ def _roofline_sweep(args: argparse.Namespace, spec: ModelSpec, hw: Any) -> int:
 def cmd_speedup(args: argparse.Namespace) -> int:
     from roofline.speculative import expected_tokens, ideal_speedup, optimal_gamma
 
+    not_both({"--c (the idealised form)": args.c, "--hardware (the priced form)": args.hardware})
     if args.target is not None or args.drafter is not None:
         return _speedup_priced(args)
     if args.alpha is None or args.c is None:
@@ -307,6 +311,7 @@ def cmd_speedup(args: argparse.Namespace) -> int:
             gamma = int(args.gamma)
         except ValueError:
             raise SpecroofError(f"--gamma must be a whole number or 'auto' (got {args.gamma!r})") from None
+        gamma = check_gamma(gamma, "--gamma")
         sp = float(ideal_speedup(args.alpha, gamma, args.c))
     e = float(expected_tokens(args.alpha, gamma))
     payload = {"alpha": args.alpha, "c": args.c, "gamma": gamma, "expected_tokens": e, "speedup": sp}
@@ -321,6 +326,9 @@ def _speedup_priced(args: argparse.Namespace) -> int:
     missing = [f for f in ("hardware", "target", "drafter") if getattr(args, f) is None]
     if missing:
         raise SpecroofError("a priced speedup needs " + ", ".join(f"--{m}" for m in missing))
+    not_both({"--c (the idealised form)": args.c, "--hardware (the priced form)": args.hardware})
+    not_both({"--alpha": args.alpha, "--mean-accepted": args.mean_accepted})
+    check_tp(get_model(args.target), args.tp)
     if args.mean_accepted is None and args.alpha is None:
         raise SpecroofError("give --mean-accepted (tokens per round, bonus included) or --alpha")
     if args.tree is not None and args.gamma is not None:
@@ -329,7 +337,7 @@ def _speedup_priced(args: argparse.Namespace) -> int:
     gamma: int | str | None = args.gamma
     if gamma not in (None, "heuristic"):
         try:
-            gamma = int(gamma)
+            gamma = check_gamma(int(gamma), "--gamma")
         except ValueError:
             raise SpecroofError(f"--gamma must be a whole number or 'heuristic' (got {args.gamma!r})") from None
     r = predict_speedup(
@@ -345,6 +353,7 @@ def _speedup_priced(args: argparse.Namespace) -> int:
         context=args.context,
         dtype=args.dtype,
         weight_dtype=args.weight_dtype,
+        kv_dtype=args.kv_dtype,
         tp=args.tp,
     )
     payload = r.to_dict() | {"hardware": args.hardware, "target": args.target}
@@ -664,6 +673,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         tp=args.tp,
         engine=args.engine,
         weight_dtype=args.weight_dtype,
+        kv_dtype=args.kv_dtype,
     )
     hardware = [_with_offload(h, args.offload) for h in args.hardware]
     table = plan(hardware, args.target, drafters, acceptance, batch=args.batch, context=args.context, **kw)
@@ -783,6 +793,7 @@ def cmd_tree(args: argparse.Namespace) -> int:
             dtype=args.dtype,
             engine=args.engine,
             weight_dtype=args.weight_dtype,
+            kv_dtype=args.kv_dtype,
         )
         b = choice.best
         payload["hardware_choice"] = {
@@ -969,10 +980,22 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 # -- parser ----------------------------------------------------------------------
 
+#: the weight format grammar and the KV rule, as every pricing command's help states them (roofline.dtypes)
+WEIGHT_DTYPE_HELP = (
+    "weights stored as int8|int4|fp8|bits:B[,group:G][,kernel:gptfast|torchao|marlin|gptq|awq|exl2] "
+    "(weight-only; e.g. int4,group:128,kernel:marlin or bits:2.5,kernel:exl2)"
+)
+KV_DTYPE_HELP = "KV-cache dtype (default: the activations' dtype; bf16 under --dtype fp8/int8: fp8 KV is --kv-dtype fp8)"
+
 
 def _weight_only(args: argparse.Namespace) -> None:
-    """--dtype int4 alone is weight-only int4 with bf16 arithmetic (GPUs multiply in bf16)."""
+    """--dtype int4 alone is weight-only int4 with bf16 arithmetic (GPUs multiply in bf16); under an 8-bit
+    --dtype the KV cache stays bf16 unless --kv-dtype says otherwise (roofline.dtypes.default_kv_dtype)."""
+    from roofline.dtypes import default_kv_dtype
+
     args.dtype, args.weight_dtype = weight_only(args.dtype, getattr(args, "weight_dtype", None))
+    if getattr(args, "kv_dtype", None) is None:
+        args.kv_dtype = default_kv_dtype(args.dtype)
 
 
 def _hardware_command(sub: Any) -> None:
@@ -996,8 +1019,8 @@ def _roofline_command(sub: Any) -> None:
     g.add_argument("--model", help=f"preset ({', '.join(PRESETS)}) or a config.json path")
     g.add_argument("--params", type=finite_float, help="abstract model with this many weights, e.g. 13e9")
     p.add_argument("--dtype", default="fp16", help="compute/activation dtype (default fp16)")
-    p.add_argument("--weight-dtype", default=None, help="weight dtype if different (e.g. int4)")
-    p.add_argument("--kv-dtype", default=None, help="KV-cache dtype if different (e.g. fp8)")
+    p.add_argument("--weight-dtype", default=None, help=WEIGHT_DTYPE_HELP)
+    p.add_argument("--kv-dtype", default=None, help=KV_DTYPE_HELP)
     p.add_argument(
         "--batch",
         type=bounded_int_list(1, INT_MAX),
@@ -1045,7 +1068,8 @@ def _speedup_command(sub: Any) -> None:
     p.add_argument("--batch", type=bounded_int(1, INT_MAX), default=1)
     p.add_argument("--context", type=bounded_int(0, INT_MAX), default=1024)
     p.add_argument("--dtype", default="bf16")
-    p.add_argument("--weight-dtype", default=None, help="weights stored as int8, int4 or fp8 (weight-only)")
+    p.add_argument("--weight-dtype", default=None, help=WEIGHT_DTYPE_HELP)
+    p.add_argument("--kv-dtype", default=None, help=KV_DTYPE_HELP)
     p.add_argument("--tp", type=bounded_int(1, 1024), default=1)
     _add_engine(p)
     _add_json(p)
@@ -1091,7 +1115,8 @@ def _plan_command(sub: Any) -> None:
     p.add_argument("--context", type=int_list, default=[1024])
     p.add_argument("--max-gamma", type=bounded_int(0, 256), default=16)
     p.add_argument("--dtype", default="bf16")
-    p.add_argument("--weight-dtype", default=None, help="weights stored as int8, int4 or fp8 (weight-only)")
+    p.add_argument("--weight-dtype", default=None, help=WEIGHT_DTYPE_HELP)
+    p.add_argument("--kv-dtype", default=None, help=KV_DTYPE_HELP)
     p.add_argument("--tp", type=bounded_int(1, 1024), default=1, help="tensor-parallel degree of the target")
     _add_engine(p)
     p.add_argument("--top", type=bounded_int(1, 10**6), default=10, help="rows of the ranked table to show")
@@ -1120,7 +1145,8 @@ def _tree_command(sub: Any) -> None:
     p.add_argument("--batch", type=bounded_int(1, INT_MAX), default=1)
     p.add_argument("--context", type=bounded_int(0, INT_MAX), default=1024)
     p.add_argument("--dtype", default="bf16")
-    p.add_argument("--weight-dtype", default=None, help="weights stored as int8, int4 or fp8 (weight-only)")
+    p.add_argument("--weight-dtype", default=None, help=WEIGHT_DTYPE_HELP)
+    p.add_argument("--kv-dtype", default=None, help=KV_DTYPE_HELP)
     p.add_argument("--plot", type=plot_path, help="write a drawing of the tree (.png, .svg, .pdf)")
     _add_engine(p)
     _add_offload(p)
@@ -1180,7 +1206,7 @@ def _report_command(sub: Any) -> None:
 
 
 #: commands that live in a module of their own (specroof/commands/NAME.py, each with ``add_parser(sub)``)
-COMMAND_MODULES = ("acceptance",)
+COMMAND_MODULES = ("acceptance", "serve")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -450,3 +450,209 @@ def test_mutation_table_is_rejected(backend, name, rule, monkeypatch):
         tree = Tree([-1, -1, -1])  # three siblings: two rejections before the last one is tried
         n, tokens = tree_round(backend, P, Q, np.full(N, START), rule.split("-")[1], np.random.default_rng(5), tree)
         assert chi2_p(tokens[:, 0], P[START]) < FAIL_P
+
+
+# -- processors applied to both sides, from logits: temperature 0.5 and 1.5, top-k, top-p ---------------------------
+#
+# The tables above are processed before any rule sees them, so a rule that processes one side differently
+# cannot show there. Here each rule takes raw logits (``verify_*_logits``) and applies the processors
+# itself; the draft proposes from its correctly processed distribution, the output must follow the
+# target's. At temperature 1 without filters "temperature on p only" is the correct rule: hence 0.5 and 1.5.
+
+SAMPLED = {
+    "temp0.5-topk4": SamplingParams(temperature=0.5, top_k=4),
+    "temp1.5-topp0.8": SamplingParams(temperature=1.5, top_p=0.8),
+}
+
+
+#: rounds per case here: the lossless checks, and the mutation checks (each rejected at p < 1e-80 already at
+#: 20,000 rounds; 1e-8 is asked for)
+N_LOGITS = 100_000
+N_MUTANT = 20_000
+
+
+def logit_tables(seed: int):
+    """Raw next-token logits (V + 1, V) of the target and of a noisy draft."""
+    rng = np.random.default_rng(seed)
+    lp = rng.normal(0, 1.2, (V + 1, V))
+    return lp, lp + rng.normal(0, 0.9, (V + 1, V))
+
+
+def _proc(backend, logits, sp):
+    """The backend's own (unpatched) processors on one side."""
+    if backend.name == "numpy":
+        return ns.process_logits(logits, sp)
+    return backend.module.process_logits(logits, sp.temperature, sp.top_k, sp.top_p, sp.min_p)
+
+
+def _softmax_any(backend, logits):
+    if backend.name == "numpy":
+        z = np.exp(logits - logits.max(axis=-1, keepdims=True))
+        return z / z.sum(axis=-1, keepdims=True)
+    return backend.torch.softmax(logits.double(), dim=-1)
+
+
+def logit_round(backend, rule, LP, LQ, sp, ctx, rng, tree=TREE, gamma=3):
+    """One round from logits: proposals from the draft's processed distribution, the rule processes both sides."""
+    Q = process_logits(LQ, sp)  # what the drafter samples from
+    if rule == "chain":
+        xs, prev = [], ctx
+        for _ in range(gamma):
+            prev = sample_rows(Q[prev], rng)
+            xs.append(prev)
+        x = np.stack(xs, axis=1)
+        lp = np.stack([LP[ctx], *[LP[x[:, i]] for i in range(gamma)]], axis=1)
+        lq = np.stack([LQ[ctx], *[LQ[x[:, i]] for i in range(gamma - 1)]], axis=1)
+        ua, us = rng.random((ctx.size, gamma)), rng.random(ctx.size)
+        if backend.name == "numpy":
+            r = ns.verify_chain_logits(lp, lq, x, sp, uniforms=(ua, us))
+            return r.n_accepted, r.tokens
+        t = backend._t
+        r = backend.module.verify_chain_logits(t(lp), t(lq), t(x), sp, uniforms=(t(ua), t(us)))
+        return r.n_accepted.numpy(), r.tokens.numpy()
+    variant = rule.split("-")[1]
+    n = tree.n_nodes
+    tok = np.zeros((ctx.size, n), dtype=np.int64)
+    for parent in [-1, *range(n)]:
+        kids = tree.children(parent)
+        if kids.size:
+            prev = ctx if parent < 0 else tok[:, parent]
+            tok[:, kids] = draw_children(Q[prev], kids.size, rng, replacement=(variant == "specinfer"))
+    lp = np.stack([LP[ctx], *[LP[tok[:, i]] for i in range(n)]], axis=1)
+    lq = np.stack([LQ[ctx], *[LQ[tok[:, i]] for i in range(n)]], axis=1)
+    ua, us = rng.random((ctx.size, n)), rng.random(ctx.size)
+    if backend.name == "numpy":
+        r = ns.verify_tree_logits(lp, lq, tree, tok, sp, variant=variant, uniforms=(ua, us))
+        return r.n_accepted, r.tokens
+    t = backend._t
+    r = backend.module.verify_tree_logits(
+        t(lp), t(lq), tree.parents.tolist(), t(tok), sp, variant=variant, uniforms=(t(ua), t(us))
+    )
+    return r.n_accepted.numpy(), r.tokens.numpy()
+
+
+def chi2_or_zero(samples, probs):
+    """chi2_p, but a token the target gives probability 0 is a certain rejection (p = 0), not an assertion."""
+    counts = np.bincount(samples, minlength=probs.size)
+    if counts[probs <= 0].sum():
+        return 0.0
+    return chi2_p(samples, probs)
+
+
+@pytest.mark.parametrize("rule", RULES)
+@pytest.mark.parametrize("proc", list(SAMPLED))
+def test_rules_from_logits_follow_the_processed_target(backend, rule, proc):
+    sp = SAMPLED[proc]
+    LP, LQ = logit_tables(11)
+    P = process_logits(LP, sp)
+    rng = np.random.default_rng(5)
+    n, tokens = logit_round(backend, rule, LP, LQ, sp, np.full(N_LOGITS, START), rng)
+    assert chi2_p(tokens[:, 0], P[START]) > PASS_P
+    assert 0 < n.mean() < 3
+    # the second token: the next draft in the round when the first was accepted, else the next round's first
+    second = tokens[:, 1].copy()
+    again = n == 0
+    _, t2 = logit_round(backend, rule, LP, LQ, sp, tokens[again, 0], rng)
+    second[again] = t2[:, 0]
+    joint = (P[START][:, None] * P[:V]).ravel()
+    assert chi2_p(tokens[:, 0] * V + second, joint) > PASS_P
+
+
+def _mutate_processors(backend, name, monkeypatch):
+    """One side processed differently from the other: each breaks losslessness away from temperature 1."""
+    from dataclasses import replace
+
+    mod = backend.module
+    if name == "temperature-on-p-only":  # the draft's q seen untempered although the draft sampled tempered
+
+        def pair(lp, lq, sp):
+            return _proc(backend, lp, sp), _proc(backend, lq, replace(sp, temperature=1.0))
+    elif name == "top-p-on-q-only":  # the target's nucleus forgotten: p keeps its tail
+
+        def pair(lp, lq, sp):
+            return _proc(backend, lp, replace(sp, top_p=1.0)), _proc(backend, lq, sp)
+    elif name == "processors-after-normalisation":  # the draft side's processors fed probabilities, not logits
+
+        def pair(lp, lq, sp):
+            return _proc(backend, lp, sp), _proc(backend, _softmax_any(backend, lq), sp)
+    else:
+        raise AssertionError(name)
+    monkeypatch.setattr(mod, "process_pair", pair)
+
+
+#: each one-sided processor bug, the sampling it shows at, and the rules it is tried on
+PROCESSOR_MUTATIONS = [
+    ("temperature-on-p-only", SamplingParams(temperature=0.5)),
+    ("temperature-on-p-only", SamplingParams(temperature=1.5)),
+    ("top-p-on-q-only", SamplingParams(temperature=1.5, top_p=0.8)),
+    ("processors-after-normalisation", SamplingParams(temperature=0.5, top_k=4)),
+]
+
+
+@pytest.mark.parametrize("rule", ["chain", "tree-specinfer"])
+@pytest.mark.parametrize(
+    "name, sp", PROCESSOR_MUTATIONS, ids=[f"{m}-T{s.temperature:g}" for m, s in PROCESSOR_MUTATIONS]
+)
+def test_one_sided_processors_are_rejected(backend, rule, name, sp, monkeypatch):
+    LP, LQ = logit_tables(11)
+    P = process_logits(LP, sp)
+    # the correct rule passes on these very draws, so the rejection below is the mutation's
+    n, tokens = logit_round(backend, rule, LP, LQ, sp, np.full(N_MUTANT, START), np.random.default_rng(7))
+    assert chi2_p(tokens[:, 0], P[START]) > PASS_P
+    _mutate_processors(backend, name, monkeypatch)
+    n, tokens = logit_round(backend, rule, LP, LQ, sp, np.full(N_MUTANT, START), np.random.default_rng(7))
+    assert chi2_or_zero(tokens[:, 0], P[START]) < FAIL_P
+
+
+def test_temperature_on_p_only_is_the_correct_rule_at_temperature_1(backend, monkeypatch):
+    """Why the suite needs temperatures other than 1: there the mutation is not a mutation at all."""
+    LP, LQ = logit_tables(11)
+    sp = SamplingParams()
+    _mutate_processors(backend, "temperature-on-p-only", monkeypatch)
+    _, tokens = logit_round(backend, "chain", LP, LQ, sp, np.full(N_LOGITS, START), np.random.default_rng(7))
+    assert chi2_p(tokens[:, 0], process_logits(LP, sp)[START]) > PASS_P
+
+
+# -- real decoding: a target and a draft Transformer, sampled at temperatures 0.5 and 1.5 -----------------------------
+
+
+def _tiny_pair():
+    import torch
+
+    from measure.models import Transformer
+    from roofline.model import ModelSpec
+
+    spec = ModelSpec("lossless-tiny", 1, 16, 2, 2, 8, 32, V, max_context=64)
+    torch.manual_seed(0)
+    target = Transformer(spec, dtype="fp32", device="cpu", init_std=0.6)
+    torch.manual_seed(1)
+    draft = Transformer(spec, dtype="fp32", device="cpu", init_std=0.6)
+    return target, draft
+
+
+def _next_token_probs(model, prompt, sp):
+    import torch
+
+    model.setup_cache(1, len(prompt) + 2)
+    with torch.no_grad():
+        logits = model(torch.as_tensor([prompt]))[0, -1].double().numpy()
+    return process_logits(logits, sp)
+
+
+@pytest.mark.parametrize("gamma", [2, Tree([-1, -1, 0])], ids=["chain", "tree"])  # a chain; a two-candidate tree
+@pytest.mark.parametrize("proc", ["temp0.5-topk4", "temp1.5-topp0.8"])
+def test_real_speculative_decoding_is_lossless_when_sampled(gamma, proc):
+    pytest.importorskip("torch")
+    from measure.decode import speculative_generate
+
+    sp = SAMPLED[proc]
+    target, draft = _tiny_pair()
+    prompt = [1, 3, 2]
+    p0 = _next_token_probs(target, prompt, sp)
+    q0 = _next_token_probs(draft, prompt, sp)
+    assert np.abs(p0 - q0).sum() > 0.2  # the draft really differs: rejections happen
+    n = 20_000
+    res = speculative_generate(target, draft, [prompt] * n, gamma, 1, sp, seed=3)
+    first = np.array([t[0] for t in res.tokens])
+    assert chi2_p(first, p0) > PASS_P
+    assert 0 < res.rounds["accepted"].mean() < (gamma if isinstance(gamma, int) else gamma.depth)
