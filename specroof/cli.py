@@ -893,6 +893,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     if args.budget is not None and not args.budget > 0:
         raise SpecroofError(f"--budget must be > 0 seconds (got {args.budget})")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise SpecroofError(f"--out {args.out!r} is a file: the report is a folder (index.html, PNGs, CSVs)")
     if args.alpha is not None and not 0.0 <= args.alpha < 1.0:
         raise SpecroofError(f"--alpha must lie in [0, 1) (got {args.alpha})")
     extra: list[Any] = []
@@ -985,7 +987,9 @@ WEIGHT_DTYPE_HELP = (
     "weights stored as int8|int4|fp8|bits:B[,group:G][,kernel:gptfast|torchao|marlin|gptq|awq|exl2] "
     "(weight-only; e.g. int4,group:128,kernel:marlin or bits:2.5,kernel:exl2)"
 )
-KV_DTYPE_HELP = "KV-cache dtype (default: the activations' dtype; bf16 under --dtype fp8/int8: fp8 KV is --kv-dtype fp8)"
+KV_DTYPE_HELP = (
+    "KV-cache dtype (default: the activations' dtype; bf16 under --dtype fp8/int8: fp8 KV is --kv-dtype fp8)"
+)
 
 
 def _weight_only(args: argparse.Namespace) -> None:

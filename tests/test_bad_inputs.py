@@ -62,9 +62,7 @@ BAD_NUMBERS = [
 
 #: cases whose check belongs to a module this harness does not own: each is expected to fail until the
 #: check lands (strict: the day it passes, remove it from here)
-OPEN = {
-    "report --out {vec}#13": "specroof/cli.py cmd_report: check --out before announcing the sections",
-}
+OPEN = {}
 
 
 @pytest.fixture(autouse=True)
