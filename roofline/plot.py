@@ -534,3 +534,33 @@ def verdict_chart(v: OneTokenVerdict, ax: Axes | None = None) -> Figure:
     ax.set_title(f"draft proposed {v.vocab[v.token]!r}: accept with p/q = {v.accept_probability:.2f}")
     ax.legend(fontsize=8)
     return fig
+
+
+def serving_curves(summary: pd.DataFrame, *, title: str = "") -> Figure:
+    """Latency against throughput per speculation policy, one point per request rate (a serving sweep's summary).
+
+    Left: TPOT p50 and p90 against output tokens/s; right: TTFT p50 against the request rate.
+    Each point is labelled with its rate (req/s).
+    """
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11.0, 4.3), layout="constrained")
+    for i, (policy, g) in enumerate(summary.groupby("policy", sort=False)):
+        g = g.sort_values("rate_req_s")
+        color = f"C{i}"
+        ax.plot(g["throughput_tok_s"], g["tpot_p50_s"] * 1e3, "o-", color=color, label=f"{policy} p50")
+        ax.plot(g["throughput_tok_s"], g["tpot_p90_s"] * 1e3, ":", color=color, label=f"{policy} p90")
+        for x, y, r in zip(g["throughput_tok_s"], g["tpot_p50_s"] * 1e3, g["rate_req_s"], strict=True):
+            ax.annotate(f"{r:g}", (x, y), xytext=(3, 3), textcoords="offset points", fontsize=7, color=color)
+        ax2.plot(g["rate_req_s"], g["ttft_p50_s"] * 1e3, "o-", color=color, label=policy)
+    ax.set_xlabel("output tokens/s (all requests)")
+    ax.set_ylabel("TPOT (ms per output token)")
+    ax.set_title("latency vs throughput (labels: req/s)")
+    ax.legend(fontsize=7)
+    ax2.set_xscale("log")
+    ax2.set_yscale("log")
+    ax2.set_xlabel("request rate (req/s)")
+    ax2.set_ylabel("TTFT p50 (ms)")
+    ax2.set_title("time to first token")
+    ax2.legend(fontsize=7)
+    if title:
+        fig.suptitle(title)
+    return fig

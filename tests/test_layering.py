@@ -20,6 +20,20 @@ ANALYTIC = [
     ["plan", "--hardware", "h100-sxm-80gb", "--target", "llama-3.1-8b", "--draft", "llama-3.2-1b", "--alpha", "0.7"],
     ["tree", "--acceptance-vector", "{vec}", "--budget", "8"],
     ["report", "--skip-measure", "--hardware", "a100-sxm-80gb", "--out", "{out}"],
+    ["acceptance", "show", "vllm-rate:0.7@5"],
+    [
+        "serve",
+        "--hardware",
+        "h100-sxm-80gb",
+        "--target",
+        "llama-3.1-8b",
+        "--drafter",
+        "model:llama-3.2-1b",
+        "--rate",
+        "1",
+        "--requests",
+        "20",
+    ],
 ]
 
 

@@ -1,0 +1,316 @@
+"""Step prices for the serving simulator: tables of pass times computed in one vectorised call each.
+
+A simulation takes hundreds of thousands of steps, so it cannot call the roofline per
+step. It prices a grid once and interpolates:
+
+* ``target[b, n, l]``: one pass of the target over ``b`` sequences of ``n`` new tokens each at
+  context ``l`` (:func:`roofline.passtime.pass_time`);
+* ``draft[g, b, l]`` and ``verify[g, b, l]``: the drafter's ``draft_time`` and ``verify_time``
+  for ``g`` drafts (the terms :func:`roofline.speculative.speedup` adds up, with the same
+  :class:`roofline.speculative.Ctx`), plus the engine's per-round host time.
+
+A decode-only step of ``b`` requests with mean cached context ``l`` costs
+``draft + verify (+ round)`` at (g, b, l), or the plain pass ``target[b, 1, l]`` at g = 0: on
+the grid these are exactly the terms of the closed-form speedup. A step that also carries
+prefill chunks is one pass of its token count: ``T`` tokens over ``B`` sequences with
+their mean context, ``target[B, T / B, C / B]`` (weights, KV reads and every linear layer's
+FLOPs are exact; attention FLOPs use the mean tokens and mean context per sequence), and
+under speculation the decode part keeps its drafter's prices:
+``t = t_decode(g) + target(all) - target(decodes alone)``.
+
+Time is piecewise linear in batch and context (bytes and FLOPs are linear in both; max()
+switches between them), so linear interpolation between grid points is exact on each
+linear piece and the grid is dense where it is not (every batch and token count up to 16
+and 32, then geometric steps of 1.25 in batch and 1.05 in tokens).
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from roofline.drafters import Ctx, Drafter
+from roofline.dtypes import dtype_bytes
+from roofline.engine import Engine
+from roofline.errors import SpecroofError
+from roofline.hardware import Hardware
+from roofline.model import ModelSpec, get_model
+from roofline.passtime import device_memory, memory_footprint
+from roofline.pricing import Pricing, pricing_of
+from roofline.trees import Tree
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+#: the price key of a tree step (chain steps are keyed by their gamma)
+TREE = -1
+
+#: pricing ignores the model's context limit (requests are checked against it before): the grid's
+#: last context point may sit a few tokens past it for the verify pass's drafts
+_UNBOUNDED_CONTEXT = 10**9
+
+
+def _grid(top: int, dense: int, ratio: float = 1.25) -> IntArray:
+    """Every integer up to ``dense``, then geometric steps to ``top`` (inclusive)."""
+    pts = list(range(1, min(dense, top) + 1))
+    x = float(pts[-1])
+    while pts[-1] < top:
+        x *= ratio
+        pts.append(min(top, max(pts[-1] + 1, int(round(x)))))
+    return np.asarray(pts, dtype=np.int64)
+
+
+def _unbounded(d: Any) -> Any:
+    """A drafter whose own model (if any) is priced without its context limit."""
+    spec = getattr(d, "spec", None)
+    if isinstance(spec, ModelSpec) and dataclasses.is_dataclass(d):
+        return dataclasses.replace(d, spec=spec.replace(max_context=_UNBOUNDED_CONTEXT))  # type: ignore[type-var]
+    return d
+
+
+def _lerp(grid: list[float], x: float) -> tuple[int, float]:
+    """Index i and weight w with x = (1 - w) grid[i] + w grid[i + 1], clamped to the grid."""
+    if x <= grid[0]:
+        return 0, 0.0
+    if x >= grid[-1]:
+        return len(grid) - 2, 1.0
+    i = bisect.bisect_right(grid, x) - 1
+    return i, (x - grid[i]) / (grid[i + 1] - grid[i])
+
+
+@dataclass(frozen=True)
+class StepPrices:
+    """Price tables (seconds) and the interpolation over them; build with :func:`step_prices`."""
+
+    b_grid: IntArray
+    n_grid: IntArray
+    l_grid: FloatArray
+    target: FloatArray
+    draft: FloatArray
+    verify: FloatArray
+    round_s: float
+    drafter: str
+    #: a tree step's draft + verify + round seconds over (batch, context), and its verify tokens per request
+    tree_rows: FloatArray | None = None
+    tree_tokens: int = 0
+    _curves: dict[tuple[int, int], FloatArray] = field(default_factory=dict, compare=False, repr=False)
+    _rows: dict[int, FloatArray] = field(default_factory=dict, compare=False, repr=False)
+    _b_grid_list: list[float] = field(init=False, compare=False, repr=False)
+    _n_grid_list: list[float] = field(init=False, compare=False, repr=False)
+    _l_grid_list: list[float] = field(init=False, compare=False, repr=False)
+    _b_cell: IntArray = field(init=False, compare=False, repr=False)
+    _b_weight: FloatArray = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        for name in ("b_grid", "n_grid", "l_grid"):
+            object.__setattr__(self, f"_{name}_list", [float(v) for v in getattr(self, name)])
+        cells = [_lerp(self._b_grid_list, float(b)) for b in range(int(self.b_grid[-1]) + 1)]
+        object.__setattr__(self, "_b_cell", np.asarray([c[0] for c in cells], dtype=np.int64))
+        object.__setattr__(self, "_b_weight", np.asarray([c[1] for c in cells]))
+
+    @property
+    def max_gamma(self) -> int:
+        return self.draft.shape[0] - 1
+
+    def _step_rows(self, gamma: int) -> FloatArray:
+        """Seconds of a decode-only step over (batch grid, context grid): plain, a chain of ``gamma``, or TREE."""
+        rows = self._rows.get(gamma)
+        if rows is None:
+            if gamma == TREE:
+                if self.tree_rows is None:
+                    raise SpecroofError("these prices hold no tree: build them with step_prices(..., tree=)")
+                rows = self.tree_rows
+            elif gamma == 0:
+                rows = self.target[:, 0, :]  # n_grid[0] = 1: the plain decode pass
+            else:
+                rows = self.draft[gamma] + self.verify[gamma] + self.round_s
+            self._rows[gamma] = rows
+        return rows
+
+    def decode_curve(self, gamma: int, batch: int) -> FloatArray:
+        """Seconds of a decode-only step of ``batch`` requests drafting ``gamma`` each, at every grid context."""
+        key = (gamma, batch)
+        c = self._curves.get(key)
+        if c is None:
+            i, w = _lerp(self._b_grid_list, float(batch))
+            rows = self._step_rows(gamma)
+            c = (1.0 - w) * rows[i] + w * rows[i + 1]
+            self._curves[key] = c
+        return c
+
+    def decode_time(self, gamma: int, batch: int, mean_context: Any) -> Any:
+        """Seconds of decode-only steps at mean cached context ``mean_context`` (scalar or array)."""
+        return np.interp(mean_context, self.l_grid, self.decode_curve(gamma, batch))
+
+    def decode_time_batches(self, gamma: int, batch: Any, mean_context: Any) -> FloatArray:
+        """Seconds of decode-only steps whose batch changes from step to step (arrays, bilinear in batch and context)."""
+        rows = self._step_rows(gamma)
+        # integer batches within the grid: their interpolation cell and weight are looked up, not searched
+        b = np.asarray(batch, dtype=np.int64)
+        i, wb = self._b_cell[b], self._b_weight[b]
+        lg = self.l_grid
+        x = np.minimum(np.maximum(np.asarray(mean_context, dtype=float), lg[0]), lg[-1])
+        k = np.minimum(np.searchsorted(lg, x, side="right") - 1, lg.size - 2)
+        wl = (x - lg[k]) / (lg[k + 1] - lg[k])
+        lo = rows[i, k] + wl * (rows[i, k + 1] - rows[i, k])
+        hi = rows[i + 1, k] + wl * (rows[i + 1, k + 1] - rows[i + 1, k])
+        return np.asarray(lo + wb * (hi - lo))
+
+    def target_time(self, batch: float, tokens_per_seq: float, mean_context: float) -> float:
+        """One target pass over ``batch`` sequences of ``tokens_per_seq`` new tokens at ``mean_context`` (trilinear)."""
+        i, wi = _lerp(self._b_grid_list, batch)
+        j, wj = _lerp(self._n_grid_list, tokens_per_seq)
+        k, wk = _lerp(self._l_grid_list, mean_context)
+        v = self.target.item
+        # scalar arithmetic: a step is priced in microseconds, not in numpy calls
+        lo = (1 - wj) * ((1 - wk) * v(i, j, k) + wk * v(i, j, k + 1)) + wj * (
+            (1 - wk) * v(i, j + 1, k) + wk * v(i, j + 1, k + 1)
+        )
+        hi = (1 - wj) * ((1 - wk) * v(i + 1, j, k) + wk * v(i + 1, j, k + 1)) + wj * (
+            (1 - wk) * v(i + 1, j + 1, k) + wk * v(i + 1, j + 1, k + 1)
+        )
+        return float((1 - wi) * lo + wi * hi)
+
+    def step_time(
+        self,
+        gamma: int,
+        decodes: int,
+        decode_context: float,
+        prefill_tokens: int,
+        prefills: int,
+        prefill_context: float,
+    ) -> float:
+        """Seconds of one step: ``decodes`` requests (sum of cached contexts ``decode_context``) drafting ``gamma``
+        (or the tree, ``gamma=TREE``), plus ``prefills`` prefill chunks of ``prefill_tokens`` tokens in all (their
+        cached contexts sum to ``prefill_context``); see the module docstring."""
+        if prefills == 0:
+            return float(self.decode_time(gamma, decodes, decode_context / decodes))
+        seqs = decodes + prefills
+        width = self.tree_tokens if gamma == TREE else gamma + 1
+        tokens = decodes * width + prefill_tokens
+        t_all = self.target_time(seqs, tokens / seqs, (decode_context + prefill_context) / seqs)
+        if decodes == 0:
+            return t_all
+        t_dec = float(self.decode_time(gamma, decodes, decode_context / decodes))
+        t_dec_target = self.target_time(decodes, width, decode_context / decodes)
+        return t_dec + max(0.0, t_all - t_dec_target)
+
+
+def pricing_context(
+    target: ModelSpec | str,
+    hardware: Pricing | Hardware | str,
+    *,
+    dtype: str | None = None,
+    weight_dtype: str | None = None,
+    kv_dtype: str | None = None,
+    engine: Engine | str | None = None,
+    tp: int | None = None,
+) -> Ctx:
+    """The :class:`Ctx` the simulator prices with: the target (without its context limit) and one Pricing."""
+    pr = pricing_of(hardware, engine=engine, dtype=dtype, weight_dtype=weight_dtype, kv_dtype=kv_dtype, tp=tp)
+    return Ctx(get_model(target).replace(max_context=_UNBOUNDED_CONTEXT), pr)
+
+
+def step_prices(
+    ctx: Ctx,
+    drafter: Drafter | None,
+    *,
+    max_gamma: int,
+    max_batch: int,
+    max_tokens: int,
+    max_context: int,
+    context_points: int = 49,
+    tree: Tree | None = None,
+) -> StepPrices:
+    """Price tables for steps of up to ``max_batch`` sequences, ``max_tokens`` tokens and ``max_context`` context.
+
+    ``tree`` adds a tree step's table: the drafter's ``tree_draft_time`` for its level widths and one
+    tree-masked verify pass of its nodes plus the pending token (as :func:`roofline.predict.predict_speedup`).
+    """
+    b_grid = _grid(max_batch, 16)
+    n_grid = _grid(max(max_tokens, max_gamma + 1), 32, 1.05)
+    l_grid = np.unique(np.rint(np.linspace(0, max_context + max_gamma + 1, context_points))).astype(np.int64)
+    target = np.empty((b_grid.size, n_grid.size, l_grid.size))
+    # in slices of batch rows: a full grid's per-operator arrays would hold every point at once
+    step = max(1, 20_000 // (n_grid.size * l_grid.size))
+    for s in range(0, b_grid.size, step):
+        B = b_grid[s : s + step, None, None]
+        target[s : s + step] = ctx.pass_s(ctx.target, B, n_grid[None, :, None], l_grid[None, None, :], tp=ctx.tp)
+    G = max_gamma + 1
+    draft = np.zeros((G, b_grid.size, l_grid.size))
+    verify = np.zeros((G, b_grid.size, l_grid.size))
+    verify[0] = target[:, 0, :]
+    if max_gamma > 0:
+        if drafter is None:
+            raise SpecroofError("a speculating policy needs a drafter")
+        d = _unbounded(drafter)
+        g = np.arange(1, G, dtype=np.int64)[:, None, None]
+        B, L = b_grid[None, :, None], l_grid[None, None, :]
+        draft[1:] = np.broadcast_to(d.draft_time(ctx, g, B, L), (G - 1, b_grid.size, l_grid.size))
+        verify[1:] = np.broadcast_to(d.verify_time(ctx, g, B, L), (G - 1, b_grid.size, l_grid.size))
+    round_s = ctx.pricing.round_host_s
+    name = "" if drafter is None else str(getattr(drafter, "name", drafter))
+    tree_rows, tree_tokens = None, 0
+    if tree is not None:
+        if drafter is None:
+            raise SpecroofError("a tree policy needs a drafter")
+        d = _unbounded(drafter)
+        depths = np.concatenate([[1], tree.depths + 1])  # the pending token is the root
+        verify_t = ctx.pass_s(ctx.target, b_grid[:, None], None, l_grid[None, :], tree=depths, tp=ctx.tp)
+        widths = [int(x) for x in tree.widths]
+        # tree_draft_time takes one batch and context: the grid is small (hundreds of points)
+        draft_t = np.array([[d.tree_draft_time(ctx, widths, int(b), int(c)) for c in l_grid] for b in b_grid])
+        tree_rows = draft_t + verify_t + round_s
+        tree_tokens = int(tree.n_nodes) + 1
+    return StepPrices(
+        b_grid, n_grid, l_grid.astype(float), target, draft, verify, round_s, name, tree_rows, tree_tokens
+    )
+
+
+def kv_capacity_tokens(
+    ctx: Ctx,
+    drafter: Drafter | None,
+    *,
+    max_tokens: int,
+    memory_fraction: float = 0.9,
+) -> int:
+    """Tokens of KV cache that fit after the weights, the drafter and one step's activations.
+
+    ``memory_fraction`` is the share of device memory the server may take (vLLM's
+    ``gpu_memory_utilization``, default 0.9: https://docs.vllm.ai/en/stable/models/engine_args.html).
+    Over ``tp`` devices the memory, the target's weights and its KV add up; the drafter's
+    weights and KV count against the same total.
+    """
+    pr = ctx.pricing
+    if pr.hardware.memory_bytes is None:
+        raise SpecroofError(
+            f"hardware {pr.hardware.id!r} has no memory capacity in its profile: give kv_capacity_tokens"
+        )
+    if not 0 < memory_fraction <= 1:
+        raise SpecroofError(f"memory fraction must lie in (0, 1] (got {memory_fraction})")
+    spec = ctx.target
+    fp = memory_footprint(spec, 1, 0, weight_dtype=pr.stored_weight_dtype, act_dtype=pr.dtype, new_tokens=max_tokens)
+    per_token = float(spec.kv_bytes(1, dtype_bytes(pr.kv_dtype or pr.dtype)))
+    fixed = float(device_memory(spec, pr, 1, 0)) + float(np.asarray(fp.activation_bytes))
+    if drafter is not None:
+        probe = 1024
+        d = _unbounded(drafter)
+        at0 = float(np.asarray(d.extra_memory_bytes(ctx, 1, 0)))
+        at_probe = float(np.asarray(d.extra_memory_bytes(ctx, 1, probe)))
+        fixed += at0
+        per_token += (at_probe - at0) / probe
+    usable = pr.memory_bytes * memory_fraction
+    if per_token <= 0:
+        return 1 << 40  # a model with no KV cache (an abstract one): memory never limits the batch
+    if usable - fixed < per_token * 1024:
+        raise SpecroofError(
+            f"{spec.name} leaves no room for a KV cache on {pr.describe()}: {fixed / 1e9:.1f} GB of weights, "
+            f"drafter and activations against {usable / 1e9:.1f} GB usable"
+        )
+    return int(math.floor((usable - fixed) / per_token))

@@ -1,0 +1,509 @@
+"""A continuous-batching scheduler like vLLM's (V1) and SGLang's, stepped on priced passes.
+
+Every step the scheduler, in this order:
+
+1. decodes every running request whose prompt is in its KV cache, drafting the policy's
+   gamma (one gamma for the whole step: one verify pass), clipped so the decodes fit the
+   token budget;
+2. reserves KV blocks for what the step writes (each decode's ``kv + gamma + 1`` tokens) and,
+   while they do not fit, preempts the most recently admitted request (recompute: its blocks
+   are freed and it goes back to the front of the queue, to prefill its prompt and the tokens
+   it has emitted again);
+3. spends the rest of the token budget on prefill chunks: first requests already prefilling,
+   then the queue in order (preempted first, then arrivals), while there are sequence slots and
+   free blocks for a newcomer's whole prompt (no request jumps the queue);
+4. prices the step (:class:`roofline.serving.prices.StepPrices`) and advances the clock.
+
+A decode emits ``min(R, gamma) + 1`` tokens, ``R`` the run of accepted drafts, geometric in
+the request's own per-token acceptance alpha (P(R >= j) = alpha^j): progress is ragged.
+Prefill's last chunk emits the first token.
+
+Steps that only decode, with nothing that could join, are advanced many at a time: the
+acceptance of K rounds is drawn at once and the run is cut at the first round where a
+request finishes, the next arrival could be admitted, or KV blocks would run out. State is
+numpy arrays over requests; nothing is kept per step but bounded traces.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from roofline.errors import SpecroofError
+from roofline.serving.metrics import ITL_BINS, itl_bins
+from roofline.serving.policies import ServingPolicy
+from roofline.serving.prices import TREE, StepPrices
+from roofline.serving.workload import Workload
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+#: decode rounds drawn at once when nothing else can happen (bounds the draw to K x batch numbers)
+MAX_ROUNDS_AT_ONCE = 512
+#: the goodput policy re-chooses gamma at least this often within a run of decode rounds
+GOODPUT_REVISIT_ROUNDS = 16
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Limits of the scheduler: vLLM's ``max_num_seqs``, ``max_num_batched_tokens``, ``block_size`` and KV capacity."""
+
+    max_seqs: int = 256
+    max_tokens: int = 2048
+    block_size: int = 16
+    kv_capacity_tokens: int = 1 << 40
+    trace_points: int = 2048
+
+    def __post_init__(self) -> None:
+        for name, lo in (("max_seqs", 1), ("max_tokens", 1), ("block_size", 1), ("trace_points", 2)):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, np.integer)) and v >= lo):
+                raise SpecroofError(f"{name} must be a whole number >= {lo} (got {v!r})")
+        if self.max_seqs > self.max_tokens:
+            raise SpecroofError(
+                f"max_seqs ({self.max_seqs}) must not exceed max_tokens ({self.max_tokens}): every decode takes a token"
+            )
+        if self.kv_capacity_tokens < self.block_size:
+            raise SpecroofError(f"kv capacity must hold at least one block of {self.block_size} tokens")
+
+    @property
+    def kv_blocks(self) -> int:
+        return int(self.kv_capacity_tokens // self.block_size)
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Batch size and KV utilisation over time, sampled (at most ``trace_points`` points, evenly thinned)."""
+
+    time_s: FloatArray
+    batch: IntArray
+    kv_utilisation: FloatArray
+
+    def to_frame(self) -> pd.DataFrame:
+        return pd.DataFrame({"time_s": self.time_s, "batch": self.batch, "kv_utilisation": self.kv_utilisation})
+
+
+class _Sampler:
+    """Keeps every ``stride``-th point; when full, drops every other one and doubles the stride (bounded memory)."""
+
+    def __init__(self, size: int) -> None:
+        self.size, self.stride, self.seen = size, 1, 0
+        self.t: list[float] = []
+        self.b: list[int] = []
+        self.k: list[float] = []
+
+    def add(self, t: float, b: int, k: float) -> None:
+        if self.seen % self.stride == 0:
+            self.t.append(t)
+            self.b.append(b)
+            self.k.append(k)
+            if len(self.t) >= self.size:
+                self.t, self.b, self.k = self.t[::2], self.b[::2], self.k[::2]
+                self.stride *= 2
+        self.seen += 1
+
+    def trace(self) -> Trace:
+        return Trace(np.asarray(self.t), np.asarray(self.b, dtype=np.int64), np.asarray(self.k))
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One simulated run: per-request times, the ITL histogram, time-weighted totals and the traces."""
+
+    requests: pd.DataFrame
+    itl_counts: npt.NDArray[np.int64]
+    busy_s: float
+    batch_seconds: float
+    kv_block_seconds: float
+    kv_blocks: int
+    max_kv_utilisation: float
+    max_step_tokens: int
+    rounds: int
+    draft_tokens: int
+    accepted_tokens: int
+    trace: Trace
+    #: loop iterations: runs of decode-only rounds advanced at once, and steps with prefill chunks
+    decode_runs: int = 0
+    prefill_steps: int = 0
+
+
+class _Gaps:
+    """Inter-token gaps, buffered and binned into the ITL histogram in bulk (one numpy pass per 64k gaps)."""
+
+    SIZE = 1 << 16
+
+    def __init__(self) -> None:
+        self.hist = np.zeros(ITL_BINS, dtype=np.int64)
+        self.gaps = np.empty(self.SIZE)
+        self.weights = np.empty(self.SIZE, dtype=np.int64)
+        self.n = 0
+
+    def add(self, gaps: FloatArray, weight: int | npt.NDArray[np.int64]) -> None:
+        m = gaps.size
+        if self.n + m > self.SIZE:
+            self.flush()
+            if m > self.SIZE:
+                w = np.broadcast_to(weight, m)
+                self.hist += np.bincount(itl_bins(gaps), weights=w, minlength=ITL_BINS).astype(np.int64)
+                return
+        self.gaps[self.n : self.n + m] = gaps
+        self.weights[self.n : self.n + m] = weight
+        self.n += m
+
+    def flush(self) -> None:
+        if self.n:
+            self.hist += np.bincount(
+                itl_bins(self.gaps[: self.n]), weights=self.weights[: self.n], minlength=ITL_BINS
+            ).astype(np.int64)
+            self.n = 0
+
+    def counts(self) -> npt.NDArray[np.int64]:
+        self.flush()
+        return self.hist
+
+
+def expected_tokens_table(alpha: FloatArray, max_gamma: int) -> FloatArray:
+    """E(alpha_i, g) = (1 - alpha^(g+1)) / (1 - alpha) for g = 0..max_gamma (g + 1 at alpha = 1), shape (n, G + 1)."""
+    g = np.arange(max_gamma + 1)[None, :]
+    a = alpha[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        e = (1.0 - a ** (g + 1)) / (1.0 - a)
+    return np.where(a >= 1.0, g + 1.0, e)
+
+
+def simulate_run(
+    w: Workload,
+    prices: StepPrices,
+    policy: ServingPolicy,
+    alpha: FloatArray,
+    cfg: SchedulerConfig,
+    rng: np.random.Generator,
+    first_token_s: FloatArray | None = None,
+) -> RunResult:
+    """Run the scheduler over the workload ``w`` until every request has finished.
+
+    ``first_token_s`` (a decode server behind separate prefill servers) says the requests arrive
+    prefilled: their prompt's KV is in the cache they bring, their first token was emitted at
+    that time, and they join the batch without a prefill chunk.
+    """
+    N = w.n
+    arr, inp, out = w.arrival_s, w.input_tokens, w.output_tokens
+    bs, cap = cfg.block_size, cfg.kv_blocks
+    top_g = policy.top_gamma
+    if policy.kind == "tree" and (prices.tree_rows is None or prices.tree_tokens != policy.verify_tokens):
+        raise SpecroofError(f"these prices hold no table for policy {policy.name}: build them with its tree")
+    if policy.kind != "tree" and top_g > prices.max_gamma:
+        raise SpecroofError(f"price tables cover gamma <= {prices.max_gamma}; policy {policy.name} needs {top_g}")
+    biggest = int(np.max(inp + out)) + top_g + 1
+    if -(-biggest // bs) > cap:
+        raise SpecroofError(
+            f"a request of {biggest} tokens (input + output + drafts) does not fit the KV cache of {cap * bs} tokens"
+        )
+    # the run of accepted drafts R: floor(log U / log alpha) is geometric with P(R >= j) = alpha^j
+    with np.errstate(divide="ignore"):
+        log_a = np.where(alpha >= 1.0, -1e-300, np.log(alpha))
+    inv_log_a = 1.0 / log_a
+    e_table = expected_tokens_table(alpha, top_g)  # E(alpha_i, g): goodput's objective, and a run's length guess
+
+    kv = np.zeros(N, dtype=np.int64)  # tokens whose KV is cached
+    gen = np.zeros(N, dtype=np.int64)  # tokens emitted
+    pre_left = inp.copy()  # tokens still to prefill (prompt, or prompt + emitted after a preemption)
+    reserve = inp.copy()  # tokens whose blocks are held from admission (the whole prefill)
+    first = np.full(N, np.nan)
+    finish = np.full(N, np.nan)
+    last = np.zeros(N)
+    preempted = np.zeros(N, dtype=np.int64)
+    itl = _Gaps()
+    if first_token_s is not None:
+        if np.any(out < 2):
+            raise SpecroofError("prefilled requests must still have tokens to decode (output >= 2)")
+        pre_left[:] = 0
+        kv[:] = inp
+        gen[:] = 1
+        first[:] = first_token_s
+        last[:] = first_token_s
+
+    running = np.zeros(0, dtype=np.int64)  # in admission order
+    requeued: deque[int] = deque()  # preempted requests, ahead of new arrivals
+    nxt = 0  # the next request never admitted (arrival order)
+    n_arrived = 0  # requests with arrival <= now
+    now, done = 0.0, 0
+    busy = batch_s = kv_s = 0.0
+    max_kv, max_tokens_seen = 0.0, 0
+    rounds = drafted = accepted = 0
+    decode_runs = prefill_steps = 0
+    sampler = _Sampler(cfg.trace_points)
+    dec = pf = running
+    pf_blocks = 0
+    dirty = True  # the running set or a request's phase changed: split it again
+
+    tree_tokens = policy.verify_tokens
+
+    def choose_gamma(dec: IntArray) -> int:
+        b = dec.size
+        if b == 0:
+            return 0
+        cap_g = cfg.max_tokens // b - 1
+        if policy.kind == "tree":  # the whole tree or nothing: a step too small for it decodes plainly
+            return policy.top_gamma if b * tree_tokens <= cfg.max_tokens else 0
+        if policy.kind != "goodput":
+            return max(0, min(policy.gamma_for(b), cap_g))
+        top = max(0, min(top_g, cap_g))
+        mean_ctx = float(kv[dec].sum()) / b
+        e = e_table[dec, : top + 1].sum(axis=0)
+        t = np.array([prices.decode_time(g, b, mean_ctx) for g in range(top + 1)])
+        return int(np.argmax(e / t))
+
+    while done < N:
+        if n_arrived < N and arr[n_arrived] <= now:
+            n_arrived = int(np.searchsorted(arr, now, side="right"))
+        if running.size == 0 and not requeued and nxt >= n_arrived:
+            now = max(now, float(arr[nxt]))  # idle until the next arrival
+            continue
+        if dirty:
+            prefilling = pre_left[running] > 0
+            dec, pf = running[~prefilling], running[prefilling]
+            pf_blocks = int(((reserve[pf] + (bs - 1)) // bs).sum()) if pf.size else 0
+            dirty = False
+        g = choose_gamma(dec)
+        key, width = (TREE, tree_tokens) if g and tree_tokens else (g, g + 1)  # price key, verify tokens per request
+        need = int(((kv[dec] + (width - 1 + bs)) // bs).sum()) + pf_blocks
+        while need > cap:  # preempt the latest admitted request (recompute) until the step fits
+            v = int(running[-1])
+            running = running[:-1]
+            kv[v] = 0
+            pre_left[v] = reserve[v] = inp[v] + gen[v]
+            preempted[v] += 1
+            requeued.appendleft(v)
+            prefilling = pre_left[running] > 0
+            dec, pf = running[~prefilling], running[prefilling]
+            pf_blocks = int(((reserve[pf] + (bs - 1)) // bs).sum())
+            g = choose_gamma(dec)
+            key, width = (TREE, tree_tokens) if g and tree_tokens else (g, g + 1)
+            need = int(((kv[dec] + (width - 1 + bs)) // bs).sum()) + pf_blocks
+        B = int(dec.size)
+        budget = cfg.max_tokens - B * width
+        chunk_idx: list[int] = []
+        chunk_len: list[int] = []
+        for i in pf.tolist():
+            if budget <= 0:
+                break
+            c = min(int(pre_left[i]), budget)
+            chunk_idx.append(i)
+            chunk_len.append(c)
+            budget -= c
+        free = cap - need
+        seats = cfg.max_seqs - running.size
+        admitted: list[int] = []
+        while budget > 0 and seats > 0:
+            if requeued:
+                cand = requeued[0]
+            elif nxt < n_arrived:
+                cand = nxt
+            else:
+                break
+            blocks = (int(reserve[cand]) + bs - 1) // bs
+            if blocks > free:
+                break  # first come, first served: nobody passes the head of the queue
+            if requeued:
+                requeued.popleft()
+            else:
+                nxt += 1
+            free -= blocks
+            seats -= 1
+            admitted.append(cand)
+            if pre_left[cand] == 0:  # it arrives prefilled: it decodes from the next step
+                continue
+            c = min(int(pre_left[cand]), budget)
+            chunk_idx.append(cand)
+            chunk_len.append(c)
+            budget -= c
+        if admitted:
+            running = np.concatenate([running, np.asarray(admitted, dtype=np.int64)])
+            dirty = True
+            if not chunk_idx:
+                continue  # only prefilled newcomers: plan the step again with them decoding
+        b_run = int(running.size)
+
+        if not chunk_idx:
+            # ---- decode rounds only and nobody can join: advance K rounds at once. With nobody waiting and a
+            # gamma that does not depend on the batch, requests that finish simply leave the batch within the run
+            decode_runs += 1
+            rem = out[dec] - gen[dec]
+            kvd = kv[dec]
+            queue = bool(requeued) or nxt < n_arrived
+            shrink = not queue and policy.kind in ("off", "static")
+            rmin, rmax = int(rem.min()), int(rem.max())
+            horizon = rmax if shrink else rmin  # rounds by which every request (or the first) must have finished
+            if nxt < N and not queue:
+                t0 = float(prices.decode_time(key, B, float(kvd.sum()) / B))
+                horizon = min(horizon, int((float(arr[nxt]) - now) / t0) + 2)  # rounds until the next arrival
+            if g == 0:
+                K = max(1, min(MAX_ROUNDS_AT_ONCE, horizon))
+                j = np.arange(K)
+                fin_round = rem - 1  # round in which each request emits its last token
+                before = j[:, None] + np.zeros(1, dtype=np.int64)  # tokens emitted before each round: one a round
+            else:
+                i0 = int(np.argmin(rem))
+                # long enough for the request nearest its end to finish, most of the time (else the next
+                # iteration carries on)
+                guess = horizon if shrink else int(1.5 * rmin / e_table[dec[i0], g]) + 4
+                K = max(1, min(MAX_ROUNDS_AT_ONCE, rmax if shrink else rmin, guess))
+                if policy.kind == "goodput":
+                    K = min(K, GOODPUT_REVISIT_ROUNDS)
+                runs = np.floor(np.log1p(-rng.random((K, B))) * inv_log_a[dec])
+                step = (np.minimum(runs, g) + 1).astype(np.int64)
+                cum = np.cumsum(step, axis=0)
+                before = cum - step
+                done_by = cum >= rem
+                fin_round = np.where(done_by.any(axis=0), np.argmax(done_by, axis=0), K)
+            first_fin = int(fin_round.min())
+            if shrink:
+                active = np.arange(K)[:, None] <= fin_round[None, :]  # (K, B): still decoding in round j
+                b_j = active.sum(axis=1)
+                k = min(K, int(fin_round.max()) + 1)
+                ctx_j = (active * (kvd[None, :] + before)).sum(axis=1)
+                b_j, ctx_j = b_j[:k], ctx_j[:k]
+                if b_j[-1] == B:  # nobody finished before the last round: one batch size throughout
+                    t = prices.decode_time(key, B, ctx_j / B)
+                else:
+                    t = prices.decode_time_batches(key, b_j, ctx_j / b_j)
+            else:
+                k = min(K, first_fin + 1)
+                b_j = np.full(k, B)
+                ctx_j = float(kvd.sum()) + (B * before[:k, 0] if g == 0 else before[:k].sum(axis=1))
+                t = prices.decode_time(key, B, ctx_j / B)
+            ends = now + np.cumsum(t)
+            if nxt < N and not queue and (shrink or (seats > 0 and budget > 0)):
+                # the next arrival joins at the first step that starts after it
+                k = min(k, max(1, int(np.searchsorted(ends - t, arr[nxt], side="left"))))
+
+            # blocks each round holds: every decoding request's kv + gamma + 1 tokens, and the prefills' reserve
+            held_i = (kvd[None, :] + before[:k] + (width - 1 + bs)) // bs
+            if shrink:
+                held_i = held_i * (np.arange(k)[:, None] <= fin_round[None, :])
+            held = held_i.sum(axis=1) + pf_blocks
+            over = held > cap
+            if over.any():
+                k = max(1, int(np.argmax(over)))  # stop before the first round that would need a preemption
+            emitted = np.minimum(k if g == 0 else cum[k - 1], rem)
+            gen[dec] += emitted
+            kv[dec] += emitted
+            itl.add(ends[0] - last[dec], 1)
+            if k > 1:
+                itl.add(t[1:k], b_j[1:k])
+            done_now = fin_round < k
+            last_round = np.minimum(fin_round, k - 1)
+            last[dec] = ends[last_round]
+            end = float(ends[k - 1])
+            tk = t[:k]
+            span = end - now
+            busy += span
+            batch_s += float((b_j[:k] * tk).sum()) + (b_run - B) * span
+            kv_s += float((held[:k] * tk).sum())
+            max_kv = max(max_kv, float(held[:k].max()) / cap)
+            max_tokens_seen = max(max_tokens_seen, B * width)
+            rounds += int(b_j[:k].sum())
+            if g:
+                in_run = np.arange(k)[:, None] <= fin_round[None, :]
+                drafted += int(in_run.sum()) * g
+                accepted += int(((step[:k] - 1) * in_run).sum())
+            sampler.add(now, b_run, need / cap)
+            fin = dec[done_now]
+            if fin.size:
+                finish[fin] = ends[fin_round[done_now]]
+            now = end
+        else:
+            # ---- one step with prefill chunks (and any decodes)
+            prefill_steps += 1
+            n_pre = sum(chunk_len)
+            pre_ctx = float(sum(int(kv[i]) for i in chunk_idx))
+            t_step = prices.step_time(key, B, float(kv[dec].sum()) if B else 0.0, n_pre, len(chunk_idx), pre_ctx)
+            end = now + t_step
+            fin_list: list[int] = []
+            if B:
+                rem = out[dec] - gen[dec]
+                if g == 0:
+                    e1 = np.minimum(1, rem)
+                else:
+                    runs1 = np.floor(np.log1p(-rng.random(B)) * inv_log_a[dec])
+                    e1 = np.minimum((np.minimum(runs1, g) + 1).astype(np.int64), rem)
+                    drafted += B * g
+                    accepted += int((e1 - 1).sum())
+                gen[dec] += e1
+                kv[dec] += e1
+                itl.add(end - last[dec], 1)
+                last[dec] = end
+                rounds += B
+                fin_list.extend(dec[e1 >= rem].tolist())
+            # the chunks: a handful of requests, cheaper one by one than as arrays
+            for i, c in zip(chunk_idx, chunk_len, strict=True):
+                pre_left[i] -= c
+                kv[i] += c
+                if pre_left[i] == 0:  # its prefill is done: this step emits its next token
+                    dirty = True
+                    gen[i] += 1
+                    if math.isnan(first[i]):
+                        first[i] = end
+                    else:
+                        itl.add(np.array([end - last[i]]), 1)
+                    last[i] = end
+                    if gen[i] >= out[i]:
+                        fin_list.append(i)
+            used = cap - free  # the decodes' and prefills' blocks and the newcomers' whole prompts
+            busy += t_step
+            batch_s += b_run * t_step
+            kv_s += used * t_step
+            max_kv = max(max_kv, used / cap)
+            max_tokens_seen = max(max_tokens_seen, B * width + n_pre)
+            sampler.add(now, b_run, used / cap)
+            fin = np.asarray(fin_list, dtype=np.int64)
+            now = end
+        if fin.size:
+            finish[fin] = np.where(np.isnan(finish[fin]), now, finish[fin])
+            done += int(fin.size)
+            running = running[np.isnan(finish[running])]
+            dirty = True
+
+    first = np.where(np.isnan(first), finish, first)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(out > 1, (finish - first) / (out - 1), np.nan)
+    requests = pd.DataFrame(
+        {
+            "request": np.arange(N),
+            "arrival_s": arr,
+            "first_token_s": first,
+            "finish_s": finish,
+            "ttft_s": first - arr,
+            "tpot_s": tpot,
+            "e2e_s": finish - arr,
+            "input_tokens": inp,
+            "output_tokens": out,
+            "alpha": alpha,
+            "preemptions": preempted,
+        }
+    )
+    if not math.isfinite(float(np.max(finish))) or np.any(gen != out):
+        # invariants, not input errors: every request finishes, having emitted exactly its output
+        raise AssertionError("serving simulation ended with unfinished or overrun requests")
+    return RunResult(
+        requests,
+        itl.counts(),
+        busy,
+        batch_s,
+        kv_s,
+        cap,
+        max_kv,
+        max_tokens_seen,
+        rounds,
+        drafted,
+        accepted,
+        sampler.trace(),
+        decode_runs,
+        prefill_steps,
+    )

@@ -1,0 +1,335 @@
+"""``simulate``: a serving sweep over request rates and speculation policies, one priced scheduler run per point."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from roofline.acceptance import parse_acceptance as parse_acceptance_text
+from roofline.drafters import DrafterLike, as_drafter
+from roofline.dtypes import dtype_bytes
+from roofline.engine import Engine
+from roofline.errors import SpecroofError
+from roofline.gamma_policies import GammaPolicy
+from roofline.hardware import Hardware
+from roofline.model import ModelSpec, get_model
+from roofline.serving.disaggregated import simulate_disaggregated
+from roofline.serving.metrics import check_slo, goodput, latency_columns, speculation_stops_paying_at_rate
+from roofline.serving.policies import ServingPolicy, parse_policy
+from roofline.serving.prices import kv_capacity_tokens as device_kv_tokens
+from roofline.serving.prices import pricing_context, step_prices
+from roofline.serving.scheduler import RunResult, SchedulerConfig, simulate_run
+from roofline.serving.workload import Workload, check_rate, read_trace, synthetic
+
+PolicyLike = str | ServingPolicy | GammaPolicy
+
+
+@dataclass(frozen=True)
+class ServingResult:
+    """A serving sweep: ``requests`` (one row per request per point), ``summary`` (one row per policy and rate),
+    ``traces`` (batch and KV utilisation over time per point) and the settings it ran with."""
+
+    requests: pd.DataFrame
+    summary: pd.DataFrame
+    traces: dict[tuple[str, float], pd.DataFrame] = field(repr=False)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def policies(self) -> list[str]:
+        return list(dict.fromkeys(self.summary["policy"]))
+
+    def stops_paying(self, metric: str = "e2e_p50_s", baseline: str = "off") -> dict[str, float | None]:
+        """Per speculating policy, :func:`speculation_stops_paying_at_rate` against ``baseline``."""
+        return {
+            p: speculation_stops_paying_at_rate(self.summary, p, baseline=baseline, metric=metric)
+            for p in self.policies
+            if p != baseline
+        }
+
+
+def parse_acceptance(acceptance: float | str, gamma: int | None) -> float:
+    """Per-token alpha from ``0.7``, ``alpha:0.7``, ``mean:3.2@4`` (tokens per round at gamma 4), ...
+
+    (:func:`roofline.acceptance.parse_acceptance`; a bare ``mean:3.2`` is taken at ``gamma``.)
+    """
+    return float(parse_acceptance_text(acceptance, gamma=gamma).alpha())
+
+
+def draw_alphas(mean: float, n: int, concentration: float | None, rng: np.random.Generator) -> np.ndarray:
+    """Each request's alpha: ``mean`` for all, or Beta(mean k, (1 - mean) k) with concentration k (mean ``mean``)."""
+    if concentration is None or mean in (0.0, 1.0):
+        return np.full(n, mean)
+    if not (math.isfinite(concentration) and concentration > 0):
+        raise SpecroofError(f"alpha concentration must be > 0 (got {concentration})")
+    return rng.beta(mean * concentration, (1.0 - mean) * concentration, n)
+
+
+def _one(args: tuple[Any, ...]) -> RunResult:
+    w, prices, policy, alphas, cfg, seed, disagg = args
+    if disagg is not None:
+        p, d, kvb, link = disagg
+        return simulate_disaggregated(
+            w, prices, policy, alphas, cfg, seed, prefill_servers=p, decode_servers=d, kv_bytes_per_token=kvb,
+            link_bytes_per_s=link,
+        )  # fmt: skip
+    return simulate_run(w, prices, policy, alphas, cfg, np.random.default_rng(seed))
+
+
+def _pools(text: str | tuple[int, int]) -> tuple[int, int]:
+    """(prefill servers, decode servers) from ``"P:D"`` or a pair."""
+    try:
+        p, d = (int(x) for x in (text.split(":") if isinstance(text, str) else text))
+    except (ValueError, TypeError):
+        raise SpecroofError(f"disaggregate takes P:D, prefill and decode servers, e.g. 1:3 (got {text!r})") from None
+    if p < 1 or d < 1:
+        raise SpecroofError(f"disaggregate P:D needs at least one server per pool (got {p}:{d})")
+    return p, d
+
+
+def merge_runs(runs: list[RunResult], replicas: int) -> RunResult:
+    """One result for servers behind a round-robin balancer: requests back in arrival order, totals added."""
+    if len(runs) == 1:
+        return runs[0]
+    parts = [r.requests.assign(server=i, request=r.requests["request"] * replicas + i) for i, r in enumerate(runs)]
+    q = pd.concat(parts, ignore_index=True).sort_values("request").reset_index(drop=True)
+    return RunResult(
+        requests=q,
+        itl_counts=np.sum([r.itl_counts for r in runs], axis=0),
+        busy_s=sum(r.busy_s for r in runs),
+        batch_seconds=sum(r.batch_seconds for r in runs),
+        kv_block_seconds=sum(r.kv_block_seconds for r in runs),
+        kv_blocks=runs[0].kv_blocks,
+        max_kv_utilisation=max(r.max_kv_utilisation for r in runs),
+        max_step_tokens=max(r.max_step_tokens for r in runs),
+        rounds=sum(r.rounds for r in runs),
+        draft_tokens=sum(r.draft_tokens for r in runs),
+        accepted_tokens=sum(r.accepted_tokens for r in runs),
+        trace=runs[0].trace,  # the first server's: every server sees the same share of the traffic
+        decode_runs=sum(r.decode_runs for r in runs),
+        prefill_steps=sum(r.prefill_steps for r in runs),
+    )
+
+
+def _summary_row(
+    r: RunResult, policy: str, rate: float, slo_ttft_s: float | None, slo_tpot_s: float | None, servers: int = 1
+) -> dict:
+    q = r.requests
+    duration = float(q["finish_s"].max() - q["arrival_s"].min())
+    busy = max(r.busy_s, 1e-300)
+    return {
+        "policy": policy,
+        "rate_req_s": rate,
+        "requests": len(q),
+        "duration_s": duration,
+        **latency_columns(q, r.itl_counts),
+        "throughput_tok_s": float(q["output_tokens"].sum()) / duration,
+        "request_throughput_req_s": len(q) / duration,
+        "goodput_req_s": goodput(q["ttft_s"], q["tpot_s"], duration, slo_ttft_s, slo_tpot_s),
+        "mean_batch": r.batch_seconds / busy,
+        "kv_utilisation_mean": r.kv_block_seconds / (r.kv_blocks * busy),
+        "kv_utilisation_max": r.max_kv_utilisation,
+        "busy_fraction": r.busy_s / (duration * servers),
+        "preemptions": int(q["preemptions"].sum()),
+        "acceptance_rate": r.accepted_tokens / r.draft_tokens if r.draft_tokens else math.nan,
+        "mean_gamma": r.draft_tokens / r.rounds if r.rounds else 0.0,
+        "max_step_tokens": r.max_step_tokens,
+    }
+
+
+def simulate(
+    *,
+    hardware: Hardware | str,
+    target: ModelSpec | str,
+    drafter: DrafterLike = None,
+    acceptance: float | str = 0.7,
+    policy: PolicyLike | Sequence[PolicyLike] = ("off", "static:3"),
+    rates: Sequence[float] | float | None = (1.0, 2.0, 4.0, 8.0, 16.0),
+    requests: int = 1000,
+    input_len: str | int = 512,
+    output_len: str | int = 128,
+    arrivals: str = "poisson",
+    trace: str | Path | Workload | None = None,
+    engine: Engine | str | None = None,
+    dtype: str | None = None,
+    weight_dtype: str | None = None,
+    kv_dtype: str | None = None,
+    tp: int | None = None,
+    max_seqs: int = 256,
+    max_tokens: int = 2048,
+    block_size: int = 16,
+    kv_capacity_tokens: int | None = None,
+    memory_fraction: float = 0.9,
+    alpha_concentration: float | None = None,
+    slo_ttft_s: float | None = None,
+    slo_tpot_s: float | None = None,
+    seed: int = 0,
+    workers: int = 1,
+    trace_points: int = 2048,
+    replicas: int = 1,
+    disaggregate: str | tuple[int, int] | None = None,
+    kv_link_GB_per_s: float | None = None,
+) -> ServingResult:
+    """Simulate continuous-batching serving of ``target`` on ``hardware`` at each request rate, per policy.
+
+    ``policy``: one or several of ``off``, ``static:G``, ``by-batch:B=G,...``, ``tree:NAME``, ``goodput[:GMAX]``
+    (:mod:`roofline.serving.policies`) or :mod:`roofline.gamma_policies` objects. ``drafter``:
+    a drafter object or name (:func:`roofline.drafters.as_drafter`: ``model:NAME``, ``eagle3``,
+    ``mtp``, ``early-exit:L``, ...). ``acceptance``: per-token alpha (``0.7``, ``alpha:0.7``) or
+    tokens per round ``mean:3.2@G``; ``alpha_concentration`` k draws each request's own alpha
+    from Beta(alpha k, (1 - alpha) k) (default: every request at alpha).
+
+    Workload: ``requests`` requests with ``input_len``/``output_len`` (``N``, ``uniform:A-B``,
+    ``lognormal:MEDIAN,SIGMA``) arriving by ``arrivals`` (``poisson``, ``gamma:K``), or a
+    ``trace`` (CSV/JSON-lines file with arrival_s, input_tokens, output_tokens, or a
+    :class:`Workload`) replayed as it is (``rates=None``) or rescaled to each rate.
+
+    Scheduler: ``max_seqs`` running sequences, ``max_tokens`` tokens per step (chunked
+    prefill), KV blocks of ``block_size`` tokens; ``kv_capacity_tokens`` defaults to what
+    fits in ``memory_fraction`` of the device after weights, drafter and activations.
+    ``workers`` > 1 runs the (policy, rate, server) runs in that many processes. ``replicas`` > 1
+    serves the traffic from that many identical servers behind a round-robin load balancer
+    (request i goes to server i mod replicas); each server is priced as ``hardware`` with ``tp``.
+    ``disaggregate="P:D"`` runs prefill on P servers and decoding on D others, the prompt's KV
+    crossing ``kv_link_GB_per_s`` (default: the profile's interconnect) between them
+    (:mod:`roofline.serving.disaggregated`).
+
+    Returns a :class:`ServingResult`; ``summary`` has ``ttft_p50_s`` ... ``e2e_p99_s``,
+    ``itl_p*_s``, ``throughput_tok_s``, ``goodput_req_s`` (under ``slo_ttft_s``/``slo_tpot_s``),
+    ``mean_batch`` and ``kv_utilisation_*`` per policy and rate.
+    """
+    check_slo("slo_ttft_s", slo_ttft_s)
+    check_slo("slo_tpot_s", slo_tpot_s)
+    spec = get_model(target)
+    pols = [parse_policy(p) for p in ([policy] if isinstance(policy, (str, ServingPolicy, GammaPolicy)) else policy)]
+    if not pols:
+        raise SpecroofError("give at least one policy (off, static:G, by-batch:B=G,..., goodput)")
+    names = [p.name for p in pols]
+    if len(set(names)) != len(names):
+        raise SpecroofError(f"policies repeat: {', '.join(names)}")
+    speculating = [p for p in pols if p.speculates]
+    if speculating and drafter is None:
+        raise SpecroofError(
+            f"policy {speculating[0].name} speculates: give a drafter (e.g. model:llama-3.2-1b, eagle3)"
+        )
+    d = as_drafter(drafter) if drafter is not None else None
+    alpha = parse_acceptance(acceptance, speculating[0].top_gamma if speculating else None)
+
+    if trace is not None:
+        base = trace if isinstance(trace, Workload) else read_trace(trace)
+    else:
+        base = synthetic(requests, input_len, output_len, arrivals=arrivals, seed=seed)
+    if rates is None:
+        if trace is None:
+            raise SpecroofError("rates=None replays a trace as it is: give a trace, or the rates to sweep")
+        rate_list: list[float | None] = [None]
+    else:
+        rate_list = [check_rate(r) for r in ([rates] if isinstance(rates, (int, float)) else rates)]
+        if not rate_list:
+            raise SpecroofError("give at least one request rate")
+        rate_list = sorted(set(rate_list))  # type: ignore[type-var]
+    too_long = base.input_tokens + base.output_tokens > spec.max_context
+    if too_long.any():
+        i = int(np.argmax(too_long))
+        raise SpecroofError(
+            f"request {i}: input {int(base.input_tokens[i])} + output {int(base.output_tokens[i])} tokens exceed "
+            f"{spec.name}'s context window of {spec.max_context}"
+        )
+
+    ctx = pricing_context(
+        spec, hardware, dtype=dtype, weight_dtype=weight_dtype, kv_dtype=kv_dtype, engine=engine, tp=tp
+    )
+    if kv_capacity_tokens is None:
+        # a draft model's weights and KV take memory from the target's cache: speculating runs get less
+        cap_off = device_kv_tokens(ctx, None, max_tokens=max_tokens, memory_fraction=memory_fraction)
+        cap_spec = (
+            device_kv_tokens(ctx, d, max_tokens=max_tokens, memory_fraction=memory_fraction) if speculating else cap_off
+        )
+    else:
+        if not (isinstance(kv_capacity_tokens, (int, np.integer)) and kv_capacity_tokens >= block_size):
+            raise SpecroofError(f"kv_capacity_tokens must be a whole number >= block_size (got {kv_capacity_tokens!r})")
+        cap_off = cap_spec = int(kv_capacity_tokens)
+    max_ctx = int(np.max(base.input_tokens + base.output_tokens))
+    trees = {id(p.tree): p.tree for p in pols if p.tree is not None}
+    if len(trees) > 1:
+        raise SpecroofError("one tree policy per simulation (its prices are one table)")
+    tree = next(iter(trees.values()), None)
+    chain_g = max([p.top_gamma for p in pols if p.tree is None], default=0)
+    if tree is not None and tree.n_nodes + 1 > max_tokens:
+        raise SpecroofError(f"a tree of {tree.n_nodes} nodes needs max_tokens >= {tree.n_nodes + 1} (got {max_tokens})")
+    prices = step_prices(
+        ctx, d, max_gamma=chain_g, max_batch=max_seqs, max_tokens=max_tokens, max_context=max_ctx, tree=tree
+    )
+    rng = np.random.default_rng([seed, 1])
+    alphas = draw_alphas(alpha, base.n, alpha_concentration, rng)
+
+    replicas = int(replicas)
+    if replicas < 1:
+        raise SpecroofError(f"replicas must be >= 1 (got {replicas})")
+    disagg = None
+    if disaggregate is not None:
+        if replicas != 1:
+            raise SpecroofError("give replicas or disaggregate=P:D (servers per pool), not both")
+        pd_ = _pools(disaggregate)
+        link = kv_link_GB_per_s * 1e9 if kv_link_GB_per_s is not None else ctx.pricing.hardware.interconnect_bytes_per_s
+        if link is None or not link > 0:
+            raise SpecroofError(
+                f"{ctx.pricing.hardware.id} lists no interconnect: give kv_link_GB_per_s for the KV transfer between pools"
+            )
+        kvb = float(spec.kv_bytes(1, dtype_bytes(ctx.pricing.kv_dtype or ctx.pricing.dtype)))
+        disagg = (pd_[0], pd_[1], kvb, float(link))
+    jobs, keys = [], []
+    for ri, rate in enumerate(rate_list):
+        w = base.at_rate(rate)
+        shown = rate if rate is not None else (w.n - 1) / max(float(w.arrival_s[-1] - w.arrival_s[0]), 1e-300)
+        for p in pols:
+            cfg = SchedulerConfig(max_seqs, max_tokens, block_size, cap_spec if p.speculates else cap_off, trace_points)
+            for rep in range(min(replicas, w.n)):
+                part = w.subset(np.arange(rep, w.n, replicas))
+                jobs.append(
+                    (part, prices, p, alphas[rep::replicas], cfg, (seed * 1_000_003 + ri) * 1_009 + rep, disagg)
+                )
+                keys.append((p.name, float(shown), rep))
+    workers = int(workers)
+    if workers < 1:
+        raise SpecroofError(f"workers must be >= 1 (got {workers})")
+    if workers > 1 and len(jobs) > 1:
+        with ProcessPoolExecutor(max_workers=min(workers, len(jobs), os.cpu_count() or 1)) as ex:
+            done = list(ex.map(_one, jobs))
+    else:
+        done = [_one(j) for j in jobs]
+    merged: dict[tuple[str, float], list[RunResult]] = {}
+    for (name, rate, _), r in zip(keys, done, strict=True):
+        merged.setdefault((name, rate), []).append(r)
+    results = {k: merge_runs(v, replicas) for k, v in merged.items()}
+
+    rows, frames, traces = [], [], {}
+    for (name, rate), r in results.items():
+        rows.append(_summary_row(r, name, rate, slo_ttft_s, slo_tpot_s, len(merged[(name, rate)])))
+        frames.append(r.requests.assign(policy=name, rate_req_s=rate))
+        traces[(name, rate)] = r.trace.to_frame()
+    settings = {
+        "hardware": ctx.pricing.hardware.id,
+        "target": spec.name,
+        "drafter": "" if d is None else str(getattr(d, "name", drafter)),
+        "alpha": alpha,
+        "pricing": ctx.pricing.describe(),
+        "engine": ctx.pricing.engine_name,
+        "max_seqs": max_seqs,
+        "max_tokens": max_tokens,
+        "block_size": block_size,
+        "kv_capacity_tokens": {"off": cap_off, "speculating": cap_spec},
+        "slo_ttft_s": slo_ttft_s,
+        "slo_tpot_s": slo_tpot_s,
+        "seed": seed,
+        "replicas": replicas,
+        "disaggregate": None if disagg is None else f"{disagg[0]}:{disagg[1]}",
+    }
+    return ServingResult(pd.concat(frames, ignore_index=True), pd.DataFrame(rows), traces, settings)

@@ -1,0 +1,218 @@
+"""``specroof serve``: at what request rate does speculation stop paying on this GPU? (a simulated serving sweep)
+
+Runs :func:`roofline.serving.simulate` for plain decoding (``off``) and each ``--policy`` at
+every ``--rate``, prints the answer first, then one row per (rate, policy), and with
+``--plot`` draws latency against throughput with and without speculation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+import pandas as pd
+
+from roofline.errors import SpecroofError
+from specroof.shell import _add_engine, _add_json, bounded_int, emit, plot_path
+
+#: the columns the table shows (the JSON has every column of the summary)
+TABLE = (
+    "rate_req_s",
+    "policy",
+    "ttft_p50_s",
+    "ttft_p90_s",
+    "tpot_p50_s",
+    "tpot_p90_s",
+    "itl_p50_s",
+    "e2e_p50_s",
+    "throughput_tok_s",
+    "goodput_req_s",
+    "mean_batch",
+    "kv_utilisation_max",
+    "preemptions",
+)
+#: the table's latency columns (shown in ms)
+LATENCIES = {c for c in TABLE if c.endswith("_s") and not c.endswith(("_req_s", "_tok_s"))}
+#: the per-rate keys ``--json`` always carries
+JSON_KEYS = ("ttft_p50_s", "ttft_p90_s", "tpot_p50_s", "tpot_p90_s", "throughput_tok_s", "goodput_req_s")
+
+#: "pays" is judged on the median request's end-to-end latency: it sees both what speculation buys (a shorter
+#: decode) and what it costs under load (verify tokens take the step budget that prefills would use, so the queue
+#: and TTFT grow); TPOT alone misses the second
+DEFAULT_METRIC = "e2e_p50_s"
+
+TERMS = (
+    "TTFT: time to first token (arrival to first token). TPOT: time per output token after the first. "
+    "ITL: gap between two emissions of one request. goodput: requests/s meeting the SLOs "
+    "(every finished request when none is given). Speculation pays at a rate when its {metric} is "
+    "better than plain decoding's."
+)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number (got {text!r})")
+    return v
+
+
+def _rates(text: str) -> list[float]:
+    out = []
+    for part in text.split(","):
+        try:
+            v = float(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected request rates like '1,2,4,8', got {text!r}") from None
+        if not (math.isfinite(v) and v > 0):
+            raise argparse.ArgumentTypeError(f"request rates must be positive req/s (got {part.strip()!r})")
+        out.append(v)
+    return out
+
+
+def _verdict(stop: float | None, policy: str, rates: list[float], hw: str, metric: str) -> str:
+    if stop is None:
+        return f"speculation ({policy}) pays at every rate swept on {hw}, up to {max(rates):g} req/s ({metric})"
+    if stop <= min(rates):
+        return f"speculation ({policy}) does not pay at any rate swept on {hw}, from {min(rates):g} req/s ({metric})"
+    return f"speculation ({policy}) pays up to {stop:.3g} req/s on {hw}; above that plain decoding wins ({metric})"
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from roofline.serving import simulate
+
+    policies = ["off"] + [p for p in (args.policy or ["goodput"]) if p.strip().lower() != "off"]
+    if args.trace is None and args.rate is None:
+        raise SpecroofError("give --rate R1,R2,... (req/s), or --trace FILE to replay a trace")
+    res = simulate(
+        hardware=args.hardware,
+        target=args.target,
+        drafter=args.drafter,
+        acceptance=args.acceptance,
+        policy=policies,
+        rates=args.rate,
+        requests=args.requests,
+        input_len=args.input_len,
+        output_len=args.output_len,
+        arrivals=args.arrivals,
+        trace=args.trace,
+        engine=args.engine,
+        dtype=args.dtype,
+        weight_dtype=args.weight_dtype,
+        tp=args.tp,
+        max_seqs=args.max_seqs,
+        max_tokens=args.max_tokens,
+        kv_capacity_tokens=args.kv_capacity_tokens,
+        alpha_concentration=args.alpha_concentration,
+        slo_ttft_s=args.slo_ttft,
+        slo_tpot_s=args.slo_tpot,
+        seed=args.seed,
+        workers=args.workers,
+        replicas=args.replicas,
+        disaggregate=args.disaggregate,
+        kv_link_GB_per_s=args.kv_link_GB_s,
+    )
+    s = res.summary
+    stops = res.stops_paying(metric=args.metric)
+    spec_names = [p for p in res.policies if p != "off"]
+    first = spec_names[0]
+    rates = sorted(set(s["rate_req_s"].tolist()))
+    hw = res.settings["hardware"]
+    if args.plot:
+        from roofline.plot import serving_curves
+
+        fig = serving_curves(s, title=f"{res.settings['target']} on {hw}: serving with and without speculation")
+        fig.savefig(args.plot, dpi=120)
+    per_rate = s.to_dict(orient="records")  # every column; JSON_KEYS among them
+    payload: dict[str, Any] = {
+        "speculation_stops_paying_at_rate": stops[first],
+        "stops_paying_by_policy": stops,
+        "judged_on": args.metric,
+        "per_rate": per_rate,
+        "settings": res.settings,
+    }
+    if args.plot:
+        payload["plot"] = args.plot
+    lines = [_verdict(stops[p], p, rates, hw, args.metric) for p in spec_names]
+    st = res.settings
+    lines.append(
+        f"  {st['target']} + {st['drafter']} at alpha {st['alpha']:.3g}, {st['pricing']}; "
+        f"{len(res.requests) // max(1, len(s))} requests per point, scheduler {st['max_seqs']} seqs / "
+        f"{st['max_tokens']} tokens per step, KV {st['kv_capacity_tokens']['off']} tokens"
+    )
+    table = pd.DataFrame({c.removesuffix("_s") + "_ms" if c in LATENCIES else c: s[c] for c in TABLE})
+    table[[c for c in table.columns if c.endswith("_ms")]] *= 1e3
+    table = table.sort_values(["rate_req_s", "policy"]).round(3)
+    lines += ["", table.to_string(index=False), "", TERMS.format(metric=args.metric)]
+    if args.plot:
+        lines.append(f"plot: {args.plot}")
+    emit(args, payload, "\n".join(lines))
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``specroof serve`` on the top-level subcommands."""
+    from roofline.drafters import DRAFTER_GRAMMAR
+
+    p = sub.add_parser(
+        "serve",
+        help="simulate serving under load: at what request rate does speculation stop paying on this GPU?",
+    )
+    p.add_argument("--hardware", required=True, help="profile id, alias or .toml path")
+    p.add_argument("--target", required=True, help="target model: preset or config.json")
+    p.add_argument("--drafter", required=True, help=f"the drafter: {DRAFTER_GRAMMAR}")
+    p.add_argument(
+        "--acceptance", default="0.7", help="per-token alpha (0.7, alpha:0.7) or tokens per round mean:3.2@G"
+    )
+    p.add_argument("--rate", type=_rates, help="request rates to sweep, req/s: 1,2,4,8,16")
+    p.add_argument(
+        "--policy",
+        action="append",
+        help="speculation per step: static:G, by-batch:B=G,... (vLLM's disable-by-batch: by-batch:1=4,32=0), "
+        "tree:NAME (eagle, eagle2, eagle3, medusa), goodput[:GMAX] (SmartSpec); repeat to compare several; "
+        "off is always run (default goodput)",
+    )
+    p.add_argument("--requests", type=bounded_int(1, 10_000_000), default=1000, help="requests per rate")
+    p.add_argument("--input-len", default="512", help="prompt tokens: N, uniform:A-B or lognormal:MEDIAN,SIGMA")
+    p.add_argument("--output-len", default="128", help="output tokens: N, uniform:A-B or lognormal:MEDIAN,SIGMA")
+    p.add_argument("--arrivals", default="poisson", help="poisson or gamma:K (K = burstiness, vLLM's; 1 = Poisson)")
+    p.add_argument(
+        "--trace", help="CSV or JSON lines with arrival_s, input_tokens, output_tokens (replayed; --rate rescales it)"
+    )
+    p.add_argument("--slo-ttft", type=_positive_float, help="SLO on time to first token, seconds (for goodput)")
+    p.add_argument("--slo-tpot", type=_positive_float, help="SLO on time per output token, seconds (for goodput)")
+    p.add_argument(
+        "--metric",
+        default=DEFAULT_METRIC,
+        help=f"what 'pays' is judged on: a summary column, lower is better for latencies (default {DEFAULT_METRIC}; "
+        "also tpot_p50_s, ttft_p90_s, throughput_tok_s, goodput_req_s)",
+    )
+    p.add_argument("--max-seqs", type=bounded_int(1, 1 << 16), default=256, help="running sequences at most")
+    p.add_argument("--max-tokens", type=bounded_int(1, 1 << 20), default=2048, help="tokens per step (chunked prefill)")
+    p.add_argument(
+        "--kv-capacity-tokens", type=bounded_int(1, 1 << 40), help="KV cache size (default: the memory model)"
+    )
+    p.add_argument("--alpha-concentration", type=_positive_float, help="per-request alpha ~ Beta around the mean")
+    p.add_argument("--dtype", default=None, help="compute dtype (default bf16)")
+    p.add_argument("--weight-dtype", default=None, help="weights stored as int8, int4 or fp8 (weight-only)")
+    p.add_argument("--tp", type=bounded_int(1, 1024), default=None, help="tensor-parallel degree")
+    p.add_argument(
+        "--replicas", type=bounded_int(1, 4096), default=1, help="identical servers behind a round-robin balancer"
+    )
+    p.add_argument(
+        "--disaggregate", metavar="P:D", help="prefill on P servers, decode on D others (the KV cache moves between)"
+    )
+    p.add_argument(
+        "--kv-link-GB-s",
+        type=_positive_float,
+        help="KV transfer bandwidth between the pools (default: the interconnect)",
+    )
+    p.add_argument("--seed", type=bounded_int(0, 2**31 - 1), default=0)
+    p.add_argument("--workers", type=bounded_int(1, 256), default=1, help="processes for the (rate, policy) points")
+    _add_engine(p)
+    p.add_argument("--plot", type=plot_path, help="write latency-vs-throughput curves here (.png, .svg, .pdf)")
+    _add_json(p)
+    p.set_defaults(func=cmd_serve)

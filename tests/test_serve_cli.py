@@ -1,0 +1,91 @@
+"""``specroof serve``: the JSON keys, the answer first, the plot, and one line + exit 2 for bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import specroof.cli as cli
+
+BASE = ["serve", "--hardware", "h100-sxm-80gb", "--target", "llama-3.1-8b", "--drafter", "model:llama-3.2-1b",
+        "--acceptance", "0.75", "--requests", "60", "--input-len", "128"]  # fmt: skip
+SHORT = ["--output-len", "32"]
+
+
+@pytest.fixture
+def run(monkeypatch, capsys):
+    """``specroof ...`` through the real ``main`` (with ``serve`` registered, as the CLI wires it)."""
+    if "serve" not in cli.COMMAND_MODULES:
+        monkeypatch.setattr(cli, "COMMAND_MODULES", (*cli.COMMAND_MODULES, "serve"))
+
+    def go(*argv: str) -> tuple[int, str, str]:
+        try:
+            code = cli.main(list(argv))
+        except SystemExit as e:  # argparse's own refusals (a malformed flag value) exit from parse_args
+            code = int(e.code or 0)
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return go
+
+
+def test_json_prints_the_per_rate_keys_and_the_crossover(run):
+    code, out, _ = run(*BASE, *SHORT, "--rate", "1,8", "--policy", "static:3", "--policy", "by-batch:1=3,8=0",
+                       "--engine", "serving", "--json")  # fmt: skip
+    assert code == 0
+    data = json.loads(out)
+    assert "speculation_stops_paying_at_rate" in data
+    stop = data["speculation_stops_paying_at_rate"]
+    assert stop is None or stop > 0
+    rows = data["per_rate"]
+    policies = ("off", "static:3", "by-batch:1=3,8=0")
+    assert {(r["policy"], r["rate_req_s"]) for r in rows} == {(p, r) for p in policies for r in (1.0, 8.0)}
+    assert set(data["stops_paying_by_policy"]) == set(policies[1:])
+    for r in rows:
+        for key in ("ttft_p50_s", "ttft_p90_s", "tpot_p50_s", "tpot_p90_s", "throughput_tok_s", "goodput_req_s"):
+            assert r[key] > 0, key
+
+
+def test_text_answers_first_and_explains_its_terms(run, tmp_path):
+    png = tmp_path / "curves.png"
+    code, out, _ = run(*BASE, *SHORT, "--rate", "1,4", "--policy", "goodput", "--slo-ttft", "0.5", "--slo-tpot", "0.05",
+                       "--plot", str(png))  # fmt: skip
+    assert code == 0
+    first = out.splitlines()[0]
+    assert first.startswith("speculation (goodput:8)") and "h100-sxm-80gb" in first
+    assert "TTFT: time to first token" in out and "goodput" in out
+    assert png.stat().st_size > 1000
+
+
+@pytest.mark.parametrize(
+    "extra,match",
+    [
+        (["--rate", "-1"], "request rates must be positive"),
+        (["--rate", "1", "--slo-ttft", "0"], "--slo-ttft"),
+        (["--rate", "1", "--output-len", "200000"], "context window"),
+        (["--rate", "1", "--policy", "static:x"], "static gamma"),
+        (["--rate", "1", "--acceptance", "1.7"], "alpha"),
+        (["--rate", "1", "--metric", "nonsense"], "unknown metric"),
+        ([], "give --rate"),
+        (["--rate", "1", "--disaggregate", "0:2"], "at least one server per pool"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(run, extra, match):
+    code, out, err = run(*BASE, *(extra if "--output-len" in extra else [*SHORT, *extra]))
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and match in err
+
+
+@pytest.mark.parametrize(
+    "text,match",
+    [
+        ("arrival_s,input_tokens,output_tokens\n1.0,10,10\n0.5,10,10\n", "must be sorted"),
+        ("arrival_s,output_tokens\n0.0,10\n", "missing column(s) input_tokens"),
+    ],
+)
+def test_bad_trace_file_is_one_line_and_exit_2(run, tmp_path, text, match):
+    f = tmp_path / "trace.csv"
+    f.write_text(text)
+    code, _, err = run(*BASE, *SHORT, "--trace", str(f))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and match in err
