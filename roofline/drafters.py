@@ -25,8 +25,8 @@ The grammar (:func:`as_drafter`, the only resolver; ``named_drafter`` is the sam
   run one after another: one pass per tree level (Medusa's tree).
 * ``model:NAME_OR_CONFIG``: a separate draft model (SpS); a bare preset name, a
   config.json path or a :class:`roofline.model.ModelSpec` mean the same.
-* ``early-exit:L``: the target's first L layers (LayerSkip); ``prompt-lookup``: n-grams
-  from the context on the host; ``block:NAME``: a DFlash-style block drafter (one pass of
+* ``early-exit:L``: the target's first L layers (LayerSkip); ``prompt-lookup[:MATCH]``: n-grams
+  from the context on the host, MATCH the share of requests whose n-gram matched (default 1); ``block:NAME``: a DFlash-style block drafter (one pass of
   NAME drafts the whole block); ``window:W``: the target drafting over its last W cached
   tokens (MagicDec/TriForce).
 """
@@ -45,14 +45,14 @@ from numpy.typing import ArrayLike
 from roofline.dtypes import dtype_bytes
 from roofline.errors import SpecroofError, check_min
 from roofline.model import ModelSpec, get_model
-from roofline.passtime import memory_footprint, pass_seconds
+from roofline.passtime import memory_footprint, pass_cost, pass_seconds
 from roofline.pricing import Pricing, pricing_of
 from roofline.trees import Tree
 
 Array = npt.NDArray[np.float64]
 
 #: the grammar, as the error messages and the CLI's help print it
-DRAFTER_GRAMMAR = "eagle|eagle2|eagle3|mtp[:N]|medusa[:HEADS]|hydra|model:NAME_OR_CONFIG|early-exit:L|prompt-lookup|block:NAME|window:W"
+DRAFTER_GRAMMAR = "eagle|eagle2|eagle3|mtp[:N]|medusa[:HEADS]|hydra|model:NAME_OR_CONFIG|early-exit:L|prompt-lookup[:MATCH]|block:NAME|window:W"
 
 
 @dataclass(frozen=True, init=False)
@@ -65,6 +65,9 @@ class Ctx:
 
     target: ModelSpec
     pricing: Pricing
+    #: devices a drafter's own passes are sharded over (1: whole on one device; the target's TP where the
+    #: engine shards the draft like the target, or the drafter runs the target's own layers)
+    draft_tp: int
 
     def __init__(
         self,
@@ -76,6 +79,7 @@ class Ctx:
         tp: int | None = None,
         engine: Any = None,
         weight_dtype: str | None = None,
+        draft_tp: int = 1,
     ) -> None:
         pr = pricing_of(
             pricing,
@@ -88,6 +92,7 @@ class Ctx:
         )
         object.__setattr__(self, "target", get_model(target))
         object.__setattr__(self, "pricing", pr)
+        object.__setattr__(self, "draft_tp", int(draft_tp))
 
     @property
     def hw(self) -> Any:
@@ -117,13 +122,15 @@ class Ctx:
         context: ArrayLike,
         *,
         tree: Any = None,
-        tp: int = 1,
+        tp: int | None = None,
     ) -> Array:
         """Seconds of one pass of ``spec`` priced with this pricing (the one place drafters call the roofline).
 
-        Drafter passes run on one device; ``tp=ctx.tp`` is for the target's own passes.
+        Drafter passes run over ``draft_tp`` devices (default one); ``tp=ctx.tp`` is for the target's own passes.
         """
-        return pass_seconds(spec, self.pricing, batch, new_tokens, context, tree=tree, tp=tp)
+        return pass_seconds(
+            spec, self.pricing, batch, new_tokens, context, tree=tree, tp=self.draft_tp if tp is None else tp
+        )
 
 
 class Drafter(Protocol):
@@ -247,6 +254,9 @@ class EarlyExit:
     name: str = ""
     reuse_kv: bool = True
 
+    #: the draft passes are the target's own first layers: sharded like the target under TP, whatever the engine
+    shares_target_layers = True
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "name", self.name or f"early exit @{self.layers}")
 
@@ -328,21 +338,78 @@ class ParallelBlock(_SmallModel):
 
 @dataclass(frozen=True)
 class PromptLookup:
-    """Prompt lookup / n-gram drafting: proposals come from the context on the host, at no device cost."""
+    """Prompt lookup / n-gram drafting: proposals come from the context on the host, at no device cost.
+
+    ``match_rate`` is the share of requests whose last n-gram is found in their context in a
+    step. vLLM drafts and verifies only those (vllm/v1/spec_decode/ngram_proposer.py: a
+    request without a match gets an empty draft list, and the scheduler gives it one token),
+    so the verify pass carries ``gamma + 1`` tokens for that share of the batch and one token
+    for the rest, and a round emits ``1 + match_rate x (E - 1)`` tokens per request where E
+    is the mean accepted length of the matched ones (vLLM's, which counts drafted requests
+    only). The default 1 (every request matched) is the earlier pricing: no published
+    per-step match share was found to default to.
+    """
 
     name: str = "prompt lookup"
+    match_rate: float = 1.0
+
+    def __post_init__(self) -> None:
+        m = self.match_rate
+        if isinstance(m, bool) or not isinstance(m, (int, float)) or not 0.0 < m <= 1.0:
+            raise SpecroofError(f"prompt-lookup match_rate must lie in (0, 1] (got {m!r})")
+        if m != 1.0 and self.name == "prompt lookup":
+            object.__setattr__(self, "name", f"prompt lookup ({m:.0%} matched)")
 
     def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
         return np.zeros(np.broadcast_shapes(np.shape(gamma), np.shape(batch), np.shape(context)))
 
     def verify_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
-        return _verify(ctx, ctx.target, gamma, batch, context)
+        if self.match_rate == 1.0:
+            return _verify(ctx, ctx.target, gamma, batch, context)
+        return _mixed_verify(ctx, self.match_rate, gamma, batch, context)
+
+    def tokens_per_round(self, mean_accepted: ArrayLike) -> Array:
+        """Tokens a round emits per request, all requests together, from the matched requests' mean accepted length."""
+        return 1.0 + self.match_rate * (np.asarray(mean_accepted, dtype=float) - 1.0)
 
     def extra_memory_bytes(self, ctx: Ctx, batch: ArrayLike, context: ArrayLike) -> Array:
         return _no_memory(batch, context)
 
     def tree_draft_time(self, ctx: Ctx, widths: Sequence[int], batch: int, context: int) -> float:
         return 0.0
+
+
+def _mixed_verify(ctx: Ctx, share: float, gamma: ArrayLike, batch: ArrayLike, context: ArrayLike) -> Array:
+    """The target's pass over a batch where ``share`` of the requests verify gamma + 1 tokens and the rest one.
+
+    Every FLOP and byte of a pass is linear in the tokens each request carries, at a fixed
+    batch and context (the weights and the KV read do not depend on them), so the mixed pass
+    is the two uniform passes' costs blended per operator and then priced once through the
+    roofline (not their times blended: the blend of two times would miss where the mixed pass
+    crosses the ridge). MoE layers' distinct experts are blended too, a slight undercount (they
+    grow concavely with the tokens).
+    """
+    pr = ctx.pricing
+    g1 = np.asarray(gamma) + 1
+    many = pass_cost(ctx.target, pr, batch, g1, context)
+    one = pass_cost(ctx.target, pr, batch, np.ones_like(g1), context)
+    w = float(share)
+
+    def mix(a: Any, b: Any) -> Any:
+        return (1.0 - w) * np.asarray(a, dtype=float) + w * np.asarray(b, dtype=float)
+
+    cost = dataclasses.replace(
+        many,
+        flops=mix(one.flops, many.flops),
+        bytes_weights=mix(one.bytes_weights, many.bytes_weights),
+        bytes_kv_read=mix(one.bytes_kv_read, many.bytes_kv_read),
+        bytes_kv_write=mix(one.bytes_kv_write, many.bytes_kv_write),
+        bytes_act=mix(one.bytes_act, many.bytes_act),
+        new_tokens=mix(one.new_tokens, many.new_tokens),
+        allreduce_bytes=mix(one.allreduce_bytes, many.allreduce_bytes),
+        experts_touched=mix(one.experts_touched, many.experts_touched),
+    )
+    return pr.time_model.pass_seconds(cost, pr.dtype, overhead_s=pr.overhead_s, tp=ctx.tp)
 
 
 @dataclass(frozen=True)
@@ -355,6 +422,9 @@ class SlidingWindowSelfDraft:
 
     window: int
     name: str = ""
+
+    #: the target drafting for itself: its passes are sharded like the target's
+    shares_target_layers = True
 
     def __post_init__(self) -> None:
         check_min("window", self.window, 1, integer=True)
@@ -535,6 +605,18 @@ def _count(name: str, text: str, example: str) -> int:
     return value
 
 
+def _share(name: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise SpecroofError(
+            f"{name}:MATCH takes the share of requests whose n-gram matched, in (0, 1], e.g. {name}:0.4 (got {text!r})"
+        ) from None
+    if not 0.0 < value <= 1.0:
+        raise SpecroofError(f"{name} match rate must lie in (0, 1] (got {value:g})")
+    return value
+
+
 def as_drafter(d: Any, target: Any = None) -> Any:
     """The one drafter resolver: a drafter from a name in the grammar (module docstring), a draft model
     (ModelSpec, preset name or config.json path), None (prompt lookup), or a drafter object as it is.
@@ -563,8 +645,8 @@ def as_drafter(d: Any, target: Any = None) -> Any:
         return Heads(_count("medusa heads", arg, "medusa:4")) if sep else Heads(5, name="medusa")
     if kind == "hydra" and not sep:
         return SequentialHeads(5, name="hydra")
-    if kind in ("prompt-lookup", "pld", "ngram") and not sep:
-        return PromptLookup()
+    if kind in ("prompt-lookup", "pld", "ngram"):
+        return PromptLookup(match_rate=_share(kind, arg) if sep else 1.0)
     if kind == "early-exit":
         if not sep:
             raise SpecroofError("early-exit needs a layer count, e.g. early-exit:8")
@@ -622,6 +704,18 @@ def draft_pricing(pricing: Pricing, drafter: Any) -> Pricing:
     return pricing.on_device() if owns_weights(drafter) else pricing
 
 
+def draft_tp(pricing: Pricing, drafter: Any) -> int:
+    """Devices the draft passes are sharded over: the target's TP where the engine shards its drafter like the target
+    (``[speculative] draft_tensor_parallel``: vLLM, SGLang, TensorRT-LLM, gpt-fast) or where the drafter runs the
+    target's own layers (early exit, a windowed self-draft); one device otherwise (Hugging Face, the pure roofline)."""
+    if pricing.tp <= 1:
+        return 1
+    if getattr(drafter, "shares_target_layers", False):
+        return pricing.tp
+    e = pricing.engine
+    return pricing.tp if e is not None and e.draft_tensor_parallel else 1
+
+
 def round_time(
     pricing: Pricing,
     target: ModelSpec,
@@ -646,7 +740,7 @@ def round_time(
     """
     d = as_drafter(drafter)
     ctx = Ctx(target, pricing)
-    dctx = Ctx(target, draft if draft is not None else draft_pricing(pricing, d))
+    dctx = Ctx(target, draft if draft is not None else draft_pricing(pricing, d), draft_tp=draft_tp(pricing, d))
     host = pricing.round_host_s + round_overhead_s
     if isinstance(shape, Tree):
         t_draft = np.asarray(float(d.tree_draft_time(dctx, shape.widths.tolist(), _scalar(batch), _scalar(context))))

@@ -101,6 +101,9 @@ class Engine:
     weight_bandwidth_ratio: Mapping[str, float] = field(default_factory=dict)
     #: per quantised weight dtype: bytes streamed per weight byte (group scales and zeros: int4 g32 bf16 -> 1.25)
     weight_bytes_factor: Mapping[str, float] = field(default_factory=dict)
+    #: whether a draft model's or EAGLE/MTP layer's passes are sharded over the target's tensor-parallel devices
+    #: (vLLM, SGLang, TensorRT-LLM, gpt-fast) or run whole on one device (Hugging Face); ``[speculative]``
+    draft_tensor_parallel: bool = False
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -193,7 +196,7 @@ def engine_from_dict(data: Mapping[str, Any], where: str = "engine") -> Engine:
         raise SpecroofError(f"{where}: missing 'name'")
     kw: dict[str, Any] = {"name": str(data["name"]), "description": str(data.get("description", ""))}
     sources: dict[str, str] = {}
-    known_top = {"name", "description", "weight_only", "launches", *_LAYOUT}
+    known_top = {"name", "description", "weight_only", "launches", "speculative", *_LAYOUT}
     for key in data:
         if key not in known_top:
             raise SpecroofError(f"{where}: unknown key {key!r} (known: {', '.join(sorted(known_top))})")
@@ -234,6 +237,20 @@ def engine_from_dict(data: Mapping[str, Any], where: str = "engine") -> Engine:
             raise SpecroofError(f"{where}: [launches] {key} must be a number (got {value!r})")
         launches[key] = float(value)
     kw["launches"] = launches
+    spec = data.get("speculative", {})
+    if not isinstance(spec, Mapping):
+        raise SpecroofError(f"{where}: [speculative] must be a table")
+    for key, value in spec.items():
+        if key == "source":
+            sources["speculative"] = str(value)
+        elif key == "draft_tensor_parallel":
+            if not isinstance(value, bool):
+                raise SpecroofError(
+                    f"{where}: [speculative] draft_tensor_parallel must be true or false (got {value!r})"
+                )
+            kw["draft_tensor_parallel"] = value
+        else:
+            raise SpecroofError(f"{where}: unknown key {key!r} in [speculative] (known: draft_tensor_parallel, source)")
     wo = data.get("weight_only", {})
     ratio, factor = {}, {}
     for key, value in wo.items():
@@ -271,6 +288,9 @@ def engine_data(engine: Engine) -> dict[str, Any]:
     if "weight_only" in engine.sources:
         wo["source"] = engine.sources["weight_only"]
     out["weight_only"] = wo
+    out["speculative"] = {"draft_tensor_parallel": engine.draft_tensor_parallel} | (
+        {"source": engine.sources["speculative"]} if "speculative" in engine.sources else {}
+    )
     return out
 
 

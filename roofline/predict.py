@@ -194,6 +194,8 @@ def predict_speedup(
         g = int(check_min("gamma", gamma, 1, integer=True))
         E = float(mean_accepted) if mean_accepted is not None else float(expected_tokens(float(alpha or 0.0), g))
         E = check_mean_accepted(E, gamma=g, speculative=False)
+        # n-gram drafting verifies only the requests whose n-gram matched: the round's tokens are their share
+        E = d.tokens_per_round(E) if hasattr(d, "tokens_per_round") else E
         rt = round_time(pr, spec, d, np.asarray(g), B, L)
         t_draft, t_verify = float(rt.t_draft_s), float(rt.t_verify_s)
         g_out, nodes = float(g), None

@@ -27,7 +27,16 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from roofline.dtypes import DEFAULT_DTYPE, dtype_bytes, weight_only
+from roofline.dtypes import (
+    DEFAULT_DTYPE,
+    DTYPE_BYTES,
+    FORMAT_WIDTHS,
+    canonical_weight_dtype,
+    default_kv_dtype,
+    dtype_bytes,
+    weight_format,
+    weight_only,
+)
 from roofline.engine import Engine, load_engine
 from roofline.errors import SpecroofError
 from roofline.hardware import Hardware, load_hardware
@@ -45,9 +54,11 @@ class Pricing:
     """The hardware, engine and numeric options a pass is priced with, resolved and validated once.
 
     ``dtype`` is the arithmetic/activation dtype (default bf16; ``"int4"`` alone means
-    weight-only int4 with bf16 arithmetic); ``weight_dtype`` the weights' storage dtype
-    when it differs (weight-only quantisation); ``kv_dtype`` the KV cache's (default: the
-    activations'). ``tp`` devices split the target's weights, KV and work. ``offload`` names
+    weight-only int4 with bf16 arithmetic); ``weight_dtype`` the weights' storage dtype or
+    format when it differs (weight-only quantisation: ``int8``, ``int4``, ``fp8`` or
+    ``bits:B[,group:G][,kernel:K]``, :func:`roofline.dtypes.weight_format`); ``kv_dtype``
+    the KV cache's (default: the activations' when they are a float, bf16 under an 8-bit
+    arithmetic dtype: :func:`roofline.dtypes.default_kv_dtype`). ``tp`` devices split the target's weights, KV and work. ``offload`` names
     the host link the target's weights stream over every pass (``hardware`` is then the
     offloaded profile). ``efficiency`` scales datasheet ceilings by the profile's achievable
     fractions; ``overhead_s`` replaces the fixed per-pass overheads. Build one with
@@ -71,10 +82,13 @@ class Pricing:
             )
         if self.engine is not None and not isinstance(self.engine, Engine):
             raise SpecroofError(f"Pricing needs a loaded Engine or None (got {type(self.engine).__name__})")
-        for key in ("dtype", "weight_dtype", "kv_dtype"):
+        for key in ("dtype", "kv_dtype"):
             value = getattr(self, key)
-            if value is not None:
+            if value is not None and value not in DTYPE_BYTES:
                 dtype_bytes(value)  # unknown dtypes name the choices
+                raise SpecroofError(f"{key} must be a plain dtype ({', '.join(DTYPE_BYTES)}), not a weight format")
+        if self.weight_dtype is not None:
+            dtype_bytes(self.weight_dtype)  # a dtype or a weight format; anything else names the grammar
         if isinstance(self.tp, bool) or not isinstance(self.tp, int) or self.tp < 1:
             raise SpecroofError(f"tp must be an integer >= 1 (got {self.tp!r})")
         if self.overhead_s is not None and not (math.isfinite(self.overhead_s) and self.overhead_s >= 0):
@@ -138,8 +152,30 @@ class Pricing:
 
     @cached_property
     def time_model(self) -> TimeModel:
-        """The composition's parameters for this hardware and engine, built once per Pricing."""
-        return self.hardware.time_model(self.efficiency, self.engine)
+        """The composition's parameters for this hardware and engine, built once per Pricing.
+
+        A weight format (``int4,group:128,kernel:marlin``) gets its kernel family's streaming
+        ratio here, under an engine, and counts its group scales in its own bytes (bytes factor
+        1); the plain ``int8``/``int4``/``fp8`` keep the engine's ``[weight_only]`` terms.
+        """
+        tm = self.hardware.time_model(self.efficiency, self.engine)
+        fmt = self.weight_format
+        if fmt is None or fmt.plain:
+            return tm
+        ratios = dict(tm.weight_bandwidth_ratio)
+        factors = dict(tm.weight_bytes_factor)
+        if self.engine is not None and self.hardware.weights_link_bytes_per_s is None:
+            ratios[fmt.name] = fmt.bandwidth_ratio(dict(self.engine.weight_bandwidth_ratio))
+        factors[fmt.name] = 1.0
+        return dataclasses.replace(tm, weight_bandwidth_ratio=ratios, weight_bytes_factor=factors)
+
+    @property
+    def weight_format(self) -> Any:
+        """The parsed :class:`roofline.dtypes.WeightFormat` of quantised weights (None for float weights)."""
+        wdt = self.weight_dtype
+        if wdt is None or (wdt in DTYPE_BYTES and wdt not in FORMAT_WIDTHS):
+            return None
+        return weight_format(wdt)
 
     @property
     def stored_weight_dtype(self) -> str:
@@ -213,6 +249,9 @@ def _build(
     hw = load_hardware(hardware)
     # weights stored in the arithmetic dtype are not weight-only quantised: one spelling for one pricing
     cdt, wdt = weight_only(dtype or DEFAULT_DTYPE, None if weight_dtype == dtype else weight_dtype)
+    wdt = canonical_weight_dtype(wdt)  # one spelling per format: "INT4 , kernel:Marlin" is int4,group:128,kernel:marlin
+    # an 8-bit arithmetic dtype leaves the KV cache in bf16 unless kv_dtype says otherwise (default_kv_dtype)
+    kv_dtype = kv_dtype if kv_dtype is not None else default_kv_dtype(cdt)
     link: str | float | None = offload
     if offload is not None:
         hw = hw.on_device().offloaded(offload)

@@ -276,6 +276,8 @@ def speedup(
         raise SpecroofError(f"round_overhead_s must be >= 0 and finite (got {round_overhead_s})")
     is_curve = isinstance(alpha_or_curve, (list, tuple)) if curve is None else curve
     E = expected_tokens_curve(alpha_or_curve, g) if is_curve else expected_tokens(alpha_or_curve, g)
+    if hasattr(d, "tokens_per_round"):  # n-gram drafting: only the requests whose n-gram matched gain tokens
+        E = d.tokens_per_round(E)
     draft = None if draft_hardware is None else replace_hardware(pr, draft_hardware)
     base = pass_seconds(spec, pr, B, 1, L)
     rt = round_time(pr, spec, d, g, B, L, draft=draft, round_overhead_s=round_overhead_s)

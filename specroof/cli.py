@@ -37,6 +37,7 @@ from specroof.shell import (
     finite_float,
     int_list,
     plot_path,
+    pricing_from_args,
 )
 
 Handler = Callable[[argparse.Namespace], int]
@@ -341,20 +342,15 @@ def _speedup_priced(args: argparse.Namespace) -> int:
         except ValueError:
             raise SpecroofError(f"--gamma must be a whole number or 'heuristic' (got {args.gamma!r})") from None
     r = predict_speedup(
-        hardware=args.hardware,
+        hardware=pricing_from_args(args),
         target=args.target,
         drafter=args.drafter,
         mean_accepted=args.mean_accepted,
         alpha=args.alpha,
         gamma=gamma,
         tree=args.tree,
-        engine=args.engine,
         batch=args.batch,
         context=args.context,
-        dtype=args.dtype,
-        weight_dtype=args.weight_dtype,
-        kv_dtype=args.kv_dtype,
-        tp=args.tp,
     )
     payload = r.to_dict() | {"hardware": args.hardware, "target": args.target}
     band = _band(args.engine, load_hardware(args.hardware), speculative=True)
@@ -565,16 +561,12 @@ def _deploy(args: argparse.Namespace, by_key: dict[str, Any], acceptance: Any, b
                         alpha = float(a if np.isscalar(a) else np.mean(a))
                         kw = {"acceptance": IIDAcceptance(alpha)}
                     plan = plan_engine(
-                        hardware=_with_offload(hw, args.offload),
+                        hardware=args.pricings[hw],
                         target=args.target,
                         drafter=kind if kind != "eagle1" else "eagle",
                         framework=args.emit,
                         batches=args.batch,
-                        engine=args.engine,
                         context=c,
-                        dtype=args.dtype,
-                        weight_dtype=args.weight_dtype,
-                        tp=args.tp,
                         **kw,
                     )
                     for r in plan.records(target=args.target, drafter=kind, draft_model=args.draft_model):
@@ -625,7 +617,6 @@ def _add_dynamic_gamma(
             [HeuristicSchedule(max_gamma=args.max_gamma or 1)],
             batch=int(r["batch"]),
             context=int(r["context"]),
-            dtype=args.dtype,
             max_gamma=max(1, args.max_gamma),
             rounds=5_000,
         )
@@ -652,8 +643,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     acceptance: Any = acceptance_from_args(args, by_key)
     drafters = list(by_key.values())
     target = get_model(args.target)
-    if not target.is_abstract and target.n_heads % args.tp:
-        raise SpecroofError(f"--tp {args.tp} does not divide {target.name}'s {target.n_heads} attention heads")
+    if not target.is_abstract:
+        check_tp(target, args.tp)
     cells = len(args.hardware) * len(args.batch) * len(args.context) * (args.max_gamma + 1) * len(drafters)
     combos = len(args.hardware) * len(args.batch) * len(args.context)
     if combos > PLAN_MAX_RECOMMENDATIONS:
@@ -667,26 +658,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
             f"{PLAN_MAX_CELLS:,}: narrow --batch/--context or lower --max-gamma"
         )
     _weight_only(args)
-    kw = dict(
-        gammas=range(0, args.max_gamma + 1),
-        dtype=args.dtype,
-        tp=args.tp,
-        engine=args.engine,
-        weight_dtype=args.weight_dtype,
-        kv_dtype=args.kv_dtype,
-    )
-    hardware = [_with_offload(h, args.offload) for h in args.hardware]
-    table = plan(hardware, args.target, drafters, acceptance, batch=args.batch, context=args.context, **kw)
+    gammas = range(0, args.max_gamma + 1)
+    pricings = [pricing_from_args(args, h) for h in args.hardware]  # each GPU's pricing resolved once
+    args.pricings = dict(zip(args.hardware, pricings, strict=True))
+    table = plan(pricings, args.target, drafters, acceptance, batch=args.batch, context=args.context, gammas=gammas)
     best = []
-    for hw in hardware:
+    for pr in pricings:
         for b in args.batch:
             for c in args.context:
-                rec = recommend(hw, args.target, drafters, acceptance, batch=b, context=c, table=table, **kw)
-                best.append(
-                    {"hardware": load_hardware(hw).id, "batch": b, "context": c, **rec.row, "reason": rec.reason}
-                )
+                rec = recommend(pr, args.target, drafters, acceptance, batch=b, context=c, table=table, gammas=gammas)
+                best.append({"hardware": pr.hardware.id, "batch": b, "context": c, **rec.row, "reason": rec.reason})
     if args.dynamic_gamma:
-        _add_dynamic_gamma(best, args, by_key, acceptance, {h.id: h for h in hardware})
+        _add_dynamic_gamma(best, args, by_key, acceptance, {pr.hardware.id: pr for pr in pricings})
     payload = {
         "recommendations": best,
         "table": table.head(args.top).to_dict(orient="records"),

@@ -155,3 +155,19 @@ def _add_engine(p: argparse.ArgumentParser) -> None:
         help=f"price passes as this software runs them: {', '.join(list_engines())} or a TOML path "
         "(default: the datasheet roofline, no engine)",
     )
+
+
+def pricing_from_args(args: argparse.Namespace, hardware: Any = None) -> Any:
+    """The one Pricing a command's flags describe (hardware, --engine, --dtype, --weight-dtype, --kv-dtype, --tp,
+    --offload), resolved once; ``hardware`` overrides ``args.hardware`` (commands that take several GPUs)."""
+    from roofline.pricing import Pricing
+
+    return Pricing.of(
+        args.hardware if hardware is None else hardware,
+        engine=getattr(args, "engine", None),
+        dtype=getattr(args, "dtype", None),
+        weight_dtype=getattr(args, "weight_dtype", None),
+        kv_dtype=getattr(args, "kv_dtype", None),
+        tp=getattr(args, "tp", None),
+        offload=getattr(args, "offload", None),
+    )
