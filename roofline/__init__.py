@@ -10,6 +10,7 @@ notebook needs are here (``import roofline as rf``)::
     rf.best_tree_size(pr, "llama-3.1-8b", "eagle2", [0.6, 0.2, 0.1]).to_frame()
 """
 
+from roofline import serving  # noqa: E402  (rf.serving.simulate: the serving simulator, a package of its own)
 from roofline.acceptance import (
     MeanAccepted,
     PerToken,
@@ -37,6 +38,7 @@ from roofline.drafters import (
 )
 from roofline.dtypes import DTYPE_BYTES
 from roofline.engine import Engine, list_engines, load_engine
+from roofline.error_bands import band_sentence, error_band
 from roofline.errors import SpecroofError
 from roofline.gamma_policies import BatchSchedule, ConfidenceStop, HeuristicSchedule, StaticGamma, compare_policies
 from roofline.hardware import Hardware, list_hardware, load_hardware
@@ -65,7 +67,7 @@ from roofline.speculative import (
     predict_speedup,
     speedup,
 )
-from roofline.tree_sizing import TreeSizeChoice, best_tree_size, trees_vs_batch
+from roofline.tree_sizing import TreeSizeChoice, best_tree_size, stops_paying, trees_vs_batch
 from roofline.trees import (
     ChainCurveAcceptance,
     DepthRankAcceptance,
@@ -143,8 +145,12 @@ __all__ = [
     "recommend",
     "round_time",
     "speculation_stops_paying",
+    "serving",
     "speedup",
     "step_time",
+    "stops_paying",
+    "error_band",
+    "band_sentence",
     "trees_vs_batch",
     "weights_only_crossover",
 ]
