@@ -739,6 +739,30 @@ def _tree_payload(t: Any) -> dict[str, Any]:
     }
 
 
+def _tree_deploy(args: argparse.Namespace, drafter: str | None, acc: Any) -> dict[str, Any]:
+    """``tree --emit ENGINE``: the engine's own tree knobs searched for this acceptance vector, and their flags."""
+    from roofline.engine_search import plan_engine
+
+    if not (args.hardware and args.target and drafter):
+        raise SpecroofError("--emit prices the engine's trees on a GPU: give --hardware, --target and --drafter")
+    kind = drafter_key(drafter)
+    if kind not in TREE_DRAFTER_KEYS:
+        raise SpecroofError(
+            f"--emit searches the tree knobs of EAGLE-family drafters ({', '.join(TREE_DRAFTER_KEYS)}); for {drafter!r} "
+            "use specroof plan --emit, which deploys its best chain"
+        )
+    plan = plan_engine(
+        hardware=pricing_from_args(args),
+        target=args.target,
+        drafter="eagle" if kind == "eagle1" else kind,
+        framework=args.emit,
+        acceptance=acc,
+        batches=[args.batch],
+        context=args.context,
+    )
+    return plan.records(target=args.target, drafter=kind, draft_model=args.draft_model)[0]
+
+
 def cmd_tree(args: argparse.Namespace) -> int:
     from roofline.tree_sizing import best_tree_size
     from roofline.trees import optimal_tree
@@ -789,6 +813,17 @@ def cmd_tree(args: argparse.Namespace) -> int:
             f"batch {args.batch}, context {args.context}{engine}: speedup {b['speedup']:.2f}x",
             *_tree_lines(choice.tree),
             f"  {b['expected_tokens']:.3f} tokens per {b['t_round_s'] * 1e3:.2f} ms round",
+        ]
+    if args.emit:
+        payload["deploy"] = _tree_deploy(args, drafter, acc)
+        names = {"sglang": "SGLang", "vllm": "vLLM", "trtllm": "TensorRT-LLM"}
+        r = payload["deploy"]
+        lines += [
+            "",
+            f"as {names[args.emit]} builds {drafter}'s tree, its best setting on {args.hardware} at batch {args.batch}: "
+            f"{r['label']} ({r['n_nodes']} nodes, depth {r['depth']}, {r['expected_tokens']:.3f} tokens per round, "
+            f"{r['speedup']:.2f}x)",
+            *(f"  {line}" for line in str(r["flags"]).splitlines()),
         ]
     if args.plot:
         from roofline.plot import tree_chart
@@ -896,8 +931,12 @@ def cmd_report(args: argparse.Namespace) -> int:
         def measured_section(w: Any) -> Any:
             from specroof.measure_report import measurement_section
 
+            from specroof.report import MEASURED_BUDGET_S
+
+            # the page's own default, not measure_report's: the whole page, analytic part included, fits 90 s
+            budget = args.budget if args.budget is not None or args.quick else MEASURED_BUDGET_S
             return measurement_section(
-                w, quick=args.quick, budget_s=args.budget, progress=not args.json, log=lambda m: _note(args, m)
+                w, quick=args.quick, budget_s=budget, progress=not args.json, log=lambda m: _note(args, m)
             )
 
         extra.append(("Measured on this device", measured_section))
@@ -1135,6 +1174,12 @@ def _tree_command(sub: Any) -> None:
     p.add_argument("--weight-dtype", default=None, help=WEIGHT_DTYPE_HELP)
     p.add_argument("--kv-dtype", default=None, help=KV_DTYPE_HELP)
     p.add_argument("--plot", type=plot_path, help="write a drawing of the tree (.png, .svg, .pdf)")
+    p.add_argument(
+        "--emit",
+        choices=("sglang", "vllm", "trtllm"),
+        help="also search this engine's own tree knobs for an EAGLE-family --drafter and print the flags",
+    )
+    p.add_argument("--draft-model", help="with --emit: the draft checkpoint to name (a Hugging Face id or a path)")
     _add_engine(p)
     _add_offload(p)
     _add_json(p)
@@ -1173,7 +1218,7 @@ def _report_command(sub: Any) -> None:
     p.add_argument("--hardware", nargs="+", default=list(DEFAULT_GPUS), help="GPUs to cover")
     p.add_argument("--quick", action="store_true", help="a small measured section (about 15 s)")
     p.add_argument(
-        "--budget", type=float, default=None, help="seconds the measured section may take (default 100, --quick 12)"
+        "--budget", type=float, default=None, help="seconds the measured section may take (default 60, --quick 12)"
     )
     p.add_argument("--skip-measure", action="store_true", help="analytic sections only")
     p.add_argument("--target", help="target preset for the plans (default llama-3.1-8b)")
