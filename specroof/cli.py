@@ -34,6 +34,7 @@ from specroof.shell import (
     bounded_int_list,
     emit,
     engine_arg,
+    engine_of,
     finite_float,
     int_list,
     plot_path,
@@ -125,7 +126,7 @@ def cmd_roofline(args: argparse.Namespace) -> int:
         weight_dtype=args.weight_dtype,
         kv_dtype=args.kv_dtype,
         tp=args.tp,
-        engine=args.engine,
+        engine=engine_of(args),
     )
     k = int(
         crossover_tokens(
@@ -136,7 +137,7 @@ def cmd_roofline(args: argparse.Namespace) -> int:
             args.dtype,
             weight_dtype=args.weight_dtype,
             kv_dtype=args.kv_dtype,
-            engine=args.engine,
+            engine=engine_of(args),
         )
     )
     from roofline.cost import forward_cost
@@ -261,7 +262,7 @@ def _roofline_sweep(args: argparse.Namespace, spec: ModelSpec, hw: Any) -> int:
     B, n, L = np.meshgrid(args.batch, args.tokens, args.context, indexing="ij")
     st = pass_time(
         spec, hw, B, n, L, args.dtype, weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype, tp=args.tp,
-        engine=args.engine,
+        engine=engine_of(args),
     )  # fmt: skip
     df = pd.DataFrame(
         {
@@ -798,7 +799,7 @@ def cmd_tree(args: argparse.Namespace) -> int:
             budgets=sorted({b for b in (1, 2, 4, 8, 16, 32, 64, 128) if b < args.budget} | {args.budget}),
             max_depth=args.max_depth,
             dtype=args.dtype,
-            engine=args.engine,
+            engine=engine_of(args),
             weight_dtype=args.weight_dtype,
             kv_dtype=args.kv_dtype,
         )
@@ -930,7 +931,6 @@ def cmd_report(args: argparse.Namespace) -> int:
 
         def measured_section(w: Any) -> Any:
             from specroof.measure_report import measurement_section
-
             from specroof.report import MEASURED_BUDGET_S
 
             # the page's own default, not measure_report's: the whole page, analytic part included, fits 90 s

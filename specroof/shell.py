@@ -155,6 +155,30 @@ def _add_engine(p: argparse.ArgumentParser) -> None:
         help=f"price passes as this software runs them: {', '.join(list_engines())} or a TOML path "
         "(default: the datasheet roofline, no engine)",
     )
+    p.add_argument(
+        "--host-launch-us",
+        type=finite_float,
+        default=None,
+        help="with an eager engine (hf, torch-eager): one kernel's host cost on your machine, in microseconds "
+        "(measure bench's dispatch figure; default: the profile's measured one)",
+    )
+
+
+def engine_of(args: argparse.Namespace) -> Any:
+    """The engine the flags ask for: ``--engine``, with ``--host-launch-us`` applied when it is given."""
+    from roofline.engine import load_engine
+
+    engine = getattr(args, "engine", None)
+    us = getattr(args, "host_launch_us", None)
+    if us is None:
+        return engine
+    if not engine:
+        raise SpecroofError(
+            "--host-launch-us prices an eager engine's kernels: give --engine hf or --engine torch-eager"
+        )
+    eng = load_engine(engine)
+    assert eng is not None
+    return eng.with_host_launch(us)
 
 
 def pricing_from_args(args: argparse.Namespace, hardware: Any = None) -> Any:
@@ -164,7 +188,7 @@ def pricing_from_args(args: argparse.Namespace, hardware: Any = None) -> Any:
 
     return Pricing.of(
         args.hardware if hardware is None else hardware,
-        engine=getattr(args, "engine", None),
+        engine=engine_of(args),
         dtype=getattr(args, "dtype", None),
         weight_dtype=getattr(args, "weight_dtype", None),
         kv_dtype=getattr(args, "kv_dtype", None),

@@ -56,3 +56,15 @@ def test_a_model_that_does_not_fit_is_flagged(capsys):
     assert "DOES NOT FIT" in captured.out and "warning" in captured.err
     assert main(["roofline", "--hardware", "h100-sxm-80gb", "--model", "mixtral-8x7b", "--tp", "2", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["fits_in_memory"] is True
+
+
+def test_host_launch_us_prices_an_eager_engine_on_your_host(capsys):
+    base = ["roofline", "--hardware", "h200-sxm-141gb", "--model", "llama-2-7b", "--engine", "hf", "--json"]
+    assert main(base) == 0
+    default = json.loads(capsys.readouterr().out)["tokens_per_s"]
+    assert main([*base, "--host-launch-us", "45"]) == 0
+    slow = json.loads(capsys.readouterr().out)["tokens_per_s"]
+    assert slow < default  # a host whose kernels cost more issues them slower: eager decode is host-bound
+    assert main(["roofline", "--hardware", "h200-sxm-141gb", "--model", "llama-2-7b", "--engine", "vllm",
+                 "--host-launch-us", "45"]) == 2  # fmt: skip
+    assert "launches whole graphs" in capsys.readouterr().err
