@@ -1,5 +1,7 @@
 """Interactive explorers for notebooks (ipywidgets), degrading to static figures without widgets.
 
+``deployment_explorer()`` chooses GPU, model, drafter, engine and the kind of acceptance the user has (a per-token
+rate, vLLM's draft acceptance rate, a mean accepted length) and shows speedup against gamma priced under that engine.
 ``speedup_explorer()`` shows, for one GPU, batch and context, the idealised
 speedup E / (gamma c + 1) next to the roofline speedup of a real pairing, as
 alpha, gamma, c, batch, context and the GPU change. ``accept_or_correct_explorer()``
@@ -9,12 +11,14 @@ whether it is kept and where the correction would come from.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
 
+from roofline.errors import SpecroofError
 from roofline.plot import _axes
 from roofline.speculative import expected_tokens, ideal_speedup, speedup
 from roofline.verification import accept_or_correct
@@ -68,6 +72,73 @@ def speedup_explorer(gpus: Sequence[str] = ("a100-sxm-80gb", "h100-sxm-80gb", "h
         batch=w.SelectionSlider(options=[1, 2, 4, 8, 16, 32, 64, 128, 256], value=1),
         context=w.SelectionSlider(options=[128, 512, 1024, 4096, 16384, 32768], value=1024),
         gpu=w.Dropdown(options=list(gpus), value=gpus[1] if len(gpus) > 1 else gpus[0]),
+    )
+
+
+#: what the deployment explorer offers (any name of the drafter grammar and any engine work in the figure itself)
+EXPLORER_DRAFTERS = ("model:llama-3.2-1b", "eagle3", "eagle2", "mtp", "medusa", "early-exit:8", "prompt-lookup")
+EXPLORER_ENGINES = ("none", "hf", "torch-eager", "compiled", "vllm", "sglang", "trtllm")
+#: acceptance kinds as the command line writes them: per-token rate, tokens per round at G, vLLM's accepted/drafted at K
+EXPLORER_KINDS = {"alpha": "{v:g}", "mean": "mean:{m:g}@{g}", "vllm-rate": "vllm-rate:{v:g}@{g}"}
+
+
+def deployment_figure(
+    gpu: str = "h100-sxm-80gb",
+    target: str = "llama-3.1-8b",
+    drafter: str = "model:llama-3.2-1b",
+    engine: str = "vllm",
+    kind: str = "alpha",
+    value: float = 0.7,
+    measured_at: int = 5,
+    batch: int = 1,
+    context: int = 1024,
+) -> Figure:
+    """Speedup against gamma for a deployment: a GPU, a model, a drafter (grammar), an engine and an acceptance given in
+    any of its kinds (converted as ``specroof plan --acceptance`` converts it; the title says what it was read as)."""
+    from roofline.acceptance import parse_acceptance
+    from roofline.pricing import Pricing
+
+    if kind not in EXPLORER_KINDS:
+        raise SpecroofError(f"acceptance kind must be one of {', '.join(EXPLORER_KINDS)} (got {kind!r})")
+    # a mean accepted length is 1 + value x measured_at tokens per round (value then reads as a share of the drafts)
+    text = EXPLORER_KINDS[kind].format(v=value, m=1.0 + value * measured_at, g=measured_at)
+    acc = parse_acceptance(text)
+    pr = Pricing.of(gpu, engine=None if engine == "none" else engine)
+    fig, ax = _axes(None, (7.0, 4.0))
+    g = np.arange(1, 17)
+    r = speedup(pr, target, drafter, acc.alpha(), g, batch=batch, context=context)
+    best = int(g[int(np.argmax(r.speedup))])
+    ax.plot(g, r.speedup, "s-", ms=3, label=f"{target} + {drafter}, {engine if engine != 'none' else 'roofline'}")
+    ax.axvline(best, color="0.5", ls=":")
+    ax.axhline(1.0, color="k", lw=0.8)
+    said = textwrap.fill(acc.describe(), 110)
+    ax.set_title(f"{said}\nbest gamma {best}: {float(np.max(r.speedup)):.2f}x on {gpu}, batch {batch}", fontsize=7)
+    ax.set_xlabel("speculation length gamma (tokens)")
+    ax.set_ylabel("speedup over plain decoding (x)")
+    ax.grid(True, alpha=0.25)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def deployment_explorer(
+    gpus: Sequence[str] = ("a100-sxm-80gb", "h100-sxm-80gb", "h200-sxm-141gb", "b200-180gb", "mi300x-192gb"),
+    targets: Sequence[str] = ("llama-3.1-8b", "qwen2.5-7b", "llama-3.1-70b", "mixtral-8x7b"),
+) -> Any:
+    """Menus for GPU, model, drafter, engine and acceptance kind, sliders for the value, batch and context."""
+    w = _widgets()
+    if w is None:
+        return deployment_figure()
+    return w.interactive(
+        lambda **kw: deployment_figure(**kw),
+        gpu=w.Dropdown(options=list(gpus), value=gpus[1] if len(gpus) > 1 else gpus[0]),
+        target=w.Dropdown(options=list(targets), value=targets[0]),
+        drafter=w.Dropdown(options=list(EXPLORER_DRAFTERS), value=EXPLORER_DRAFTERS[0]),
+        engine=w.Dropdown(options=list(EXPLORER_ENGINES), value="vllm"),
+        kind=w.Dropdown(options=list(EXPLORER_KINDS), value="alpha"),
+        value=w.FloatSlider(value=0.7, min=0.05, max=0.99, step=0.01),
+        measured_at=w.IntSlider(value=5, min=1, max=16, description="at gamma"),
+        batch=w.SelectionSlider(options=[1, 2, 4, 8, 16, 32, 64, 128, 256], value=1),
+        context=w.SelectionSlider(options=[128, 512, 1024, 4096, 16384, 32768], value=1024),
     )
 
 

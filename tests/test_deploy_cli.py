@@ -88,3 +88,12 @@ def test_old_drafter_flags_are_aliases_of_the_grammar(capsys):
     code, new, _ = run(capsys, *base, "--drafter", "model:llama-3.2-1b", "--acceptance", "model=0.7")
     assert code == 0
     assert json.loads(old)["recommendations"] == json.loads(new)["recommendations"]
+
+
+def test_the_deployment_explorer_reads_every_acceptance_kind():
+    from roofline.explore import EXPLORER_KINDS, deployment_figure
+
+    titles = {k: deployment_figure(kind=k, value=0.7, measured_at=5).axes[0].get_title() for k in EXPLORER_KINDS}
+    assert titles["alpha"].startswith("given per-token rate alpha 0.7")
+    assert "vLLM draft acceptance rate 0.7 at 5" in titles["vllm-rate"] and "0.8834" in titles["vllm-rate"]
+    assert "mean accepted length 4.5" in titles["mean"]
