@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import importlib
 import os
 import sys
 from collections.abc import Callable
@@ -330,6 +331,10 @@ def cmd_measure_spec(args: argparse.Namespace) -> int:
     return 0
 
 
+#: measure subcommands with a module of their own, each exposing ``add_parser(msub)``
+MEASURE_COMMAND_MODULES = ("measure_serve",)
+
+
 def register(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     """Add ``measure device|bench|sweep|fit|spec`` to the top-level subparsers ``sub``."""
     meas = sub.add_parser("measure", help="measure this device (needs specroof[measure])")
@@ -414,3 +419,6 @@ def register(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     g3.add_argument("--overwrite", action="store_true", help="replace the check saved in --out")
     _add_json(p)
     p.set_defaults(func=cmd_measure_spec)
+    # commands that live in a module of their own (specroof/commands/measure_*.py)
+    for name in MEASURE_COMMAND_MODULES:
+        importlib.import_module(f"specroof.commands.{name}").add_parser(msub)

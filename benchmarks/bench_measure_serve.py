@@ -1,0 +1,50 @@
+"""Real continuous batching against the serving simulator on this CPU: ``specroof measure serve`` at three rates.
+
+Runs :func:`measure.serve_check.serve_check` (the offline pair, 4 KV slots, off and
+static:3, light / near-saturation / overloaded rates) and writes the side-by-side, the
+verdicts and the machine's load into BENCHMARKS.md. The machine may be shared: the load
+average before and after the run is part of the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from benchmarks.record import record
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--budget", type=float, default=240.0)
+    ap.add_argument("--no-record", action="store_true")
+    args = ap.parse_args()
+    from measure.serve_check import serve_check
+    from specroof.commands.measure_serve import text
+
+    before = os.getloadavg()
+    check = serve_check(budget_s=args.budget, progress=False, log=print)
+    after = os.getloadavg()
+    out = text(check)
+    print(out)
+    t = check.table
+    errs = t[[c for c in t.columns if c.endswith("_rel_error") and not c.startswith("e2e")]].abs()
+    within = int((errs <= 0.15).to_numpy().sum())
+    agree = int(check.verdicts["agree"].sum())
+    body = (
+        f"Load average (1, 5, 15 min) before: {before[0]:.2f}, {before[1]:.2f}, {before[2]:.2f}; "
+        f"after: {after[0]:.2f}, {after[1]:.2f}, {after[2]:.2f}.\n\n"
+        f"```\n{out}\n```\n\n"
+        f"{within} of {errs.size} TTFT/TPOT p50/p90 figures within 15% of the real engine's; "
+        f"verdicts agree at {agree} of {len(check.verdicts)} rates. "
+        "Real: measure.serve (prefill as its own pass after each decode round, the draft model prefilled too); "
+        "simulated: roofline.serving.simulate with max_seqs = slots, one prefill chunk per prompt, the profile "
+        "fitted here plus the engine's host time per pass, and the acceptance the real run measured."
+    )
+    if not args.no_record:
+        record("measure serve: real continuous batching vs the simulator (CPU)", body,
+               f"python -m benchmarks.bench_measure_serve --budget {args.budget:g}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

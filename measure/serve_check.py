@@ -1,0 +1,335 @@
+"""``measure serve``: replay one arrival trace through real continuous batching and through the simulator, side by side.
+
+1. the offline pair (:mod:`measure.pair`) at its trained width, fp32, on ``threads`` CPU threads;
+2. a short verify sweep of the target and of the draft (:func:`measure.sweep.sweep`) and one
+   joint fit (:func:`measure.fit.fit`, the two depths separate the per-pass from the
+   per-layer overhead) on the microbenchmarked profile: the device's fitted profile;
+3. a calibration burst per policy (``slots`` requests arriving at once): the engine's own
+   host time per round beyond the fitted passes (scheduling, acceptance, commit), which the
+   simulator's measured profile can only carry as a per-pass overhead, so it is spread over
+   the round's passes (:func:`host_overhead_per_pass`);
+4. per rate (light, near saturation, overloaded: fractions of the plain engine's capacity
+   read off the calibration) and per policy: the same trace (arrival times, input and output
+   lengths) replayed for real (:func:`measure.serve.serve`) and simulated
+   (:func:`roofline.serving.simulate`) with ``max_seqs`` = the slots, no chunked prefill, the
+   fitted profile plus that host term, and the acceptance the real run measured;
+5. TTFT and TPOT p50/p90 of both, their relative errors, and each side's verdict on whether
+   speculation pays at each rate (``e2e_p50_s``, the simulator's default).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from measure.budget import Budget, WorkBar
+from measure.serve import ServeResult, engine_policy, serve
+from measure.timing import cpu_threads
+from roofline.errors import SpecroofError
+from roofline.hardware import Hardware
+from roofline.serving import pricing_context, simulate, step_prices, synthetic
+from roofline.serving.metrics import percentile
+from roofline.serving.workload import Workload
+
+#: request rates as fractions of the plain engine's measured capacity: light, near saturation, overloaded
+RATE_FRACTIONS = (0.3, 0.9, 1.5)
+#: the latency columns compared
+METRICS = ("ttft_p50_s", "ttft_p90_s", "tpot_p50_s", "tpot_p90_s", "e2e_p50_s")
+#: the metric a verdict (does speculation pay) is read on
+VERDICT_METRIC = "e2e_p50_s"
+
+
+@dataclass(frozen=True)
+class ServeCheck:
+    """The side-by-side: ``table`` (one row per rate and policy), ``verdicts`` (one row per rate), the per-request
+    rows of both sides, the fitted profile, the host term per policy and the settings."""
+
+    table: pd.DataFrame
+    verdicts: pd.DataFrame
+    measured: pd.DataFrame
+    simulated: pd.DataFrame
+    hardware: Hardware
+    host_per_pass_s: dict[str, float]
+    settings: dict[str, Any]
+
+
+def latency_summary(requests: pd.DataFrame) -> dict[str, float]:
+    """TTFT, TPOT and E2E p50/p90 of one run's request rows (the simulator's definitions)."""
+    out: dict[str, float] = {}
+    for m in ("ttft", "tpot", "e2e"):
+        for q in (50, 90):
+            out[f"{m}_p{q}_s"] = percentile(requests[f"{m}_s"], q)
+    return out
+
+
+def _prices(hw: Hardware, target: Any, draft: Any, gamma: int, slots: int, max_tokens: int, ctx_top: int) -> Any:
+    from roofline.drafters import DraftModel
+
+    ctx = pricing_context(target, hw, dtype="fp32")
+    return step_prices(
+        ctx,
+        DraftModel(draft) if gamma else None,
+        max_gamma=gamma,
+        max_batch=slots,
+        max_tokens=max_tokens,
+        max_context=ctx_top,
+    )
+
+
+def with_pass_overhead(hw: Hardware, extra_s: float) -> Hardware:
+    """The profile with ``extra_s`` more fixed time per pass (its ``[measured]`` block)."""
+    m = hw.measured
+    if m is None:
+        raise SpecroofError(f"{hw.id} has no [measured] block to add a host overhead to")
+    return dataclasses.replace(
+        hw, measured=dataclasses.replace(m, pass_overhead_s=(m.pass_overhead_s or 0.0) + extra_s)
+    )
+
+
+def host_overhead_per_pass(
+    run: ServeResult, hw: Hardware, target: Any, draft: Any, gamma: int, max_tokens: int
+) -> tuple[float, float]:
+    """(extra seconds per pass, median residual per round): the engine's decode rounds against the fitted prices.
+
+    The residual of each decode-only round is its measured time minus the simulator's price of
+    it; the median residual is spread over the passes of a round so that the profile with that
+    much more per-pass overhead prices a median round at what it measured. Negative when the
+    fitted passes already cost more than the rounds took (kept: the comparison must not hide it).
+    """
+    s = run.steps[(run.steps["decode_batch"] > 0) & (run.steps["prefills"] == 0)]
+    if s.empty:
+        raise SpecroofError("the calibration burst ran no decode-only round")
+    top = int(s["decode_context_tokens"].max() / max(1, s["decode_batch"].min())) + gamma + 8
+    slots = int(s["decode_batch"].max())
+    p0 = _prices(hw, target, draft, gamma, slots, max_tokens, top)
+    probe = 1e-3
+    p1 = _prices(with_pass_overhead(hw, probe), target, draft, gamma, slots, max_tokens, top)
+    b = s["decode_batch"].to_numpy()
+    c = s["decode_context_tokens"].to_numpy() / b
+    pred0 = np.array([float(p0.decode_time(gamma, int(bb), cc)) for bb, cc in zip(b, c, strict=True)])
+    pred1 = np.array([float(p1.decode_time(gamma, int(bb), cc)) for bb, cc in zip(b, c, strict=True)])
+    resid = float(np.median(s["t_decode_s"].to_numpy() - pred0))
+    passes = float(np.median((pred1 - pred0) / probe))  # passes per round, as the prices count them
+    return resid / passes, resid
+
+
+def _prompts(w: Workload, seed: int) -> list[list[int]]:
+    from measure.pair import held_out_prompts
+
+    top = int(w.input_tokens.max())
+    base = held_out_prompts(w.n, length=top, seed=seed)
+    return [p[: int(n)] for p, n in zip(base, w.input_tokens, strict=True)]
+
+
+def serve_check(
+    *,
+    policies: Sequence[str] = ("off", "static:3"),
+    rates: Sequence[float] | None = None,
+    slots: int = 4,
+    requests: int | None = None,
+    input_len: str | int = 32,
+    output_len: str | int = "uniform:16-48",
+    budget_s: float | None = 240.0,
+    threads: int | None = 1,
+    seed: int = 0,
+    statistic: str = "median",
+    progress: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> ServeCheck:
+    """Measure serving on this CPU and simulate the same traces (module docstring); ``budget_s`` bounds the run."""
+    from measure.fit import fit
+    from measure.microbench import measure_profile
+    from measure.pair import load_pair
+    from measure.spec_check import sweep_tokens
+    from measure.sweep import sweep
+
+    say = log or (lambda _m: None)
+    pols = [engine_policy(p) for p in policies]
+    if len({p.name for p in pols}) != len(pols):
+        raise SpecroofError(f"policies repeat: {', '.join(p.name for p in pols)}")
+    if not any(p.kind == "off" for p in pols):
+        raise SpecroofError("the policies must include off: the verdicts compare speculation against it")
+    if any(p.kind == "tree" for p in pols):
+        raise SpecroofError("the side-by-side compares off and static:G chains (measure.serve.serve runs trees)")
+    if not (isinstance(slots, int) and 1 <= slots <= 64):
+        raise SpecroofError(f"slots must be a whole number in [1, 64] (got {slots!r})")
+    if statistic not in ("min", "median"):
+        raise SpecroofError(f"statistic must be 'min' or 'median' (got {statistic!r})")
+    from measure.specval import machine_load
+
+    bud = Budget(budget_s)
+    load0 = machine_load()
+    gammas = sorted({p.gamma for p in pols if p.speculates})
+    with cpu_threads(threads):
+        target, draft, _ = load_pair(dtype="fp32")
+        base = synthetic(requests or 100_000, input_len, output_len, seed=seed)
+        max_in, max_out = int(base.input_tokens.max()), int(base.output_tokens.max())
+        say("microbenchmarks (a-priori profile) ...")
+        import tempfile
+        from pathlib import Path
+
+        with tempfile.TemporaryDirectory() as tmp:
+            apriori = measure_profile(Path(tmp) / "apriori.toml", "cpu", ("fp32",))
+        say("verify sweeps of the target and the draft, then one fit ...")
+        kw = dict(
+            batch=sorted({1, max(1, slots // 2), slots}),
+            context=[max_in, max_in + max_out],
+            dtype=["fp32"],
+            device="cpu",
+            hardware=apriori,
+            repeats=5,
+            rounds=2,
+            progress=False,
+        )
+        n_tok = sorted(set(sweep_tokens(gammas or [1], [slots])) | {max_in})
+        df = pd.concat(
+            [sweep(target, new_tokens=n_tok, **kw), sweep(draft, new_tokens=[1, 2, 3, 4, max_in], **kw)],
+            ignore_index=True,
+        )
+        specs = {target.spec.name: target.spec, draft.spec.name: draft.spec}
+        fitted = fit(df, specs, apriori, statistic=statistic)
+        say(f"fitted profile: MAPE {100 * fitted.mape:.1f}% over {fitted.n_points} passes")
+        max_tokens = max(slots * (max(gammas or [0]) + 1), 1) + slots * max_in
+        # calibration: a burst of `slots` requests per policy (one full batch decoding together)
+        cal_w = synthetic(slots * 3, input_len, output_len, seed=seed + 7)
+        cal_prompts = _prompts(cal_w, seed + 7)
+        host: dict[str, float] = {}
+        resid: dict[str, float] = {}
+        plain_step = prefill_s = math.nan
+        for p in pols:
+            run = serve(
+                target,
+                cal_prompts,
+                np.zeros(cal_w.n),
+                cal_w.output_tokens,
+                policy=p,
+                drafter=draft,
+                slots=slots,
+            )
+            host[p.name], resid[p.name] = host_overhead_per_pass(
+                run, fitted.hardware, target.spec, draft.spec, p.gamma, max_tokens
+            )
+            if p.kind == "off":
+                full = run.steps[(run.steps["decode_batch"] == slots) & (run.steps["prefills"] == 0)]
+                plain_step = float(full["t_decode_s"].median())
+                pre = run.steps[run.steps["prefills"] > 0]
+                prefill_s = float(pre["t_prefill_s"].sum() / pre["prefills"].sum())
+        mean_out = float(base.output_tokens.mean())
+        # requests per second the plain engine serves with full batches: its decode share plus its own prefill
+        capacity = 1.0 / (mean_out * plain_step / slots + prefill_s)
+        rate_list = sorted(rates) if rates is not None else [round(f * capacity, 2) for f in RATE_FRACTIONS]
+        if any(not (r > 0 and math.isfinite(r)) for r in rate_list):
+            raise SpecroofError(f"rates must be positive request rates (got {rate_list})")
+        # requests per run: the runs left (rates x policies) share what remains of the budget
+        runs = len(rate_list) * len(pols)
+        per_run = bud.remaining_s * 0.85 / runs if budget_s is not None else 30.0
+        n = requests or int(max(8, min(2000, per_run / (1.0 / min(rate_list) + 1.0 / capacity) * 1.0)))
+        w0 = base.subset(np.arange(min(n, base.n)))
+        prompts = _prompts(w0, seed)
+        say(
+            f"plain full-batch step {1e3 * plain_step:.2f} ms -> capacity ~{capacity:.1f} req/s; rates {rate_list}; "
+            f"{w0.n} requests per run; host per pass: " + ", ".join(f"{k} {1e6 * v:+.0f} us" for k, v in host.items())
+        )
+        predicted = sum(max(w0.n / r, w0.n / capacity) for r in rate_list) * len(pols)
+        bar = WorkBar(predicted, "measure serve", progress)
+        rows, meas_frames, sim_frames = [], [], []
+        for r in rate_list:
+            w = w0.at_rate(r)
+            for p in pols:
+                if bud.expired() and rows:
+                    say(f"budget spent: stopped before rate {r} {p.name}")
+                    break
+                run = serve(target, prompts, w.arrival_s, w.output_tokens, policy=p, drafter=draft, slots=slots)
+                e = run.mean_tokens_per_round
+                sim = simulate(
+                    hardware=with_pass_overhead(fitted.hardware, host[p.name]),
+                    target=target.spec,
+                    drafter=draft.spec if p.speculates else None,
+                    acceptance=f"mean:{e}@{p.gamma}" if p.speculates else 0.7,
+                    policy=[p],
+                    rates=None,
+                    trace=w,
+                    dtype="fp32",
+                    max_seqs=slots,
+                    max_tokens=max_tokens,
+                    kv_capacity_tokens=1 << 30,
+                    seed=seed,
+                )
+                mq, sq = run.requests, sim.requests
+                ms, ss = latency_summary(mq), latency_summary(sq)
+                row: dict[str, Any] = {"rate_req_s": r, "policy": p.name, "requests": w.n}
+                for k in METRICS:
+                    row[f"{k.removesuffix('_s')}_measured_s"] = ms[k]
+                    row[f"{k.removesuffix('_s')}_simulated_s"] = ss[k]
+                    row[f"{k.removesuffix('_s')}_rel_error"] = (ss[k] - ms[k]) / ms[k]
+                row["tokens_per_round"] = e
+                row["throughput_measured_tok_s"] = float(mq["output_tokens"].sum()) / run.duration_s
+                row["mean_batch_measured"] = float(
+                    np.average(run.steps["decode_batch"], weights=run.steps["end_s"] - run.steps["start_s"])
+                )
+                rows.append(row)
+                meas_frames.append(mq.assign(rate_req_s=r, policy=p.name))
+                sim_frames.append(sq.assign(rate_req_s=r, policy=p.name))
+                bar.update(max(w.n / r, w.n / capacity), f"rate {r} {p.name}")
+        bar.close()
+    table = pd.DataFrame(rows)
+    verdicts = _verdicts(table, [p.name for p in pols])
+    settings = {
+        "slots": slots,
+        "threads": threads,
+        "statistic": statistic,
+        "fit_mape": fitted.mape,
+        "fit_params": fitted.params,
+        "capacity_req_s": capacity,
+        "plain_step_s": plain_step,
+        "host_residual_per_round_s": resid,
+        "input_len": str(input_len),
+        "output_len": str(output_len),
+        "target": target.spec.name,
+        "draft": draft.spec.name,
+        "prefill_per_request_s": prefill_s,
+        "seconds": bud.elapsed_s,
+        "load": {k: v for k, v in machine_load(load0["ticks"]).items() if k != "ticks"},
+    }
+    return ServeCheck(
+        table,
+        verdicts,
+        pd.concat(meas_frames, ignore_index=True),
+        pd.concat(sim_frames, ignore_index=True),
+        fitted.hardware,
+        host,
+        settings,
+    )
+
+
+def _verdicts(table: pd.DataFrame, policies: list[str]) -> pd.DataFrame:
+    """Per rate and speculating policy: does it beat off on ``VERDICT_METRIC``, measured and simulated."""
+    out = []
+    m = VERDICT_METRIC.removesuffix("_s")
+    for r, grp in table.groupby("rate_req_s"):
+        g = grp.set_index("policy")
+        if "off" not in g.index:
+            continue
+        for p in policies:
+            if p == "off" or p not in g.index:
+                continue
+            meas = bool(g.at[p, f"{m}_measured_s"] < g.at["off", f"{m}_measured_s"])
+            simu = bool(g.at[p, f"{m}_simulated_s"] < g.at["off", f"{m}_simulated_s"])
+            out.append(
+                {
+                    "rate_req_s": r,
+                    "policy": p,
+                    "pays_measured": meas,
+                    "pays_simulated": simu,
+                    "agree": meas == simu,
+                    "ratio_measured": g.at[p, f"{m}_measured_s"] / g.at["off", f"{m}_measured_s"],
+                    "ratio_simulated": g.at[p, f"{m}_simulated_s"] / g.at["off", f"{m}_simulated_s"],
+                }
+            )
+    return pd.DataFrame(out)

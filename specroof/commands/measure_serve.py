@@ -1,0 +1,121 @@
+"""``specroof measure serve``: real continuous batching of the offline pair here, and the simulator on the same traces.
+
+Replays one arrival trace per request rate (light, near saturation, overloaded unless
+``--rate`` is given) through :func:`measure.serve.serve` (KV slots, prefill on arrival,
+ragged speculative rounds) and through :func:`roofline.serving.simulate` priced by the
+profile fitted here, and prints TTFT and TPOT p50/p90 of both with their relative errors
+and each side's verdict on whether speculation pays (``measure.serve_check``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from typing import Any
+
+from roofline.errors import SpecroofError
+from specroof.shell import _add_json, _note, emit, float_list
+
+
+def cmd_measure_serve(args: argparse.Namespace) -> int:
+    from measure.serve_check import serve_check
+
+    if not (args.budget > 0 and math.isfinite(args.budget)):
+        raise SpecroofError(f"--budget must be a positive number of seconds (got {args.budget})")
+    if args.threads is not None and args.threads < 1:
+        raise SpecroofError(f"--threads must be >= 1 (got {args.threads})")
+    if args.requests is not None and args.requests < 2:
+        raise SpecroofError(f"--requests must be >= 2 (got {args.requests})")
+    if args.rate is not None and any(not (r > 0 and math.isfinite(r)) for r in args.rate):
+        raise SpecroofError(f"--rate takes positive request rates (got {args.rate})")
+    out = Path(args.out) if args.out else None
+    if out is not None and out.exists() and not out.is_dir():
+        raise SpecroofError(f"--out {args.out!r} is a file, not a folder")
+    check = serve_check(
+        policies=args.policy or ["off", "static:3"],
+        rates=args.rate,
+        slots=args.slots,
+        requests=args.requests,
+        input_len=args.input_len,
+        output_len=args.output_len,
+        budget_s=args.budget,
+        threads=args.threads,
+        seed=args.seed,
+        progress=not args.json,
+        log=lambda msg: _note(args, msg),
+    )
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        check.table.to_csv(out / "side_by_side.csv", index=False)
+        check.verdicts.to_csv(out / "verdicts.csv", index=False)
+        check.measured.to_csv(out / "requests_measured.csv", index=False)
+        check.simulated.to_csv(out / "requests_simulated.csv", index=False)
+    payload: dict[str, Any] = {
+        "table": check.table.to_dict(orient="records"),
+        "verdicts": check.verdicts.to_dict(orient="records"),
+        "host_per_pass_s": check.host_per_pass_s,
+        "settings": check.settings,
+        "out": str(out) if out else None,
+    }
+    emit(args, payload, text(check))
+    return 0
+
+
+def text(check: Any) -> str:
+    """The side-by-side as the terminal shows it: milliseconds, errors in percent, one verdict line per rate."""
+    t = check.table
+    rows = []
+    for _, r in t.iterrows():
+        row = {"rate req/s": r["rate_req_s"], "policy": r["policy"]}
+        for m in ("ttft_p50", "ttft_p90", "tpot_p50", "tpot_p90"):
+            row[f"{m} ms real"] = 1e3 * r[f"{m}_measured_s"]
+            row[f"{m} ms sim"] = 1e3 * r[f"{m}_simulated_s"]
+            row[f"{m} err"] = f"{100 * r[f'{m}_rel_error']:+.0f}%"
+        rows.append(row)
+    import pandas as pd
+
+    s = check.settings
+    load = s.get("load", {})
+    lines = [
+        f"offline pair ({s['target']} + {s['draft']}), fp32, {s['threads'] or 'all'} thread(s), {s['slots']} KV slots; "
+        f"load average {load.get('load_avg_1m', float('nan')):.2f} over {load.get('cpus')} CPUs",
+        f"fitted profile: MAPE {100 * s['fit_mape']:.1f}%; plain full-batch step {1e3 * s['plain_step_s']:.2f} ms, "
+        f"prefill {1e3 * s['prefill_per_request_s']:.2f} ms per request -> capacity ~{s['capacity_req_s']:.1f} req/s",
+        "host time per pass added to the simulator's profile: "
+        + ", ".join(f"{k} {1e6 * v:+.0f} us" for k, v in check.host_per_pass_s.items()),
+        pd.DataFrame(rows).round(2).to_string(index=False),
+    ]
+    for _, v in check.verdicts.iterrows():
+        lines.append(
+            f"rate {v['rate_req_s']:g} req/s, {v['policy']}: speculation pays (E2E p50) "
+            f"real {'yes' if v['pays_measured'] else 'no'} ({v['ratio_measured']:.2f}x), "
+            f"sim {'yes' if v['pays_simulated'] else 'no'} ({v['ratio_simulated']:.2f}x)"
+            + ("" if v["agree"] else "  <- verdicts differ")
+        )
+    lines.append(f"{s['seconds']:.0f} s")
+    return "\n".join(lines)
+
+
+def add_parser(msub: Any) -> None:
+    """Register ``serve`` on the *measure* subparsers."""
+    p = msub.add_parser(
+        "serve",
+        help="real continuous batching (KV slots, ragged speculative rounds) on a trace, beside the simulator",
+    )
+    p.add_argument(
+        "--policy", action="append", default=None, help="off, static:G (repeatable; default: off and static:3)"
+    )
+    p.add_argument(
+        "--rate", type=float_list, default=None, help="request rates (default: light, near saturation, over)"
+    )
+    p.add_argument("--slots", type=int, default=4, help="KV slots: the most requests decoding at once (default 4)")
+    p.add_argument("--requests", type=int, default=None, help="requests per trace (default: as the budget allows)")
+    p.add_argument("--input-len", default="32", help="prompt tokens: N, uniform:A-B or lognormal:MEDIAN,SIGMA")
+    p.add_argument("--output-len", default="uniform:16-48", help="output tokens: N, uniform:A-B or lognormal:M,S")
+    p.add_argument("--threads", type=int, default=1, help="CPU threads (default 1)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--budget", type=float, default=240.0, help="seconds for the whole run (default 240)")
+    p.add_argument("--out", default=None, help="folder for the side-by-side and per-request CSVs")
+    _add_json(p)
+    p.set_defaults(func=cmd_measure_serve)

@@ -1,0 +1,176 @@
+"""Real continuous batching (measure.serve): lossless whatever joins or leaves, scheduler invariants, a short replay."""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import pandas as pd
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from measure.decode import autoregressive_generate  # noqa: E402
+from measure.models import Transformer  # noqa: E402
+from measure.serve import serve  # noqa: E402
+from measure.serve_check import _verdicts, latency_summary, with_pass_overhead  # noqa: E402
+from roofline import SpecroofError  # noqa: E402
+from roofline.hardware import Hardware, Measured  # noqa: E402
+from roofline.model import ModelSpec  # noqa: E402
+
+SPEC = ModelSpec("target", 4, 64, 4, 2, 16, 128, 50, max_context=1024)
+
+
+@pytest.fixture(scope="module")
+def pair():
+    torch.manual_seed(0)
+    target = Transformer(SPEC, dtype="fp32", init_std=0.08)
+    draft = Transformer(SPEC.replace(n_layers=1, name="draft"), dtype="fp32", init_std=0.08)
+    with torch.no_grad():  # a draft sharing the target's embedding and first layer agrees often
+        draft.embed_tokens.weight.copy_(target.embed_tokens.weight)
+        draft.lm_head.weight.copy_(target.lm_head.weight)
+        draft.layers[0].load_state_dict(target.layers[0].state_dict())
+    return target, draft
+
+
+class FakeClock:
+    """Advances a fixed tick per reading: the replay is deterministic, whatever the machine's load."""
+
+    def __init__(self, tick: float = 0.01) -> None:
+        self.t, self.tick = 0.0, tick
+
+    def __call__(self) -> float:
+        self.t += self.tick
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.t += s
+
+
+def _trace(n: int, seed: int) -> tuple[list[list[int]], np.ndarray, list[int]]:
+    rng = np.random.default_rng(seed)
+    prompts = [rng.integers(0, 50, int(rng.integers(1, 9))).tolist() for _ in range(n)]
+    outs = rng.integers(1, 22, n).tolist()
+    outs[0] = 1  # a one-token request leaves at its prefill
+    return prompts, np.sort(rng.uniform(0.0, 1.2, n)), outs
+
+
+def _plain(target, prompts, outs):
+    # a one-token prompt is padded by the baseline's own rule (it needs 2 tokens): compare those apart
+    return [
+        autoregressive_generate(target, [p], o).tokens[0] if len(p) >= 2 else None
+        for p, o in zip(prompts, outs, strict=True)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("policy", "which"),
+    [("off", None), ("static:1", "draft"), ("static:3", "draft"), ("static:2", "early-exit"), ("tree:medusa", "draft")],
+)
+@pytest.mark.parametrize("slots", [1, 3])
+def test_greedy_serving_emits_each_requests_plain_decoding(pair, policy, which, slots):
+    target, draft = pair
+    prompts, arr, outs = _trace(12, seed=slots)
+    drafter = {"draft": draft, "early-exit": 2, None: None}[which]
+    clock = FakeClock()
+    res = serve(target, prompts, arr, outs, policy=policy, drafter=drafter, slots=slots, clock=clock, sleep=clock.sleep)
+    base = _plain(target, prompts, outs)
+    for i, b in enumerate(base):
+        if b is not None:
+            assert res.tokens[i] == b, f"request {i} under {policy}"
+        assert len(res.tokens[i]) == outs[i]
+    # joins and leaves really happened around running requests
+    assert (res.steps["prefills"] > 0).sum() >= 2
+    assert (res.steps["finished"] > 0).sum() >= 2
+    if slots > 1:
+        assert ((res.steps["decode_batch"] > 0) & (res.steps["prefills"] > 0)).any()
+
+
+def test_one_token_prompts_are_served_beside_others(pair):
+    target, _ = pair
+    clock = FakeClock()
+    res = serve(target, [[5], [7, 5]], [0.0, 0.0], [6, 6], slots=2, clock=clock, sleep=clock.sleep)
+    assert res.tokens[1] == autoregressive_generate(target, [[7, 5]], 6).tokens[0]
+    assert len(res.tokens[0]) == 6
+
+
+def test_scheduler_invariants(pair):
+    target, draft = pair
+    prompts, arr, outs = _trace(16, seed=4)
+    clock = FakeClock(0.02)
+    res = serve(target, prompts, arr, outs, policy="static:2", drafter=draft, slots=2, clock=clock, sleep=clock.sleep)
+    q, s = res.requests, res.steps
+    assert (s["decode_batch"] <= 2).all() and (s["running_after"] <= 2).all()
+    assert (q["admitted_s"] >= q["arrival_s"]).all()
+    assert np.all(np.diff(q["admitted_s"]) >= 0)  # first come, first served
+    assert (q["first_token_s"] > q["admitted_s"]).all() and (q["finish_s"] >= q["first_token_s"]).all()
+    assert (q["generated_tokens"] == q["output_tokens"]).all()
+    one = q["output_tokens"] == 1
+    assert (q.loc[one, "finish_s"] == q.loc[one, "first_token_s"]).all()
+    assert q.loc[~one, "tpot_s"].gt(0).all() and q.loc[one, "tpot_s"].isna().all()
+    # nobody waits while a slot is free: every iteration between a request's arrival and its admission
+    # started with all slots taken (the running requests and that iteration's newcomers)
+    waited = q[q["admitted_s"] > q["arrival_s"]]
+    assert len(waited) > 0
+    for _, r in waited.iterrows():
+        between = s[(s["start_s"] > r["arrival_s"]) & (s["start_s"] < r["admitted_s"])]
+        assert (between["decode_batch"] + between["prefills"] == 2).all()
+    assert res.mean_tokens_per_round >= 1.0
+    assert set(latency_summary(q)) == {f"{m}_p{p}_s" for m in ("ttft", "tpot", "e2e") for p in (50, 90)}
+
+
+def test_a_short_wall_clock_replay(pair):
+    target, draft = pair
+    prompts, _, outs = _trace(6, seed=9)
+    arr = np.linspace(0.0, 0.05, 6)
+    res = serve(target, prompts, arr, outs, policy="static:2", drafter=draft, slots=3)
+    q = res.requests
+    assert q["finish_s"].notna().all() and (q["ttft_s"] > 0).all() and (q["e2e_s"] >= q["ttft_s"]).all()
+    assert res.duration_s >= 0.05 and res.policy == "static:2"
+
+
+def test_refusals(pair):
+    target, draft = pair
+    with pytest.raises(SpecroofError, match="off, static:G and tree"):
+        serve(target, [[1, 2]], [0.0], [3], policy="goodput", drafter=draft)
+    with pytest.raises(SpecroofError, match="give a drafter"):
+        serve(target, [[1, 2]], [0.0], [3], policy="static:2")
+    with pytest.raises(SpecroofError, match="sorted"):
+        serve(target, [[1, 2], [3, 4]], [1.0, 0.0], [3, 3])
+    with pytest.raises(SpecroofError, match="slots"):
+        serve(target, [[1, 2]], [0.0], [3], slots=0)
+    with pytest.raises(SpecroofError, match="output_tokens"):
+        serve(target, [[1, 2]], [0.0], [0])
+
+
+def test_verdicts_and_the_host_term():
+    t = pd.DataFrame(
+        {
+            "rate_req_s": [1.0, 1.0, 9.0, 9.0],
+            "policy": ["off", "static:3", "off", "static:3"],
+            "e2e_p50_measured_s": [1.0, 0.8, 1.0, 1.2],
+            "e2e_p50_simulated_s": [1.0, 0.7, 1.0, 0.9],
+        }
+    )
+    v = _verdicts(t, ["off", "static:3"])
+    assert v["pays_measured"].tolist() == [True, False]
+    assert v["pays_simulated"].tolist() == [True, True]
+    assert v["agree"].tolist() == [True, False]
+    hw = Hardware("cpu-x", "x", 1e10, {"fp32": 1e11}, measured=Measured(1e10, {"fp32": 1e11}, pass_overhead_s=1e-4))
+    assert with_pass_overhead(hw, 2e-4).measured.pass_overhead_s == pytest.approx(3e-4)
+    with pytest.raises(SpecroofError, match="measured"):
+        with_pass_overhead(Hardware("cpu-y", "y", 1e10, {"fp32": 1e11}), 1e-4)
+
+
+def test_the_command_registers_and_checks_its_numbers():
+    from specroof.commands.measure_serve import add_parser, cmd_measure_serve
+
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    args = parser.parse_args(["serve", "--policy", "off", "--policy", "static:2", "--rate", "2,8", "--budget", "0"])
+    assert args.policy == ["off", "static:2"] and args.rate == [2.0, 8.0]
+    with pytest.raises(SpecroofError, match="--budget"):
+        cmd_measure_serve(args)
+    args = parser.parse_args(["serve", "--rate", "0"])
+    with pytest.raises(SpecroofError, match="--rate"):
+        cmd_measure_serve(args)
