@@ -21,8 +21,10 @@ The grammar (:func:`as_drafter`, the only resolver; ``named_drafter`` is the sam
 * ``medusa[:HEADS]``: HEADS (default 5) heads, each a d x d residual block and its own
   d x vocab projection, evaluated once on the last hidden state; Medusa's
   ``mc_sim_7b_63`` tree (63 nodes).
-* ``hydra``: heads like Medusa's, each conditioned on the previous head's token, so they
-  run one after another: one pass per tree level (Medusa's tree).
+* ``hydra``: Hydra++ as released (:class:`Hydra`): a prefix decoder layer, then four
+  heads (4-layer MLPs conditioned on the path's tokens, each with its own LM head) one
+  after another, one per tree level over that level's expanded nodes; Hydra's default
+  tree (``mc_sim_7b_63``, the same 63 nodes as Medusa's).
 * ``model:NAME_OR_CONFIG``: a separate draft model (SpS); a bare preset name, a
   config.json path or a :class:`roofline.model.ModelSpec` mean the same.
 * ``early-exit:L``: the target's first L layers (LayerSkip); ``prompt-lookup[:MATCH]``: n-grams
@@ -33,9 +35,12 @@ The grammar (:func:`as_drafter`, the only resolver; ``named_drafter`` is the sam
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -47,6 +52,8 @@ from roofline.errors import SpecroofError, check_min
 from roofline.model import ModelSpec, get_model
 from roofline.passtime import memory_footprint, pass_cost, pass_seconds
 from roofline.pricing import Pricing, pricing_of
+from roofline.timemodel import _dense_layer_kernels as dense_layer_kernels
+from roofline.timemodel import combine
 from roofline.trees import Tree
 
 Array = npt.NDArray[np.float64]
@@ -482,18 +489,113 @@ TREE_PRESETS: dict[str, Tree] = {
     "medusa": Tree.from_paths(MEDUSA_TREE_PATHS),
     "eagle2": _dynamic_tree(59, 5, 10),
     "eagle3": _dynamic_tree(59, 7, 10),
+    # Hydra's own default (hydra_choices = mc_sim_7b_63 in Spec-Bench's evaluation/inference_hydra.py and in
+    # HydraModel.hydra_generate; model/hydra/hydra_choices.py): the same 63 rank paths as Medusa's file
+    "hydra": Tree.from_paths(MEDUSA_TREE_PATHS),
 }
 
 
-def tree_preset(tree: Tree | str | Sequence[int]) -> Tree:
-    """A :class:`Tree` from itself, a preset name (:data:`TREE_PRESETS`) or a parent array."""
+#: how ``--tree`` / ``tree=`` may be written, for the error messages and the CLI's help
+TREE_FORMS = (
+    "a preset ({presets}), an inline parent array (parents:-1,0,0,1), rank paths (Medusa choices or vLLM's "
+    "speculative_token_tree: [[0],[1],[0,0]] or [(0,), (1,), (0, 0)]), or a JSON file holding one of those, "
+    '{{"parents": [...]}} or a Sequoia growmap {{"Successors": [...]}}'
+)
+
+
+def tree_preset(tree: Tree | str | Sequence[Any] | dict[str, Any]) -> Tree:
+    """The one tree parser: a :class:`Tree` from itself or from any form in :data:`TREE_FORMS`.
+
+    A list of integers is a parent array (-1: child of the committed prefix); a list of lists
+    is rank paths (each node the sibling ranks on its path: Medusa's ``medusa_choices``,
+    Hydra's ``hydra_choices``, EAGLE-1's ``choices.py``, vLLM's ``speculative_token_tree``); a
+    mapping with ``Successors`` is a Sequoia growmap (children per node, node 0 the root), with
+    ``parents`` the JSON :meth:`roofline.trees.Tree.to_json` writes, and with
+    ``speculative_token_tree`` a vLLM speculative config. Text is a preset name, ``parents:``
+    followed by the array, a literal of one of those, or a file holding one.
+    """
     if isinstance(tree, Tree):
         return tree
     if isinstance(tree, str):
-        if tree not in TREE_PRESETS:
-            raise SpecroofError(f"unknown tree {tree!r}: choose one of {', '.join(TREE_PRESETS)}")
-        return TREE_PRESETS[tree]
-    return Tree(list(tree))
+        return _tree_from_text(tree)
+    return _tree_from_data(tree, "tree")
+
+
+def _tree_forms() -> str:
+    return TREE_FORMS.format(presets=", ".join(TREE_PRESETS))
+
+
+def _tree_from_text(text: str) -> Tree:
+    t = text.strip()
+    if t in TREE_PRESETS:
+        return TREE_PRESETS[t]
+    kind, sep, rest = t.partition(":")
+    if sep and kind.strip().lower() == "parents":
+        items = rest.strip().strip("[]").replace(",", " ").split()
+        try:
+            parents = [int(x) for x in items]
+        except ValueError:
+            raise SpecroofError(
+                f"parents: takes whole numbers separated by commas, e.g. parents:-1,0,0,1 (got {rest!r})"
+            ) from None
+        return Tree(parents)
+    if t[:1] in "[({":
+        return _tree_from_data(_literal(t, "tree"), "tree")
+    path = Path(t).expanduser()
+    if path.is_file():
+        try:
+            body = path.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SpecroofError(f"cannot read the tree file {t!r}: {exc}") from None
+        return _tree_from_data(_literal(body, t), t)
+    raise SpecroofError(f"unknown tree {t!r}: give {_tree_forms()}")
+
+
+def _literal(text: str, where: str) -> Any:
+    """JSON, or a Python literal (vLLM's tuples, a list pasted from a choices file)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        pass
+    try:
+        return ast.literal_eval(text.strip())
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        raise SpecroofError(f"{where}: not JSON or a list literal; give {_tree_forms()}") from None
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+
+
+def _tree_from_data(data: Any, where: str) -> Tree:
+    if isinstance(data, Tree):
+        return data
+    if isinstance(data, str):  # vLLM's speculative_token_tree is a string of tuples
+        return _tree_from_data(_literal(data, where), where)
+    if isinstance(data, dict):
+        if "Successors" in data:
+            return Tree.from_sequoia(data)
+        if "parents" in data:
+            return Tree(_int_list(data["parents"], f"{where}: parents"), data.get("tokens"))
+        if "speculative_token_tree" in data:
+            return _tree_from_data(data["speculative_token_tree"], f"{where}: speculative_token_tree")
+        raise SpecroofError(f"{where}: a tree object needs 'parents', 'Successors' or 'speculative_token_tree'")
+    if isinstance(data, np.ndarray):
+        data = data.tolist()
+    if not isinstance(data, (list, tuple)):
+        raise SpecroofError(f"{where}: give {_tree_forms()} (got a {type(data).__name__})")
+    items = list(data)
+    if all(_is_int(x) for x in items):
+        return Tree([int(x) for x in items])
+    if all(isinstance(x, (list, tuple)) and x and all(_is_int(r) for r in x) for x in items):
+        return Tree.from_paths(items)
+    raise SpecroofError(f"{where}: a list must be a parent array of integers or rank paths such as [[0], [1], [0, 0]]")
+
+
+def _int_list(value: Any, where: str) -> list[int]:
+    if not isinstance(value, (list, tuple)) or not all(_is_int(x) for x in value):
+        raise SpecroofError(f"{where} must be a list of whole numbers (-1 for a child of the prefix)")
+    return [int(x) for x in value]
 
 
 @dataclass(frozen=True)
@@ -566,19 +668,175 @@ class MTP(Eagle):
 
 
 @dataclass(frozen=True)
-class SequentialHeads(Heads):
-    """Hydra: Medusa-shaped heads run one after another (each sees the previous head's token)."""
+class Hydra:
+    """Hydra++ as released for Vicuna (``hydra_head_arch = "prefix-mlp"``, ``grounded_heads``), priced as built.
+
+    From the Hydra source (zankner/Hydra README's Hydra++ training command: 4 heads, 4 MLP
+    layers, prefix-mlp, grounded; the copy Spec-Bench runs, hemingkx/Spec-Bench
+    model/hydra/hydra_heads/prefix_mlp_head.py, ``_grounded_proposal``):
+
+    * a **prefix layer**: one decoder layer of the target's shape (its own KV cache, no LM
+      head; its embedding table is allocated but never read) runs over the round's accepted
+      tokens' hidden states;
+    * **head i** (0-based, one per tree level) takes the prefix output concatenated with the
+      embeddings of the i + 1 tokens on the path so far: a residual block of two
+      ``(i + 2) d x d`` matrices, then ``layers - 1`` applications of one shared ``d x d``
+      block (``[Dropout, ResBlock] * (layers - 1)`` repeats the same module), and its own
+      ``d x vocab`` head. It runs over one row per node of level i that has children (the
+      root for head 0), so the heads run one after another;
+    * a Python loop over those nodes takes each one's top-k and gathers the embeddings of the
+      children that are themselves expanded, kernel by kernel; ``torch.tensor([argmax])``
+      reads the device once, after the prefix layer.
+
+    The draft is two kernel streams, each the larger of its device time (bytes and FLOPs
+    through the roofline) and its issue time (kernels x the engine's per-kernel host cost):
+    the prefix layer up to the read, then the heads (docs/cost-model.md, section 17).
+    """
+
+    n_heads: int = 4
+    layers: int = 4
+    name: str = "hydra"
+
+    def __post_init__(self) -> None:
+        check_min("hydra heads", self.n_heads, 1, integer=True)
+        check_min("hydra head layers", self.layers, 1, integer=True)
+
+    #: kernels of one head from the source: the conditioned block (two matrices, SiLU, add), each shared block
+    #: (matrix, SiLU, add) and the head's matrix
+    @property
+    def head_kernels(self) -> int:
+        return 4 + 3 * (self.layers - 1) + 1
+
+    def head_read_params(self, target: ModelSpec, i: int) -> float:
+        """Weights head ``i`` streams per evaluation (the shared block once per application)."""
+        d = target.d_model
+        return (2 * (i + 2) + (self.layers - 1)) * d * d + d * target.vocab_size
+
+    def head_params(self, target: ModelSpec) -> float:
+        """Weights every head holds (the shared block once)."""
+        d = target.d_model
+        shared = 1 if self.layers > 1 else 0
+        return float(sum((2 * (i + 2) + shared) * d * d + d * target.vocab_size for i in range(self.n_heads)))
+
+    def prefix_spec(self, target: ModelSpec) -> ModelSpec:
+        return dataclasses.replace(target, name=f"{self.name} prefix layer", n_layers=1, n_dense_layers=0)
+
+    @property
+    def default_tree(self) -> Tree:
+        return TREE_PRESETS["hydra"]
+
+    def _check_depth(self, depth: int) -> None:
+        if depth > self.n_heads:
+            raise SpecroofError(
+                f"{self.name} has {self.n_heads} heads, one per draft level: depth must lie in [0, {self.n_heads}] (got {depth})"
+            )
+
+    def _draft_s(self, ctx: Ctx, tree: Tree, batch: ArrayLike, context: ArrayLike) -> Array:
+        """Seconds of one proposal of ``tree`` (broadcast over ``batch`` and ``context``)."""
+        shape = np.broadcast_shapes(np.shape(batch), np.shape(context))
+        if tree.n_nodes == 0:
+            return np.zeros(shape)
+        self._check_depth(tree.depth)
+        pr, target = ctx.pricing, ctx.target
+        e = pr.engine
+        h = float(e.host_launch_s) if e is not None and e.launches else 0.0
+        # the nodes that have children, per level (level 0: the root), and those with a child that has children
+        has_children = np.zeros(tree.n_nodes + 1, dtype=bool)
+        has_children[tree.parents + 1] = True  # index 0 is the root
+        level = np.concatenate([[0], tree.depths])
+        parents = np.bincount(level[has_children], minlength=tree.depth)[: tree.depth]
+        parent_of = np.concatenate([[-1], tree.parents + 1])
+        grand = np.zeros_like(has_children)
+        grand[parent_of[has_children][parent_of[has_children] >= 0]] = True
+        expands = np.bincount(level[grand], minlength=tree.depth)[: tree.depth]
+        # 1. the prefix layer over the accepted tokens (at most depth + 1; at these sizes memory bound), then the read
+        prefix = _device_s(ctx, self.prefix_spec(target), batch, tree.depth + 1, context, skip=("embed", "lm_head"))
+        prefix = prefix + pr.time_model.layer_overhead_s
+        k_prefix = (
+            _layer_kernels(e) + (e.launches.get("norm", 0.0) if e is not None and h else 0.0) + 3
+        )  # the layer and the final norm; then argmax, the read (torch.tensor of it) and its embedding
+        seg_prefix = np.maximum(prefix, h * k_prefix)
+        # 2. the heads, one per level over that level's expanded nodes, and the loop's top-k and gathers
+        heads = sum(
+            _device_s(ctx, ModelSpec.from_params(self.head_read_params(target, i)), batch, int(r), 0)
+            for i, r in enumerate(parents.tolist())
+        )
+        k_heads = (
+            tree.depth * self.head_kernels + 2 * int(parents.sum()) + 3 * int(expands.sum())
+            + int(np.count_nonzero(expands)) + 2
+        )  # fmt: skip
+        seg_heads = np.maximum(heads, h * k_heads)
+        return np.broadcast_to(seg_prefix + seg_heads, shape).astype(float)
+
+    def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
+        g = np.asarray(gamma, dtype=np.int64)
+        gmax = int(np.max(g)) if g.size else 0
+        self._check_depth(gmax)
+        # a chain of g drafts is a g-level tree: at most n_heads + 1 distinct values to price
+        per = np.stack([self._draft_s(ctx, Tree.chain(k), batch, context) for k in range(gmax + 1)], axis=-1)
+        shape = np.broadcast_shapes(g.shape, per.shape[:-1])
+        per = np.broadcast_to(per, (*shape, gmax + 1))
+        return np.take_along_axis(per, np.broadcast_to(g, shape)[..., None], axis=-1)[..., 0]
+
+    def verify_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
+        return _verify(ctx, ctx.target, gamma, batch, context)
+
+    def extra_memory_bytes(self, ctx: Ctx, batch: ArrayLike, context: ArrayLike) -> Array:
+        t = ctx.target
+        prefix = self.prefix_spec(t)
+        # the prefix layer's weights with its (unused) embedding and final norm, its KV cache, and the heads
+        fp = memory_footprint(prefix, batch, context, weight_dtype=ctx.dtype, act_dtype=ctx.dtype)
+        prefix_params = prefix.total_params - (0 if t.tie_embeddings else t.lm_head_params)
+        weights = (prefix_params + self.head_params(t)) * dtype_bytes(ctx.dtype)
+        return np.asarray(fp.kv_bytes, dtype=float) + weights
 
     def tree_draft_time(self, ctx: Ctx, widths: Sequence[int], batch: int, context: int) -> float:
-        one = float(self.draft_time(ctx, np.asarray(1), batch, context)) / self.n_heads
-        return one * len(widths)
+        # widths alone do not say which nodes have children: price the widest-first tree of those widths
+        return float(self._draft_s(ctx, _tree_of_widths(widths), batch, context))
+
+    def tree_draft_time_of(self, ctx: Ctx, tree: Tree, batch: int, context: int) -> float:
+        """Seconds to draft exactly ``tree`` (which nodes have children sets the heads' rows)."""
+        return float(self._draft_s(ctx, tree, batch, context))
+
+
+#: the earlier name of :class:`Hydra`
+SequentialHeads = Hydra
+
+
+def _device_s(
+    ctx: Ctx, spec: ModelSpec, batch: ArrayLike, tokens: ArrayLike, context: ArrayLike, skip: tuple[str, ...] = ()
+) -> Array:
+    """Device seconds of one pass of ``spec`` without the engine's host terms, leaving out the operators in ``skip``."""
+    pr = ctx.pricing
+    cost = pass_cost(spec, pr, batch, tokens, context)
+    op_mem, op_comp = pr.time_model.operator_times(cost, pr.dtype, ctx.draft_tp)
+    op_t = combine(op_mem, op_comp, pr.time_model.overlap)
+    keep = np.array([name not in skip for name in cost.operators])
+    return np.asarray(np.sum(op_t[keep], axis=0), dtype=float)
+
+
+def _layer_kernels(engine: Any) -> float:
+    """Kernels an eager engine issues for one dense decoder layer (0 for an engine without a launch table)."""
+    if engine is None or not engine.launches:
+        return 0.0
+    return float(dense_layer_kernels(engine))
+
+
+def _tree_of_widths(widths: Sequence[int]) -> Tree:
+    """A tree with ``widths[l]`` nodes at level l + 1, each level's nodes handed to the nodes above in turn."""
+    parents: list[int] = []
+    start, prev = 0, [-1]
+    for w in (int(x) for x in widths):
+        parents.extend(prev[i % len(prev)] for i in range(w))
+        prev, start = list(range(start, start + w)), start + w
+    return Tree(parents)
 
 
 def default_tree(drafter: Any) -> Tree | None:
     """The tree a drafter ships with (EAGLE's, Medusa's), or None for chain drafters."""
     if isinstance(drafter, MTP):
         return None
-    if isinstance(drafter, Eagle):
+    if isinstance(drafter, (Eagle, Hydra)):
         return drafter.default_tree
     if isinstance(drafter, Heads):
         return TREE_PRESETS["medusa"]
@@ -593,7 +851,7 @@ def default_gamma(drafter: Any) -> int | None:
 
 def owns_weights(drafter: Any) -> bool:
     """Whether a drafter runs weights of its own (a draft model, heads, a block drafter), not the target's."""
-    return isinstance(drafter, (DraftModel, ParallelBlock, Heads))
+    return isinstance(drafter, (DraftModel, ParallelBlock, Heads, Hydra))
 
 
 def _count(name: str, text: str, example: str) -> int:
@@ -644,7 +902,7 @@ def as_drafter(d: Any, target: Any = None) -> Any:
         # bare "medusa" is the method as shipped (5 heads, its name); medusa:H is H such heads ("H heads")
         return Heads(_count("medusa heads", arg, "medusa:4")) if sep else Heads(5, name="medusa")
     if kind == "hydra" and not sep:
-        return SequentialHeads(5, name="hydra")
+        return Hydra()
     if kind in ("prompt-lookup", "pld", "ngram"):
         return PromptLookup(match_rate=_share(kind, arg) if sep else 1.0)
     if kind == "early-exit":
@@ -743,7 +1001,12 @@ def round_time(
     dctx = Ctx(target, draft if draft is not None else draft_pricing(pricing, d), draft_tp=draft_tp(pricing, d))
     host = pricing.round_host_s + round_overhead_s
     if isinstance(shape, Tree):
-        t_draft = np.asarray(float(d.tree_draft_time(dctx, shape.widths.tolist(), _scalar(batch), _scalar(context))))
+        if hasattr(d, "tree_draft_time_of"):  # a drafter whose cost depends on which nodes have children (Hydra)
+            t_draft = np.asarray(d.tree_draft_time_of(dctx, shape, _scalar(batch), _scalar(context)))
+        else:
+            t_draft = np.asarray(
+                float(d.tree_draft_time(dctx, shape.widths.tolist(), _scalar(batch), _scalar(context)))
+            )
         if verify_latency is not None:
             n = shape.n_nodes
             if n + 1 not in verify_latency and n not in verify_latency:

@@ -149,7 +149,8 @@ def predict_speedup(
     ``dtype``, ``weight_dtype``, ``kv_dtype`` and ``tp`` (not both). ``mean_accepted`` is
     the tokens per round (Spec-Bench's "#mean accepted tokens", vLLM's mean acceptance
     length; 1 for plain decoding), for a chain of ``gamma`` drafts or for ``tree`` (a
-    :class:`roofline.trees.Tree` or a preset name: eagle, eagle2, eagle3, medusa). ``alpha``
+    :class:`roofline.trees.Tree`, a preset name, a parent array, rank paths, a Sequoia growmap,
+    or text or a JSON file holding one: :func:`roofline.drafters.tree_preset`). ``alpha``
     (per-token acceptance) may stand in for it on chains. ``gamma="heuristic"`` is Hugging
     Face's schedule (+2 after an all-accepted round, -1 otherwise, from 5): the acceptance
     rate that yields ``mean_accepted`` under it is found and the run simulated.

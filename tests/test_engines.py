@@ -255,15 +255,15 @@ def test_a_bad_published_file_is_refused(tmp_path):
 
 @pytest.mark.parametrize("kind", ["decode", "quantised", "tp", "speculative", "batched", "prefill"])
 def test_calibration_rows_are_predicted_within_the_promised_error(table, kind):
-    """Median |error| <= 5% and max <= 15% on the calibration rows; the roofline-only column is worse.
+    """Median |error| <= 5% and max <= 15% on the calibration rows, every kind; the roofline-only column is worse.
 
-    One exception, stated: Spec-Bench's Hydra row is +20% under the launch-counted hf engine with its
-    measured per-kernel host cost (the fit balances it against prompt lookup's -13%; Hydra's heads run one
-    after another, which the model prices as one head pass per level), so the speculative max is 20%.
+    The speculative rows' worst is Spec-Bench's Hydra row at +13.9% (median 0.9%) since Hydra is priced as built
+    (Hydra++: a prefix decoder layer, then four 4-layer MLP heads with their own LM heads one after another, and
+    the proposal loop's kernels); priced as Medusa's heads run in turn it was +20%.
     """
     s = error_summary(table).set_index(["use", "kind"]).loc[("calibration", kind)]
     assert s["median_abs_error_engine"] <= 0.05
-    assert s["max_abs_error_engine"] <= (0.20 if kind == "speculative" else 0.15)
+    assert s["max_abs_error_engine"] <= 0.15
     assert s["median_abs_error_roofline"] > 2 * s["median_abs_error_engine"]
 
 
