@@ -1,7 +1,8 @@
 """Real continuous batching against the serving simulator on this CPU: ``specroof measure serve`` at three rates.
 
 Runs :func:`measure.serve_check.serve_check` (the offline pair, 4 KV slots, off and
-static:3, light / near-saturation / overloaded rates) and writes the side-by-side, the
+static:3, light / near-saturation / overloaded rates; the simulator priced as the engine runs:
+no chunked prefill, its host time per round) and writes the side-by-side, the
 verdicts and the machine's load into BENCHMARKS.md. The machine may be shared: the load
 average before and after the run is part of the figures.
 """
@@ -38,8 +39,10 @@ def main() -> None:
         f"{within} of {errs.size} TTFT/TPOT p50/p90 figures within 15% of the real engine's; "
         f"verdicts agree at {agree} of {len(check.verdicts)} rates. "
         "Real: measure.serve (prefill as its own pass after each decode round, the draft model prefilled too); "
-        "simulated: roofline.serving.simulate with max_seqs = slots, one prefill chunk per prompt, the profile "
-        "fitted here plus the engine's host time per pass, and the acceptance the real run measured."
+        "simulated: roofline.serving.simulate with max_seqs = slots and prefill='separate' (the decode round, then "
+        "one target pass over the newcomers' whole prompts, then the draft model's when speculating), the profile "
+        "fitted here unchanged, round_host_s + round_host_per_seq_s x batch = the engine's host time per decode round "
+        "beyond its priced passes, a line through the per-batch medians of a calibration burst (not the replays), and the acceptance the real run measured."
     )
     if not args.no_record:
         record("measure serve: real continuous batching vs the simulator (CPU)", body,

@@ -5,14 +5,17 @@
    joint fit (:func:`measure.fit.fit`, the two depths separate the per-pass from the
    per-layer overhead) on the microbenchmarked profile: the device's fitted profile;
 3. a calibration burst per policy (``slots`` requests arriving at once): the engine's own
-   host time per round beyond the fitted passes (scheduling, acceptance, commit), which the
-   simulator's measured profile can only carry as a per-pass overhead, so it is spread over
-   the round's passes (:func:`host_overhead_per_pass`);
+   host time per decode round beyond the fitted passes (scheduling, acceptance, commit), a
+   line in the round's batch through the burst's per-batch median residuals (the engine does
+   per-row work; :func:`engine_host_terms`), given to the simulator as ``round_host_s`` and
+   ``round_host_per_seq_s`` on top of the fitted profile (which stays engine-free);
 4. per rate (light, near saturation, overloaded: fractions of the plain engine's capacity
    read off the calibration) and per policy: the same trace (arrival times, input and output
    lengths) replayed for real (:func:`measure.serve.serve`) and simulated
-   (:func:`roofline.serving.simulate`) with ``max_seqs`` = the slots, no chunked prefill, the
-   fitted profile plus that host term, and the acceptance the real run measured;
+   (:func:`roofline.serving.simulate`) with ``max_seqs`` = the slots and the engine's loop:
+   ``prefill="separate"`` (each iteration's decode round, then one pass of the newcomers' whole
+   prompts through the target, then through the draft model when speculating), the fitted
+   profile plus that host term, and the acceptance the real run measured;
 5. TTFT and TPOT p50/p90 of both, their relative errors, and each side's verdict on whether
    speculation pays at each rate (``e2e_p50_s``, the simulator's default).
 """
@@ -55,8 +58,10 @@ class ServeCheck:
     measured: pd.DataFrame
     simulated: pd.DataFrame
     hardware: Hardware
-    host_per_pass_s: dict[str, float]
+    host_per_round_s: dict[str, float]
     settings: dict[str, Any]
+    #: the host term's part per decoding sequence of a round, per policy
+    host_per_seq_s: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 def latency_summary(requests: pd.DataFrame) -> dict[str, float]:
@@ -79,6 +84,7 @@ def _prices(hw: Hardware, target: Any, draft: Any, gamma: int, slots: int, max_t
         max_batch=slots,
         max_tokens=max_tokens,
         max_context=ctx_top,
+        prefill="separate",
     )
 
 
@@ -92,31 +98,46 @@ def with_pass_overhead(hw: Hardware, extra_s: float) -> Hardware:
     )
 
 
-def host_overhead_per_pass(
+def engine_host_terms(
     run: ServeResult, hw: Hardware, target: Any, draft: Any, gamma: int, max_tokens: int
-) -> tuple[float, float]:
-    """(extra seconds per pass, median residual per round): the engine's decode rounds against the fitted prices.
+) -> tuple[float, float, float]:
+    """(host seconds per decode round, and per sequence of it, host seconds per prefill pass): a calibration run
+    against the fitted prices.
 
-    The residual of each decode-only round is its measured time minus the simulator's price of
-    it; the median residual is spread over the passes of a round so that the profile with that
-    much more per-pass overhead prices a median round at what it measured. Negative when the
-    fitted passes already cost more than the rounds took (kept: the comparison must not hide it).
+    Each decode round's residual is its measured time minus the simulator's price of its passes
+    (the round alone: the engine times it apart from the prefill after it); the host time of a
+    round of ``b`` sequences is ``a + s b``, the line through the median residual at each batch
+    size weighted by its rounds (``s = 0`` with one batch size). The prefill residual (its measured time minus the target's pass, plus
+    the draft model's when speculating) is returned for the record: the simulator prices a prefill
+    as its passes. Negative when the fitted passes cost more than the engine took (kept: the
+    comparison must not hide it).
     """
-    s = run.steps[(run.steps["decode_batch"] > 0) & (run.steps["prefills"] == 0)]
-    if s.empty:
-        raise SpecroofError("the calibration burst ran no decode-only round")
-    top = int(s["decode_context_tokens"].max() / max(1, s["decode_batch"].min())) + gamma + 8
-    slots = int(s["decode_batch"].max())
-    p0 = _prices(hw, target, draft, gamma, slots, max_tokens, top)
-    probe = 1e-3
-    p1 = _prices(with_pass_overhead(hw, probe), target, draft, gamma, slots, max_tokens, top)
-    b = s["decode_batch"].to_numpy()
-    c = s["decode_context_tokens"].to_numpy() / b
-    pred0 = np.array([float(p0.decode_time(gamma, int(bb), cc)) for bb, cc in zip(b, c, strict=True)])
-    pred1 = np.array([float(p1.decode_time(gamma, int(bb), cc)) for bb, cc in zip(b, c, strict=True)])
-    resid = float(np.median(s["t_decode_s"].to_numpy() - pred0))
-    passes = float(np.median((pred1 - pred0) / probe))  # passes per round, as the prices count them
-    return resid / passes, resid
+    s = run.steps
+    dec = s[s["decode_batch"] > 0]
+    pre = s[s["prefills"] > 0]
+    if dec.empty or pre.empty:
+        raise SpecroofError("the calibration burst ran no decode round or no prefill")
+    top = int(dec["decode_context_tokens"].max() / max(1, dec["decode_batch"].min())) + gamma + 8
+    slots = int(max(dec["decode_batch"].max(), pre["prefills"].max()))
+    p0 = _prices(hw, target, draft, gamma, slots, max_tokens, max(top, int(pre["prefill_tokens"].max())))
+    b = dec["decode_batch"].to_numpy()
+    c = dec["decode_context_tokens"].to_numpy() / b
+    pred = np.array([float(p0.decode_time(gamma, int(bb), cc)) for bb, cc in zip(b, c, strict=True)])
+    r = pd.DataFrame({"b": b, "resid": dec["t_decode_s"].to_numpy() - pred}).groupby("b")["resid"]
+    med, cnt = r.median(), r.size()
+    if med.size >= 2:
+        fit_ = np.polyfit(med.index.to_numpy(float), med.to_numpy(), 1, w=np.sqrt(cnt.to_numpy(float)))
+        per_seq, round_s = float(fit_[0]), float(fit_[1])
+    else:
+        per_seq, round_s = 0.0, float(med.iloc[0])
+    pred_pre = np.array(
+        [
+            p0.prefill_time(int(m), int(n), 0.0, draft=gamma > 0)
+            for m, n in zip(pre["prefills"], pre["prefill_tokens"], strict=True)
+        ]
+    )
+    prefill_s = float(np.median(pre["t_prefill_s"].to_numpy() - pred_pre))
+    return round_s, per_seq, prefill_s
 
 
 def _prompts(w: Workload, seed: int) -> list[list[int]]:
@@ -200,7 +221,8 @@ def serve_check(
         cal_w = synthetic(slots * 3, input_len, output_len, seed=seed + 7)
         cal_prompts = _prompts(cal_w, seed + 7)
         host: dict[str, float] = {}
-        resid: dict[str, float] = {}
+        host_seq: dict[str, float] = {}
+        pre_resid: dict[str, float] = {}
         plain_step = prefill_s = math.nan
         for p in pols:
             run = serve(
@@ -212,7 +234,7 @@ def serve_check(
                 drafter=draft,
                 slots=slots,
             )
-            host[p.name], resid[p.name] = host_overhead_per_pass(
+            host[p.name], host_seq[p.name], pre_resid[p.name] = engine_host_terms(
                 run, fitted.hardware, target.spec, draft.spec, p.gamma, max_tokens
             )
             if p.kind == "off":
@@ -234,7 +256,10 @@ def serve_check(
         prompts = _prompts(w0, seed)
         say(
             f"plain full-batch step {1e3 * plain_step:.2f} ms -> capacity ~{capacity:.1f} req/s; rates {rate_list}; "
-            f"{w0.n} requests per run; host per pass: " + ", ".join(f"{k} {1e6 * v:+.0f} us" for k, v in host.items())
+            f"{w0.n} requests per run; host per round: "
+            + ", ".join(f"{k} {1e6 * v:+.0f} us {1e6 * host_seq[k]:+.0f} us/seq" for k, v in host.items())
+            + "; prefill beyond its passes: "
+            + ", ".join(f"{k} {1e6 * v:+.0f} us" for k, v in pre_resid.items())
         )
         predicted = sum(max(w0.n / r, w0.n / capacity) for r in rate_list) * len(pols)
         bar = WorkBar(predicted, "measure serve", progress)
@@ -248,7 +273,7 @@ def serve_check(
                 run = serve(target, prompts, w.arrival_s, w.output_tokens, policy=p, drafter=draft, slots=slots)
                 e = run.mean_tokens_per_round
                 sim = simulate(
-                    hardware=with_pass_overhead(fitted.hardware, host[p.name]),
+                    hardware=fitted.hardware,
                     target=target.spec,
                     drafter=draft.spec if p.speculates else None,
                     acceptance=f"mean:{e}@{p.gamma}" if p.speculates else 0.7,
@@ -260,6 +285,10 @@ def serve_check(
                     max_tokens=max_tokens,
                     kv_capacity_tokens=1 << 30,
                     seed=seed,
+                    prefill="separate",
+                    # a round that took less than its priced passes: nothing to add (the residual is in settings)
+                    round_host_s=max(0.0, host[p.name]),
+                    round_host_per_seq_s=max(0.0, host_seq[p.name]),
                 )
                 mq, sq = run.requests, sim.requests
                 ms, ss = latency_summary(mq), latency_summary(sq)
@@ -288,7 +317,9 @@ def serve_check(
         "fit_params": fitted.params,
         "capacity_req_s": capacity,
         "plain_step_s": plain_step,
-        "host_residual_per_round_s": resid,
+        "host_per_round_s": host,
+        "host_per_seq_s": host_seq,
+        "prefill_residual_per_pass_s": pre_resid,
         "input_len": str(input_len),
         "output_len": str(output_len),
         "target": target.spec.name,
@@ -305,6 +336,7 @@ def serve_check(
         fitted.hardware,
         host,
         settings,
+        host_seq,
     )
 
 

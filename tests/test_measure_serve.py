@@ -174,3 +174,31 @@ def test_the_command_registers_and_checks_its_numbers():
     args = parser.parse_args(["serve", "--rate", "0"])
     with pytest.raises(SpecroofError, match="--rate"):
         cmd_measure_serve(args)
+
+
+def test_the_engine_host_terms_are_read_back_from_rounds_priced_by_the_fit():
+    """Rounds that took their priced passes plus a + s b, prefills that took theirs plus 0.5 ms: the calibration
+    returns a, s and 0.5 ms (the line through the per-batch medians; an outlier round does not move a median)."""
+    from measure.serve import ServeResult
+    from measure.serve_check import _prices, engine_host_terms
+
+    hw = Hardware("cpu-x", "x", 1e10, {"fp32": 1e11}, measured=Measured(1e10, {"fp32": 1e11}, pass_overhead_s=1e-4))
+    draft = SPEC.replace(n_layers=1, name="draft")
+    gamma, a, s = 3, 2e-3, 7e-4
+    p = _prices(hw, SPEC, draft, gamma, 4, 64, 80)
+    rows = []
+    for b in (1, 2, 3, 4, 4, 4, 2):
+        ctx = 40 * b
+        rows.append(dict(decode_batch=b, decode_context_tokens=ctx, prefills=0, prefill_tokens=0, t_prefill_s=0.0,
+                         t_decode_s=float(p.decode_time(gamma, b, ctx / b)) + a + s * b))  # fmt: skip
+    rows[-1]["t_decode_s"] += 1.0  # one round the machine stalled in: the median at batch 2 ignores it
+    rows.append(dict(decode_batch=2, decode_context_tokens=80, prefills=0, prefill_tokens=0, t_prefill_s=0.0,
+                     t_decode_s=float(p.decode_time(gamma, 2, 40.0)) + a + 2 * s))  # fmt: skip
+    for m in (1, 3):
+        rows.append(dict(decode_batch=0, decode_context_tokens=0, prefills=m, prefill_tokens=16 * m, t_decode_s=0.0,
+                         t_prefill_s=p.prefill_time(m, 16 * m, 0.0, draft=True) + 5e-4))  # fmt: skip
+    run = ServeResult(pd.DataFrame(), pd.DataFrame(rows), [], "static:3", 4)
+    got_a, got_s, got_pre = engine_host_terms(run, hw, SPEC, draft, gamma, 64)
+    assert got_a == pytest.approx(a, rel=1e-6)
+    assert got_s == pytest.approx(s, rel=1e-6)
+    assert got_pre == pytest.approx(5e-4, rel=1e-6)

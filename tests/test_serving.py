@@ -329,3 +329,100 @@ def test_a_tree_policy_with_one_request_is_rounds_of_the_priced_tree():
     assert s.loc["tree:eagle", "mean_gamma"] == pytest.approx(5.0)  # the tree's depth: accepted runs are capped there
     with pytest.raises(SpecroofError, match="unknown tree"):
         parse_policy("tree:oak")
+
+
+# -- an engine without chunked prefill ----------------------------------------------------
+
+
+def test_separate_prefill_with_one_request_is_one_pass_of_the_prompt_plus_the_draft_models():
+    """prefill="separate" (measure.serve's loop): the prompt is one target pass of its own, plus one pass of the
+    draft model when the policy drafts with it; plain decoding never prefills the drafter. Fused stays as it was."""
+    from roofline.model import get_model
+
+    inp, out = 200, 50
+    pr = Pricing.of(HW, engine="serving")
+    t_pre = float(pass_seconds(get_model(TARGET), pr, 1, inp, 0))
+    d_pre = float(pass_seconds(get_model("llama-3.2-1b"), pr, 1, inp, 0))
+    kw = dict(hardware=HW, target=TARGET, drafter=DRAFT, acceptance=1.0, policy=["off", "static:3"], rates=[1.0],
+              requests=1, input_len=inp, output_len=out, engine="serving")  # fmt: skip
+    sep = simulate(**kw, prefill="separate").requests.set_index("policy")
+    fused = simulate(**kw).requests.set_index("policy")
+    assert sep.loc["off", "ttft_s"] == pytest.approx(t_pre, rel=2e-3)
+    assert sep.loc["static:3", "ttft_s"] == pytest.approx(t_pre + d_pre, rel=2e-3)
+    assert fused.loc["static:3", "ttft_s"] == pytest.approx(t_pre, rel=2e-3)  # fused: the default, unchanged
+    # decoding alone is priced alike in both modes
+    np.testing.assert_allclose(sep["tpot_s"], fused["tpot_s"], rtol=1e-12)
+
+
+def test_separate_prefill_runs_after_the_decode_round_whose_tokens_arrive_before_it():
+    """Request 0 prefills alone; request 1 arrives during that pass and joins the next step, which decodes
+    request 0's last token (it finishes when the round ends) and then prefills request 1: its TTFT is the rest
+    of request 0's prefill, the round and its own prefill. Fused, the step is one pass of both."""
+    from roofline.model import get_model
+
+    spec, pr = get_model(TARGET), Pricing.of(HW, engine="serving")
+    inp = 300
+    P = float(pass_seconds(spec, pr, 1, inp, 0))
+    D = float(pass_seconds(spec, pr, 1, 1, inp))
+    w = Workload(np.array([0.0, P / 2]), np.array([inp, inp]), np.array([2, 5]))
+    kw = dict(hardware=HW, target=TARGET, policy="off", rates=None, trace=w, engine="serving")
+    q = simulate(**kw, prefill="separate").requests
+    assert q.loc[0, "e2e_s"] == pytest.approx(P + D, rel=2e-3)  # not at the end of the step's prefill
+    assert q.loc[1, "ttft_s"] == pytest.approx(P / 2 + D + P, rel=2e-3)
+    fused = simulate(**kw).requests  # one pass of 1 + 300 tokens: the decode's weights are read once for both
+    assert P / 2 + P < fused.loc[1, "ttft_s"] < q.loc[1, "ttft_s"]
+    assert fused.loc[0, "e2e_s"] == pytest.approx(fused.loc[1, "first_token_s"])  # its token waits for the step
+
+
+def test_round_host_time_is_added_to_every_decode_round_and_to_no_prefill():
+    inp, out, host = 200, 41, 1.5e-3
+    kw = dict(hardware=HW, target=TARGET, drafter=DRAFT, acceptance=1.0, policy=["off", "static:3"], rates=[1.0],
+              requests=1, input_len=inp, output_len=out, engine="serving", prefill="separate")  # fmt: skip
+    base = simulate(**kw).requests.set_index("policy")
+    more = simulate(**kw, round_host_s=host).requests.set_index("policy")
+    np.testing.assert_allclose(more["ttft_s"], base["ttft_s"], rtol=1e-12)
+    # off: out - 1 = 40 rounds of one token; static:3 at alpha 1: 10 rounds of 4 tokens
+    assert (more.loc["off", "e2e_s"] - base.loc["off", "e2e_s"]) == pytest.approx(40 * host, rel=1e-6)
+    assert (more.loc["static:3", "e2e_s"] - base.loc["static:3", "e2e_s"]) == pytest.approx(10 * host, rel=1e-6)
+    # the per-sequence part: two requests decoding together pay it twice a round
+    w = Workload(np.zeros(2), np.full(2, inp, dtype=np.int64), np.full(2, out, dtype=np.int64))
+    kw2 = {**kw, "requests": 2, "trace": w, "rates": None, "policy": "off"}
+    b2 = simulate(**kw2).requests
+    m2 = simulate(**kw2, round_host_s=host, round_host_per_seq_s=host / 3).requests
+    np.testing.assert_allclose(m2["e2e_s"] - b2["e2e_s"], 40 * (host + 2 * host / 3), rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        (dict(prefill="chunky"), "prefill must be one of"),
+        (dict(prefill="separate", input_len=600, max_tokens=512), "whole prompts"),
+        (dict(round_host_s=-1e-3), "round_host_s"),
+        (dict(round_host_per_seq_s=float("nan")), "round_host_per_seq_s"),
+    ],
+)
+def test_bad_prefill_options_are_one_clear_error(kw, match):
+    base = dict(hardware=HW, target=TARGET, policy="off", rates=[1.0], requests=2, input_len=100, output_len=10)
+    with pytest.raises(SpecroofError, match=match):
+        simulate(**{**base, **kw})
+
+
+def test_separate_prefill_under_load_keeps_the_limits_and_the_fast_path(monkeypatch):
+    """Many arrivals, a small cache (preemptions, recomputed prompts longer than the budget go alone): every
+    request finishes, the prefill pass never exceeds the budget but for a lone recompute, and advancing many
+    rounds at once equals stepping one at a time (alpha 1: deterministic)."""
+    import roofline.serving.scheduler as sched
+
+    kw = dict(hardware=HW, target=TARGET, drafter=DRAFT, acceptance=1.0, policy=["off", "static:3"], rates=[40.0],
+              requests=120, input_len="uniform:16-700", output_len="uniform:1-300", kv_capacity_tokens=12_000,
+              max_tokens=768, max_seqs=32, seed=4, prefill="separate", round_host_s=2e-4)  # fmt: skip
+    fast = simulate(**kw)
+    monkeypatch.setattr(sched, "MAX_ROUNDS_AT_ONCE", 1)
+    slow = simulate(**kw)
+    for col in ("first_token_s", "finish_s", "preemptions"):
+        np.testing.assert_allclose(fast.requests[col], slow.requests[col], rtol=1e-9)
+    s = fast.summary
+    assert s["preemptions"].sum() > 0
+    assert (s["kv_utilisation_max"] <= 1.0).all()
+    q = fast.requests
+    assert (q["first_token_s"] >= q["arrival_s"]).all() and (q["finish_s"] >= q["first_token_s"]).all()

@@ -16,7 +16,13 @@ prefill chunks is one pass of its token count: ``T`` tokens over ``B`` sequences
 their mean context, ``target[B, T / B, C / B]`` (weights, KV reads and every linear layer's
 FLOPs are exact; attention FLOPs use the mean tokens and mean context per sequence), and
 under speculation the decode part keeps its drafter's prices:
-``t = t_decode(g) + target(all) - target(decodes alone)``.
+``t = t_decode(g) + target(all) - target(decodes alone)``. An engine without chunked prefill
+(``prefill="separate"`` in the scheduler) runs the decode round and then one pass of the
+prefills alone, ``target[S, T / S, C / S]``, plus the same pass of the draft model when the
+drafter is a separate model (``draft_pass``, the drafter's own model over the same grid).
+``host_s + host_per_seq_s b`` is host time of every decode round of ``b`` sequences (plain or
+speculative) on top of its passes: what a measured engine spends outside them, given apart
+from the profile.
 
 Time is piecewise linear in batch and context (bytes and FLOPs are linear in both; max()
 switches between them), so linear interpolation between grid points is exact on each
@@ -35,7 +41,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from roofline.drafters import Ctx, Drafter
+from roofline.drafters import Ctx, Drafter, _SmallModel
 from roofline.dtypes import dtype_bytes
 from roofline.engine import Engine
 from roofline.errors import SpecroofError
@@ -99,6 +105,14 @@ class StepPrices:
     #: a tree step's draft + verify + round seconds over (batch, context), and its verify tokens per request
     tree_rows: FloatArray | None = None
     tree_tokens: int = 0
+    #: the draft model's own pass over (batch, tokens, context), for its prefill (None: not built, or no draft model)
+    draft_pass: FloatArray | None = None
+    #: whether the drafter is a separate model, whose cache a separate prefill fills with a pass of its own
+    draft_prefills: bool = False
+    #: host seconds of every decode round beyond its passes (plain or speculative), on top of ``round_s``
+    host_s: float = 0.0
+    #: and host seconds per decoding sequence of that round (an engine's per-row bookkeeping)
+    host_per_seq_s: float = 0.0
     _curves: dict[tuple[int, int], FloatArray] = field(default_factory=dict, compare=False, repr=False)
     _rows: dict[int, FloatArray] = field(default_factory=dict, compare=False, repr=False)
     _b_grid_list: list[float] = field(init=False, compare=False, repr=False)
@@ -130,6 +144,8 @@ class StepPrices:
                 rows = self.target[:, 0, :]  # n_grid[0] = 1: the plain decode pass
             else:
                 rows = self.draft[gamma] + self.verify[gamma] + self.round_s
+            if self.host_s or self.host_per_seq_s:
+                rows = rows + (self.host_s + self.host_per_seq_s * self.b_grid[:, None])  # linear in b: exact
             self._rows[gamma] = rows
         return rows
 
@@ -164,10 +180,25 @@ class StepPrices:
 
     def target_time(self, batch: float, tokens_per_seq: float, mean_context: float) -> float:
         """One target pass over ``batch`` sequences of ``tokens_per_seq`` new tokens at ``mean_context`` (trilinear)."""
+        return self._pass_time(self.target, batch, tokens_per_seq, mean_context)
+
+    def prefill_time(self, prefills: int, prefill_tokens: int, prefill_context: float, *, draft: bool) -> float:
+        """A prefill pass of its own: ``prefills`` sequences, ``prefill_tokens`` tokens in all (cached contexts
+        summing to ``prefill_context``), through the target and, with ``draft`` and a draft model, the drafter."""
+        n, c = prefill_tokens / prefills, prefill_context / prefills
+        t = self._pass_time(self.target, prefills, n, c)
+        if draft and self.draft_prefills:
+            if self.draft_pass is None:
+                raise SpecroofError("these prices hold no draft-model prefill: build them with step_prices(..., "
+                                    "prefill='separate')")  # fmt: skip
+            t += self._pass_time(self.draft_pass, prefills, n, c)
+        return t
+
+    def _pass_time(self, table: FloatArray, batch: float, tokens_per_seq: float, mean_context: float) -> float:
         i, wi = _lerp(self._b_grid_list, batch)
         j, wj = _lerp(self._n_grid_list, tokens_per_seq)
         k, wk = _lerp(self._l_grid_list, mean_context)
-        v = self.target.item
+        v = table.item
         # scalar arithmetic: a step is priced in microseconds, not in numpy calls
         lo = (1 - wj) * ((1 - wk) * v(i, j, k) + wk * v(i, j, k + 1)) + wj * (
             (1 - wk) * v(i, j + 1, k) + wk * v(i, j + 1, k + 1)
@@ -227,12 +258,22 @@ def step_prices(
     max_context: int,
     context_points: int = 49,
     tree: Tree | None = None,
+    prefill: str = "fused",
+    round_host_s: float = 0.0,
+    round_host_per_seq_s: float = 0.0,
 ) -> StepPrices:
     """Price tables for steps of up to ``max_batch`` sequences, ``max_tokens`` tokens and ``max_context`` context.
 
     ``tree`` adds a tree step's table: the drafter's ``tree_draft_time`` for its level widths and one
     tree-masked verify pass of its nodes plus the pending token (as :func:`roofline.predict.predict_speedup`).
+    ``prefill="separate"`` adds the draft model's own pass table (its prefill; a drafter that is a separate
+    model). ``round_host_s + round_host_per_seq_s b`` is host time added to every decode round of ``b``
+    sequences, plain or speculative (seconds, each >= 0).
     """
+    check_prefill(prefill)
+    for what, v in (("round_host_s", round_host_s), ("round_host_per_seq_s", round_host_per_seq_s)):
+        if not (isinstance(v, (int, float, np.integer)) and math.isfinite(v) and v >= 0):
+            raise SpecroofError(f"{what} must be a finite number of seconds >= 0 (got {v!r})")
     b_grid = _grid(max_batch, 16)
     n_grid = _grid(max(max_tokens, max_gamma + 1), 32, 1.05)
     l_grid = np.unique(np.rint(np.linspace(0, max_context + max_gamma + 1, context_points))).astype(np.int64)
@@ -268,9 +309,28 @@ def step_prices(
         draft_t = np.array([[d.tree_draft_time(ctx, widths, int(b), int(c)) for c in l_grid] for b in b_grid])
         tree_rows = draft_t + verify_t + round_s
         tree_tokens = int(tree.n_nodes) + 1
+    draft_prefills = isinstance(drafter, _SmallModel)
+    draft_pass = None
+    if draft_prefills and prefill == "separate":
+        spec = _unbounded(drafter).spec
+        draft_pass = np.empty_like(target)
+        for s in range(0, b_grid.size, step):
+            B = b_grid[s : s + step, None, None]
+            draft_pass[s : s + step] = ctx.pass_s(spec, B, n_grid[None, :, None], l_grid[None, None, :])
     return StepPrices(
-        b_grid, n_grid, l_grid.astype(float), target, draft, verify, round_s, name, tree_rows, tree_tokens
-    )
+        b_grid, n_grid, l_grid.astype(float), target, draft, verify, round_s, name, tree_rows, tree_tokens,
+        draft_pass, draft_prefills, float(round_host_s), float(round_host_per_seq_s),
+    )  # fmt: skip
+
+
+#: how a step prices its prefills: in the decodes' pass (chunked prefill), or as a pass of their own after them
+PREFILL_MODES = ("fused", "separate")
+
+
+def check_prefill(prefill: str) -> str:
+    if prefill not in PREFILL_MODES:
+        raise SpecroofError(f"prefill must be one of {', '.join(PREFILL_MODES)} (got {prefill!r})")
+    return prefill
 
 
 def kv_capacity_tokens(

@@ -14,6 +14,13 @@ Every step the scheduler, in this order:
    free blocks for a newcomer's whole prompt (no request jumps the queue);
 4. prices the step (:class:`roofline.serving.prices.StepPrices`) and advances the clock.
 
+With ``prefill="separate"`` (an engine without chunked prefill, as
+``measure.serve`` runs) a prompt is prefilled whole, in a pass of its own after the step's decode
+round: up to ``max_tokens`` prompt tokens a step, whatever the decodes take. The step costs the
+round, then one target pass over the prefills alone, then the draft model's pass over them
+when the policy drafts with a separate model; the decodes' tokens arrive when their round ends,
+the newcomers' first tokens when the prefill passes end.
+
 A decode emits ``min(R, gamma) + 1`` tokens, ``R`` the run of accepted drafts, geometric in
 the request's own per-token acceptance alpha (P(R >= j) = alpha^j): progress is ragged.
 Prefill's last chunk emits the first token.
@@ -37,7 +44,7 @@ import pandas as pd
 from roofline.errors import SpecroofError
 from roofline.serving.metrics import ITL_BINS, itl_bins
 from roofline.serving.policies import ServingPolicy
-from roofline.serving.prices import TREE, StepPrices
+from roofline.serving.prices import TREE, StepPrices, check_prefill
 from roofline.serving.workload import Workload
 
 FloatArray = npt.NDArray[np.float64]
@@ -58,6 +65,8 @@ class SchedulerConfig:
     block_size: int = 16
     kv_capacity_tokens: int = 1 << 40
     trace_points: int = 2048
+    #: "fused": prefill chunks ride in the decodes' pass (chunked prefill); "separate": whole prompts, own pass
+    prefill: str = "fused"
 
     def __post_init__(self) -> None:
         for name, lo in (("max_seqs", 1), ("max_tokens", 1), ("block_size", 1), ("trace_points", 2)):
@@ -70,6 +79,7 @@ class SchedulerConfig:
             )
         if self.kv_capacity_tokens < self.block_size:
             raise SpecroofError(f"kv capacity must hold at least one block of {self.block_size} tokens")
+        check_prefill(self.prefill)
 
     @property
     def kv_blocks(self) -> int:
@@ -199,6 +209,16 @@ def simulate_run(
         raise SpecroofError(f"these prices hold no table for policy {policy.name}: build them with its tree")
     if policy.kind != "tree" and top_g > prices.max_gamma:
         raise SpecroofError(f"price tables cover gamma <= {prices.max_gamma}; policy {policy.name} needs {top_g}")
+    separate = cfg.prefill == "separate"
+    if separate:
+        if first_token_s is None and int(np.max(inp)) > cfg.max_tokens:
+            raise SpecroofError(
+                f"prefill='separate' prefills whole prompts: max_tokens ({cfg.max_tokens}) must be >= the longest "
+                f"prompt ({int(np.max(inp))})"
+            )
+        if policy.speculates and prices.draft_prefills and prices.draft_pass is None:
+            raise SpecroofError("these prices hold no draft-model prefill: build them with step_prices(..., "
+                                "prefill='separate')")  # fmt: skip
     biggest = int(np.max(inp + out)) + top_g + 1
     if -(-biggest // bs) > cap:
         raise SpecroofError(
@@ -287,7 +307,8 @@ def simulate_run(
             key, width = (TREE, tree_tokens) if g and tree_tokens else (g, g + 1)
             need = int(((kv[dec] + (width - 1 + bs)) // bs).sum()) + pf_blocks
         B = int(dec.size)
-        budget = cfg.max_tokens - B * width
+        # a separate prefill pass has the whole token budget; a fused one shares it with the decodes
+        budget = cfg.max_tokens if separate else cfg.max_tokens - B * width
         chunk_idx: list[int] = []
         chunk_len: list[int] = []
         for i in pf.tolist():
@@ -310,6 +331,10 @@ def simulate_run(
             blocks = (int(reserve[cand]) + bs - 1) // bs
             if blocks > free:
                 break  # first come, first served: nobody passes the head of the queue
+            if separate and pre_left[cand] > budget and chunk_idx:
+                # whole prompts only: it waits for the next step (alone in a pass it goes whatever its length: a
+                # preempted request's prompt and emitted tokens may exceed the budget)
+                break
             if requeued:
                 requeued.popleft()
             else:
@@ -319,7 +344,7 @@ def simulate_run(
             admitted.append(cand)
             if pre_left[cand] == 0:  # it arrives prefilled: it decodes from the next step
                 continue
-            c = min(int(pre_left[cand]), budget)
+            c = int(pre_left[cand]) if separate else min(int(pre_left[cand]), budget)
             chunk_idx.append(cand)
             chunk_len.append(c)
             budget -= c
@@ -423,8 +448,14 @@ def simulate_run(
             prefill_steps += 1
             n_pre = sum(chunk_len)
             pre_ctx = float(sum(int(kv[i]) for i in chunk_idx))
-            t_step = prices.step_time(key, B, float(kv[dec].sum()) if B else 0.0, n_pre, len(chunk_idx), pre_ctx)
+            dec_ctx = float(kv[dec].sum()) if B else 0.0
+            if separate:
+                t_round = float(prices.decode_time(key, B, dec_ctx / B)) if B else 0.0
+                t_step = t_round + prices.prefill_time(len(chunk_idx), n_pre, pre_ctx, draft=policy.speculates)
+            else:
+                t_step = prices.step_time(key, B, dec_ctx, n_pre, len(chunk_idx), pre_ctx)
             end = now + t_step
+            t_dec_end = now + t_round if separate else end  # when the decodes' tokens arrive
             fin_list: list[int] = []
             if B:
                 rem = out[dec] - gen[dec]
@@ -437,10 +468,12 @@ def simulate_run(
                     accepted += int((e1 - 1).sum())
                 gen[dec] += e1
                 kv[dec] += e1
-                itl.add(end - last[dec], 1)
-                last[dec] = end
+                itl.add(t_dec_end - last[dec], 1)
+                last[dec] = t_dec_end
                 rounds += B
-                fin_list.extend(dec[e1 >= rem].tolist())
+                fin_dec = dec[e1 >= rem]
+                finish[fin_dec] = t_dec_end
+                fin_list.extend(fin_dec.tolist())
             # the chunks: a handful of requests, cheaper one by one than as arrays
             for i, c in zip(chunk_idx, chunk_len, strict=True):
                 pre_left[i] -= c
@@ -460,7 +493,7 @@ def simulate_run(
             batch_s += b_run * t_step
             kv_s += used * t_step
             max_kv = max(max_kv, used / cap)
-            max_tokens_seen = max(max_tokens_seen, B * width + n_pre)
+            max_tokens_seen = max(max_tokens_seen, max(B * width, n_pre) if separate else B * width + n_pre)
             sampler.add(now, b_run, used / cap)
             fin = np.asarray(fin_list, dtype=np.int64)
             now = end

@@ -176,6 +176,9 @@ def simulate(
     replicas: int = 1,
     disaggregate: str | tuple[int, int] | None = None,
     kv_link_GB_per_s: float | None = None,
+    prefill: str = "fused",
+    round_host_s: float = 0.0,
+    round_host_per_seq_s: float = 0.0,
 ) -> ServingResult:
     """Simulate continuous-batching serving of ``target`` on ``hardware`` at each request rate, per policy.
 
@@ -192,7 +195,11 @@ def simulate(
     :class:`Workload`) replayed as it is (``rates=None``) or rescaled to each rate.
 
     Scheduler: ``max_seqs`` running sequences, ``max_tokens`` tokens per step (chunked
-    prefill), KV blocks of ``block_size`` tokens; ``kv_capacity_tokens`` defaults to what
+    prefill), KV blocks of ``block_size`` tokens; ``prefill="separate"`` prices an engine without chunked
+    prefill (whole prompts in a pass of their own after each decode round, the draft model's prefill
+    too: :mod:`roofline.serving.scheduler`); ``round_host_s + round_host_per_seq_s b`` adds host seconds to
+    every decode round of ``b`` sequences, plain or speculative, on top of the profile (an engine's own
+    loop, measured apart from its passes); ``kv_capacity_tokens`` defaults to what
     fits in ``memory_fraction`` of the device after weights, drafter and activations.
     ``workers`` > 1 runs the (policy, rate, server) runs in that many processes. ``replicas`` > 1
     serves the traffic from that many identical servers behind a round-robin load balancer
@@ -265,8 +272,9 @@ def simulate(
     if tree is not None and tree.n_nodes + 1 > max_tokens:
         raise SpecroofError(f"a tree of {tree.n_nodes} nodes needs max_tokens >= {tree.n_nodes + 1} (got {max_tokens})")
     prices = step_prices(
-        ctx, d, max_gamma=chain_g, max_batch=max_seqs, max_tokens=max_tokens, max_context=max_ctx, tree=tree
-    )
+        ctx, d, max_gamma=chain_g, max_batch=max_seqs, max_tokens=max_tokens, max_context=max_ctx, tree=tree,
+        prefill=prefill, round_host_s=round_host_s, round_host_per_seq_s=round_host_per_seq_s,
+    )  # fmt: skip
     rng = np.random.default_rng([seed, 1])
     alphas = draw_alphas(alpha, base.n, alpha_concentration, rng)
 
@@ -290,7 +298,9 @@ def simulate(
         w = base.at_rate(rate)
         shown = rate if rate is not None else (w.n - 1) / max(float(w.arrival_s[-1] - w.arrival_s[0]), 1e-300)
         for p in pols:
-            cfg = SchedulerConfig(max_seqs, max_tokens, block_size, cap_spec if p.speculates else cap_off, trace_points)
+            cfg = SchedulerConfig(
+                max_seqs, max_tokens, block_size, cap_spec if p.speculates else cap_off, trace_points, prefill
+            )
             for rep in range(min(replicas, w.n)):
                 part = w.subset(np.arange(rep, w.n, replicas))
                 jobs.append(
@@ -325,6 +335,9 @@ def simulate(
         "max_seqs": max_seqs,
         "max_tokens": max_tokens,
         "block_size": block_size,
+        "prefill": prefill,
+        "round_host_s": round_host_s,
+        "round_host_per_seq_s": round_host_per_seq_s,
         "kv_capacity_tokens": {"off": cap_off, "speculating": cap_spec},
         "slo_ttft_s": slo_ttft_s,
         "slo_tpot_s": slo_tpot_s,

@@ -54,7 +54,8 @@ def cmd_measure_serve(args: argparse.Namespace) -> int:
     payload: dict[str, Any] = {
         "table": check.table.to_dict(orient="records"),
         "verdicts": check.verdicts.to_dict(orient="records"),
-        "host_per_pass_s": check.host_per_pass_s,
+        "host_per_round_s": check.host_per_round_s,
+        "host_per_seq_s": check.host_per_seq_s,
         "settings": check.settings,
         "out": str(out) if out else None,
     }
@@ -82,8 +83,11 @@ def text(check: Any) -> str:
         f"load average {load.get('load_avg_1m', float('nan')):.2f} over {load.get('cpus')} CPUs",
         f"fitted profile: MAPE {100 * s['fit_mape']:.1f}%; plain full-batch step {1e3 * s['plain_step_s']:.2f} ms, "
         f"prefill {1e3 * s['prefill_per_request_s']:.2f} ms per request -> capacity ~{s['capacity_req_s']:.1f} req/s",
-        "host time per pass added to the simulator's profile: "
-        + ", ".join(f"{k} {1e6 * v:+.0f} us" for k, v in check.host_per_pass_s.items()),
+        "host time per decode round given to the simulator: "
+        + ", ".join(
+            f"{k} {1e6 * v:+.0f} us + {1e6 * check.host_per_seq_s.get(k, 0.0):+.0f} us/seq"
+            for k, v in check.host_per_round_s.items()
+        ),
         pd.DataFrame(rows).round(2).to_string(index=False),
     ]
     for _, v in check.verdicts.iterrows():
