@@ -32,7 +32,7 @@ failed=0
 step() {
     local name=$1 limit=$2
     shift 2
-    case " ${STEPS:-engine device bench sweep fit spec report} " in *" $name "*) ;; *) return 0 ;; esac
+    case " ${STEPS:-engine device bench sweep fit spec frameworks report} " in *" $name "*) ;; *) return 0 ;; esac
     [ "$1" = specroof ] && { shift; set -- "$py" -m specroof.cli "$@"; }
     echo "== $name (limit ${limit}s) $(date -u +%T)"
     timeout "$limit" "$@" > >(tee "$work/$name.log") 2>&1
@@ -56,6 +56,8 @@ step sweep "$((${SWEEP_BUDGET:-60} + 60))" specroof measure sweep --model "$mode
 step fit 60 specroof measure fit --sweep "$work/sweep" --hardware "$work/apriori-profile.toml" --json
 step spec "$((${SPEC_BUDGET:-75} + 60))" specroof measure spec --pair offline --early-exit 1 --device "$device" \
     --budget "${SPEC_BUDGET:-75}" --out "$work/spec" --json
+step frameworks 480 "$py" -m benchmarks.bench_measure_engine --device "$device" --dtype bf16 --budget 120 \
+  --json "$out/measure_engine.json" --no-record
 step report 120 specroof report --quick --out "$work/report"
 
 cat "$work"/*.log >"$out/all.log" 2>/dev/null

@@ -39,6 +39,66 @@ from roofline.hardware import Hardware
 from roofline.model import ModelSpec
 from roofline.speculative import speedup
 
+#: a row whose bracketing baselines disagree by more than the error it would report (and by more than
+#: this floor, below which every row is good whichever way the noise went) is noise, not a result
+NOISE_FLOOR = 0.05
+
+
+def _cpu_ticks() -> tuple[float, float] | None:
+    """(steal ticks, all ticks) of the whole machine from /proc/stat; None where there is none."""
+    try:
+        first = Path("/proc/stat").read_text().splitlines()[0].split()
+    except (OSError, IndexError):
+        return None
+    if first[0] != "cpu" or len(first) < 9:
+        return None
+    ticks = [float(v) for v in first[1:]]
+    return ticks[7], sum(ticks[:8])
+
+
+def machine_load(since: tuple[float, float] | None = None) -> dict[str, Any]:
+    """The load average now and the CPU steal (share of ticks a hypervisor took) since ``since`` ticks.
+
+    Recorded with every run: a measurement taken while other work ran is not the machine's speed.
+    Returns ``load_avg_1m``, ``load_avg_5m``, ``cpus``, ``steal_pct`` (NaN without a start) and
+    ``ticks`` (pass it back as ``since`` at the end of the run).
+    """
+    try:
+        one, five = (float(v) for v in Path("/proc/loadavg").read_text().split()[:2])
+    except (OSError, ValueError):
+        one = five = float("nan")
+    now = _cpu_ticks()
+    steal = float("nan")
+    if since is not None and now is not None and now[1] > since[1]:
+        steal = 100.0 * (now[0] - since[0]) / (now[1] - since[1])
+    return {"load_avg_1m": one, "load_avg_5m": five, "cpus": os.cpu_count(), "steal_pct": steal, "ticks": now}
+
+
+def mark_noise(df: pd.DataFrame, spread: str = "probe_spread", error: str = "rel_error") -> pd.DataFrame:
+    """``noisy`` per row: its baselines disagreed by more than the error it reports (and than NOISE_FLOOR).
+
+    A row already flagged (above its physical bound) is noisy too. Such a row keeps its spread
+    and is left out of :func:`error_summary`.
+    """
+    out = df.copy()
+    noisy = np.array(out[spread] > np.maximum(out[error].abs(), NOISE_FLOOR), dtype=bool)
+    if "flag" in out:
+        noisy = noisy | (out["flag"].astype(str).str.len().to_numpy() > 0)
+    out["noisy"] = noisy
+    return out
+
+
+def error_summary(df: pd.DataFrame, error: str = "rel_error") -> dict[str, Any]:
+    """Median and max |error| over the rows that are not noisy, and how many were left out."""
+    noisy = df["noisy"] if "noisy" in df else pd.Series(False, index=df.index)
+    good = df.loc[~noisy, error].abs()
+    return {
+        "error_median": float(good.median()) if len(good) else float("nan"),
+        "error_max": float(good.max()) if len(good) else float("nan"),
+        "rows": int(len(good)),
+        "noisy_rows": int(noisy.sum()),
+    }
+
 
 def _steady_rounds(run: GenerationResult, batch: int) -> pd.DataFrame:
     """One row per round in which all ``batch`` sequences were running: tokens emitted and seconds per phase."""
@@ -217,8 +277,12 @@ def measure_speedups(
     over repetitions): the machine's noise during that configuration. ``flag`` marks a
     row whose speedup exceeds its physical bound, mean tokens per round x baseline
     step / verify pass (a round costs at least its verify pass): such a figure is
-    noise, not speed.
+    noise, not speed; a ``speedup_measured`` above the bound is NaN (the figure stays in
+    ``speedup_measured_raw`` beside ``speedup_bound``). The table's ``attrs["load"]`` records
+    the load average at the end of the session and the CPU steal over it (``load_avg_1m``,
+    ``steal_pct``); :func:`predict_speedups` adds ``noisy``.
     """
+    start = machine_load()["ticks"]
     q = {"min": QUIET_QUANTILE, "median": 0.5}.get(statistic)
     if q is None:
         raise SpecroofError(f"statistic must be 'min' or 'median' (got {statistic!r})")
@@ -265,7 +329,11 @@ def measure_speedups(
                 bar.total = min(repeats, fit) * per_rep
     finally:
         bar.close()
-    return _summarise(runs, drafters, gammas, prompts_by_batch, max_new_tokens, statistic, q)
+    df = _summarise(runs, drafters, gammas, prompts_by_batch, max_new_tokens, statistic, q)
+    load = machine_load(start)
+    # the machine while this session measured (a resumed table is the same table: it goes in attrs, not columns)
+    df.attrs["load"] = {k: v for k, v in load.items() if k != "ticks"}
+    return df
 
 
 def _warm_up(target: Transformer, drafter: Any, prompts: list[list[int]], gamma: int) -> None:
@@ -398,6 +466,9 @@ def _summarise(
                 bound = m.mean_acceptance_length * t_base / float(t["t_verify_s"])
                 noisy = measured > bound * (1 + BOUND_SLACK) or wall > bound * (1 + WALL_SLACK)
                 flag = "noise: above its physical bound" if noisy else ""
+                raw = measured
+                if measured > bound * (1 + BOUND_SLACK):  # impossible: never shown as a measurement, kept aside
+                    measured = float("nan")
                 rows.append(
                     {
                         "drafter": label,
@@ -409,6 +480,8 @@ def _summarise(
                         "acceptance_rate_all_rounds": float(every["accepted"].sum() / (len(every) * g)),
                         "curve": curve.tolist(),
                         "speedup_measured": measured,
+                        "speedup_measured_raw": raw,
+                        "speedup_bound": bound,
                         "speedup_wall": wall,
                         "speedup_end_to_end": float(np.median(acc["e2e"])),
                         "repetitions": len(acc["wall"]),
@@ -437,7 +510,9 @@ def predict_speedups(
 
     ``fitted`` prices the target's passes (and an early exit's); ``draft_hardware``
     maps a drafter's label to the profile its passes are priced with (one fitted to
-    that draft model's own sweep), by default ``fitted`` too.
+    that draft model's own sweep), by default ``fitted`` too. ``noisy`` marks the rows whose
+    bracketing probes disagreed by more than the error they report (:func:`mark_noise`):
+    :func:`error_summary` leaves them out and says how many.
     """
     out = []
     for row in measured.to_dict(orient="records"):
@@ -465,7 +540,7 @@ def predict_speedups(
             draft_step_ms_predicted=1e3 * float(pred.t_draft_s) / g,
         )
         out.append(row)
-    return pd.DataFrame(out)
+    return mark_noise(pd.DataFrame(out)) if out else pd.DataFrame(out)
 
 
 def speedup_validation(

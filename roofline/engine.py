@@ -105,6 +105,9 @@ class Engine:
     #: (vLLM, SGLang, TensorRT-LLM, gpt-fast) or run whole on one device (Hugging Face); ``[speculative]``
     draft_tensor_parallel: bool = False
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
+    #: an engine fitted on the user's machine (``specroof measure engine``): its ``[measured]`` provenance (framework
+    #: and version, torch, device, host CPU, date, command, the hardware profile it was fitted against)
+    measured: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -190,13 +193,42 @@ _LAYOUT: dict[str, dict[str, tuple[str, float]]] = {
 }
 
 
+#: what every ``[measured]`` block of a measured engine profile must say (strings)
+MEASURED_REQUIRED = ("framework", "framework_version", "torch", "device", "host_cpu", "date", "command", "hardware")
+#: the frameworks ``specroof measure engine`` knows
+MEASURED_FRAMEWORKS = ("hf", "torch-eager", "torch-compile", "vllm", "sglang")
+
+
+def check_measured(block: Any, where: str) -> dict[str, Any]:
+    """A ``[measured]`` block, validated: a table with every required field a non-empty string, figures finite."""
+    if not isinstance(block, Mapping):
+        raise SpecroofError(f"{where}: [measured] must be a table")
+    for key in MEASURED_REQUIRED:
+        if key not in block:
+            raise SpecroofError(f"{where}: [measured] is missing {key!r} (required: {', '.join(MEASURED_REQUIRED)})")
+        if not isinstance(block[key], str) or not block[key].strip():
+            raise SpecroofError(f"{where}: [measured] {key} must be a non-empty string (got {block[key]!r})")
+    if block["framework"] not in MEASURED_FRAMEWORKS:
+        raise SpecroofError(
+            f"{where}: [measured] framework must be one of {', '.join(MEASURED_FRAMEWORKS)} (got {block['framework']!r})"
+        )
+    for key, value in block.items():
+        if key in MEASURED_REQUIRED:
+            continue
+        if isinstance(value, float) and value != value:
+            raise SpecroofError(f"{where}: [measured] {key} is NaN")
+        if not isinstance(value, (str, int, float, bool)):
+            raise SpecroofError(f"{where}: [measured] {key} must be a string or a number (got {type(value).__name__})")
+    return dict(block)
+
+
 def engine_from_dict(data: Mapping[str, Any], where: str = "engine") -> Engine:
     """An :class:`Engine` from the TOML layout (``engine_profiles/*.toml``); every unknown key is an error."""
     if "name" not in data:
         raise SpecroofError(f"{where}: missing 'name'")
     kw: dict[str, Any] = {"name": str(data["name"]), "description": str(data.get("description", ""))}
     sources: dict[str, str] = {}
-    known_top = {"name", "description", "weight_only", "launches", "speculative", *_LAYOUT}
+    known_top = {"name", "description", "weight_only", "launches", "speculative", "measured", *_LAYOUT}
     for key in data:
         if key not in known_top:
             raise SpecroofError(f"{where}: unknown key {key!r} (known: {', '.join(sorted(known_top))})")
@@ -264,7 +296,8 @@ def engine_from_dict(data: Mapping[str, Any], where: str = "engine") -> Engine:
             raise SpecroofError(
                 f"{where}: unknown key {key!r} in [weight_only] (known: <dtype>_bandwidth_ratio, <dtype>_bytes_factor)"
             )
-    return Engine(**kw, weight_bandwidth_ratio=ratio, weight_bytes_factor=factor, sources=sources)
+    measured = check_measured(data["measured"], where) if "measured" in data else {}
+    return Engine(**kw, weight_bandwidth_ratio=ratio, weight_bytes_factor=factor, sources=sources, measured=measured)
 
 
 def engine_data(engine: Engine) -> dict[str, Any]:
@@ -288,6 +321,8 @@ def engine_data(engine: Engine) -> dict[str, Any]:
     if "weight_only" in engine.sources:
         wo["source"] = engine.sources["weight_only"]
     out["weight_only"] = wo
+    if engine.measured:
+        out["measured"] = dict(engine.measured)
     out["speculative"] = {"draft_tensor_parallel": engine.draft_tensor_parallel} | (
         {"source": engine.sources["speculative"]} if "speculative" in engine.sources else {}
     )

@@ -40,6 +40,7 @@ from roofline.dtypes import (
 from roofline.engine import Engine, load_engine
 from roofline.errors import SpecroofError
 from roofline.hardware import Hardware, load_hardware
+from roofline.measured_engine import MeasuredEngine
 from roofline.timemodel import TimeModel
 
 #: the context every speculation and pass-time function prices at when none is given (docs/cost-model.md, glossary)
@@ -82,6 +83,9 @@ class Pricing:
             )
         if self.engine is not None and not isinstance(self.engine, Engine):
             raise SpecroofError(f"Pricing needs a loaded Engine or None (got {type(self.engine).__name__})")
+        if self.engine is not None and self.engine.measured:
+            # an engine fitted on the user's machine prices only through the hardware profile it was fitted against
+            MeasuredEngine(self.engine, self.engine.measured).check_hardware(self.hardware)
         for key in ("dtype", "kv_dtype"):
             value = getattr(self, key)
             if value is not None and value not in DTYPE_BYTES:

@@ -332,7 +332,7 @@ def cmd_measure_spec(args: argparse.Namespace) -> int:
 
 
 #: measure subcommands with a module of their own, each exposing ``add_parser(msub)``
-MEASURE_COMMAND_MODULES = ("measure_serve",)
+MEASURE_COMMAND_MODULES = ("measure_engine", "measure_serve")
 
 
 def register(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:

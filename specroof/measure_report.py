@@ -82,6 +82,11 @@ def _best(df: pd.DataFrame, col: str) -> list[dict[str, Any]]:
     if df.empty:
         return []
     ok = df[df["flag"] == ""] if "flag" in df else df
+    if "noisy" in ok:  # a row whose bracketing baselines disagree by more than its error is noise, not a result
+        ok = ok[~ok["noisy"].astype(bool)]
+    ok = ok[ok[col].notna()]  # a speedup above its round's physical bound is not reported as measured
+    if ok.empty:
+        return []
     idx = ok.groupby(["drafter", "batch"])[col].idxmax()
     return [
         {"drafter": r["drafter"], "batch": int(r["batch"]), "gamma": int(r["gamma"]), col: float(r[col])}

@@ -1,0 +1,143 @@
+"""`specroof measure engine` for every framework that runs here: fit error and held-out speedup error per framework.
+
+For each framework (``hf``, ``torch-eager``, ``torch-compile``; the serving engines are
+listed with the reason they are skipped) it runs :func:`measure.engine_fit.measure_engine`
+and :func:`measure.engine_fit.fit_engine` as the command does, and records, with the CPU
+model, ISA, load average, CPU steal and date: the fitted host terms, the fit's median and max
+error over the fitted configurations, and per held-out speculative row the measured and the
+predicted speedup (rows whose bracketing baselines disagreed by more than their error are
+marked noisy and left out of the summary, which says how many).
+
+    python -m benchmarks.bench_measure_engine [--framework hf,torch-eager] [--budget 400] [--json out.json]
+    python -m benchmarks.bench_measure_engine --record-from out.json   (figures measured elsewhere)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from benchmarks.record import machine, record
+
+FRAMEWORKS = ("hf", "torch-eager", "torch-compile")
+
+
+def run(framework: str, budget: float, dtype: str, device: str | None) -> dict[str, Any]:
+    from measure.budget import Budget
+    from measure.device import resolve_device
+    from measure.engine_fit import EnginePlan, base_hardware, fit_engine, measure_engine
+
+    dev = resolve_device(device)
+    bud = Budget(budget)
+    hw = base_hardware(None, dev, dtype)
+    m = measure_engine(framework, EnginePlan(), device=dev, dtype=dtype, budget=bud, progress=True)
+    fit = fit_engine(m, hw, budget=bud)
+    t = fit.table
+    spec = t[t["kind"] == "spec"]
+    rows = [
+        {
+            "gamma": "heuristic" if r["schedule"] == "heuristic" else int(r["gamma"]),
+            "use": "fit" if r["fit"] else ("noisy" if r["noisy"] else "held out"),
+            "mean_accepted": float(r["mean_accepted"]),
+            "speedup_measured": float(r["speedup_measured"]),
+            "speedup_predicted": float(r["speedup_predicted"]),
+            "error": float(r["speedup_error"]),
+            "spread": float(r["spread"]),
+        }
+        for _, r in spec.iterrows()
+    ]
+    return {
+        "framework": framework,
+        "version": m.framework_version,
+        "device": m.device.get("name"),
+        "hardware": hw.id,
+        "load": {k: v for k, v in m.load.items() if k != "ticks"},
+        "threads": m.threads,
+        "params_us": fit.params,
+        "fit_error": fit.fit_error,
+        "heldout": fit.validation,
+        "rows": rows,
+        "skipped": m.skipped,
+    }
+
+
+def body(results: list[dict[str, Any]], skipped: dict[str, str]) -> str:
+    lines = [
+        "Per framework: the host terms fitted to plain decoding (models of 2, 4 and 8 layers of the offline pair's "
+        "width, batch 1, 2, 4) and to speculative decoding of the offline pair at gammas 1, 3, 5; gammas 2, 4, 6 "
+        "and Hugging Face's heuristic schedule are held out and predicted through the fitted profile. Times are "
+        "one thread's CPU time (the time another process holds the core does not count; contention for caches and "
+        "memory still does), medians over 3 repetitions. The load average is the machine's during the run: above "
+        "the core count, the figures are a busy machine's, and the bracket spread says how busy.",
+        "",
+        "| framework | load avg (1 min) | steal | fitted host terms | fit error median / max | held-out speedup "
+        "error median / max (rows, noisy) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        fe, va, ld = r["fit_error"], r["heldout"], r["load"]
+        terms = ", ".join(f"{k} {v:.3g}" for k, v in r["params_us"].items())
+        lines.append(
+            f"| {r['framework']} {r['version']} | {ld.get('load_avg_1m', float('nan')):.2f} | "
+            f"{ld.get('steal_pct', float('nan')):.1f}% | {terms} | {fe['error_median']:.1%} / {fe['error_max']:.1%} | "
+            f"{va['error_median']:.1%} / {va['error_max']:.1%} ({va['rows']}, {va['noisy_rows']} noisy) |"
+        )
+    for r in results:
+        lines += ["", f"{r['framework']}: speculative rows", "", "| gamma | use | tokens/round | measured | predicted "
+                  "| error | bracket spread |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+        for x in r["rows"]:
+            lines.append(
+                f"| {x['gamma']} | {x['use']} | {x['mean_accepted']:.2f} | {x['speedup_measured']:.2f}x | "
+                f"{x['speedup_predicted']:.2f}x | {x['error']:+.0%} | {x['spread']:.0%} |"
+            )
+    if skipped:
+        lines += ["", "Not measured here: " + "; ".join(f"{k}: {v}" for k, v in skipped.items())]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--framework", default=",".join(FRAMEWORKS))
+    ap.add_argument("--budget", type=float, default=400.0, help="seconds per framework")
+    ap.add_argument("--dtype", default="fp32")
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    ap.add_argument("--record-from", default=None, help="record figures measured elsewhere (a --json file)")
+    ap.add_argument("--no-record", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    args = ap.parse_args(argv)
+    given = list(argv if argv is not None else sys.argv[1:])
+    for flag in ("--json", "--record-from"):  # where this run's files went is not part of how to reproduce it
+        if flag in given:
+            i = given.index(flag)
+            del given[i : i + 2]
+    command = "python -m benchmarks.bench_measure_engine " + " ".join(shlex.quote(a) for a in given)
+    if args.record_from:
+        data = json.loads(Path(args.record_from).read_text())
+        record("measure engine: fitted engine profiles", body(data["results"], data["skipped"]), data["command"],
+               machine_line=data["machine"], date=data.get("date"))  # fmt: skip
+        return 0
+    from measure.engine_fit import measured_frameworks
+
+    usable = measured_frameworks()
+    results, skipped = [], {k: v for k, v in usable.items() if v is not None}
+    for name in args.framework.split(","):
+        if usable.get(name) is not None:
+            continue
+        results.append(run(name.strip(), args.budget, args.dtype, args.device))
+    text = body(results, skipped)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps({"results": results, "skipped": skipped, "command": command, "machine": machine()}, indent=1)
+        )
+    if not args.no_record:
+        record("measure engine: fitted engine profiles", text, command)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,664 @@
+"""Measure a framework's plain and speculative decoding on this device and fit its engine profile.
+
+The engine terms (docs/cost-model.md, section 6: kernels x per-launch host cost, per-step host
+time, per-round host time, device floors) are what decide the gamma, and they belong to the
+framework, its version and the CPU that launches: only the user's machine gets them right.
+:func:`measure_engine` times, under one framework (:mod:`measure.frameworks`):
+
+* plain decoding of models of several depths (same width) over a few batch sizes: the
+  per-layer and the per-pass terms separate because the depth changes one and not the other;
+* speculative decoding of the offline pair (the target and its one-layer draft, converted to
+  the framework's own format) at several fixed gammas and under Hugging Face's heuristic
+  schedule, each run bracketed by two baseline runs of the target.
+
+Times are whole calls of the framework's decoding function, as its users time it; a step is
+``(T(N) - T(1)) / (N - 1)`` (prefill and call setup cancel). :func:`fit_engine` fits the
+framework's host terms so that the one pricing route (``Pricing`` -> ``TimeModel`` ->
+``pass_seconds`` / ``predict_speedup``) reproduces the plain steps and the speculative runs at
+the fit gammas; the other gammas and the heuristic schedule are held out and predicted with
+the fitted engine, speedup against speedup. A held-out row whose bracketing baselines
+disagree by more than the error it would report is re-measured while the budget allows, else
+marked ``noisy`` and left out of the error summary (``measure.specval.mark_noise``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import importlib
+import platform
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from measure.budget import Budget, WorkBar
+from measure.device import describe, match_profile
+from measure.models import Transformer
+from measure.specval import error_summary, machine_load, mark_noise
+from measure.timing import cpu_threads
+from roofline.drafters import DraftModel
+from roofline.engine import Engine, engine_data, load_engine
+from roofline.errors import SpecroofError
+from roofline.hardware import Hardware, load_hardware
+from roofline.model import ModelSpec
+from roofline.passtime import pass_seconds
+from roofline.pricing import Pricing
+from roofline.speculative import predict_speedup
+
+#: framework name -> module under measure.frameworks, and the shipped engine profile whose kernel counts it uses
+FRAMEWORKS = {
+    "hf": ("hf", "hf"),
+    "torch-eager": ("torch_eager", "torch-eager"),
+    "torch-compile": ("torch_compile", None),
+}
+#: serving engines: detected, never run here (their offline engines need a GPU build)
+SERVING = ("vllm", "sglang")
+
+#: the host terms fitted per framework (engine field, TOML key, starting value in seconds, upper bound)
+_TERMS: dict[str, list[tuple[str, str, float, float]]] = {
+    "eager": [
+        ("host_launch_s", "host launch_us", 10e-6, 2e-3),
+        ("host_step_s", "host step_us", 1e-3, 0.5),
+        ("host_step_per_seq_s", "host step_per_seq_us", 1e-4, 0.1),
+        ("round_s", "host round_us", 1e-3, 1.0),
+    ],
+    "graph": [
+        ("device_layer_s", "device layer_us", 20e-6, 0.05),
+        ("host_step_s", "host step_us", 1e-3, 0.5),
+        ("host_step_per_seq_s", "host step_per_seq_us", 1e-4, 0.1),
+        ("round_s", "host round_us", 1e-3, 1.0),
+    ],
+}
+#: why the per-sequence step term is fitted on a CPU: there the thread that issues the kernels also runs
+#: them, so a batch's extra arithmetic adds to the host's time instead of hiding under it
+
+
+def framework_module(name: str) -> Any:
+    """The :mod:`measure.frameworks` module of ``name``, importable here, or a one-line error."""
+    if name in SERVING:
+        raise SpecroofError(_serving_reason(name))
+    if name not in FRAMEWORKS:
+        raise SpecroofError(f"--framework must be one of {', '.join([*FRAMEWORKS, *SERVING])} (got {name!r})")
+    mod = importlib.import_module(f"measure.frameworks.{FRAMEWORKS[name][0]}")
+    why = mod.available()
+    if why:
+        raise SpecroofError(f"framework {name!r} is not usable here: {why}")
+    return mod
+
+
+def _serving_reason(name: str) -> str:
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        return f"framework {name!r} is not installed here (its offline engine needs a CUDA build): skipped"
+    return (
+        f"framework {name!r} imports, but specroof does not drive its offline engine yet: time it with its own "
+        "benchmark and give the figures to `specroof validate published`"
+    )
+
+
+@dataclass(frozen=True)
+class EnginePlan:
+    """What :func:`measure_engine` times: depths and batches of plain decoding, gammas of speculative decoding."""
+
+    depths: tuple[int, ...] = (2, 4, 8)
+    batches: tuple[int, ...] = (1, 2, 4)
+    gammas: tuple[int, ...] = (1, 2, 3, 4, 5, 6)
+    #: gammas the fit sees; the others and the heuristic schedule are held out
+    fit_gammas: tuple[int, ...] = (1, 3, 5)
+    heuristic: bool = True
+    new_tokens: int = 96
+    prompt_len: int = 32
+    repeats: int = 3
+    #: re-measurements a noisy held-out row gets while the budget allows
+    remeasure: int = 2
+
+    def __post_init__(self) -> None:
+        for key in ("depths", "batches", "gammas"):
+            v = getattr(self, key)
+            if not v or any(int(x) < 1 for x in v):
+                raise SpecroofError(f"{key} must be a non-empty list of integers >= 1 (got {list(v)})")
+        if not set(self.fit_gammas) <= set(self.gammas):
+            raise SpecroofError(f"fit gammas {list(self.fit_gammas)} must be among the gammas {list(self.gammas)}")
+        if not 8 <= self.new_tokens <= 4096:
+            raise SpecroofError(f"new_tokens must lie in [8, 4096] (got {self.new_tokens})")
+        if not 2 <= self.prompt_len <= 1024:
+            raise SpecroofError(f"prompt_len must lie in [2, 1024] (got {self.prompt_len})")
+        if self.repeats < 1:
+            raise SpecroofError(f"repeats must be >= 1 (got {self.repeats})")
+
+
+@dataclass
+class EngineMeasurement:
+    """What was timed: one row per plain (depth, batch) and per speculative (gamma) configuration."""
+
+    framework: str
+    framework_version: str
+    rows: pd.DataFrame
+    target: ModelSpec
+    draft: ModelSpec
+    device: dict[str, Any]
+    load: dict[str, Any]
+    threads: int | None
+    dtype: str
+    skipped: list[str] = field(default_factory=list)
+    #: the shape of the plain-decoding models (their depth is each row's ``n_layers``)
+    shape: ModelSpec | None = None
+    #: times one speculative schedule once more, with fresh brackets, and returns the whole table again
+    remeasure: Callable[[Any], pd.DataFrame] | None = field(default=None, repr=False)
+
+
+def _depth_spec(base: ModelSpec, layers: int) -> ModelSpec:
+    return dataclasses.replace(base, name=f"{base.name}-{layers}l", n_layers=layers)
+
+
+def cpu_clock(device: torch.device, threads: int | None) -> Callable[[], float]:
+    """The clock a run is timed with: this thread's CPU time on a one-thread CPU run, else wall-clock.
+
+    With one thread every kernel runs on the calling thread, so its CPU time is what the work
+    cost, without the seconds another process held the core: on a shared 2-core machine at load
+    average 4, wall-clock steps of the same model varied 3x between repetitions. With more
+    threads, or on a GPU, only wall-clock (around a synchronisation) is the time.
+    """
+    return time.thread_time if device.type == "cpu" and threads == 1 else time.perf_counter
+
+
+def _per_token(short: Sequence[float], long: Sequence[float], tokens: int) -> float:
+    """Seconds per token between a short and a long call: the median over repetitions of their difference.
+
+    Every configuration takes the same statistic over the same number of repetitions (a
+    minimum over the many baseline probes against one over a few speculative runs would bias
+    every speedup), and the difference cancels prefill and call setup.
+    """
+    return max(float(np.median(np.asarray(long) - np.asarray(short))), 1e-9) / tokens
+
+
+def measure_engine(
+    framework: str,
+    plan: EnginePlan = EnginePlan(),
+    *,
+    device: str | torch.device = "cpu",
+    dtype: str = "bf16",
+    threads: int | None = 1,
+    budget: Budget | float | None = None,
+    progress: bool = False,
+    log: Callable[[str], None] | None = None,
+    model: ModelSpec | None = None,
+) -> EngineMeasurement:
+    """Time plain and speculative decoding under ``framework`` (see the module docstring).
+
+    ``model`` is the shape of the plain-decoding models (random weights, its depth replaced by
+    each of ``plan.depths``; default: the offline pair's target). Each configuration is decoded
+    to ``new_tokens`` and to half as many, as whole calls of the framework's decoding function;
+    the seconds per token are the median over repetitions of the two calls' difference (prefill
+    and call setup cancel), and a speculative run's speedup is the median over repetitions of
+    the baseline around it (the mean of its two brackets) over it. Tokens per round are counted
+    on an untimed run. ``threads`` pins torch's CPU threads (default 1: the host cost being measured is
+    one thread's, and on a shared 2-core machine 2 threads measured 90 ms per step where 1
+    measured 8); :func:`cpu_clock` picks the clock. ``budget`` (seconds) bounds the whole run: a
+    repetition starts only while it fits, and what did not fit is listed in ``skipped``.
+    """
+    from measure.pair import held_out_prompts, load_pair
+
+    fw = framework_module(framework)
+    dev = torch.device(device)
+    bud = budget if isinstance(budget, Budget) else Budget(budget)
+    say = log or (lambda _m: None)
+    start = machine_load()
+    n, h, p = plan.new_tokens, plan.new_tokens // 2, plan.prompt_len
+    clock = cpu_clock(dev, threads)
+    with cpu_threads(threads if dev.type == "cpu" else None), torch.no_grad():
+        target_h, draft_h, _ = load_pair(device=dev, dtype=dtype)
+        target, draft = fw.build(target_h, dtype, dev), fw.build(draft_h, dtype, dev)
+        shape = model or target_h.spec
+        depth_models = {
+            L: fw.build(Transformer(_depth_spec(shape, L), dtype=dtype, device=dev).eval(), dtype, dev)
+            for L in plan.depths
+        }
+        prompts = held_out_prompts(max(*plan.batches, 1), p, seed=1)
+        one = prompts[:1]
+        schedules: list[int | str] = [*plan.gammas, *(["heuristic"] if plan.heuristic else [])]
+
+        # warm-up and counts (untimed): every shape once, rounds and draft passes per schedule and length
+        say(f"warming up {framework} {fw.version()} ...")
+        for m in depth_models.values():
+            for b in plan.batches:
+                fw.generate(m, prompts[:b], 4)
+        plain = fw.generate(target, one, n).tokens
+        counts: dict[Any, tuple[Any, Any]] = {}
+        for g in schedules:
+            pair = (fw.generate(target, one, h, assistant=draft, gamma=g, count=True),
+                    fw.generate(target, one, n, assistant=draft, gamma=g, count=True))  # fmt: skip
+            if pair[1].tokens != plain or pair[0].tokens[0] != plain[0][:h]:
+                raise SpecroofError(
+                    f"{framework}: greedy speculative decoding at gamma {g} emitted other tokens than plain decoding"
+                )
+            counts[g] = pair
+        units = len(depth_models) * len(plan.batches) + 2 * len(schedules) + 1
+        bar = WorkBar(plan.repeats * units, f"measure engine {framework}", progress)
+        plain_s: dict[tuple[int, int], tuple[list[float], list[float]]] = {}
+        spec_s: dict[Any, tuple[list[float], list[float]]] = {}
+        brackets: dict[Any, list[float]] = {}  # per schedule: how far the probes around each run disagreed
+        bracket_s: dict[Any, tuple[list[float], list[float]]] = {}  # per schedule: the calls of those probes
+        skipped: list[str] = []
+
+        def run(model: Any, prompts_: list[list[int]], **kw: Any) -> tuple[float, float]:
+            return (fw.generate(model, prompts_, h, clock=clock, **kw).seconds,
+                    fw.generate(model, prompts_, n, clock=clock, **kw).seconds)  # fmt: skip
+
+        def probe() -> tuple[float, float]:
+            return run(target, one)
+
+        def spec_once(g: Any, before: tuple[float, float]) -> tuple[float, float]:
+            a, b = run(target, one, assistant=draft, gamma=g)
+            spec_s.setdefault(g, ([], []))[0].append(a)
+            spec_s[g][1].append(b)
+            after = probe()
+            s0, s1 = (before[1] - before[0]), (after[1] - after[0])
+            brackets.setdefault(g, []).append(abs(s0 - s1) / max(0.5 * (s0 + s1), 1e-12))
+            short, long = bracket_s.setdefault(g, ([], []))
+            short.append(0.5 * (before[0] + after[0]))  # the machine's speed around this run: its brackets' mean
+            long.append(0.5 * (before[1] + after[1]))
+            return after
+
+        rep_s = 0.0
+        rng = np.random.default_rng(0)
+        for rep in range(plan.repeats):
+            if rep > 0 and not bud.allows(rep_s):
+                skipped.append(f"repetitions {rep + 1}-{plan.repeats} (budget)")
+                break
+            t_rep = bud.elapsed_s
+            before = probe()
+            bar.update(1)
+            for j in rng.permutation(len(schedules)):  # shuffled: drift cannot line up with gamma
+                before = spec_once(schedules[int(j)], before)
+                bar.update(2)
+            for L, m in depth_models.items():
+                for b in plan.batches:
+                    a, c = run(m, prompts[:b])
+                    plain_s.setdefault((L, b), ([], []))[0].append(a)
+                    plain_s[(L, b)][1].append(c)
+                    bar.update(1)
+            rep_s = bud.elapsed_s - t_rep
+        bar.close()
+
+        def rows() -> pd.DataFrame:
+            return _rows(plan, target_h.spec, shape, plain_s, spec_s, bracket_s, brackets, counts, n, h, p)
+
+        def remeasure(g: Any) -> pd.DataFrame:
+            with cpu_threads(threads if dev.type == "cpu" else None), torch.no_grad():
+                spec_once(g, probe())
+            return rows()
+
+        table = rows()
+    load = machine_load(start["ticks"])
+    load.pop("ticks", None)
+    load["clock"] = "thread CPU time" if clock is time.thread_time else "wall-clock"
+    return EngineMeasurement(
+        framework, fw.version(), table, target_h.spec, draft_h.spec, describe(dev), load, threads, dtype, skipped,
+        shape=shape, remeasure=remeasure,
+    )  # fmt: skip
+
+
+def _rows(
+    plan: EnginePlan,
+    target: ModelSpec,
+    shape: ModelSpec,
+    plain_s: dict[tuple[int, int], tuple[list[float], list[float]]],
+    spec_s: dict[Any, tuple[list[float], list[float]]],
+    bracket_s: dict[Any, tuple[list[float], list[float]]],
+    brackets: dict[Any, list[float]],
+    counts: dict[Any, tuple[Any, Any]],
+    n: int,
+    h: int,
+    p: int,
+) -> pd.DataFrame:
+    """The tidy table: one row per configuration, quiet-machine seconds per token, and its repetitions' spread."""
+    ctx = int(p + 0.75 * n)  # the mean context of the tokens between the two lengths
+    out: list[dict[str, Any]] = []
+
+    def spread(short: list[float], long: list[float]) -> float:
+        per = np.array(long) - np.array(short)
+        return float(np.ptp(per) / np.median(per)) if len(per) > 1 else float("nan")
+
+    for (L, b), (short, long) in plain_s.items():
+        out.append(
+            {"kind": "plain", "model": _depth_spec(shape, L).name, "n_layers": L, "batch": b, "gamma": 0,
+             "schedule": "", "context": ctx, "t_step_s": _per_token(short, long, n - h),
+             "spread": spread(short, long), "repeats": len(long), "fit": True}
+        )  # fmt: skip
+    for g, (short, long) in spec_s.items():
+        t_base = _per_token(*bracket_s[g], n - h)  # the probes around these runs, paired with them
+        _, c_n = counts[g]
+        rounds = max(int(c_n.rounds), 1)  # of the whole run: the rounds between the two lengths share a boundary
+        t_tok = _per_token(short, long, n - h)
+        out.append(
+            {"kind": "spec", "model": target.name, "n_layers": target.n_layers, "batch": 1,
+             "gamma": 0 if g == "heuristic" else int(g), "schedule": "heuristic" if g == "heuristic" else "constant",
+             "context": ctx, "t_step_s": t_tok, "spread": float(np.median(brackets[g])), "repeats": len(long),
+             "rounds": rounds, "mean_accepted": n / rounds, "draft_passes_per_round": c_n.draft_passes / rounds,
+             "t_base_s": t_base,
+             "speedup_measured": float(np.median((np.asarray(bracket_s[g][1]) - bracket_s[g][0])
+                                                 / (np.asarray(long) - short))),
+             "fit": g != "heuristic" and int(g) in plan.fit_gammas}
+        )  # fmt: skip
+    return pd.DataFrame(out)
+
+
+# -- the fit ------------------------------------------------------------------------------------
+
+
+def base_hardware(
+    hardware: str | Path | Hardware | None, device: str | torch.device, dtype: str, out: Path | None = None
+) -> Hardware:
+    """The datasheet profile the engine's passes are priced on (the engine's terms come on top of it).
+
+    ``hardware`` given: that profile (a measured one is refused: its figures already include
+    an engine). Else the built-in profile matching this device; a CPU without one gets a
+    profile of its achieved streaming rate and matmul rate (microbenchmarked now), written to
+    ``out`` so the engine can be priced on it later.
+    """
+    if hardware is not None:
+        hw = load_hardware(hardware)
+        if hw.measured is not None:
+            raise SpecroofError(
+                f"--hardware {hw.id!r} is a measured profile (its figures include the harness's engine): give the "
+                "datasheet profile of this device, or leave --hardware out"
+            )
+        return hw
+    dev = torch.device(device)
+    info = describe(dev)
+    match = match_profile(info)
+    if match:
+        return load_hardware(match)
+    if dev.type != "cpu":
+        raise SpecroofError(f"no built-in profile matches {info.get('name')!r}: give --hardware PROFILE")
+    from measure.microbench import bandwidth, matmul_flops
+    from roofline.hardware import write_profile
+
+    bw = bandwidth(dev, nbytes=256 * 2**20, repeats=5)["copy"].value
+    # the dtype measured in, and the two a CPU prices in, so the profile serves the commands' defaults too
+    peaks = {d: matmul_flops(d, dev, cap_s=1.0).value for d in dict.fromkeys((dtype, "fp32", "bf16"))}
+    hw = Hardware(
+        id="this-cpu",
+        name=str(info.get("name", "this CPU")),
+        vendor=str(info.get("vendor", "")),
+        kind="cpu",
+        bandwidth_bytes_per_s=bw,
+        peak_flop_per_s=peaks,
+        sources={
+            "memory": "no datasheet for this CPU: the copy bandwidth specroof measure engine measured on it",
+            "compute": "no datasheet for this CPU: the best matmul rate per dtype specroof measure engine measured",
+        },
+    )
+    if out is None:
+        return hw
+    write_profile(hw, out)
+    return load_hardware(str(out))
+
+
+def base_engine(framework: str) -> Engine:
+    """The engine whose structure the fit keeps: the shipped profile's kernel counts (eager), none (compiled)."""
+    shipped = FRAMEWORKS[framework][1]
+    if shipped is None:  # compiled layers: no per-kernel launches to count, a device floor per layer instead
+        return Engine(name=framework, description="torch.compile'd layers (inductor)")
+    e = load_engine(shipped)
+    assert e is not None
+    return e
+
+
+def _pricing(hw: Hardware, engine: Engine, dtype: str) -> Pricing:
+    pr = Pricing(hardware=hw, engine=engine, dtype=dtype)
+    tm = pr.time_model
+    if tm.engine is None:
+        # the time model prices launches and per-step host time only when it holds the engine; a
+        # Hardware.time_model that does not hand it over yet is completed here (the same TimeModel)
+        pr.__dict__["time_model"] = dataclasses.replace(tm, engine=engine)
+    return pr
+
+
+def _predict(
+    rows: pd.DataFrame, pr: Pricing, target: ModelSpec, draft: ModelSpec, shape: ModelSpec | None = None
+) -> pd.DataFrame:
+    """Per row: the predicted step (plain) or seconds per token and speedup (spec), through the one pricing route."""
+    t_step = np.full(len(rows), np.nan)
+    speed = np.full(len(rows), np.nan)
+    r: Any
+    for i, r in enumerate(rows.itertuples()):
+        if r.kind == "plain":
+            spec = _depth_spec(shape or target, int(r.n_layers))
+            t_step[i] = float(pass_seconds(spec, pr, int(r.batch), 1, int(r.context)))
+        else:
+            t_step[i], speed[i] = _spec_prediction(r, pr, target, draft)
+    return rows.assign(t_predicted_s=t_step, speedup_predicted=speed)
+
+
+def _spec_prediction(r: Any, pr: Pricing, target: ModelSpec, draft: ModelSpec) -> tuple[float, float]:
+    """(seconds per token, speedup) of a speculative row: its measured tokens per round at its draft length.
+
+    A fixed gamma is priced as it is. The heuristic schedule is priced at the draft length it
+    actually used (the measured draft passes per round, between the two neighbouring gammas):
+    re-simulating it from an i.i.d. acceptance overshoots on text whose acceptance comes in
+    runs, where the schedule keeps long drafts only while they are accepted.
+    """
+    E = float(r.mean_accepted)
+    if r.schedule != "heuristic":
+        gs, ws = [int(r.gamma)], [1.0]
+    else:
+        g = max(float(r.draft_passes_per_round), E - 1.0, 1.0)
+        lo = int(np.floor(g))
+        gs, ws = ([lo], [1.0]) if g == lo else ([lo, lo + 1], [lo + 1 - g, g - lo])
+    t_round = base = 0.0
+    for g_, w in zip(gs, ws, strict=True):
+        ps = predict_speedup(
+            hardware=pr, target=target, drafter=DraftModel(draft), mean_accepted=min(E, g_ + 1.0), gamma=g_,
+            context=int(r.context),
+        )  # fmt: skip
+        t_round += w * ps.t_round_s
+        base = ps.t_base_s
+    return t_round / E, E * base / t_round
+
+
+@dataclass(frozen=True)
+class EngineFit:
+    """The fitted engine, the table (measured vs predicted per row) and the error summaries."""
+
+    engine: Engine
+    hardware: Hardware
+    table: pd.DataFrame
+    params: dict[str, float]
+    fit_error: dict[str, Any]
+    validation: dict[str, Any]
+
+
+def fit_engine(m: EngineMeasurement, hardware: Hardware, *, budget: Budget | None = None) -> EngineFit:
+    """Fit the framework's host terms to the plain steps and the fit-gamma speculative runs (log error).
+
+    The kernel counts per operator are the framework's shipped profile's (counted from its
+    code); what is fitted is what one kernel, one step and one round cost on this host. Held-out
+    rows are then predicted and compared speedup against speedup.
+    """
+    from scipy.optimize import least_squares
+
+    kind = "graph" if m.framework == "torch-compile" else "eager"
+    base = base_engine(m.framework)
+    # kernel counts stay the shipped profile's; everything the host adds is refitted from zero here
+    base = dataclasses.replace(
+        base, host_pass_s=0.0, host_layer_s=0.0, device_pass_s=0.0, device_layer_s=0.0, host_step_s=0.0,
+        round_s=0.0, step_overlap=False,
+    )  # fmt: skip
+    terms = _TERMS[kind]
+    if kind == "eager" and not base.launches:
+        raise SpecroofError(f"the {base.name!r} profile counts no kernels: cannot fit a per-launch cost")
+    rows = m.rows
+    fit_rows = rows[rows["fit"]].reset_index(drop=True)
+
+    def engine_of(x: np.ndarray) -> Engine:
+        changes: dict[str, Any] = {t[0]: float(v) for t, v in zip(terms, x, strict=True)}
+        return dataclasses.replace(base, **changes)
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        pred = _predict(fit_rows, _pricing(hardware, engine_of(x), m.dtype), m.target, m.draft, m.shape)
+        return np.log(pred["t_predicted_s"].to_numpy() / fit_rows["t_step_s"].to_numpy())
+
+    hi = np.array([t[3] for t in terms])
+    res = None
+    # Where the host issues faster than the device runs, the per-launch cost has no gradient (the pass is
+    # the device's): start also from the line through the plain steps (seconds per layer -> per kernel,
+    # the intercept -> per step) and keep the better of the two fits
+    for x0 in (np.array([t[2] for t in terms]), _line_start(fit_rows, base, kind, hi)):
+        x0 = np.clip(x0, 1e-9, hi * 0.999)
+        r = least_squares(residuals, x0, bounds=(np.zeros(len(terms)), hi), x_scale=x0, max_nfev=200)
+        res = r if res is None or r.cost < res.cost else res
+    assert res is not None
+    fitted = engine_of(res.x)
+    stamp = _dt.date.today().isoformat()
+    fitted = dataclasses.replace(
+        fitted,
+        name=f"{m.framework}-measured",
+        description=f"{m.framework} {m.framework_version} on {m.device.get('name')} (torch {torch.__version__}), "
+        f"fitted by specroof measure engine on {stamp}",
+        sources={
+            **dict(base.sources),
+            "host": f"fitted: specroof measure engine --framework {m.framework} ({len(fit_rows)} timed configurations "
+            f"on {m.device.get('name')})"
+            + (f"; the kernel counts are the shipped {base.name!r} profile's" if base.launches else ""),
+            "device": "not fitted: the passes of the measured models are host-bound here; the hardware profile's rates",
+        },
+    )
+    pr = _pricing(hardware, fitted, m.dtype)
+    table = _predict(rows, pr, m.target, m.draft, m.shape)
+    table["rel_error"] = table["t_predicted_s"] / table["t_step_s"] - 1.0
+    spec = table["kind"] == "spec"
+    table.loc[spec, "speedup_error"] = table.loc[spec, "speedup_predicted"] / table.loc[spec, "speedup_measured"] - 1
+    table = _remeasure_noisy(m, table, pr, budget)
+    held = table[spec & ~table["fit"]]
+    return EngineFit(
+        fitted,
+        hardware,
+        table,
+        {t[1]: float(v) * 1e6 for t, v in zip(terms, res.x, strict=True)},
+        error_summary(table[table["fit"]].assign(noisy=False)),
+        error_summary(held, error="speedup_error"),
+    )
+
+
+def _line_start(rows: pd.DataFrame, base: Engine, kind: str, hi: np.ndarray) -> np.ndarray:
+    """A starting point from a straight line through the plain steps against depth."""
+    plain = rows[rows["kind"] == "plain"]
+    t = np.asarray(plain["t_step_s"], dtype=float)
+    layers = np.asarray(plain["n_layers"], dtype=float)
+    if len(np.unique(layers)) < 2:
+        return np.array([h * 0.01 for h in hi])
+    slope, intercept = np.polyfit(layers, t, 1)
+    slope, intercept = max(slope, 1e-7), max(intercept, 1e-6)
+    if kind == "eager":
+        from roofline.timemodel import _dense_layer_kernels
+
+        per_layer = slope / max(_dense_layer_kernels(base), 1.0)
+        return np.array([per_layer, 0.5 * intercept, 0.01 * intercept, 0.5 * intercept])
+    return np.array([slope, 0.5 * intercept, 0.01 * intercept, 0.5 * intercept])
+
+
+def _remeasure_noisy(m: EngineMeasurement, table: pd.DataFrame, pr: Pricing, budget: Budget | None) -> pd.DataFrame:
+    """Held-out rows whose brackets disagree by more than their error: re-measured while the budget lasts, else noisy."""
+
+    def marked(t: pd.DataFrame) -> pd.DataFrame:
+        t = t.copy()
+        spec = t["kind"] == "spec"
+        t["noisy"] = False
+        held = spec & ~t["fit"]
+        t.loc[held, "noisy"] = mark_noise(t[held], spread="spread", error="speedup_error")["noisy"].to_numpy()
+        return t
+
+    table = marked(table)
+    r: Any
+    for _ in range(2 if m.remeasure is not None else 0):  # each noisy row gets up to two more runs
+        todo = table[table["noisy"] & ~table["fit"]]  # the fit rows were fitted as they are
+        if todo.empty:
+            break
+        for r in todo.itertuples():
+            unit = 3.0 * float(r.t_base_s) * float(r.rounds) * float(r.mean_accepted)  # a run and its probe
+            if budget is not None and not budget.allows(unit):
+                continue
+            assert m.remeasure is not None
+            m.rows = m.remeasure("heuristic" if r.schedule == "heuristic" else int(r.gamma))
+        fresh = _predict(m.rows, pr, m.target, m.draft, m.shape)
+        fresh["rel_error"] = fresh["t_predicted_s"] / fresh["t_step_s"] - 1.0
+        spec = fresh["kind"] == "spec"
+        fresh.loc[spec, "speedup_error"] = (
+            fresh.loc[spec, "speedup_predicted"] / fresh.loc[spec, "speedup_measured"] - 1
+        )
+        table = marked(fresh)
+    return table
+
+
+# -- the profile ---------------------------------------------------------------------------------
+
+
+def profile_data(fit: EngineFit, m: EngineMeasurement, command: str, hardware_ref: str) -> dict[str, Any]:
+    """The engine TOML (``engine_data``'s layout) with its ``[measured]`` block."""
+    data = engine_data(fit.engine)
+    measured: dict[str, Any] = {
+        "framework": m.framework,
+        "framework_version": m.framework_version,
+        "torch": str(torch.__version__),
+        "device": str(m.device.get("device", "cpu")),
+        "host_cpu": _host_cpu(m.device),
+        "date": _dt.datetime.now().isoformat(timespec="seconds"),
+        "command": command,
+        "hardware": hardware_ref,
+        "dtype": m.dtype,
+        "python": platform.python_version(),
+    }
+    if m.threads is not None:
+        measured["threads"] = int(m.threads)
+    for k, v in m.load.items():
+        if isinstance(v, str):
+            measured[k] = v
+        elif isinstance(v, (int, float)) and np.isfinite(v):
+            measured[k] = int(v) if isinstance(v, int) else float(v)
+    if m.skipped:
+        measured["not_measured"] = "; ".join(m.skipped)
+    for prefix, summary in (("fit", fit.fit_error), ("heldout", fit.validation)):
+        for k, v in summary.items():
+            if isinstance(v, (int, float)) and np.isfinite(v):
+                measured[f"{prefix}_{k}"] = float(v) if isinstance(v, float) else int(v)
+    data["measured"] = measured
+    return data
+
+
+def _host_cpu(info: dict[str, Any]) -> str:
+    if info.get("kind") == "cpu":
+        return str(info.get("name", platform.processor() or platform.machine()))
+    from measure.device import _cpu_info
+
+    return str(_cpu_info().get("name", platform.machine()))
+
+
+def write_engine_profile(path: str | Path, data: dict[str, Any]) -> Path:
+    """Write the profile TOML (the same writer the hardware profiles use)."""
+    import tomli_w
+
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(tomli_w.dumps(data))
+    return p
+
+
+def measured_frameworks(candidates: Sequence[str] = (*FRAMEWORKS, *SERVING)) -> dict[str, str | None]:
+    """Per framework: None when ``measure engine`` can run it here, else the one-line reason it cannot."""
+    out: dict[str, str | None] = {}
+    for name in candidates:
+        try:
+            framework_module(name)
+            out[name] = None
+        except SpecroofError as exc:
+            out[name] = str(exc)
+    return out
