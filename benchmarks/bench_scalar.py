@@ -129,6 +129,19 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     for name, us in rows.items():
         counts = name.startswith(("pass_time", "speedup", "predict_speedup"))
         lines.append(f"| `{name}` | {us:.1f} | {('yes' if us <= TARGET_US else 'no') if counts else '-'} |")
+    viewer = next((us for name, us in rows.items() if name.startswith("LLM-Viewer")), None)
+    if viewer is not None:  # the same run, the same load: the ratio is the figure that travels between machines
+        lines += [
+            "",
+            "Against LLM-Viewer's analysis in this run (same load; the issue's target is 5x): "
+            + ", ".join(
+                f"`{name.split('(')[0]}` "
+                + (f"{viewer / us:.1f}x faster" if us <= viewer else f"{us / viewer:.1f}x slower")
+                for name, us in rows.items()
+                if name.startswith(("pass_time(spec, pricing", "speedup", "predict_speedup(pricing, draft"))
+            )
+            + ".",
+        ]
     text = "\n".join(lines)
     if args.no_record:
         print(text)

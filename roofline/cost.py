@@ -9,17 +9,18 @@ KV write and activations, which is what the roofline and the fit need.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 from numpy.typing import ArrayLike
 
-from roofline.errors import SpecroofError, as_array, check_min
 from roofline.dtypes import activation_dtype, dtype_bytes
+from roofline.errors import SpecroofError, as_array, check_min
 from roofline.model import ModelSpec, get_model
 
 Array = npt.NDArray[np.float64]
@@ -28,6 +29,7 @@ Array = npt.NDArray[np.float64]
 OPERATORS = ("embed", "qkv", "attn_scores", "attn_values", "out_proj", "router", "mlp", "norms", "lm_head")
 #: The single operator of an abstract (weights-only) model.
 ABSTRACT_OPERATORS = ("linear",)
+_DENSE_OPERATORS = tuple(o for o in OPERATORS if o != "router")
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,224 @@ def expected_experts_touched(n_experts: int, experts_per_token: int, tokens: Arr
     return n_experts * (1.0 - (1.0 - experts_per_token / n_experts) ** t)
 
 
+#: the largest count the scalar fast path takes as it is (the array path checks the same bound and names it)
+_COUNT_LIMIT = 2**53
+
+
+def scalar_count(value: Any, minimum: int) -> int | None:
+    """``value`` as a plain int when it is a whole-number scalar in [minimum, 2**53]; None otherwise.
+
+    The scalar fast path's only check: anything else (arrays, NaN, fractions, out of range)
+    goes down the array path, which validates it and raises the error that names it.
+    """
+    t = type(value)
+    if t is int:
+        v = value
+    elif t is np.ndarray:
+        if value.ndim != 0 or value.dtype.kind not in "iu":  # 0-d counts, as check_min hands them on
+            return None
+        v = int(value)
+    elif t is float or isinstance(value, (np.integer, np.floating)):
+        if not math.isfinite(value) or value != int(value):
+            return None
+        v = int(value)
+    else:
+        return None
+    return v if minimum <= v <= _COUNT_LIMIT else None
+
+
+def array_sum(values: list[float]) -> float:
+    """``np.sum`` of a short 1-D float array, to the last bit: numpy adds fewer than 8 values in order and 8 to 15
+    in eight interleaved partial sums (its pairwise summation), so the scalar path's totals equal the array path's."""
+    n = len(values)
+    if n < 8:
+        total = 0.0
+        for v in values:
+            total += v
+        return total
+    if n >= 16:
+        return float(np.sum(values))
+    r = values
+    total = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+    for v in values[8:]:
+        total += v
+    return total
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """A concrete model's constants the cost formulas read (ModelSpec derives most of them on every access)."""
+
+    nl: int
+    d: int
+    H: int
+    KV: int
+    hd: int
+    qkv_out: int
+    qkv_w: int
+    vocab: int
+    dense_layers: int
+    dense_mlp: int
+    mlp_matrices: int
+    d_ff: int
+    moe: bool
+    n_moe_layers: int
+    n_experts: int
+    k: int
+    expert: int
+    shared: int
+    n_shared: int
+    d_ff_expert: int
+    router: int
+    norm: int
+    lm_head: int
+    total_params: float
+    kv_elements_per_token: int
+
+
+_SHAPES: dict[int, tuple[ModelSpec, _Shape]] = {}
+
+
+def model_shape(spec: ModelSpec) -> _Shape:
+    """The constants of ``spec`` the scalar path reads, derived once per model object."""
+    hit = _SHAPES.get(id(spec))
+    if hit is not None and hit[0] is spec:  # the entry holds the spec, so its id is not reused while cached
+        return hit[1]
+    nl, d, H, KV, hd = spec.n_layers, spec.d_model, spec.n_heads, spec.n_kv_heads, spec.head_dim
+    sh = _Shape(
+        nl=nl, d=d, H=H, KV=KV, hd=hd, qkv_out=(H + 2 * KV) * hd, qkv_w=nl * (spec.attn_params_per_layer - H * hd * d),
+        vocab=spec.vocab_size, dense_layers=nl - spec.n_moe_layers, dense_mlp=spec.dense_mlp_params,
+        mlp_matrices=spec.mlp_matrices, d_ff=spec.d_ff, moe=spec.is_moe, n_moe_layers=spec.n_moe_layers,
+        n_experts=spec.n_experts, k=spec.experts_per_token, expert=spec.expert_params,
+        shared=spec.shared_expert_params, n_shared=spec.n_shared_experts, d_ff_expert=spec.d_ff_expert,
+        router=spec.router_params, norm=spec.norm_params, lm_head=spec.lm_head_params,
+        total_params=spec.total_params, kv_elements_per_token=spec.kv_elements_per_token,
+    )  # fmt: skip
+    if len(_SHAPES) > 256:  # early exit builds a truncated spec per call: keep the table small
+        _SHAPES.clear()
+    _SHAPES[id(spec)] = (spec, sh)
+    return sh
+
+
+def frozen(cls: type, fields: dict[str, Any]) -> Any:
+    """An instance of the frozen dataclass ``cls`` with every field in ``fields``, without its ``__init__``.
+
+    A frozen dataclass sets each field through ``object.__setattr__``, which costs more than
+    the arithmetic of a scalar pass (about 10 us for PassCost's 17 fields); the scalar path
+    builds its results with every field given, so filling the instance's dict is the same object.
+    """
+    obj: Any = object.__new__(cls)
+    obj.__dict__.update(fields)
+    return obj
+
+
+class ScalarTerms(NamedTuple):
+    """One configuration's per-operator FLOPs and bytes as plain floats (the scalar fast path's PassCost)."""
+
+    operators: tuple[str, ...]
+    flops: list[float]
+    bytes_weights: list[float]
+    bytes_kv_read: list[float]
+    bytes_kv_write: list[float]
+    bytes_act: list[float]
+    batch: int
+    new_tokens: int
+    context: int
+    n_layers: int
+    allreduce_bytes: float
+    vocab_size: int
+    mlp_matrices: int
+    n_moe_layers: int
+    experts_touched: float
+
+    def to_cost(self, compute_dtype: str, weight_dtype: str, rows: Any = None) -> PassCost:
+        """The same numbers as the :class:`PassCost` :func:`forward_cost` returns for this configuration.
+
+        ``rows``: the five per-operator rows already in an array (a caller that builds one block for more)."""
+        if rows is None:
+            rows = np.array([self.flops, self.bytes_weights, self.bytes_kv_read, self.bytes_kv_write, self.bytes_act])
+        return frozen(
+            PassCost,
+            {
+                "operators": self.operators, "flops": rows[0], "bytes_weights": rows[1], "bytes_kv_read": rows[2],
+                "bytes_kv_write": rows[3], "bytes_act": rows[4], "batch": np.array(self.batch),
+                "new_tokens": np.array(self.new_tokens), "context": np.array(self.context),
+                "compute_dtype": compute_dtype, "n_layers": self.n_layers, "allreduce_bytes": self.allreduce_bytes,
+                "weight_dtype": weight_dtype, "vocab_size": self.vocab_size, "mlp_matrices": self.mlp_matrices,
+                "n_moe_layers": self.n_moe_layers, "experts_touched": self.experts_touched,
+            },
+        )  # fmt: skip
+
+
+def scalar_terms(spec: ModelSpec, B: int, n: int, L: int, vis: float, wb: float, ab: float, kb: float) -> ScalarTerms:
+    """:func:`forward_cost` for one configuration in plain floats: the same formulas, term by term and in the same
+    order, so the numbers are the array path's (``vis``: the new tokens the n new tokens see, summed)."""
+    T = float(B * n)
+    if spec.is_abstract:
+        N = spec.raw_params
+        return ScalarTerms(ABSTRACT_OPERATORS, [2.0 * T * N], [N * wb], [0.0], [0.0], [0.0], B, n, L, 0, 0.0, 0, 3, 0,
+                           0.0)  # fmt: skip
+    s = model_shape(spec)
+    nl, d, H, KV, hd = s.nl, s.d, s.H, s.KV, s.hd
+    Bf, Lf = float(B), float(L)
+    attn_pairs = Bf * (n * Lf + vis)
+    kv_cache = Bf * Lf * nl * KV * hd * kb
+    attn_f = 2.0 * attn_pairs * H * hd * nl
+    attn_a = nl * T * H * hd * ab
+    mlp_flops = 2.0 * T * s.dense_mlp * s.dense_layers
+    mlp_w = s.dense_layers * s.dense_mlp * wb
+    mlp_act = s.dense_layers * T * (2 * d + s.mlp_matrices * s.d_ff) * ab
+    names = OPERATORS if s.moe else _DENSE_OPERATORS
+    f = [0.0, 2.0 * T * d * s.qkv_out * nl, attn_f, attn_f, 2.0 * T * H * hd * d * nl]
+    w = [min(T, s.vocab) * d * wb, s.qkv_w * wb, 0.0, 0.0, nl * H * hd * d * wb]
+    a = [T * d * ab, nl * T * (d + s.qkv_out) * ab, attn_a, attn_a, nl * T * (H * hd + d) * ab]
+    touched = 0.0
+    if s.moe:
+        m, k = s.n_moe_layers, s.k
+        touched = s.n_experts * (1.0 - (1.0 - k / s.n_experts) ** T)
+        mlp_flops = mlp_flops + 2.0 * T * (k * s.expert + s.shared) * m
+        mlp_w = mlp_w + m * (touched * s.expert + s.shared) * wb
+        mlp_act = mlp_act + m * T * (2 * d + k * s.mlp_matrices * s.d_ff_expert) * ab
+        f.append(2.0 * T * s.router * m)
+        w.append(m * s.router * wb)
+        a.append(0.0)
+    f += [mlp_flops, 4.0 * T * d * (2 * nl + 1), 2.0 * T * d * s.vocab]
+    w += [mlp_w, s.norm * wb, s.lm_head * wb]
+    a += [mlp_act, 2 * (2 * nl + 1) * T * d * ab, T * (d + s.vocab) * ab]
+    z = [0.0] * len(names)
+    kr = z.copy()
+    kr[2] = kr[3] = kv_cache
+    kw = z.copy()
+    kw[1] = T * nl * 2 * KV * hd * kb
+    return ScalarTerms(
+        names, f, w, kr, kw, a, B, n, L, nl, T * d * ab, s.vocab, s.mlp_matrices, s.n_moe_layers,
+        (touched + s.n_shared) if s.moe else 0.0,
+    )  # fmt: skip
+
+
+def scalar_config(
+    spec: ModelSpec, batch: Any, new_tokens: Any, context: Any, tree: Any
+) -> tuple[int, int, int, float] | None:
+    """(batch, new tokens, context, visible) of a scalar configuration within the model's context, or None
+    (arrays, and anything the array path must validate or refuse)."""
+    B, L = scalar_count(batch, 1), scalar_count(context, 0)
+    if B is None or L is None:
+        return None
+    if tree is not None:
+        n, vis_sum = _tree_visible(tree)
+        if new_tokens is not None and scalar_count(new_tokens, 1) not in (1, n):
+            return None
+        vis = float(vis_sum)
+    else:
+        nt = scalar_count(new_tokens, 1)
+        if nt is None:
+            return None
+        n, vis = nt, nt * (nt + 1) / 2.0
+    if L + n > spec.max_context:
+        return None
+    return B, n, L, vis
+
+
 def forward_cost(
     spec: ModelSpec | str,
     batch: ArrayLike = 1,
@@ -152,6 +372,9 @@ def forward_cost(
     kv_dtype = kv_dtype or act_dtype
     ab, kb = dtype_bytes(act_dtype), dtype_bytes(kv_dtype)
 
+    one = scalar_config(spec, batch, new_tokens, context, tree)
+    if one is not None:  # one configuration: plain floats, no per-operator array arithmetic
+        return scalar_terms(spec, *one, wb, ab, kb).to_cost(act_dtype, weight_dtype)
     B = check_min("batch", batch, 1, integer=True)
     L = check_min("context", context, 0, integer=True)
     if tree is not None:

@@ -224,6 +224,23 @@ def simulate_policy(
     gen = rng or np.random.default_rng(0)
     if policy.confidence_threshold is not None and confidence is None:
         raise SpecroofError(f"{policy.name} needs the draft's confidences: pass confidence=, or measure it")
+    if c.shape[0] == 1 and policy.confidence_threshold is None:
+        return _simulate_stream(policy, c[0].tolist(), t_round, t_step_s, batch, n, gen)
+    return _simulate_rounds(policy, c, t_round, t_step_s, batch, n, gen, switch, confidence)
+
+
+def _simulate_rounds(
+    policy: GammaPolicy,
+    c: npt.NDArray[np.float64],
+    t_round: Callable[[int], float],
+    t_step_s: float,
+    batch: int,
+    n: int,
+    gen: np.random.Generator,
+    switch: float,
+    confidence: Callable[[np.random.Generator, int], tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]] | None,
+) -> PolicyRun:
+    """The simulation round by round: every regime switch and confidence draw (the general case)."""
     g = policy.start(batch)
     regime = 0
     tokens, seconds = 0.0, 0.0  # tokens per sequence: a round emits accepted + 1 for each of the batch
@@ -249,6 +266,74 @@ def simulate_policy(
         if c.shape[0] > 1 and gen.random() < switch:
             regime = int((regime + gen.integers(1, c.shape[0])) % c.shape[0])
     return PolicyRun(policy.name, n, tokens, seconds, gammas, t_step_s)
+
+
+def _simulate_stream(
+    policy: GammaPolicy,
+    curve: list[float],
+    t_round: Callable[[int], float],
+    t_step_s: float,
+    batch: int,
+    n: int,
+    gen: np.random.Generator,
+) -> PolicyRun:
+    """One regime, no confidences: :func:`_simulate_rounds`'s run from the same uniform draws, walked in plain Python.
+
+    Each round of ``_simulate_rounds`` draws ``batch x gamma`` uniforms, row by row, and
+    nothing else; a generator's uniforms come one after another whatever the size of each
+    request, so drawing them in large blocks and reading them in order gives the same
+    acceptances. The generator is then left exactly where the round-by-round loop leaves
+    it (rewound, and the uniforms used drawn again), so a caller's next draws do not move.
+    """
+    state = gen.bit_generator.state
+    p = list(curve)
+    buf: list[float] = []
+    pos = used = 0
+    g = policy.start(batch)
+    heuristic = type(policy) is HeuristicSchedule
+    fixed = type(policy) in (StaticGamma, BatchSchedule)  # the same gamma every round
+    tokens, seconds = 0.0, 0.0
+    gammas = [0] * n
+    cost: dict[int, float] = {}
+    for r in range(n):
+        need = batch * g
+        if pos + need > len(buf):
+            buf = buf[pos:] + gen.random(max(need, 8192)).tolist()
+            pos = 0
+        while len(p) < g:  # positions beyond the curve use its last value
+            p.append(p[-1])
+        if batch == 1:
+            k = 0
+            while k < g and buf[pos + k] < p[k]:
+                k += 1
+            ks = [k]
+            mean = float(k)
+        else:
+            ks = []
+            for j in range(batch):
+                row = pos + j * g
+                k = 0
+                while k < g and buf[row + k] < p[k]:
+                    k += 1
+                ks.append(k)
+            mean = float(sum(ks)) / batch  # np.mean of whole numbers: their exact sum over the count
+        pos += need
+        used += need
+        gammas[r] = g
+        if g not in cost:
+            cost[g] = float(t_round(g))
+        tokens += mean + 1.0 if g > 0 else 1.0
+        seconds += cost[g]
+        if fixed:
+            continue
+        if heuristic:
+            h: HeuristicSchedule = policy  # type: ignore[assignment]
+            g = min(h.max_gamma, g + h.up) if g > 0 and min(ks) >= g else max(1, g - h.down)
+        else:
+            g = policy.next(g, np.asarray(ks, dtype=np.int64), batch)
+    gen.bit_generator.state = state
+    gen.random(used)  # the generator where the round-by-round loop leaves it
+    return PolicyRun(policy.name, n, tokens, seconds, np.asarray(gammas, dtype=np.int64), t_step_s)
 
 
 def compare_policies(

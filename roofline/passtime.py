@@ -16,7 +16,17 @@ import numpy.typing as npt
 import pandas as pd
 from numpy.typing import ArrayLike
 
-from roofline.cost import PassCost, forward_cost
+from roofline.cost import (
+    PassCost,
+    ScalarTerms,
+    array_sum,
+    forward_cost,
+    frozen,
+    model_shape,
+    scalar_config,
+    scalar_count,
+    scalar_terms,
+)
 from roofline.dtypes import activation_dtype, dtype_bytes
 from roofline.engine import Engine
 from roofline.errors import SpecroofError, check_min
@@ -176,6 +186,116 @@ def _step_time(cost: PassCost, pr: Pricing, memory_bytes: Array | None = None) -
     )
 
 
+def _scalar_times(
+    terms: ScalarTerms, pr: Pricing, tp: int, weight_dtype: str
+) -> tuple[list[float], list[float], list[float], float, float] | None:
+    """Per-operator memory, compute and combined seconds, fixed overhead and pass seconds of one configuration, in
+    plain floats: :meth:`roofline.timemodel.TimeModel.pass_seconds` term by term (docs/cost-model.md, sections 2
+    and 6). None for an eager engine's kernel launches, whose pipeline only the array path prices."""
+    tm = pr.time_model
+    e = tm.engine
+    if e is not None and e.launches:
+        return None
+    tokens = terms.batch * terms.new_tokens
+    bw = tm.bandwidth_bytes_per_s * tp
+    gemv = tm.gemv_bandwidth_bytes_per_s
+    if gemv is not None and gemv != tm.bandwidth_bytes_per_s and tokens == 1:
+        bw = gemv * tp
+    factor = tm.weight_bytes_factor.get(weight_dtype, 1.0)
+    w, kr, kw, a = terms.bytes_weights, terms.bytes_kv_read, terms.bytes_kv_write, terms.bytes_act
+    total = [wi + ri + vi + ai for wi, ri, vi, ai in zip(w, kr, kw, a, strict=True)]
+    link = tm.weights_link_bytes_per_s
+    if link is not None:
+        mem = [w[i] * factor / (link * tp) + (total[i] - w[i]) / bw for i in range(len(w))]
+    elif weight_dtype in tm.weight_bandwidth_ratio or weight_dtype in tm.weight_bytes_factor:
+        w_bw = bw * tm.weight_bandwidth_ratio.get(weight_dtype, 1.0)
+        mem = [w[i] * factor / w_bw + (total[i] - w[i]) / bw for i in range(len(w))]
+    else:
+        mem = [t / bw for t in total]
+    if e is not None and e.kv_bandwidth_fraction != 1.0:
+        extra = 1.0 / e.kv_bandwidth_fraction - 1.0
+        mem = [mem[i] + kr[i] / bw * extra for i in range(len(w))]
+    if e is not None and e.sampling_passes and terms.vocab_size and "lm_head" in terms.operators:
+        head = terms.operators.index("lm_head")
+        mem[head] = mem[head] + tokens * float(terms.vocab_size) * 4.0 * e.sampling_passes / bw
+    peak = tm.peak(pr.dtype)
+    peak_tp = peak * tp
+    comp = [f / peak_tp for f in terms.flops]
+    if tm.matmul_half_tokens:
+        scale = 1.0 + tm.matmul_half_tokens / tokens
+        comp = [c * scale for c in comp]
+    if tm.attention_flop_per_s is not None and tm.attention_flop_per_s != peak:
+        for i, name in enumerate(terms.operators):
+            if name in ATTENTION_OPERATORS:
+                comp[i] = terms.flops[i] / (tm.attention_flop_per_s * tp)
+    if tm.overlap >= 1.0:
+        op_t = [m if m >= c else c for m, c in zip(mem, comp, strict=True)]
+    else:
+        op_t = [max(m, c) + (1.0 - tm.overlap) * min(m, c) for m, c in zip(mem, comp, strict=True)]
+    nl = terms.n_layers
+    fixed = tm.overhead_s(nl) if pr.overhead_s is None else pr.overhead_s
+    comm = 0.0
+    if tp > 1:
+        if tm.interconnect_bytes_per_s is None:
+            tm.allreduce_s(terms.to_cost(pr.dtype, weight_dtype), tp)  # raises the error that names the profile
+        per = 2.0 * (tp - 1) / tp * terms.allreduce_bytes / tm.interconnect_bytes_per_s  # type: ignore[operator]
+        comm = 2 * nl * (tm.allreduce_latency_s + per)
+    t = array_sum(op_t) + fixed + comm
+    host = tm.host_s(nl)
+    if host > 0:
+        t = max(t, host)
+    if e is not None and (e.host_step_s or e.host_step_per_seq_s):
+        step = e.host_step_s + e.host_step_per_seq_s * float(terms.batch)
+        t = max(t, step) if e.step_overlap else t + step
+    return mem, comp, op_t, float(fixed), t
+
+
+#: up to this many configurations (a draft tree's levels, a chain's steps) are priced one by one in plain floats:
+#: below it numpy's per-call overhead on the operators' arrays costs more than the arithmetic
+FEW = 32
+
+
+def _few_seconds(spec: ModelSpec, pr: Pricing, batch: Any, new_tokens: Any, context: Any, tp: int) -> Array | None:
+    """Seconds of a short 1-D sweep of whole numbers, each configuration on the scalar path; None otherwise."""
+    sizes = []
+    for v in (batch, new_tokens, context):
+        if isinstance(v, np.ndarray):
+            if v.ndim != 1 or v.dtype.kind not in "iu":
+                return None
+            sizes.append(v.size)
+        elif scalar_count(v, 0) is None:
+            return None
+    if not sizes or max(sizes) > FEW or min(sizes) < 1 or any(n not in (1, max(sizes)) for n in sizes):
+        return None
+    size = max(sizes)
+    cols = [
+        v.tolist() * (size // len(v)) if isinstance(v, np.ndarray) else [v] * size for v in (batch, new_tokens, context)
+    ]
+    wb, ab = dtype_bytes(pr.stored_weight_dtype), dtype_bytes(pr.dtype)
+    kb = dtype_bytes(pr.kv_dtype or pr.dtype)
+    out = np.empty(size)
+    for i, (b, n, c) in enumerate(zip(*cols, strict=True)):
+        one = scalar_config(spec, b, n, c, None)
+        if one is None:  # out of range somewhere: the array path says where
+            return None
+        times = _scalar_times(scalar_terms(spec, *one, wb, ab, kb), pr, tp, pr.stored_weight_dtype)
+        if times is None:
+            return None
+        out[i] = times[4]
+    return out
+
+
+def _scalar_terms(
+    spec: ModelSpec, pr: Pricing, batch: Any, new_tokens: Any, context: Any, tree: Any
+) -> ScalarTerms | None:
+    one = scalar_config(spec, batch, new_tokens, context, tree)
+    if one is None:
+        return None
+    return scalar_terms(
+        spec, *one, dtype_bytes(pr.stored_weight_dtype), dtype_bytes(pr.dtype), dtype_bytes(pr.kv_dtype or pr.dtype)
+    )
+
+
 def pass_cost(
     spec: ModelSpec,
     pr: Pricing,
@@ -211,8 +331,18 @@ def pass_seconds(
 
     ``tp`` overrides the pricing's (a drafter's own passes run on one device).
     """
+    tp = pr.tp if tp is None else tp
+    terms = _scalar_terms(spec, pr, batch, new_tokens, context, tree)
+    if terms is not None:  # one configuration (a notebook's question, a tree's verify pass): plain floats
+        times = _scalar_times(terms, pr, tp, pr.stored_weight_dtype)
+        if times is not None:
+            return np.asarray(times[4])
+    elif tree is None:
+        few = _few_seconds(spec, pr, batch, new_tokens, context, tp)
+        if few is not None:
+            return few
     cost = pass_cost(spec, pr, batch, new_tokens, context, tree)
-    return pr.time_model.pass_seconds(cost, pr.dtype, overhead_s=pr.overhead_s, tp=pr.tp if tp is None else tp)
+    return pr.time_model.pass_seconds(cost, pr.dtype, overhead_s=pr.overhead_s, tp=tp)
 
 
 def device_memory(spec: ModelSpec, pr: Pricing, batch: ArrayLike, tokens_cached: ArrayLike) -> Array:
@@ -259,8 +389,67 @@ def pass_time(
         engine=engine,
     )
     spec = get_model(spec)
+    terms = _scalar_terms(spec, pr, batch, new_tokens, context, tree)
+    if terms is not None:
+        times = _scalar_times(terms, pr, pr.tp, pr.stored_weight_dtype)
+        if times is not None:
+            return _scalar_step_time(spec, pr, terms, *times)
     cost = pass_cost(spec, pr, batch, new_tokens, context, tree)
     return _step_time(cost, pr, device_memory(spec, pr, cost.batch, cost.context + cost.new_tokens))
+
+
+def _scalar_step_time(
+    spec: ModelSpec,
+    pr: Pricing,
+    terms: ScalarTerms,
+    mem: list[float],
+    comp: list[float],
+    op_t: list[float],
+    fixed: float,
+    t_step: float,
+) -> StepTime:
+    """The :class:`StepTime` of one configuration from its plain-float times (what :func:`_step_time` returns)."""
+    # one array for the cost's five rows and the three rows of times: numpy's cost here is per call, not per number
+    block = np.array([terms.flops, terms.bytes_weights, terms.bytes_kv_read, terms.bytes_kv_write, terms.bytes_act,
+                      mem, comp, op_t])  # fmt: skip
+    cost = terms.to_cost(pr.dtype, pr.stored_weight_dtype, block)
+    op_mem, op_comp, op_time = block[5], block[6], block[7]
+    # device_memory's sum in plain numbers (its order of operations, so the same bytes)
+    sh = model_shape(spec) if not spec.is_abstract else None
+    weights = (
+        0.0 if pr.offloaded else (sh.total_params if sh else spec.total_params) * dtype_bytes(pr.stored_weight_dtype)
+    )
+    cached = terms.batch * (terms.context + terms.new_tokens)
+    kv = cached * (sh.kv_elements_per_token if sh else 0) * dtype_bytes(pr.kv_dtype or pr.dtype)
+    memory = float(weights + kv)
+    w, kr, kw, a = terms.bytes_weights, terms.bytes_kv_read, terms.bytes_kv_write, terms.bytes_act
+    moved = array_sum([w[i] + kr[i] + kw[i] + a[i] for i in range(len(w))])
+    tm = pr.time_model
+    # numpy scalars where the array path's reductions give numpy scalars (its totals over the operators)
+    t_mem: Any = np.float64(array_sum(mem))
+    t_comp: Any = np.float64(array_sum(comp))
+    tokens: Any = np.int64(terms.batch * terms.new_tokens)
+    intensity: Any = np.float64(array_sum(terms.flops) / moved)
+    result: StepTime = frozen(
+        StepTime,
+        {
+            "operators": terms.operators,
+            "op_memory_s": op_mem,
+            "op_compute_s": op_comp,
+            "op_time_s": op_time,
+            "t_memory_s": t_mem,
+            "t_compute_s": t_comp,
+            "overhead_s": fixed,
+            "t_step_s": np.asarray(t_step),
+            "tokens": tokens,
+            "intensity": intensity,
+            "ridge": tm.peak(pr.dtype) / tm.bandwidth_bytes_per_s,
+            "memory_bytes": np.asarray(memory),
+            "fits_in_memory": np.asarray(memory <= pr.memory_bytes),
+            "cost": cost,
+        },
+    )
+    return result
 
 
 def weights_only_crossover(spec: ModelSpec | str, hardware: HardwareLike, dtype: str | None = None) -> float:
@@ -351,6 +540,16 @@ def memory_footprint(
     spec = get_model(spec)
     act_dtype = act_dtype or activation_dtype(weight_dtype)
     kv_dtype = kv_dtype or act_dtype
+    b, c, k = scalar_count(batch, 1), scalar_count(context, 0), scalar_count(new_tokens, 1)
+    if b is not None and c is not None and k is not None and not spec.is_abstract:
+        # one configuration: the same sums in plain numbers, numpy scalars as the array path's 0-d products give
+        sh = model_shape(spec)
+        widest = max(sh.d, sh.mlp_matrices * max(sh.d_ff, sh.d_ff_expert), sh.vocab)
+        return Footprint(
+            sh.total_params * dtype_bytes(weight_dtype),
+            np.float64(b * (c + k) * sh.kv_elements_per_token * dtype_bytes(kv_dtype)),
+            np.float64(b * k * 2 * widest * dtype_bytes(act_dtype)),
+        )
     B = check_min("batch", batch, 1, integer=True)
     L = check_min("context", context, 0, integer=True)
     n = check_min("new_tokens", new_tokens, 1, integer=True)

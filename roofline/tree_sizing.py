@@ -42,6 +42,22 @@ class TreeSizeChoice:
         return self.table
 
 
+_TREES: dict[int, tuple[OptimalTree, dict[tuple[int, int], Tree]]] = {}
+
+
+def _tree_for(opt: OptimalTree, n: int, depth: int) -> Tree:
+    """``opt.tree_for(n, depth)``, built once per table: a sweep over GPUs and batches prices the same trees."""
+    hit = _TREES.get(id(opt))
+    if hit is None or hit[0] is not opt:  # the entry holds the table, so its id is not reused while cached
+        if len(_TREES) >= 8:
+            _TREES.clear()
+        hit = _TREES[id(opt)] = (opt, {})
+    trees = hit[1]
+    if (n, depth) not in trees:
+        trees[n, depth] = opt.tree_for(n, depth)
+    return trees[n, depth]
+
+
 def best_tree_size(
     hardware: Pricing | Hardware | str,
     target: ModelSpec | str,
@@ -83,7 +99,7 @@ def best_tree_size(
             e = opt.table[n, depth]
             if np.isnan(e):
                 continue
-            tree = opt.tree_for(n, depth)
+            tree = _tree_for(opt, n, depth)
             if tree.depth < depth:  # the same tree as a shallower limit: already priced
                 continue
             rt = round_time(pr, spec, d, tree, batch, context, verify_latency=verify_latency)

@@ -931,12 +931,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
         def measured_section(w: Any) -> Any:
             from specroof.measure_report import measurement_section
-            from specroof.report import MEASURED_BUDGET_S
 
-            # the page's own default, not measure_report's: the whole page, analytic part included, fits 90 s
-            budget = args.budget if args.budget is not None or args.quick else MEASURED_BUDGET_S
             return measurement_section(
-                w, quick=args.quick, budget_s=budget, progress=not args.json, log=lambda m: _note(args, m)
+                w, quick=args.quick, budget_s=args.budget, progress=not args.json, log=lambda m: _note(args, m)
             )
 
         extra.append(("Measured on this device", measured_section))
@@ -1090,7 +1087,12 @@ def _speedup_command(sub: Any) -> None:
         type=finite_float,
         help="measured tokens per round, bonus included (Spec-Bench's #mean accepted tokens, vLLM's mean acceptance length)",
     )
-    p.add_argument("--tree", help="a named tree: eagle, eagle2, eagle3, medusa (default: the drafter's own, if any)")
+    p.add_argument(
+        "--tree",
+        help="a named tree (eagle, eagle2, eagle3, medusa, hydra), an inline parent array (parents:-1,0,0,1), "
+        "rank paths ([[0],[1],[0,0]]: Medusa choices, vLLM's speculative_token_tree) or a JSON file with a parent "
+        "array, rank paths or a Sequoia growmap (default: the drafter's own, if any)",
+    )
     p.add_argument("--batch", type=bounded_int(1, INT_MAX), default=1)
     p.add_argument("--context", type=bounded_int(0, INT_MAX), default=1024)
     p.add_argument("--dtype", default="bf16")
