@@ -630,6 +630,78 @@ window.addEventListener("load", () => {
 </script>"""
 
 
+#: the serving sweep the page runs: request rates (req/s), policies, requests per point (a few seconds in all)
+SERVING_RATES = (1.0, 4.0, 16.0, 32.0, 64.0, 96.0)
+SERVING_POLICIES = ("off", "static:4", "goodput")
+SERVING_REQUESTS = 300
+
+
+def serving_section(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | None = None) -> Section:
+    """At what request rate does speculation stop paying? The serving simulator on the first GPU, under the engine."""
+    from roofline.plot import serving_curves
+    from roofline.serving import simulate
+
+    cfg = _pairing(pairing)
+    gpu, target, draft = gpus[0], cfg["target"], cfg["drafters"][0]
+    alpha = cfg["acceptance"][f"draft {draft}"]
+    engine = cfg.get("engine")
+    res = simulate(
+        hardware=gpu,
+        target=target,
+        drafter=f"model:{draft}",
+        acceptance=alpha,
+        policy=SERVING_POLICIES,
+        rates=SERVING_RATES,
+        requests=SERVING_REQUESTS,
+        input_len="uniform:128-1024",
+        output_len="uniform:16-256",
+        engine=engine,
+        seed=0,
+    )
+    stops = res.stops_paying()
+    hw_name = load_hardware(gpu).name
+    verdicts = "".join(
+        f"<li><b>{esc(p)}</b>: "
+        + (
+            f"pays up to {r:.1f} requests/s; above that plain decoding serves faster"
+            if r is not None
+            else f"pays at every rate swept (up to {max(SERVING_RATES):g} requests/s)"
+        )
+        + "</li>"
+        for p, r in stops.items()
+    )
+    body = (
+        f"<p><b>Question:</b> requests arrive at a rate; a continuous-batching scheduler mixes their prefills and "
+        f"decodes. Up to which request rate does speculative decoding make {esc(str(target))} with {esc(str(draft))} "
+        f"(acceptance {alpha}) answer sooner on the {esc(hw_name)}? <b>Answer</b> (" + engine_words(engine) + ", "
+        f"{SERVING_REQUESTS} simulated requests per point, prompts 128-1024 and outputs 16-256 tokens; speculation "
+        "pays at a rate when its median end-to-end latency beats plain decoding's):</p><ul>" + verdicts + "</ul>"
+    )
+    body += w.figure(
+        serving_curves(res.summary, title=f"{target} + {draft} on {hw_name}"),
+        "serving_curves",
+        "Time per output token against throughput, and time to first token against request rate, per policy",
+    )
+    cols = ["rate_req_s", "policy", "ttft_p50_s", "ttft_p90_s", "tpot_p50_s", "tpot_p90_s", "e2e_p50_s",
+            "throughput_tok_s", "mean_batch"]  # fmt: skip
+    shown = res.summary[[c for c in cols if c in res.summary.columns]]
+    body += w.table(shown, "serving_summary")
+    body += (
+        "<p>TTFT: arrival to first token; TPOT: time per output token after the first; static:4 drafts 4 tokens "
+        "every round, goodput chooses gamma per step as SmartSpec does (lower as the batch fills). A static gamma "
+        "lowers TPOT at every rate, but near saturation its verify tokens take the step budget prefills need, so "
+        "queues and TTFT grow. <code>specroof serve</code> runs any sweep; <code>specroof measure serve</code> "
+        "checks the simulator against real continuous batching on this machine.</p>"
+    )
+    rows = [{"policy": p, "stops_paying_at_rate": r} for p, r in stops.items()]
+    return Section(
+        "Serving under load: when speculation stops paying",
+        body,
+        ["serving_summary.csv", "serving_curves.png"],
+        {"serving": rows},
+    )
+
+
 def engines_section(w: ReportWriter) -> Section:
     """How close the model comes to published GPU measurements, with and without an engine, and what an engine changes."""
     from roofline.plot import gamma_by_engine_chart, published_scatter
@@ -721,6 +793,7 @@ def analytic_sections(
         ("Rooflines of the data-center GPUs", lambda w: rooflines(w, gpus, pairing)),
         ("Speculative decoding: where it pays and which gamma", lambda w: speculation(w, gpus, pairing)),
         ("Draft trees: chain vs tree, and the tree size per GPU", lambda w: trees_section(w, gpus, pairing)),
+        ("Serving under load: when speculation stops paying", lambda w: serving_section(w, gpus, pairing)),
         ("Engines: predictions against published GPU measurements", engines_section),
     ]
 
