@@ -938,6 +938,18 @@ def cmd_report(args: argparse.Namespace) -> int:
 
         extra.append(("Measured on this device", measured_section))
     pairing = dict(DEFAULT_PAIRING)
+    for spec in args.drafter or []:  # the drafter grammar: the page compares one draft model and one early exit
+        kind, _, value = spec.partition(":")
+        kind = kind.strip().lower()
+        if kind == "model" and value and args.draft is None:
+            args.draft = value.strip()
+        elif kind == "early-exit" and value.strip().isdigit() and args.early_exit is None:
+            args.early_exit = int(value)
+        else:
+            raise SpecroofError(
+                f"--drafter {spec!r}: the page compares one draft model (model:NAME) and one early exit (early-exit:L), "
+                "each once; price other drafters with specroof plan --drafter SPEC"
+            )
     if args.target or args.draft or args.alpha is not None or args.early_exit is not None:
         draft = args.draft or DEFAULT_PAIRING["drafters"][0]
         exit_layer = args.early_exit if args.early_exit is not None else DEFAULT_PAIRING["drafters"][1]
@@ -1224,7 +1236,13 @@ def _report_command(sub: Any) -> None:
     )
     p.add_argument("--skip-measure", action="store_true", help="analytic sections only")
     p.add_argument("--target", help="target preset for the plans (default llama-3.1-8b)")
-    p.add_argument("--draft", help="draft preset for the plans (default llama-3.2-1b)")
+    p.add_argument(
+        "--drafter",
+        action="append",
+        metavar="SPEC",
+        help="model:NAME (the draft model) and/or early-exit:L (the self-drafter), in the drafter grammar",
+    )
+    p.add_argument("--draft", help="same as --drafter model:NAME (default llama-3.2-1b)")
     p.add_argument("--early-exit", type=int, default=None, help="early-exit layer of the self-drafter (default 8)")
     p.add_argument("--alpha", type=float, help="acceptance rate of the draft model (default 0.75)")
     p.add_argument("--debug", action="store_true", help="tracebacks of failed sections on the page")
