@@ -39,6 +39,7 @@ _KIND = {
     "tp": "tensor-parallel decode",
     "speculative": "speculative decoding",
     "prefill": "prefill",
+    "serving": "serving latency under load",
 }
 
 

@@ -33,8 +33,13 @@ except ImportError:  # pragma: no cover
 PUBLISHED_DIR = Path(__file__).resolve().parents[1] / "published"
 
 #: the kinds of figure, each summarised on its own: batch-1 decode, quantised weights, tensor parallel,
-#: speculative, decode at a serving batch (a whole generation: prefill then every step), and prefill
-KINDS = ("decode", "quantised", "tp", "speculative", "batched", "prefill")
+#: speculative, decode at a serving batch (a whole generation: prefill then every step), prefill, and serving
+#: (a latency under load at one request rate, with or without speculation: priced by roofline.serving.simulate)
+KINDS = ("decode", "quantised", "tp", "speculative", "batched", "prefill", "serving")
+
+#: the fields of a ``[series.NAME]`` table (a serving workload the rows of one sweep share)
+SERIES_FIELDS = ("model", "tp", "drafter", "drafter_vocab", "speculating", "acceptance", "input_len", "output_len",
+                 "requests", "prefill", "max_tokens", "max_seqs", "weight_dtype")  # fmt: skip
 
 #: engines whose device terms are the compiled engine's and whose serving terms are fitted together
 SERVING_FAMILY = ("vllm", "sglang", "trtllm")
@@ -82,9 +87,13 @@ def load_published(folder: str | Path | None = None) -> pd.DataFrame:
         if any(u not in ("calibration", "validation") for u in uses):
             bad = next(u for u in uses if u not in ("calibration", "validation"))
             raise SpecroofError(f"{path}: use must be 'calibration' or 'validation' (got {bad!r})")
+        series = data.get("series", {})
         for i, r in enumerate(data.get("row", [])):
             if r.get("kind") not in KINDS:
                 raise SpecroofError(f"{path}: row {i + 1} kind must be one of {', '.join(KINDS)}")
+            if r["kind"] == "serving":
+                rows.append(_serving_row(path, i, data, series, r))
+                continue
             row = {
                 "file": path.name,
                 "source": data["source"],
@@ -113,6 +122,74 @@ def load_published(folder: str | Path | None = None) -> pd.DataFrame:
             _check_row(path, i, row)
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _serving_row(path: Path, i: int, data: dict[str, Any], series: dict[str, Any], r: dict[str, Any]) -> dict[str, Any]:
+    """One published latency under load: its sweep's workload (``[series.NAME]``), policy, rate, metric and value."""
+    where = f"{path.name}: row {i + 1}"
+    name = r.get("series")
+    if name not in series:
+        raise SpecroofError(f"{where}: series must name a [series.NAME] table of the file (got {name!r})")
+    s = dict(series[name])
+    unknown = sorted(set(s) - set(SERIES_FIELDS))
+    if unknown:
+        raise SpecroofError(
+            f"{path.name}: series {name!r}: unknown field {unknown[0]!r} (one of {', '.join(SERIES_FIELDS)})"
+        )
+    if "model" not in s or "speculating" not in s:
+        raise SpecroofError(f"{path.name}: series {name!r} gives model and speculating (the policy, e.g. static:4)")
+    if r.get("policy") not in ("off", s["speculating"]):
+        raise SpecroofError(
+            f"{where}: policy must be 'off' or the series' {s['speculating']!r} (got {r.get('policy')!r})"
+        )
+    rate, value, metric = r.get("rate_req_s"), r.get("value"), r.get("metric")
+    for key, v in (("rate_req_s", rate), ("value", value)):
+        if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0):
+            raise SpecroofError(f"{where}: {key} must be a finite number > 0 (got {v!r})")
+    from roofline.serving.metrics import lower_is_better
+
+    if not isinstance(metric, str) or not lower_is_better(metric):
+        raise SpecroofError(
+            f"{where}: metric must be a latency column of the serving summary, e.g. e2e_mean_s (got {metric!r})"
+        )
+    row = {
+        "file": path.name,
+        "source": data["source"],
+        "url": data["url"],
+        "setup": data["setup"],
+        "use": r.get("use", data["use"]),
+        "hardware": r.get("hardware", data["hardware"]),
+        "engine": r.get("engine", data.get("engine")),
+        "batch": 1,
+        "prompt_tokens": 0,
+        "output_tokens": 0,
+        "counts": "output",
+        "context": 0,
+        "kind": "serving",
+        "model": s["model"],
+        "weight_dtype": s.get("weight_dtype", "bf16"),
+        "tp": int(s.get("tp", 1)),
+        "drafter": s.get("drafter"),
+        "gamma": None,
+        "tree": None,
+        "mean_accepted": None,
+        "published_tokens_per_s": None,
+        "published_speedup": None,
+        "not_modelled": r.get("not_modelled", ""),
+        "series": str(name),
+        "serving": s,
+        "policy": r["policy"],
+        "rate_req_s": float(rate),  # type: ignore[arg-type]
+        "serving_metric": metric,
+        "published_value": float(value),  # type: ignore[arg-type]
+    }
+    if row["engine"] is None:
+        raise SpecroofError(f"{where} names no engine")
+    from roofline.engine import list_engines
+
+    if row["engine"] not in list_engines():
+        raise SpecroofError(f"{where}: engine {row['engine']!r} is not shipped (one of {', '.join(list_engines())})")
+    return row
 
 
 def _check_row(path: Path, i: int, row: dict[str, Any]) -> None:
@@ -211,8 +288,25 @@ def _generation_rate(r: dict[str, Any], engine: Engine | str | None, act: str, w
 def validation_table(rows: pd.DataFrame | None = None, engines: dict[str, Engine] | None = None) -> pd.DataFrame:
     """Published against predicted, per row: the roofline-only and the engine-aware prediction and their errors."""
     df = load_published() if rows is None else rows.copy()
+    serving = {}
+    if "kind" in df and (df["kind"] == "serving").any():
+        st = serving_table(df, engines)
+        keys = zip(st["source"], st["series"], st["policy"], st["rate_req_s"], strict=True)
+        serving = dict(zip(keys, st.to_dict(orient="records"), strict=True))
     out = []
     for _, r in df.iterrows():
+        if r["kind"] == "serving":
+            sv = serving[(r["file"].removesuffix(".toml"), r["series"], r["policy"], float(r["rate_req_s"]))]
+            out.append({
+                "source": sv["source"], "use": r["use"], "kind": "serving", "hardware": r["hardware"],
+                "engine": r["engine"], "batch": 1,
+                "setup": f"{r['model']} TP{r['tp']} {r['series']}: {r['policy']} at {sv['rate_req_s']:g} req/s",
+                "metric": sv["metric"], "published": sv["published"], "roofline": sv["roofline"],
+                "engine_aware": sv["engine_aware"], "error_roofline": sv["error_roofline"],
+                "error_engine": sv["error_engine"], "implied_mean_accepted": np.nan,
+                "note": sv["note"] or f"alpha {sv['alpha_engine']:.3f} ({'implied' if r['serving'].get('acceptance', 'implied') == 'implied' else 'published'})",
+            })  # fmt: skip
+            continue
         published = r["published_speedup"] if not pd.isna(r["published_speedup"]) else r["published_tokens_per_s"]
         metric = "speedup" if not pd.isna(r["published_speedup"]) else "tokens_per_s"
         rec = {
@@ -395,3 +489,171 @@ def _readable(data: Any) -> Any:
     if isinstance(data, float):
         return 0.0 if abs(data) < 1e-9 else float(f"{data:.7g}")
     return data
+
+
+# -- serving rows: latencies under load, priced by the serving simulator -----------------------------------------
+
+#: every serving prediction runs the simulator under this seed (the same arrivals and lengths for every policy)
+SERVING_SEED = 0
+
+#: bisection steps for an implied acceptance (alpha to within 0.98 / 2^10)
+_ALPHA_STEPS = 10
+
+_SERVING_CACHE: dict[tuple[str, str, str], dict[str, Any]] = {}
+
+
+def _serving_drafter(s: dict[str, Any]) -> Any:
+    """The series' drafter: a name as :func:`roofline.drafters.as_drafter` reads it, or a draft model with its vocabulary."""
+    d = s.get("drafter")
+    if d is None or "drafter_vocab" not in s:
+        return d
+    from roofline.model import get_model
+
+    if not str(d).startswith("model:"):
+        raise SpecroofError(f"drafter_vocab applies to a draft model (model:NAME), not {d!r}")
+    spec = get_model(str(d).removeprefix("model:"))
+    vocab = s["drafter_vocab"]
+    if not (isinstance(vocab, int) and vocab >= 1):
+        raise SpecroofError(f"drafter_vocab must be a whole number >= 1 (got {vocab!r})")
+    return dataclasses.replace(spec, name=f"{spec.name} (vocab {vocab})", vocab_size=vocab)
+
+
+def _run_series(s: dict[str, Any], hardware: str, engine: Engine | None, policies: tuple[str, ...], rates: list[float],
+                alpha: float) -> pd.DataFrame:  # fmt: skip
+    from roofline.serving import simulate
+
+    res = simulate(
+        hardware=hardware, target=s["model"], drafter=_serving_drafter(s), acceptance=alpha, policy=policies,
+        rates=rates, requests=int(s.get("requests", 200)), input_len=s.get("input_len", 512),
+        output_len=s.get("output_len", 128), engine=engine, tp=int(s.get("tp", 1)),
+        weight_dtype=_wdt(s.get("weight_dtype", "bf16")), max_seqs=int(s.get("max_seqs", 256)),
+        max_tokens=int(s.get("max_tokens", 2048)), prefill=str(s.get("prefill", "fused")), seed=SERVING_SEED,
+    )  # fmt: skip
+    return res.summary
+
+
+def _implied_alpha(s: dict[str, Any], hardware: str, engine: Engine | None, rate: float, metric: str, target: float,
+                   base: float) -> float:  # fmt: skip
+    """The per-token acceptance at which the simulated ``off / speculating`` ratio at ``rate`` is ``target``.
+
+    The ratio grows with alpha (more tokens per verify pass), so a bisection finds it; a ratio
+    out of reach returns the end of [0.01, 0.99] nearest to it.
+    """
+    lo, hi = 0.01, 0.99
+    for _ in range(_ALPHA_STEPS):
+        mid = 0.5 * (lo + hi)
+        spec = _run_series(s, hardware, engine, (s["speculating"],), [rate], mid)[metric].iloc[0]
+        if base / spec < target:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+def predict_serving_series(rows: pd.DataFrame, engine: Engine | str | None) -> dict[str, Any]:
+    """The simulated metric of every row of one serving series (one file, one ``[series.NAME]``) under ``engine``.
+
+    Returns ``predicted`` ({(policy, rate): value}), ``alpha`` (the per-token acceptance simulated) and
+    ``anchor`` (the (policy, rate) the acceptance was read from, or None). A series whose acceptance is
+    ``"implied"`` (the source publishes none) takes the alpha that reproduces its lowest rate's published
+    ``off / speculating`` ratio; that row is then no prediction (its error is left out). Every other
+    row, the baseline's latencies and the crossover rate are predicted, nothing fitted to them.
+    """
+    first = rows.iloc[0]
+    s, hardware, metric = first["serving"], str(first["hardware"]), str(first["serving_metric"])
+    eng = load_engine(engine) if isinstance(engine, str) else engine
+    key = (str(first["file"]), str(first["series"]), repr(eng))
+    if key in _SERVING_CACHE:
+        return _SERVING_CACHE[key]
+    if len(set(rows["serving_metric"])) != 1:
+        raise SpecroofError(f"{first['file']}: series {first['series']!r} mixes metrics: give one per series")
+    rates = sorted(set(rows["rate_req_s"]))
+    acceptance = s.get("acceptance", "implied")
+    anchor = None
+    if acceptance == "implied":
+        r0 = rates[0]
+        pub = rows.set_index(["policy", "rate_req_s"])["published_value"]
+        if ("off", r0) not in pub.index or (s["speculating"], r0) not in pub.index:
+            raise SpecroofError(
+                f"{first['file']}: series {first['series']!r}: an implied acceptance needs both policies at {r0} req/s"
+            )
+        base = _run_series(s, hardware, eng, ("off",), [r0], 0.5)[metric].iloc[0]
+        target = pub[("off", r0)] / pub[(s["speculating"], r0)]
+        alpha = _implied_alpha(s, hardware, eng, r0, metric, float(target), float(base))
+        anchor = (s["speculating"], r0)
+    else:
+        from roofline.serving import parse_acceptance
+
+        alpha = parse_acceptance(acceptance, int(str(s["speculating"]).rpartition(":")[2] or 1))
+    summary = _run_series(s, hardware, eng, ("off", s["speculating"]), rates, alpha)
+    predicted = {
+        (p, float(r)): float(v)
+        for p, r, v in zip(summary["policy"], summary["rate_req_s"], summary[metric], strict=True)
+    }
+    out = {"predicted": predicted, "alpha": float(alpha), "anchor": anchor, "summary": summary}
+    _SERVING_CACHE[key] = out
+    return out
+
+
+def serving_table(rows: pd.DataFrame | None = None, engines: dict[str, Engine] | None = None) -> pd.DataFrame:
+    """Every serving row published against simulated: roofline-only and engine-aware, their errors, the alpha used."""
+    df = load_published() if rows is None else rows
+    df = df[df["kind"] == "serving"]
+    out = []
+    for (_, _), g in df.groupby(["file", "series"], sort=False):
+        eng_name = str(g["engine"].iloc[0])
+        eng = (engines or {}).get(eng_name) or load_engine(eng_name)
+        roof, aware = predict_serving_series(g, None), predict_serving_series(g, eng)
+        for _, r in g.iterrows():
+            k = (r["policy"], float(r["rate_req_s"]))
+            anchored = k == aware["anchor"]
+            pub = float(r["published_value"])
+            out.append({
+                "source": r["file"].removesuffix(".toml"),
+                "series": r["series"],
+                "policy": r["policy"],
+                "rate_req_s": k[1],
+                "metric": r["serving_metric"],
+                "published": pub,
+                "roofline": roof["predicted"][k],
+                "engine_aware": aware["predicted"][k],
+                "error_roofline": np.nan if anchored else roof["predicted"][k] / pub - 1.0,
+                "error_engine": np.nan if anchored else aware["predicted"][k] / pub - 1.0,
+                "alpha_engine": aware["alpha"],
+                "alpha_roofline": roof["alpha"],
+                "note": "anchors the implied acceptance (no error of its own)" if anchored else "",
+            })  # fmt: skip
+    return pd.DataFrame(out)
+
+
+def serving_crossovers(table: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per serving series: the rate where speculation stops paying, published against simulated (same rates, same rule).
+
+    Both sides use :func:`roofline.serving.speculation_stops_paying_at_rate` on the series' own
+    rates (interpolated on log rate between the last rate that pays and the first that does not);
+    ``published_bracket_*`` are those two rates, between which the true published crossover lies.
+    """
+    from roofline.serving import speculation_stops_paying_at_rate
+
+    t = serving_table() if table is None else table
+    out = []
+    for (src, series), g in t.groupby(["source", "series"], sort=False):
+        metric = str(g["metric"].iloc[0])
+        spec = next(p for p in g["policy"] if p != "off")
+        rec: dict[str, Any] = {"source": src, "series": series, "policy": spec, "metric": metric}
+        for col in ("published", "roofline", "engine_aware"):
+            summ = pd.DataFrame({"policy": g["policy"], "rate_req_s": g["rate_req_s"], metric: g[col]})
+            rec[f"{col}_rate_req_s"] = speculation_stops_paying_at_rate(summ, spec, metric=metric)
+        pub = rec["published_rate_req_s"]
+        rates = sorted(set(g["rate_req_s"]))
+        if pub is not None:
+            above = [r for r in rates if r >= pub]
+            below = [r for r in rates if r < pub]
+            rec["published_bracket_lo_req_s"] = below[-1] if below else np.nan
+            rec["published_bracket_hi_req_s"] = above[0] if above else np.nan
+        for col in ("roofline", "engine_aware"):
+            v = rec[f"{col}_rate_req_s"]
+            name = "engine" if col == "engine_aware" else col
+            rec[f"error_{name}"] = np.nan if pub is None or v is None else v / pub - 1.0
+        out.append(rec)
+    return pd.DataFrame(out)

@@ -705,10 +705,13 @@ def serving_section(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any
 def engines_section(w: ReportWriter) -> Section:
     """How close the model comes to published GPU measurements, with and without an engine, and what an engine changes."""
     from roofline.plot import gamma_by_engine_chart, published_scatter
-    from roofline.published import error_summary, validation_table
+    from roofline.published import error_summary, load_published, validation_table
     from roofline.speculative import alpha_for_heuristic, speedup_by_engine
 
-    table = validation_table()
+    rows = load_published()
+    # the serving rows are simulated sweeps (seconds each): `specroof validate published` prices them; the page's
+    # serving section shows the simulator itself
+    table = validation_table(rows[rows["kind"] != "serving"])
     summ = error_summary(table)
     body = (
         "<p>The roofline prices bytes and FLOPs; the software that runs the model adds its own time: kernel "
