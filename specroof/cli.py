@@ -908,7 +908,7 @@ def _engine_params(e: Any) -> dict[str, float]:
 def cmd_report(args: argparse.Namespace) -> int:
     import time
 
-    from specroof.report import DEFAULT_PAIRING, analytic_sections, write_report
+    from specroof.report import DEFAULT_PAIRING, analytic_sections, validate_inputs, write_report
 
     if args.budget is not None and not args.budget > 0:
         raise SpecroofError(f"--budget must be > 0 seconds (got {args.budget})")
@@ -971,6 +971,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         state = "FAILED: " + sec.error if sec.error else "done"
         _note(args, f"[{done['n']}/{n_sections}] {sec.title}: {state} ({time.perf_counter() - t0:.0f} s)")
 
+    validate_inputs(args.hardware, pairing)  # every check before the first line of work is printed
     _note(args, f"writing {args.out}/index.html section by section ...")
     try:
         summary = write_report(args.out, args.hardware, extra, pairing, debug=args.debug, on_section=on_section)

@@ -545,3 +545,11 @@ def test_a_single_valued_option_given_twice_is_refused(argv, files, capsys):
 def test_repeatable_options_may_repeat(capsys):
     argv = [*BASE["plan"][:-2], "--acceptance", "draft=0.7", "--json"]
     assert_clean(argv, capsys, expect=0)
+
+
+def test_report_refuses_before_it_announces_any_work(capsys, tmp_path):
+    from specroof.cli import main
+
+    assert main(["report", "--hardware", "no-such-gpu", "--skip-measure", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "writing" not in err and "unknown hardware" in err and not (tmp_path / "r").exists()
