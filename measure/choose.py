@@ -219,28 +219,37 @@ def probe_and_choose(
     )
 
 
-def fastest_decode_path(model: Any, repeats: int = 5) -> tuple[bool, str]:
-    """Whether one-token passes should use ``torch.mv`` (``set_matvec(True)``) on this device, and why.
+def fastest_decode_path(model: Any, repeats: int = 5) -> tuple[bool | None, str]:
+    """Which one-token path plain decoding should use on this device, and why: ``torch.mv`` everywhere (True), a
+    one-row matrix product everywhere (False), or the model's own per-shape choice (None: ``Transformer`` times each
+    weight shape's kernels when its cache is set up).
 
-    The baseline must be the fastest plain decoding the device has, or speculation looks
-    better than it is. On one CPU ``torch.mv`` streams weights faster than a one-row
-    matrix product, on another slower: time both on the model itself and keep the faster.
+    The baseline must be the fastest plain decoding the device has, or speculation looks better than it is: time the
+    candidates on the model itself and keep the fastest.
     """
     dev = model.device
     if dev.type != "cpu":
         model.set_matvec(False)
         return False, "one-token passes: matrix products (GPU)."
-    times = {}
+    linears = [m for m in model.modules() if hasattr(m, "kernels")]
+    chosen = {m: dict(m.kernels) for m in linears}
+    times: dict[bool | None, float] = {}
+    if any(chosen.values()):
+        times[None] = one_token_step_s(model, context=16, repeats=repeats)
     for on in (True, False):
         model.set_matvec(on)
         times[on] = one_token_step_s(model, context=16, repeats=repeats)
-    use = times[True] < times[False]
-    model.set_matvec(use)
-    slow, fast = (times[False], times[True]) if use else (times[True], times[False])
-    how = "torch.mv" if use else "a one-row matrix product"
+    use = min(times, key=lambda k: times[k])
+    if use is None:
+        for m, kernels in chosen.items():
+            m.kernels = kernels
+    else:
+        model.set_matvec(use)
+    how = {None: "the kernel timed fastest for each weight shape", True: "torch.mv", False: "a one-row matrix product"}
+    others = ", ".join(f"{how[k]} {v * 1e3:.1f} ms" for k, v in times.items() if k is not use)
     return use, (
-        f"Plain decoding (the baseline every speedup is against) uses {how} for its one-token passes, the faster "
-        f"path here ({fast * 1e3:.1f} ms against {slow * 1e3:.1f} ms per step)."
+        f"Plain decoding (the baseline every speedup is against) uses {how[use]} for its one-token passes, the "
+        f"fastest path here ({times[use] * 1e3:.1f} ms per step; {others})."
     )
 
 

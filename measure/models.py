@@ -94,24 +94,114 @@ def sign_half(sin: torch.Tensor) -> torch.Tensor:
     return torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)
 
 
-class Linear(nn.Linear):
-    """nn.Linear with an optional matrix-vector path for one-token passes (``matvec``).
+#: a pass's rows (tokens x batch) -> the row count its kernel is probed at: one token, a few, many
+PROBE_ROWS = (1, 5, 64)
 
-    Which path streams a single row faster depends on the CPU and its BLAS: on one
-    Xeon the bf16 GEMM kernels reached ~70% of torch.mv's bandwidth (21 vs 30 GB/s),
-    on an AMD EPYC (Zen 5) torch.mv is the slower one (18 vs 24 GB/s). It is off by
-    default; ``measure.choose.fastest_decode_path`` times both on the model and keeps
-    the faster. The roofline models a one-token pass's own rate (``gemv_bandwidth``).
+
+def rows_bucket(rows: int) -> int:
+    """The probed row count whose kernel choice applies to a pass of ``rows`` rows."""
+    return 1 if rows <= 1 else (5 if rows <= 16 else 64)
+
+
+def onednn_available() -> bool:
+    """Whether this torch build has oneDNN's inner-product op (what inductor's CPU freezing path calls)."""
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+def run_linear(kind: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``x @ weight.T + bias`` with the kernel ``kind``: "gemm" (F.linear), "mv" (one row) or "onednn"."""
+    if kind == "mv":
+        y = torch.mv(weight, x.reshape(-1))
+        if bias is not None:
+            y = y + bias
+        return y.view(*x.shape[:-1], weight.shape[0])
+    if kind == "onednn":
+        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+    return F.linear(x, weight, bias)
+
+
+#: bytes of a weight a kernel probe times (its leading rows)
+PROBE_BYTES = 64 << 20
+
+#: (device, dtype, out, in, rows, threads) -> the fastest kernel measured there, once per process
+_KERNEL_CHOICE: dict[tuple[Any, ...], str] = {}
+
+
+def fastest_linear(weight: torch.Tensor, bias: torch.Tensor | None, rows: int, repeats: int = 3) -> str:
+    """The fastest kernel for a ``rows``-row product with ``weight`` on its device, timed once and cached.
+
+    Which kernel is fastest is a property of the CPU and its libraries, not a constant:
+    on an AMD EPYC (Zen 3, AVX2, one thread) a 5-row fp32 product with a 12288 x 4096
+    weight took 41 ms in F.linear (MKL) and 23 ms in oneDNN's inner product, a 1-row one
+    8.3 and 8.4 ms; end to end that made the 5-token verify pass of a 3.5 GB fp32 model
+    407 ms against Hugging Face's 665 (benchmarks/bench_step_vs_peers.py). On one Xeon the bf16 GEMM
+    streamed one row at ~70% of torch.mv's rate, on a Zen 5 torch.mv was the slower.
+    Candidates whose kernel does not exist for the dtype here (oneDNN bf16 without
+    AVX-512 or AMX) are skipped; the candidates are timed interleaved, best of ``repeats``.
+    """
+    from measure.timing import time_fn
+
+    dev = weight.device
+    key = (str(dev), weight.dtype, *weight.shape, rows, torch.get_num_threads())
+    if key in _KERNEL_CHOICE:
+        return _KERNEL_CHOICE[key]
+    if dev.type != "cpu":
+        return "gemm"
+    kinds = ["gemm"] + (["mv"] if rows == 1 else []) + (["onednn"] if onednn_available() else [])
+    # a leading block of rows stands for the whole weight: past a few LLCs it streams from memory
+    # like the rest (a 4 MB block made a 64-row fp32 product pick F.linear where oneDNN was 15%
+    # faster on the whole 12288 x 4096 weight), and the probe stays under a second per shape
+    keep = max(1, min(weight.shape[0], PROBE_BYTES // (weight.shape[1] * weight.element_size())))
+    weight, bias = weight[:keep], None if bias is None else bias[:keep]
+    x = torch.full((1, rows, weight.shape[1]), 0.01, dtype=weight.dtype, device=dev)
+    calls = {}
+    with torch.no_grad():
+        for kind in kinds:
+            try:
+                run_linear(kind, x, weight, bias)
+            except RuntimeError:  # no such kernel for this dtype on this CPU
+                continue
+            calls[kind] = lambda k=kind: run_linear(k, x, weight, bias)
+        if len(calls) == 1:  # nothing to choose between (bf16 without oneDNN support): no timing
+            _KERNEL_CHOICE[key] = next(iter(calls))
+            return _KERNEL_CHOICE[key]
+        best = {k: float("inf") for k in calls}
+        for _ in range(repeats):
+            for k, f in calls.items():
+                best[k] = min(best[k], time_fn(f, warmup=0, repeats=1).min_s)
+    # ties go to F.linear: the one kernel family that also runs training and every device
+    choice = min(best, key=lambda k: (best[k] * (1.0 if k == "gemm" else 1.02), k))
+    _KERNEL_CHOICE[key] = choice
+    return choice
+
+
+class Linear(nn.Linear):
+    """nn.Linear whose CPU inference passes use the kernel measured fastest for their row count.
+
+    ``kernels`` maps a row bucket (:func:`rows_bucket`: 1, 5 or 64 rows) to "gemm",
+    "mv" or "onednn" (:func:`run_linear`); empty, or under autograd, it is F.linear.
+    ``Transformer`` fills it by timing each weight shape once (:func:`fastest_linear`).
+    ``matvec`` is the one-token choice alone (``set_matvec``).
     """
 
-    matvec: bool = False
+    kernels: dict[int, str] = {}
+
+    @property
+    def matvec(self) -> bool:
+        return self.kernels.get(1) == "mv"
+
+    @matvec.setter
+    def matvec(self, on: bool) -> None:
+        self.kernels = {**self.kernels, 1: "mv" if on else "gemm"}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.matvec and x.numel() == self.in_features and x.device.type == "cpu":
-            y = torch.mv(self.weight, x.reshape(-1))
-            if self.bias is not None:
-                y = y + self.bias
-            return y.view(*x.shape[:-1], self.out_features)
+        if self.kernels and x.device.type == "cpu":
+            kind = self.kernels.get(rows_bucket(x.numel() // self.in_features), "gemm")
+            # oneDNN's op has no backward: a pass that builds a graph keeps F.linear
+            if kind == "onednn" and torch.is_grad_enabled() and (self.weight.requires_grad or x.requires_grad):
+                kind = "gemm"
+            if kind != "gemm":
+                return run_linear(kind, x, self.weight, self.bias)
         return F.linear(x, self.weight, self.bias)
 
 
@@ -310,7 +400,7 @@ class Transformer(nn.Module):
         rope: RopeConfig | None = None,
         norm_eps: float = 1e-5,
         init_std: float | None = 0.02,
-        matvec: bool = False,
+        matvec: bool | None = None,
     ) -> None:
         super().__init__()
         if spec.is_abstract:
@@ -327,7 +417,11 @@ class Transformer(nn.Module):
         if spec.tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
         self.rope = rope or RopeConfig()
-        self.set_matvec(matvec)
+        # None: every CPU pass uses the kernels timed fastest here (chosen at setup_cache, once the
+        # weights are real); True/False pins the one-token path and leaves the rest to F.linear
+        self.auto_kernels = matvec is None
+        if matvec is not None:
+            self.set_matvec(matvec)
         self.cache: KVCache | None = None
         self._cos = self._sin = torch.empty(0)
         if init_std is not None:
@@ -345,10 +439,28 @@ class Transformer(nn.Module):
         return self.device_
 
     def set_matvec(self, on: bool) -> None:
-        """Use torch.mv for one-token passes on the CPU (faster decode; see :class:`Linear`)."""
+        """Use torch.mv (True) or the GEMM kernel (False) for one-token passes on the CPU (see :class:`Linear`)."""
         for mod in self.modules():
             if isinstance(mod, Linear):
                 mod.matvec = on
+
+    def choose_kernels(self, rows: tuple[int, ...] = PROBE_ROWS) -> dict[tuple[int, int], dict[int, str]]:
+        """Time each distinct weight shape's kernels at each row count and use the fastest (CPU only).
+
+        Cached per (device, dtype, shape, rows, threads), so a second model of the same
+        shapes, or a second call, costs nothing. Returns {(out, in): {rows: kernel}}.
+        """
+        chosen: dict[tuple[int, int], dict[int, str]] = {}
+        if self.device.type != "cpu" or self.embed_tokens.weight.is_meta:
+            return chosen
+        for mod in self.modules():
+            if isinstance(mod, Linear):
+                shape = (mod.out_features, mod.in_features)
+                if shape not in chosen:
+                    chosen[shape] = {r: fastest_linear(mod.weight, mod.bias, r) for r in rows}
+                mod.kernels = dict(chosen[shape])
+        self.auto_kernels = False
+        return chosen
 
     def setup_cache(self, max_batch: int, max_seq: int) -> KVCache:
         """Allocate the static cache (and RoPE tables) for ``max_batch`` sequences of ``max_seq`` tokens."""
@@ -356,6 +468,8 @@ class Transformer(nn.Module):
             raise SpecroofError(f"max_seq {max_seq} exceeds the model's max context {self.spec.max_context}")
         if self.device.type == "cuda":
             avoid_per_shape_attention_plans()
+        if self.auto_kernels:
+            self.choose_kernels()
         self.cache = KVCache(self.spec, max_batch, max_seq, self.dtype, self.device)
         cos, sin = rope_frequencies(self.spec.head_dim, max_seq, self.rope)
         self._cos, self._sin = cos.to(self.device), sign_half(sin).to(self.device)

@@ -312,7 +312,7 @@ def spec_check(
             raise SpecroofError(f"--early-exit must lie in [1, {target_model.spec.n_layers - 1}] (got {early_exit})")
     # the baseline must be the fastest plain decoding this device has: time both one-token paths
     use_mv, why_mv = fastest_decode_path(target_model)
-    if draft_model is not None:
+    if draft_model is not None and use_mv is not None:  # None: each model keeps its own per-shape choice
         draft_model.set_matvec(use_mv)
     say(why_mv)
     decode_path = why_mv

@@ -1,0 +1,84 @@
+"""The model's per-shape kernel choice: every kernel computes the same product, the choice is cached, training keeps autograd."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from measure import models
+from measure.models import Linear, Transformer, fastest_linear, onednn_available, rows_bucket, run_linear
+from roofline.model import ModelSpec
+
+SPEC = ModelSpec("tiny", 2, 64, 4, 2, 16, 128, 97, max_context=64)
+
+
+def kinds(rows: int) -> list[str]:
+    return ["gemm"] + (["mv"] if rows == 1 else []) + (["onednn"] if onednn_available() else [])
+
+
+@pytest.mark.parametrize("rows", [1, 3, 40])
+def test_every_kernel_computes_the_linear_product(rows: int) -> None:
+    torch.manual_seed(0)
+    w, b = torch.randn(48, 32), torch.randn(48)
+    x = torch.randn(1, rows, 32)
+    ref = F.linear(x, w, b)
+    for kind in kinds(rows):
+        out = run_linear(kind, x, w, b)
+        assert out.shape == ref.shape, kind
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5, msg=kind)
+
+
+def test_rows_bucket() -> None:
+    assert [rows_bucket(r) for r in (1, 2, 5, 16, 17, 64, 500)] == [1, 5, 5, 5, 64, 64, 64]
+
+
+def test_choice_is_one_of_the_candidates_and_cached(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(models, "_KERNEL_CHOICE", {})
+    w = torch.randn(40, 24)
+    first = fastest_linear(w, None, 1, repeats=1)
+    assert first in kinds(1)
+    key = next(iter(models._KERNEL_CHOICE))
+    models._KERNEL_CHOICE[key] = "mv"  # a cached entry is returned without timing again
+    assert fastest_linear(w, None, 1) == "mv"
+
+
+def test_model_defaults_to_the_probed_kernels_and_keeps_its_logits() -> None:
+    torch.manual_seed(0)
+    auto = Transformer(SPEC, dtype="fp32")
+    plain = Transformer(SPEC, dtype="fp32", matvec=False)
+    plain.load_state_dict(auto.state_dict())
+    assert auto.auto_kernels and not plain.auto_kernels
+    tokens = torch.randint(0, SPEC.vocab_size, (1, 6))
+    outs = []
+    for m in (auto, plain):
+        m.setup_cache(1, 32)
+        with torch.no_grad():
+            prefill = m(tokens[:, :5])
+            m.advance(5)
+            outs.append((prefill, m(tokens[:, 5:])))
+    assert not auto.auto_kernels  # chosen at setup_cache
+    lin = auto.layers[0].self_attn.wqkv
+    assert set(lin.kernels) == {1, 5, 64} and lin.kernels[1] in kinds(1) and lin.kernels[5] in kinds(5)
+    for a, b in zip(outs[0], outs[1], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_set_matvec_pins_the_one_token_path() -> None:
+    m = Transformer(SPEC, dtype="fp32", matvec=True)
+    lins = [x for x in m.modules() if isinstance(x, Linear)]
+    assert all(x.matvec and x.kernels == {1: "mv"} for x in lins)
+    m.set_matvec(False)
+    assert not any(x.matvec for x in lins)
+
+
+def test_training_pass_keeps_autograd_when_onednn_is_chosen() -> None:
+    torch.manual_seed(0)
+    m = Transformer(SPEC, dtype="fp32", matvec=False)
+    for x in m.modules():
+        if isinstance(x, Linear):
+            x.kernels = {1: "onednn", 5: "onednn", 64: "onednn"}
+    tokens = torch.randint(0, SPEC.vocab_size, (2, 8))
+    logits, _ = m.forward_train(tokens)
+    logits.float().logsumexp(-1).mean().backward()
+    assert m.layers[0].self_attn.wqkv.weight.grad is not None
