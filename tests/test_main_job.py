@@ -254,3 +254,12 @@ def test_a_ctrl_c_swallowed_by_a_finalizer_still_stops_the_report(tmp_path):
     interrupts.handled()
     assert "second" not in ran and "first" in ran
     assert "second (not run yet)" in (tmp_path / "r" / "index.html").read_text()
+
+
+def test_every_package_is_installed():
+    # a package left out of pyproject works in the editable checkout and fails on a fresh machine's plain install
+    packages = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    for top in ("roofline", "measure", "specroof"):
+        for init in (ROOT / top).rglob("__init__.py"):
+            name = ".".join(init.parent.relative_to(ROOT).parts)
+            assert name in packages, f"{name} is not in pyproject's packages"
