@@ -109,7 +109,8 @@ def test_scalar_path_reaches_every_time_model_branch():
     """gemv bandwidth, the attention rate, small-matmul saturation and partial overlap (a measured profile's terms)."""
     spec, moe = get_model("llama-3.1-8b"), get_model(next(n for n in sorted(PRESETS) if get_model(n).is_moe))
     for engine in (None, "serving"):
-        pr = Pricing.of("h100-sxm-80gb", engine=engine)
+        # a copy: Pricing.of hands out shared, cached objects, and this test replaces the copy's time model
+        pr = dataclasses.replace(Pricing.of("h100-sxm-80gb", engine=engine))
         tm = dataclasses.replace(
             pr.time_model,
             gemv_bandwidth_bytes_per_s=2.1e12,
