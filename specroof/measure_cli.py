@@ -170,6 +170,8 @@ def cmd_measure_sweep(args: argparse.Namespace) -> int:
         raise SpecroofError("--resume needs --out (the folder to resume)")
     if args.budget is not None and not args.budget > 0:
         raise SpecroofError(f"--budget must be > 0 seconds (got {args.budget})")
+    if args.tp != 1:
+        return _measure_sweep_tp(args)
     _check_counts(
         args,
         {"--batch": "batch", "--tokens": "tokens", "--context": "context", "--repeats": "batch", "--rounds": "batch"},
@@ -226,9 +228,53 @@ def cmd_measure_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def _measure_sweep_tp(args: argparse.Namespace) -> int:
+    """``measure sweep --tp N``: the target sharded over N ranks (measure/tp.py spawns them, or joins torchrun's)."""
+    from measure.tp import DEFAULT_SHAPE, report, tp_sweep
+
+    if args.tp < 2:
+        raise SpecroofError(f"--tp must be >= 2 to shard the target (got {args.tp})")
+    if args.hf:
+        raise SpecroofError("--tp shards a model built from its shape: give --model or --spec, not --hf")
+    if args.resume or args.overwrite:
+        raise SpecroofError("--tp sweeps are written whole: --resume/--overwrite do not apply")
+    out = None
+    if args.out:
+        _writable_dir(args.out, "--out")
+        out = str(Path(args.out) / "tp-sweep.json")
+    # gloo reduces fp32 on the CPU; the default bf16 is the GPU's dtype
+    dtype = None if args.dtype == "bf16" and args.device in (None, "cpu") else args.dtype.split(",")[0]
+    data = tp_sweep(
+        args.spec or args.model or DEFAULT_SHAPE,
+        args.tp,
+        batch=args.batch,
+        tokens=args.tokens,
+        context=args.context[0],
+        dtype=dtype,
+        device=args.device,
+        repeats=args.repeats,
+        rounds=args.rounds,
+        budget_s=args.budget,
+        out=out,
+        command="specroof " + " ".join(sys.argv[1:]),
+    )
+    if data is not None:  # under torchrun only rank 0 reports
+        print(report(data, as_json=args.json))
+    return 0
+
+
 def cmd_measure_fit(args: argparse.Namespace) -> int:
     from measure.fit import fit, validate
     from measure.sweep import load_sweep
+
+    tp_file = Path(args.sweep) if Path(args.sweep).is_file() else Path(args.sweep) / "tp-sweep.json"
+    if tp_file.is_file():  # a --tp sweep: fit the all-reduce latency (measure/tp.py)
+        from measure.tp import load_tp_sweep, report
+
+        print(report(load_tp_sweep(tp_file), args.statistic, as_json=args.json))
+        return 0
+    if not args.hardware:
+        raise SpecroofError("--hardware is required to fit a verify sweep (the profile `measure bench` wrote)")
 
     df = load_sweep(args.sweep)
     if args.spec:
@@ -371,6 +417,13 @@ def register(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
         help="seconds (default 600); no new visit once spent (first visits always)",
     )
     p.add_argument("--out", default=None, help="folder for results.csv + meta.json (every visit saved as measured)")
+    p.add_argument(
+        "--tp",
+        type=int,
+        default=1,
+        help="shard the target Megatron-style over N ranks and fit the all-reduce (gloo on CPU, NCCL on GPUs; "
+        "spawns the ranks, or joins torchrun's: torchrun --nproc-per-node N -m specroof measure sweep --tp N)",
+    )
     g2 = p.add_mutually_exclusive_group()
     g2.add_argument("--resume", action="store_true", help="continue the sweep saved in --out")
     g2.add_argument("--overwrite", action="store_true", help="replace the results saved in --out")
@@ -379,7 +432,9 @@ def register(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
 
     p = msub.add_parser("fit", help="fit the roofline to a saved sweep; write the fitted profile")
     p.add_argument("--sweep", required=True, help="folder written by `measure sweep --out`")
-    p.add_argument("--hardware", required=True, help="starting profile (e.g. the one `measure bench` wrote)")
+    p.add_argument(
+        "--hardware", default=None, help="starting profile (e.g. the one `measure bench` wrote); not for a --tp sweep"
+    )
     p.add_argument("--model", help="preset the sweep measured (default: the name in the results)")
     p.add_argument("--spec", help="config.json the sweep measured")
     p.add_argument("--out", help="where to write the fitted profile (default SWEEP/fitted-profile.toml)")
