@@ -32,7 +32,7 @@ failed=0
 step() {
     local name=$1 limit=$2
     shift 2
-    case " ${STEPS:-engine device bench sweep fit spec frameworks report} " in *" $name "*) ;; *) return 0 ;; esac
+    case " ${STEPS:-engine device bench sweep fit spec frameworks report tp} " in *" $name "*) ;; *) return 0 ;; esac
     [ "$1" = specroof ] && { shift; set -- "$py" -m specroof.cli "$@"; }
     echo "== $name (limit ${limit}s) $(date -u +%T)"
     timeout "$limit" "$@" > >(tee "$work/$name.log") 2>&1
@@ -59,6 +59,14 @@ step spec "$((${SPEC_BUDGET:-75} + 60))" specroof measure spec --pair offline --
 step frameworks 480 "$py" -m benchmarks.bench_measure_engine --device "$device" --dtype bf16 --budget 120 \
   --json "$out/measure_engine.json" --no-record
 step report 120 specroof report --quick --out "$work/report"
+# tensor parallelism needs one GPU per rank (NCCL): on a one-GPU lease this step is skipped, not failed
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+if [ "$device" = cuda ] && [ "${gpus:-0}" -ge 2 ]; then
+    step tp 180 "$py" -m torch.distributed.run --standalone --nproc-per-node 2 -m specroof measure sweep --tp 2 \
+        --model "$model" --device cuda --dtype bf16 --budget 60 --out "$work/tp"
+else
+    echo "== tp: skipped (${gpus:-0} GPU(s); tensor parallelism needs 2)"
+fi
 
 cat "$work"/*.log >"$out/all.log" 2>/dev/null
 tar czf "$out/gpu-run.tgz" -C "$work" .  # at most 8 files come back: machine.txt engine.json all.log gpu-run.tgz
