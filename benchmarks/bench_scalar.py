@@ -1,7 +1,10 @@
 """Time one scalar call of pass_time, speedup and predict_speedup with a Pricing (issue #27 item 4: target <= 20 us).
 
 Each figure is the fastest of seven loops of calls (mean time per call) on one scalar
-configuration (Llama-3.1-8B on an H100 SXM, batch 1, context 1024, bf16).
+configuration (Llama-3.1-8B on an H100 SXM, batch 1, context 1024, bf16), and, for
+speedup and predict_speedup, on distinct configurations one after another (gamma 1..8,
+alpha 0.50..0.92, context 256..8192 and batch 1/2/4/8 cycling at different periods: 840
+different questions), so that nothing a call leaves behind answers the next one.
 The same calls with the hardware named (a string: the Pricing is looked up, not
 rebuilt) and the cost model's own share (``forward_cost``) are timed beside them.
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import itertools
 import json
 import os
 import sys
@@ -50,6 +54,19 @@ def per_call_us(fn: Callable[[], Any], calls: int, repeats: int = 7) -> float:
             fn()
         times.append((time.perf_counter() - t0) / calls * 1e6)
     return min(times)
+
+
+def cycling(fn: Callable[..., Any], configs: list[tuple[Any, ...]]) -> Callable[[], Any]:
+    """A call of ``fn`` on the next configuration of ``configs`` each time (round and round)."""
+    it = itertools.cycle(configs)
+    return lambda: fn(*next(it))
+
+
+def distinct_configs() -> list[tuple[int, float, int, int]]:
+    """(gamma, alpha, context, batch) tuples, each a different question: periods 8, 7, 5 and 3 (lcm 840)."""
+    gammas, alphas = range(1, 9), [0.5 + 0.07 * i for i in range(7)]
+    contexts, batches = [256, 1024, 2048, 4096, 8192], [1, 2, 4]
+    return [(gammas[i % 8], alphas[i % 7], contexts[i % 5], batches[i % 3]) for i in range(840)]
 
 
 def _hf_config(spec: rf.ModelSpec) -> dict[str, Any]:
@@ -96,6 +113,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     pr = rf.Pricing.of("h100-sxm-80gb")
     d = rf.as_drafter("llama-3.2-1b")
     n = args.calls
+    configs = distinct_configs()
     rows: dict[str, float] = {
         "pass_time(spec, pricing, 1, 1, 1024)": per_call_us(lambda: rf.pass_time(spec, pr, 1, 1, 1024), n),
         "pass_time(spec, 'h100-sxm-80gb', 1, 1, 1024)": per_call_us(
@@ -110,6 +128,18 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         ),
         "predict_speedup(pricing, eagle3 tree, mean 3.0)": per_call_us(
             lambda: rf.predict_speedup(hardware=pr, target=spec, drafter="eagle3", mean_accepted=3.0), n // 4
+        ),
+        "speedup(pricing, spec, draft 1B, 840 distinct (gamma, alpha, context, batch))": per_call_us(
+            cycling(lambda g, a, c, b: rf.speedup(pr, spec, d, a, g, batch=b, context=c), configs), n // 4
+        ),
+        "predict_speedup(pricing, draft 1B, 840 distinct (gamma, alpha, context, batch))": per_call_us(
+            cycling(
+                lambda g, a, c, b: rf.predict_speedup(
+                    hardware=pr, target=spec, drafter=d, alpha=a, gamma=g, batch=b, context=c
+                ),
+                configs,
+            ),
+            n // 4,
         ),
     }
     if args.llm_viewer is not None:

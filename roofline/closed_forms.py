@@ -9,13 +9,14 @@ model's round times.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from numpy.typing import ArrayLike
 
-from roofline.errors import SpecroofError, as_array, check_min, check_range
+from roofline.errors import INT_LIMIT, SpecroofError, as_array, check_min, check_range
 
 Array = npt.NDArray[np.float64]
 
@@ -26,6 +27,8 @@ def expected_tokens(alpha: ArrayLike, gamma: ArrayLike) -> Array:
     Exact at a = 1 (g + 1) and accurate next to it: 1 - a^(g+1) is computed as
     -expm1((g+1) log1p(-(1-a))), so there is no cancellation as a -> 1.
     """
+    if type(alpha) is float and type(gamma) is int and 0.0 <= alpha <= 1.0 and 0 <= gamma <= INT_LIMIT:
+        return np.float64(expected_tokens_scalar(alpha, gamma))  # one configuration: plain floats, the same bits
     a = check_range("alpha", alpha, 0.0, 1.0)
     g = check_min("gamma", gamma, 0, integer=True)
     a, g = np.broadcast_arrays(a, g)
@@ -38,6 +41,23 @@ def expected_tokens(alpha: ArrayLike, gamma: ArrayLike) -> Array:
         series = np.where(power < 0.5, direct, near_one)
     series = np.where(one_minus == 0.0, g + 1.0, series)
     return np.clip(series, 1.0, g + 1.0)  # the exact bounds; rounding must not cross them
+
+
+def expected_tokens_scalar(alpha: float, gamma: int) -> float:
+    """:func:`expected_tokens` of one valid (alpha in [0, 1], gamma >= 0) pair in plain floats, to the bit.
+
+    numpy squares by multiplying (its power's fast path for an exponent of 2) and calls the C
+    library's pow, expm1 and log1p otherwise, as Python's float operations and :mod:`math` do.
+    """
+    one_minus = 1.0 - alpha
+    if one_minus == 0.0:
+        return gamma + 1.0
+    power = alpha * alpha if gamma == 1 else alpha ** (gamma + 1)
+    if power < 0.5:
+        series = (1.0 - power) / one_minus
+    else:
+        series = -math.expm1((gamma + 1) * math.log1p(-one_minus)) / one_minus
+    return min(max(series, 1.0), gamma + 1.0)
 
 
 def expected_tokens_curve(curve: ArrayLike, gamma: ArrayLike | None = None) -> Array:

@@ -47,10 +47,11 @@ import numpy as np
 import numpy.typing as npt
 from numpy.typing import ArrayLike
 
+from roofline.cost import frozen, model_shape, scalar_count
 from roofline.dtypes import dtype_bytes
 from roofline.errors import SpecroofError, check_min
 from roofline.model import ModelSpec, get_model
-from roofline.passtime import memory_footprint, pass_cost, pass_seconds
+from roofline.passtime import chain_seconds, levels_seconds, memory_footprint, pass_cost, pass_seconds, visible_seconds
 from roofline.pricing import Pricing, pricing_of
 from roofline.timemodel import _dense_layer_kernels as dense_layer_kernels
 from roofline.timemodel import combine
@@ -100,6 +101,14 @@ class Ctx:
         object.__setattr__(self, "target", get_model(target))
         object.__setattr__(self, "pricing", pr)
         object.__setattr__(self, "draft_tp", int(draft_tp))
+
+    @classmethod
+    def of(cls, target: ModelSpec, pricing: Pricing, draft_tp: int = 1) -> Ctx:
+        """``Ctx(target, pricing, draft_tp=draft_tp)`` for a resolved model and Pricing, without re-resolving them
+        (the round formula builds two per call)."""
+        ctx: Ctx = object.__new__(cls)
+        ctx.__dict__.update(target=target, pricing=pricing, draft_tp=draft_tp)
+        return ctx
 
     @property
     def hw(self) -> Any:
@@ -170,8 +179,33 @@ class Drafter(Protocol):
 DrafterLike = Drafter | ModelSpec | str | None
 
 
+_DERIVED: dict[tuple[Any, ...], tuple[ModelSpec, ModelSpec]] = {}
+
+
+def _derived(key: tuple[Any, ...], target: ModelSpec, build: Any) -> ModelSpec:
+    """``build()``, a model derived from ``target`` (EAGLE's layer, the first L layers, the heads), once per target
+    object and ``key``: deriving one validates a whole ModelSpec, which costs more than pricing its pass."""
+    full = (*key, id(target))
+    hit = _DERIVED.get(full)
+    if hit is not None and hit[0] is target:  # the entry holds the target, so its id is not reused while cached
+        return hit[1]
+    spec: ModelSpec = build()
+    if len(_DERIVED) > 256:
+        _DERIVED.clear()
+    _DERIVED[full] = (target, spec)
+    return spec
+
+
+def _params(spec: ModelSpec) -> float:
+    """The model's parameter count (ModelSpec derives it on every access; the cost model's shape holds it)."""
+    return spec.total_params if spec.is_abstract else model_shape(spec).total_params
+
+
 def _steps(ctx: Ctx, spec: ModelSpec, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
     """Time of ``gamma`` one-token autoregressive steps of ``spec`` starting at ``context`` (exact sum)."""
+    one = chain_seconds(spec, ctx.pricing, batch, context, gamma, ctx.draft_tp)
+    if one is not None:  # one configuration: the steps summed in plain floats, in the same order
+        return np.asarray(one)
     gmax = int(np.max(gamma)) if np.size(gamma) else 0
     if gmax == 0:
         return np.zeros(np.broadcast_shapes(np.shape(gamma), np.shape(batch), np.shape(context)))
@@ -187,11 +221,16 @@ def _steps(ctx: Ctx, spec: ModelSpec, gamma: npt.NDArray[np.int64], batch: Array
 
 
 def _verify(ctx: Ctx, spec: ModelSpec, gamma: ArrayLike, batch: ArrayLike, context: ArrayLike) -> Array:
-    return ctx.pass_s(spec, batch, np.asarray(gamma) + 1, context, tp=ctx.tp)
+    g = scalar_count(gamma, 0)
+    new = g + 1 if g is not None else np.asarray(gamma) + 1  # a whole-number scalar: no array arithmetic
+    return ctx.pass_s(spec, batch, new, context, tp=ctx.tp)
 
 
 def _levels(ctx: Ctx, spec: ModelSpec, widths: Sequence[int], batch: int, context: int) -> float:
     """One pass of ``spec`` per tree level, each over that level's width of new tokens."""
+    levels = levels_seconds(spec, ctx.pricing, widths, batch, context, ctx.draft_tp)
+    if levels is not None:  # whole-number widths, one batch and context: each level in plain floats
+        return levels
     w = np.asarray(widths, dtype=np.int64)
     if w.size == 0:
         return 0.0
@@ -201,7 +240,7 @@ def _levels(ctx: Ctx, spec: ModelSpec, widths: Sequence[int], batch: int, contex
 
 
 def _check_smaller(draft: ModelSpec, target: ModelSpec) -> None:
-    if draft.total_params >= target.total_params:
+    if _params(draft) >= _params(target):
         raise SpecroofError(
             f"drafter {draft.name} ({draft.total_params / 1e9:.2f}B params) is not smaller than "
             f"the target {target.name} ({target.total_params / 1e9:.2f}B)"
@@ -209,7 +248,8 @@ def _check_smaller(draft: ModelSpec, target: ModelSpec) -> None:
 
 
 def _no_memory(batch: ArrayLike, context: ArrayLike) -> Array:
-    return np.zeros(np.broadcast_shapes(np.shape(batch), np.shape(context)))
+    sb, sc = np.shape(batch), np.shape(context)
+    return np.zeros(sb if sb == sc else np.broadcast_shapes(sb, sc))
 
 
 @dataclass(frozen=True)
@@ -267,17 +307,26 @@ class EarlyExit:
     def __post_init__(self) -> None:
         object.__setattr__(self, "name", self.name or f"early exit @{self.layers}")
 
+    def _first(self, target: ModelSpec) -> ModelSpec:
+        """The target's first ``layers`` layers (the drafter)."""
+        return _derived(("first", self.layers), target, lambda: target.replace(n_layers=self.layers))
+
     def _check(self, ctx: Ctx) -> None:
         if not 1 <= self.layers < ctx.target.n_layers:
             raise SpecroofError(f"early-exit layers must lie in [1, {ctx.target.n_layers - 1}] (got {self.layers})")
 
     def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
         self._check(ctx)
-        return _steps(ctx, ctx.target.replace(n_layers=self.layers), gamma, batch, context)
+        return _steps(ctx, self._first(ctx.target), gamma, batch, context)
 
     def verify_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
         self._check(ctx)
-        verified = ctx.target.replace(n_layers=ctx.target.n_layers - self.layers) if self.reuse_kv else ctx.target
+        t = ctx.target
+        verified = (
+            _derived(("rest", self.layers), t, lambda: t.replace(n_layers=t.n_layers - self.layers))
+            if self.reuse_kv
+            else t
+        )
         return _verify(ctx, verified, gamma, batch, context)
 
     def extra_memory_bytes(self, ctx: Ctx, batch: ArrayLike, context: ArrayLike) -> Array:
@@ -285,7 +334,7 @@ class EarlyExit:
 
     def tree_draft_time(self, ctx: Ctx, widths: Sequence[int], batch: int, context: int) -> float:
         self._check(ctx)
-        return _levels(ctx, ctx.target.replace(n_layers=self.layers), widths, batch, context)
+        return _levels(ctx, self._first(ctx.target), widths, batch, context)
 
 
 @dataclass(frozen=True)
@@ -310,8 +359,13 @@ class Heads:
         return self.n_heads * (target.d_model**2 + target.d_model * target.vocab_size)
 
     def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
-        heads = ModelSpec.from_params(self.head_params(ctx.target), name=self.name)
+        target = ctx.target
+        heads = _derived(
+            ("heads", self), target, lambda: ModelSpec.from_params(self.head_params(target), name=self.name)
+        )
         t = ctx.pass_s(heads, batch, 1, 0)
+        if np.ndim(gamma) == 0 and np.ndim(t) == 0 and np.ndim(context) == 0:  # one configuration
+            return np.asarray(float(t) if gamma > 0 else 0.0)
         shape = np.broadcast_shapes(np.shape(gamma), np.shape(t), np.shape(context))
         return np.where(np.broadcast_to(gamma, shape) > 0, np.broadcast_to(t, shape), 0.0)
 
@@ -368,7 +422,8 @@ class PromptLookup:
             object.__setattr__(self, "name", f"prompt lookup ({m:.0%} matched)")
 
     def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
-        return np.zeros(np.broadcast_shapes(np.shape(gamma), np.shape(batch), np.shape(context)))
+        shapes = (np.shape(gamma), np.shape(batch), np.shape(context))
+        return np.zeros(() if shapes == ((), (), ()) else np.broadcast_shapes(*shapes))
 
     def verify_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
         if self.match_rate == 1.0:
@@ -618,8 +673,12 @@ class Eagle:
         each of the three MLP matrices): the same bytes and FLOPs in one pass.
         """
         extra_ff = -(-2 * target.d_model // 3)
-        return dataclasses.replace(
-            target, name=f"{self.name} layer", n_layers=1, n_dense_layers=0, d_ff=target.d_ff + extra_ff
+        return _derived(
+            ("eagle layer", self.name),
+            target,
+            lambda: dataclasses.replace(
+                target, name=f"{self.name} layer", n_layers=1, n_dense_layers=0, d_ff=target.d_ff + extra_ff
+            ),
         )
 
     @property
@@ -635,7 +694,7 @@ class Eagle:
     def extra_memory_bytes(self, ctx: Ctx, batch: ArrayLike, context: ArrayLike) -> Array:
         layer = self.layer_spec(ctx.target)
         shared_head = ctx.target.d_model * ctx.target.vocab_size
-        return _no_memory(batch, context) + (layer.total_params - shared_head) * 2.0
+        return _no_memory(batch, context) + (_params(layer) - shared_head) * 2.0
 
     def tree_draft_time(self, ctx: Ctx, widths: Sequence[int], batch: int, context: int) -> float:
         if self.version == 1:  # a static tree: each level's nodes in one pass
@@ -997,8 +1056,10 @@ def round_time(
     tree's priced verify pass.
     """
     d = as_drafter(drafter)
-    ctx = Ctx(target, pricing)
-    dctx = Ctx(target, draft if draft is not None else draft_pricing(pricing, d), draft_tp=draft_tp(pricing, d))
+    target = get_model(target)
+    pricing = pricing if isinstance(pricing, Pricing) else pricing_of(pricing)
+    ctx = Ctx.of(target, pricing)
+    dctx = Ctx.of(target, draft if draft is not None else draft_pricing(pricing, d), draft_tp(pricing, d))
     host = pricing.round_host_s + round_overhead_s
     if isinstance(shape, Tree):
         if hasattr(d, "tree_draft_time_of"):  # a drafter whose cost depends on which nodes have children (Hydra)
@@ -1013,8 +1074,22 @@ def round_time(
                 raise SpecroofError(f"verify_latency has no entry for a {n}-node tree")
             t_verify = np.asarray(float(verify_latency.get(n + 1, verify_latency.get(n, np.nan))))
         else:
-            depths = np.concatenate([[1], shape.depths + 1])  # the pending token is the root
-            t_verify = ctx.pass_s(target, batch, None, context, tree=depths, tp=pricing.tp)
+            # the pending token is the root (depth 1), every node one deeper: n + 1 tokens, each seeing its depth
+            n = shape.n_nodes
+            one = visible_seconds(
+                target, pricing, batch, n + 1, context, 1.0 + float(shape.depths.sum()) + n, pricing.tp
+            )
+            if one is not None:
+                t_verify = np.asarray(one)
+            else:
+                depths = np.concatenate([[1], shape.depths + 1])
+                t_verify = ctx.pass_s(target, batch, None, context, tree=depths, tp=pricing.tp)
         return RoundTime(t_draft, np.asarray(t_verify), host)
     g = np.asarray(shape)
-    return RoundTime(d.draft_time(dctx, g, batch, context), d.verify_time(ctx, g, batch, context), host)
+    # every field given: the instance without the frozen dataclass's per-field __setattr__ (cost.frozen)
+    result: RoundTime = frozen(
+        RoundTime,
+        {"t_draft_s": d.draft_time(dctx, g, batch, context), "t_verify_s": d.verify_time(ctx, g, batch, context),
+         "t_round_host_s": host},
+    )  # fmt: skip
+    return result

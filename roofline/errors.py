@@ -65,6 +65,8 @@ def _fmt(value: Any) -> str:
 
 def check_min(name: str, value: Any, minimum: float, *, integer: bool = False) -> npt.NDArray[Any]:
     """Array of ``value`` checked element-wise to be ``>= minimum``."""
+    if type(value) is int and minimum <= value <= INT_LIMIT:  # a valid count: as_array's answer, no numpy compare
+        return np.asarray(value, dtype=np.int64) if integer else np.asarray(float(value))
     arr = as_array(name, value, integer=integer)
     if arr.ndim == 0:
         if arr < minimum:

@@ -8,6 +8,7 @@ number of new tokens for which that still holds.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -250,6 +251,258 @@ def _scalar_times(
     return mem, comp, op_t, float(fixed), t
 
 
+# -- the scalar pricer: one configuration's seconds with everything but (batch, tokens, context) resolved once -----
+
+
+class _Pricer:
+    """A pass's seconds as a function of (batch, new tokens, context) for one model, pricing and device count.
+
+    Every FLOP and byte of a pass is a constant or linear in the tokens T = batch x new tokens, the
+    cached tokens batch x context or the attention pairs batch x (new x context + visible), except the
+    embedding's rows (min(T, vocab)) and a mixture's distinct experts; every time-model term is a
+    rate applied to one of those (docs/cost-model.md, sections 2 and 6). So the per-operator
+    coefficients in seconds are resolved here once, and a pass costs a few multiply-adds per operator:
+    :func:`scalar_terms` and :func:`_scalar_times` factored, their sums regrouped (the result agrees
+    with the array path to a few units in the last place, not to the bit).
+    """
+
+    __slots__ = ("rest_w", "rest_t", "rest_c", "embed_w", "embed_t", "moe", "mlp_w", "mlp_e", "n_experts", "k_share",
+                 "n_attn", "attn_t", "attn_l", "attn_c", "attn_scaled", "vocab", "half", "overlap", "fixed",
+                 "comm_0", "comm_t", "host", "step_s", "step_per_seq", "step_overlap")  # fmt: skip
+
+    def __init__(self, spec: ModelSpec, pr: Pricing, tp: int) -> None:
+        tm, e, wdt = pr.time_model, pr.time_model.engine, pr.stored_weight_dtype
+        wb, ab, kb = dtype_bytes(wdt), dtype_bytes(pr.dtype), dtype_bytes(pr.kv_dtype or pr.dtype)
+        # the two memory rates: matrix-vector passes (one token) may stream at the gemv rate
+        regimes = []
+        for one_token in (False, True):
+            bw = tm.bandwidth_bytes_per_s * tp
+            gemv = tm.gemv_bandwidth_bytes_per_s
+            if one_token and gemv is not None and gemv != tm.bandwidth_bytes_per_s:
+                bw = gemv * tp
+            factor = tm.weight_bytes_factor.get(wdt, 1.0)
+            if tm.weights_link_bytes_per_s is not None:
+                per_w = factor / (tm.weights_link_bytes_per_s * tp)
+            elif wdt in tm.weight_bandwidth_ratio or wdt in tm.weight_bytes_factor:
+                per_w = factor / (bw * tm.weight_bandwidth_ratio.get(wdt, 1.0))
+            else:
+                per_w = 1.0 / bw
+            kv_extra = 1.0 / e.kv_bandwidth_fraction - 1.0 if e is not None and e.kv_bandwidth_fraction != 1.0 else 0.0
+            regimes.append((bw, per_w, kv_extra))
+        peak_tp = tm.peak(pr.dtype) * tp
+        attn_rate = tm.attention_flop_per_s
+        attn_own = attn_rate is not None and attn_rate != tm.peak(pr.dtype)
+        # per operator: weight bytes (constant), other bytes per token, KV bytes read per cached token, FLOPs per
+        # token, FLOPs per attention pair (scalar_terms' formulas with the configuration factored out)
+        if spec.is_abstract:
+            N = spec.raw_params
+            names: tuple[str, ...] = ("linear",)
+            w, per_t, per_l, f_t, f_p = [N * wb], [0.0], [0.0], [2.0 * N], [0.0]
+            nl, vocab, d_ab, moe = 0, 0, 0.0, False
+        else:
+            s = model_shape(spec)
+            nl, d, H, KV, hd, moe, vocab = s.nl, s.d, s.H, s.KV, s.hd, s.moe, s.vocab
+            names = ("embed", "qkv", "attn_scores", "attn_values", "out_proj") + (("router",) if moe else ())
+            names += ("mlp", "norms", "lm_head")
+            m = s.n_moe_layers if moe else 0
+            mlp_f = 2.0 * s.dense_mlp * s.dense_layers + (2.0 * (s.k * s.expert + s.shared) * m if moe else 0.0)
+            mlp_a = s.dense_layers * (2 * d + s.mlp_matrices * s.d_ff) * ab
+            if moe:
+                mlp_a += m * (2 * d + s.k * s.mlp_matrices * s.d_ff_expert) * ab
+            mlp_w = s.dense_layers * s.dense_mlp * wb + (m * s.shared * wb if moe else 0.0)
+            attn_a = nl * H * hd * ab
+            w = [0.0, s.qkv_w * wb, 0.0, 0.0, nl * H * hd * d * wb]
+            per_t = [d * ab, nl * (d + s.qkv_out) * ab + nl * 2 * KV * hd * kb, attn_a, attn_a, nl * (H * hd + d) * ab]
+            per_l = [0.0, 0.0, nl * KV * hd * kb, nl * KV * hd * kb, 0.0]
+            f_t = [0.0, 2.0 * d * s.qkv_out * nl, 0.0, 0.0, 2.0 * H * hd * d * nl]
+            f_p = [0.0, 0.0, 2.0 * H * hd * nl, 2.0 * H * hd * nl, 0.0]
+            if moe:
+                w.append(m * s.router * wb)
+                per_t.append(0.0)
+                per_l.append(0.0)
+                f_t.append(2.0 * s.router * m)
+                f_p.append(0.0)
+            w += [mlp_w, s.norm * wb, s.lm_head * wb]
+            per_t += [mlp_a, 2 * (2 * nl + 1) * d * ab, (d + vocab) * ab]
+            per_l += [0.0, 0.0, 0.0]
+            f_t += [mlp_f, 4.0 * d * (2 * nl + 1), 2.0 * d * vocab]
+            f_p += [0.0, 0.0, 0.0]
+            d_ab = d * ab
+            self.n_experts, self.k_share = float(s.n_experts), 1.0 - s.k / s.n_experts if moe else 0.0
+            self.mlp_e = [m * s.expert * wb * r[1] for r in regimes]  # seconds per distinct expert (a mixture)
+        sampling = (e.sampling_passes if e is not None else 0.0) if vocab and "lm_head" in names else 0.0
+        attn = [i for i, name in enumerate(names) if name in ATTENTION_OPERATORS]
+        head = names.index("lm_head") if "lm_head" in names else -1
+        mlp = names.index("mlp") if moe else -1
+        # the embedding (its rows) and a mixture's MLP (its experts) have terms of their own: priced apart
+        rest = [i for i in range(len(names)) if i not in attn and names[i] != "embed" and i != mlp]
+        # seconds per unit of each term, per memory regime
+        per_t_s = [[per_t[i] / r[0] + (vocab * 4.0 * sampling / r[0] if i == head else 0.0) for i in
+                    range(len(names))] for r in regimes]  # fmt: skip
+        self.rest_w = [[w[i] * r[1] for i in rest] for r in regimes]
+        self.rest_t = [[per_t_s[j][i] for i in rest] for j in range(2)]
+        self.rest_c = [f_t[i] / peak_tp for i in rest]
+        self.embed_w = [d * wb * r[1] for r in regimes] if not spec.is_abstract else None
+        self.embed_t = [per_t_s[j][0] for j in range(2)]
+        self.moe = moe
+        if moe:
+            self.mlp_w = [(w[mlp] * r[1], per_t_s[j][mlp], f_t[mlp] / peak_tp) for j, r in enumerate(regimes)]
+        self.n_attn = len(attn)
+        a0 = attn[0] if attn else 0
+        self.attn_t = [per_t[a0] / r[0] for r in regimes] if attn else [0.0, 0.0]
+        self.attn_l = [per_l[a0] / r[0] * (1.0 + r[2]) for r in regimes] if attn else [0.0, 0.0]
+        self.attn_c = f_p[a0] / ((attn_rate * tp) if attn_own else peak_tp) if attn else 0.0  # type: ignore[operator]
+        self.attn_scaled = not attn_own
+        self.vocab = float(vocab)
+        self.half = tm.matmul_half_tokens
+        self.overlap = tm.overlap
+        self.fixed = float(tm.overhead_s(nl) if pr.overhead_s is None else pr.overhead_s)
+        self.comm_0 = self.comm_t = 0.0
+        if tp > 1:
+            link = tm.interconnect_bytes_per_s
+            self.comm_0 = 2 * nl * tm.allreduce_latency_s
+            self.comm_t = 2 * nl * (2.0 * (tp - 1) / tp * d_ab / link)  # type: ignore[operator]
+        self.host = tm.host_s(nl)
+        has_step = e is not None and bool(e.host_step_s or e.host_step_per_seq_s)
+        self.step_s = e.host_step_s if has_step else 0.0  # type: ignore[union-attr]
+        self.step_per_seq = e.host_step_per_seq_s if has_step else 0.0  # type: ignore[union-attr]
+        self.step_overlap = has_step and bool(e.step_overlap)  # type: ignore[union-attr]
+        if not has_step:
+            self.step_s = -1.0  # no per-step host term
+
+    def _op(self, mem: float, comp: float) -> float:
+        if self.overlap >= 1.0:
+            return mem if mem >= comp else comp
+        return max(mem, comp) + (1.0 - self.overlap) * min(mem, comp)
+
+    def rest(self, T: float) -> float:
+        """Seconds of every operator but the attention products at T tokens."""
+        k = 1 if T == 1.0 else 0
+        Tc = T * (1.0 + self.half / T) if self.half else T
+        total = 0.0
+        if self.embed_w is not None:  # the embedding reads min(T, vocab) rows and computes nothing
+            total = (T if T < self.vocab else self.vocab) * self.embed_w[k] + T * self.embed_t[k]
+        if self.overlap >= 1.0:
+            for w, t, c in zip(self.rest_w[k], self.rest_t[k], self.rest_c, strict=True):
+                m, c = w + T * t, Tc * c
+                total += m if m >= c else c
+        else:
+            for w, t, c in zip(self.rest_w[k], self.rest_t[k], self.rest_c, strict=True):
+                total += self._op(w + T * t, Tc * c)
+        if self.moe:  # a mixture's MLP streams the distinct experts its tokens touch
+            touched = self.n_experts * (1.0 - self.k_share**T)
+            w, t, c = self.mlp_w[k]
+            total += self._op(w + touched * self.mlp_e[k] + T * t, Tc * c)
+        return total
+
+    def attention(self, T: float, cached: float, pairs: float) -> float:
+        """Seconds of the attention products (scores and values, the same cost each)."""
+        if not self.n_attn:
+            return 0.0
+        k = 1 if T == 1.0 else 0
+        comp = pairs * self.attn_c
+        if self.half and self.attn_scaled:
+            comp = comp * (1.0 + self.half / T)
+        return self.n_attn * self._op(T * self.attn_t[k] + cached * self.attn_l[k], comp)
+
+    def finish(self, ops: float, T: float, B: float) -> float:
+        """The pass from its operators' seconds: fixed overheads, all-reduces, host issue and step time."""
+        t = ops + self.fixed + (self.comm_0 + self.comm_t * T)
+        if self.host > 0 and self.host > t:
+            t = self.host
+        if self.step_s >= 0.0:
+            step = self.step_s + self.step_per_seq * B
+            t = (t if t >= step else step) if self.step_overlap else t + step
+        return t
+
+    def seconds(self, B: int, n: int, L: int, vis: float) -> float:
+        """One pass: ``B`` sequences of ``n`` new tokens (``vis`` visible pairs among them) over ``L`` cached."""
+        T, Bf = float(B * n), float(B)
+        pairs = Bf * (n * float(L) + vis)
+        return self.finish(self.rest(T) + self.attention(T, Bf * L, pairs), T, Bf)
+
+    def levels(self, B: int, L: int, widths: list[int]) -> float:
+        """One pass per tree level (``widths[l]`` new tokens over L and the levels before), summed as numpy sums
+        them; the operators outside attention are priced once per distinct width (EAGLE-2/3's levels are all top-k)."""
+        Bf, c = float(B), L
+        rests: dict[int, float] = {}
+        out = []
+        for w in widths:
+            T = float(B * w)
+            rest = rests.get(w)
+            if rest is None:
+                rest = rests[w] = self.rest(T)
+            out.append(self.finish(rest + self.attention(T, Bf * c, Bf * (w * float(c) + w * (w + 1) / 2.0)), T, Bf))
+            c += w
+        return array_sum(out)
+
+    def chain(self, B: int, L: int, g: int) -> float:
+        """``g`` one-token passes at contexts L, L + 1, ..., summed in order (a chain's draft steps)."""
+        Bf = float(B)
+        rest = self.rest(Bf)
+        total = 0.0
+        for c in range(L, L + g):
+            total += self.finish(rest + self.attention(Bf, Bf * c, Bf * (c + 1.0)), Bf, Bf)
+        return total
+
+
+_PRICERS: dict[tuple[int, int, int], tuple[ModelSpec, Pricing, Any, _Pricer]] = {}
+
+
+def scalar_pricer(spec: ModelSpec, pr: Pricing, tp: int) -> _Pricer | None:
+    """The :class:`_Pricer` of ``spec`` on ``pr`` over ``tp`` devices, built once per (model, pricing, time model);
+    None where only the array path prices (an eager engine's kernel launches; TP without a link: it names it)."""
+    tm = pr.time_model
+    hit = _PRICERS.get((id(spec), id(pr), tp))
+    if hit is not None and hit[0] is spec and hit[1] is pr and hit[2] is tm:  # the entry holds them: ids not reused
+        return hit[3]
+    e = tm.engine
+    if (e is not None and e.launches) or (tp > 1 and tm.interconnect_bytes_per_s is None):
+        return None
+    pricer = _Pricer(spec, pr, tp)
+    if len(_PRICERS) > 256:  # early exit builds a truncated spec per call: keep the table small
+        _PRICERS.clear()
+    _PRICERS[(id(spec), id(pr), tp)] = (spec, pr, tm, pricer)
+    return pricer
+
+
+def chain_seconds(spec: ModelSpec, pr: Pricing, batch: Any, context: Any, gamma: Any, tp: int) -> float | None:
+    """Seconds of ``gamma`` one-token passes of ``spec`` at contexts context, context + 1, ... summed in order (a
+    chain's draft steps) for whole-number scalars; None for anything else (the array path prices or refuses it)."""
+    B, L, g = scalar_count(batch, 1), scalar_count(context, 0), scalar_count(gamma, 0)
+    if B is None or L is None or g is None or L + g > spec.max_context:
+        return None
+    pricer = scalar_pricer(spec, pr, tp)
+    return None if pricer is None else pricer.chain(B, L, g)
+
+
+def levels_seconds(spec: ModelSpec, pr: Pricing, widths: Any, batch: Any, context: Any, tp: int) -> float | None:
+    """Seconds of one pass per tree level, ``widths[l]`` new tokens each over the context and the levels before,
+    summed as numpy sums them (:func:`roofline.cost.array_sum`); None unless the widths are whole numbers >= 1 and
+    batch and context whole-number scalars."""
+    B, L = scalar_count(batch, 1), scalar_count(context, 0)
+    if B is None or L is None or not isinstance(widths, list) or not all(type(w) is int and w >= 1 for w in widths):
+        return None
+    if L + sum(widths) > spec.max_context:
+        return None
+    pricer = scalar_pricer(spec, pr, tp)
+    if pricer is None:
+        return None
+    return pricer.levels(B, L, widths)
+
+
+def visible_seconds(
+    spec: ModelSpec, pr: Pricing, batch: Any, n: int, context: Any, visible: float, tp: int
+) -> float | None:
+    """Seconds of one pass of ``n`` new tokens per sequence that see ``visible`` new tokens in all (a tree's verify
+    pass: each node its ancestors and itself) for whole-number scalars; None otherwise."""
+    B, L = scalar_count(batch, 1), scalar_count(context, 0)
+    if B is None or L is None or n < 1 or L + n > spec.max_context:
+        return None
+    pricer = scalar_pricer(spec, pr, tp)
+    return None if pricer is None else pricer.seconds(B, n, L, visible)
+
+
 #: up to this many configurations (a draft tree's levels, a chain's steps) are priced one by one in plain floats:
 #: below it numpy's per-call overhead on the operators' arrays costs more than the arithmetic
 FEW = 32
@@ -271,18 +524,16 @@ def _few_seconds(spec: ModelSpec, pr: Pricing, batch: Any, new_tokens: Any, cont
     cols = [
         v.tolist() * (size // len(v)) if isinstance(v, np.ndarray) else [v] * size for v in (batch, new_tokens, context)
     ]
-    wb, ab = dtype_bytes(pr.stored_weight_dtype), dtype_bytes(pr.dtype)
-    kb = dtype_bytes(pr.kv_dtype or pr.dtype)
-    out = np.empty(size)
-    for i, (b, n, c) in enumerate(zip(*cols, strict=True)):
+    pricer = scalar_pricer(spec, pr, tp)
+    if pricer is None:
+        return None
+    out = []
+    for b, n, c in zip(*cols, strict=True):
         one = scalar_config(spec, b, n, c, None)
         if one is None:  # out of range somewhere: the array path says where
             return None
-        times = _scalar_times(scalar_terms(spec, *one, wb, ab, kb), pr, tp, pr.stored_weight_dtype)
-        if times is None:
-            return None
-        out[i] = times[4]
-    return out
+        out.append(pricer.seconds(*one))
+    return np.array(out)
 
 
 def _scalar_terms(
@@ -332,11 +583,11 @@ def pass_seconds(
     ``tp`` overrides the pricing's (a drafter's own passes run on one device).
     """
     tp = pr.tp if tp is None else tp
-    terms = _scalar_terms(spec, pr, batch, new_tokens, context, tree)
-    if terms is not None:  # one configuration (a notebook's question, a tree's verify pass): plain floats
-        times = _scalar_times(terms, pr, tp, pr.stored_weight_dtype)
-        if times is not None:
-            return np.asarray(times[4])
+    one = scalar_config(spec, batch, new_tokens, context, tree)
+    if one is not None:  # one configuration (a notebook's question, a tree's verify pass): plain floats
+        pricer = scalar_pricer(spec, pr, tp)
+        if pricer is not None:
+            return np.asarray(pricer.seconds(*one))
     elif tree is None:
         few = _few_seconds(spec, pr, batch, new_tokens, context, tp)
         if few is not None:
@@ -410,8 +661,10 @@ def _scalar_step_time(
 ) -> StepTime:
     """The :class:`StepTime` of one configuration from its plain-float times (what :func:`_step_time` returns)."""
     # one array for the cost's five rows and the three rows of times: numpy's cost here is per call, not per number
-    block = np.array([terms.flops, terms.bytes_weights, terms.bytes_kv_read, terms.bytes_kv_write, terms.bytes_act,
-                      mem, comp, op_t])  # fmt: skip
+    rows = (terms.flops, terms.bytes_weights, terms.bytes_kv_read, terms.bytes_kv_write, terms.bytes_act, mem, comp,
+            op_t)  # fmt: skip
+    k = len(mem)
+    block = np.fromiter(itertools.chain.from_iterable(rows), float, 8 * k).reshape(8, k)  # faster than from lists
     cost = terms.to_cost(pr.dtype, pr.stored_weight_dtype, block)
     op_mem, op_comp, op_time = block[5], block[6], block[7]
     # device_memory's sum in plain numbers (its order of operations, so the same bytes)
@@ -545,11 +798,15 @@ def memory_footprint(
         # one configuration: the same sums in plain numbers, numpy scalars as the array path's 0-d products give
         sh = model_shape(spec)
         widest = max(sh.d, sh.mlp_matrices * max(sh.d_ff, sh.d_ff_expert), sh.vocab)
-        return Footprint(
-            sh.total_params * dtype_bytes(weight_dtype),
-            np.float64(b * (c + k) * sh.kv_elements_per_token * dtype_bytes(kv_dtype)),
-            np.float64(b * k * 2 * widest * dtype_bytes(act_dtype)),
+        fp: Footprint = frozen(
+            Footprint,
+            {
+                "weights_bytes": sh.total_params * dtype_bytes(weight_dtype),
+                "kv_bytes": np.float64(b * (c + k) * sh.kv_elements_per_token * dtype_bytes(kv_dtype)),
+                "activation_bytes": np.float64(b * k * 2 * widest * dtype_bytes(act_dtype)),
+            },
         )
+        return fp
     B = check_min("batch", batch, 1, integer=True)
     L = check_min("context", context, 0, integer=True)
     n = check_min("new_tokens", new_tokens, 1, integer=True)

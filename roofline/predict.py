@@ -22,6 +22,7 @@ import pandas as pd
 
 from roofline.acceptance_kinds import check_mean_accepted
 from roofline.closed_forms import expected_tokens
+from roofline.cost import frozen
 from roofline.drafters import DrafterLike, as_drafter, default_gamma, default_tree, round_time, tree_preset
 from roofline.engine import Engine
 from roofline.errors import SpecroofError, check_min
@@ -202,18 +203,14 @@ def predict_speedup(
         g_out, nodes = float(g), None
     round_host = float(rt.t_round_host_s)
     t_round = t_draft + t_verify + round_host
-    return PredictedSpeedup(
-        speedup=E * base / t_round,
-        mean_accepted=E,
-        t_round_s=t_round,
-        t_draft_s=t_draft,
-        t_verify_s=t_verify,
-        t_round_host_s=round_host,
-        t_base_s=base,
-        tokens_per_s=B * E / t_round,
-        baseline_tokens_per_s=B / base,
-        drafter=str(getattr(d, "name", drafter)),
-        engine=pr.engine_name,
-        gamma=g_out,
-        tree_nodes=nodes,
-    )
+    # every field given: the instance without the frozen dataclass's per-field __setattr__ (cost.frozen)
+    result: PredictedSpeedup = frozen(
+        PredictedSpeedup,
+        {
+            "speedup": E * base / t_round, "mean_accepted": E, "t_round_s": t_round, "t_draft_s": t_draft,
+            "t_verify_s": t_verify, "t_round_host_s": round_host, "t_base_s": base, "tokens_per_s": B * E / t_round,
+            "baseline_tokens_per_s": B / base, "drafter": str(getattr(d, "name", drafter)), "engine": pr.engine_name,
+            "gamma": g_out, "tree_nodes": nodes,
+        },
+    )  # fmt: skip
+    return result

@@ -305,6 +305,12 @@ def pricing_of(hardware: Pricing | Hardware | str | Path, **options: Any) -> Pri
     changes it raises ("give a Pricing or engine=, not both"): the function would otherwise
     have to guess which of the two the caller meant.
     """
+    if type(hardware) is Pricing:
+        for v in options.values():
+            if v is not None:
+                break
+        else:  # a Pricing and no option: the scalar calls' usual case, answered without building the dict below
+            return hardware
     given = {k: v for k, v in options.items() if v is not None}
     if isinstance(hardware, Pricing):
         for key, value in given.items():

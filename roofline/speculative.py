@@ -16,6 +16,7 @@ live in :mod:`roofline.closed_forms`, the drafters in :mod:`roofline.drafters` a
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,9 +30,11 @@ from roofline.closed_forms import (
     break_even_alpha,
     expected_tokens,
     expected_tokens_curve,
+    expected_tokens_scalar,
     ideal_speedup,
     optimal_gamma,
 )
+from roofline.cost import frozen
 from roofline.drafters import (
     Ctx,
     Drafter,
@@ -51,7 +54,7 @@ from roofline.engine import Engine
 from roofline.errors import SpecroofError, check_min
 from roofline.hardware import Hardware
 from roofline.model import ModelSpec, get_model
-from roofline.passtime import memory_footprint, pass_seconds
+from roofline.passtime import memory_footprint, pass_seconds, scalar_pricer
 from roofline.predict import PredictedSpeedup, alpha_for_heuristic, predict_speedup, speedup_by_engine
 from roofline.pricing import DEFAULT_CONTEXT, Pricing, pricing_of, replace_hardware
 
@@ -272,9 +275,14 @@ def speedup(
     g = check_min("gamma", gamma, 0, integer=True)
     B = check_min("batch", batch, 1, integer=True)
     L = check_min("context", context, 0, integer=True)
-    if not (np.isfinite(round_overhead_s) and round_overhead_s >= 0):
+    finite = math.isfinite(round_overhead_s) if type(round_overhead_s) is float else np.isfinite(round_overhead_s)
+    if not (finite and round_overhead_s >= 0):
         raise SpecroofError(f"round_overhead_s must be >= 0 and finite (got {round_overhead_s})")
     is_curve = isinstance(alpha_or_curve, (list, tuple)) if curve is None else curve
+    if not is_curve and g.ndim == 0 and B.ndim == 0 and L.ndim == 0 and type(alpha_or_curve) is float:
+        fast = _scalar_speedup(pr, spec, d, alpha_or_curve, int(g), int(B), int(L), draft_hardware, round_overhead_s)
+        if fast is not None:
+            return fast
     E = expected_tokens_curve(alpha_or_curve, g) if is_curve else expected_tokens(alpha_or_curve, g)
     if hasattr(d, "tokens_per_round"):  # n-gram drafting: only the requests whose n-gram matched gain tokens
         E = d.tokens_per_round(E)
@@ -315,6 +323,61 @@ def speedup(
         fits_in_memory=mem <= cap,
         drafter=d.name,
     )
+
+
+def _scalar_speedup(
+    pr: Pricing,
+    spec: ModelSpec,
+    d: Any,
+    alpha: float,
+    g: int,
+    B: int,
+    L: int,
+    draft_hardware: Pricing | Hardware | str | None,
+    round_overhead_s: float,
+) -> SpeedupResult | None:
+    """:func:`speedup` of one configuration in plain floats (the same terms, in the same order, and the same result
+    types: 0-d arrays and numpy scalars where the array path gives them); None where the array path must price or
+    refuse it (alpha outside [0, 1], a pass past the model's context, an eager engine's kernel launches)."""
+    if not 0.0 <= alpha <= 1.0 or L + g + 1 > spec.max_context:
+        return None
+    pricer = scalar_pricer(spec, pr, pr.tp)
+    if pricer is None:
+        return None
+    E = expected_tokens_scalar(alpha, g)
+    if hasattr(d, "tokens_per_round"):
+        E = float(d.tokens_per_round(E))
+    draft = None if draft_hardware is None else replace_hardware(pr, draft_hardware)
+    base = pricer.seconds(B, 1, L, 1.0)
+    rt = round_time(pr, spec, d, np.asarray(g, dtype=np.int64), B, L, draft=draft, round_overhead_s=round_overhead_s)
+    host = rt.t_round_host_s
+    if g == 0:  # plain decoding: no draft, no verify overhead, one token per step
+        E, t_draft, t_verify, t_round = 1.0, 0.0, base, base
+    else:
+        t_draft, t_verify = float(rt.t_draft_s), float(rt.t_verify_s)
+        t_round = t_draft + t_verify + host
+    extra = d.extra_memory_bytes(Ctx.of(spec, pr), B, L)
+    fp = memory_footprint(
+        spec, B, L, weight_dtype=pr.stored_weight_dtype, kv_dtype=pr.kv_dtype, act_dtype=pr.dtype, new_tokens=g + 1
+    )
+    # the array path's sums in plain floats (numpy scalars and 0-d arrays add as floats do), one numpy scalar at the end
+    total = float(fp.weights_bytes) + float(fp.kv_bytes) + float(fp.activation_bytes)
+    on_device = total - (float(fp.weights_bytes) if pr.offloaded else 0.0)
+    f64 = np.float64
+    mem = f64((on_device / pr.tp) + float(extra))
+    cap = pr.hardware.memory_bytes if pr.hardware.memory_bytes is not None else np.inf
+    result: SpeedupResult = frozen(
+        SpeedupResult,
+        {
+            "gamma": np.asarray(g, dtype=np.int64), "expected_tokens": np.asarray(E), "t_base_s": np.asarray(base),
+            "t_draft_s": np.asarray(t_draft), "t_verify_s": np.asarray(t_verify), "t_round_host_s": host,
+            "t_round_s": np.asarray(t_round), "speedup": f64(E * base / t_round),
+            "tokens_per_s_per_user": f64(E / t_round), "tokens_per_s_total": f64(B * E / t_round),
+            "baseline_tokens_per_s_per_user": f64(1.0 / base), "extra_memory_bytes": extra, "memory_bytes": mem,
+            "fits_in_memory": np.bool_(mem <= cap), "drafter": d.name,
+        },
+    )  # fmt: skip
+    return result
 
 
 def draft_cost_ratio(

@@ -1,0 +1,194 @@
+"""The plain-float paths of pass_seconds, speedup and predict_speedup give the array paths' numbers and types.
+
+The reference is the same call with the scalar pricer switched off (``scalar_pricer`` answering None), which
+sends every pass through the numpy time model and every round through its array formulas. No timing here
+(benchmarks/bench_scalar.py times them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+
+import numpy as np
+import pytest
+
+import roofline.passtime as passtime
+import roofline.speculative as speculative
+from roofline.closed_forms import expected_tokens, expected_tokens_scalar
+from roofline.drafters import TREE_PRESETS, as_drafter, round_time
+from roofline.errors import SpecroofError
+from roofline.model import PRESETS, get_model
+from roofline.pricing import Pricing
+from roofline.speculative import predict_speedup, speedup
+
+REL = 1e-12
+DRAFTERS = ("llama-3.2-1b", "eagle3", "mtp", "medusa", "prompt-lookup", "prompt-lookup:0.4", "early-exit:8",
+            "block:llama-3.2-1b", "window:256", "hydra")  # fmt: skip
+ENGINES = (None, "hf", "vllm", "compiled")
+
+
+@pytest.fixture
+def array_path(monkeypatch):
+    """A context manager factory: inside it, no pass is priced by the scalar pricer."""
+
+    @contextlib.contextmanager
+    def off():
+        with monkeypatch.context() as m:
+            m.setattr(passtime, "scalar_pricer", lambda *a, **k: None)
+            m.setattr(speculative, "scalar_pricer", lambda *a, **k: None)
+            yield
+
+    return off
+
+
+def _pricing(engine, tp):
+    return Pricing.of("h100-sxm-80gb", engine=engine, tp=tp)
+
+
+def _same(fast, slow, where):
+    """Every field of two result dataclasses: the same type and shape, numbers within REL."""
+    for f in dataclasses.fields(fast):
+        a, b = getattr(fast, f.name), getattr(slow, f.name)
+        assert type(a) is type(b), (where, f.name, type(a), type(b))
+        if isinstance(b, (str, type(None))):
+            assert a == b, (where, f.name)
+            continue
+        assert np.shape(a) == np.shape(b), (where, f.name)
+        assert np.asarray(a).dtype == np.asarray(b).dtype, (where, f.name)
+        np.testing.assert_allclose(np.asarray(a, dtype=float), np.asarray(b, dtype=float), rtol=REL, atol=0,
+                                   err_msg=f"{where} {f.name}")  # fmt: skip
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_scalar_speedup_equals_the_array_path_over_drafters_batches_and_tp(engine, array_path):
+    target = get_model("llama-3.1-8b")
+    checked = 0
+    for tp, batch, name in itertools.product((1, 2), (1, 8), DRAFTERS):
+        pr = _pricing(engine, tp)
+        d = as_drafter(name)
+        for alpha, gamma, context in ((0.8, 4, 1024), (0.55, 1, 0), (1.0, 3, 7000), (0.0, 2, 17), (0.7, 0, 512)):
+            if name == "hydra" and gamma > 4:
+                continue
+            fast = speedup(pr, target, d, alpha, gamma, batch=batch, context=context)
+            with array_path():
+                slow = speedup(pr, target, d, alpha, gamma, batch=batch, context=context)
+            _same(fast, slow, (engine, tp, batch, name, alpha, gamma, context))
+            checked += 1
+    assert checked == 2 * 2 * len(DRAFTERS) * 5
+
+
+def test_scalar_speedup_with_its_options_equals_the_array_path(array_path):
+    target = get_model("llama-3.1-8b")
+    moe = get_model(next(n for n in sorted(PRESETS) if get_model(n).is_moe))
+    cases = [
+        (Pricing.of("h100-sxm-80gb", weight_dtype="int4", kv_dtype="fp8"), target, "llama-3.2-1b", {}),
+        (Pricing.of("h100-sxm-80gb", offload="pcie4-x16"), target, "llama-3.2-1b", {}),
+        (Pricing.of("a100-sxm-80gb", engine="serving"), target, "eagle", {"round_overhead_s": 2e-5}),
+        (Pricing.of("h100-sxm-80gb"), target, "llama-3.2-1b", {"draft_hardware": "l4-24gb"}),
+        (Pricing.of("h100-sxm-80gb", engine="vllm", tp=2), moe, "mtp:2", {}),
+        (Pricing.of("h100-sxm-80gb", overhead_s=3e-6, efficiency=True), target, "medusa:3", {}),
+    ]
+    for pr, spec, name, kw in cases:
+        for batch, gamma in ((1, 5), (16, 2)):
+            fast = speedup(pr, spec, name, 0.75, gamma, batch=batch, context=2048, **kw)
+            with array_path():
+                slow = speedup(pr, spec, name, 0.75, gamma, batch=batch, context=2048, **kw)
+            _same(fast, slow, (pr.describe(), spec.name, name, kw, batch, gamma))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_scalar_predict_speedup_equals_the_array_path(engine, array_path):
+    target = get_model("llama-3.1-8b")
+    for tp, batch in itertools.product((1, 2), (1, 8)):
+        pr = _pricing(engine, tp)
+        calls = [
+            {"drafter": "llama-3.2-1b", "alpha": 0.8, "gamma": 4},
+            {"drafter": "llama-3.2-1b", "mean_accepted": 2.5, "gamma": 3},
+            {"drafter": "prompt-lookup:0.5", "alpha": 0.6, "gamma": 5},
+            {"drafter": "mtp", "mean_accepted": 1.8},
+            {"drafter": "eagle3", "mean_accepted": 3.0},  # its own 59-node tree
+            {"drafter": "eagle", "mean_accepted": 2.6},
+            {"drafter": "medusa", "mean_accepted": 2.2},
+            {"drafter": "hydra", "mean_accepted": 2.9},
+            {"drafter": "eagle3", "mean_accepted": 2.0, "tree": "parents:-1,0,0,1"},
+            {"drafter": "llama-3.2-1b", "mean_accepted": 2.0, "tree": "eagle"},
+            {"drafter": "llama-3.2-1b", "mean_accepted": 2.4, "gamma": "heuristic"},
+        ]
+        for kw in calls:
+            fast = predict_speedup(hardware=pr, target=target, batch=batch, context=1500, **kw)
+            with array_path():
+                slow = predict_speedup(hardware=pr, target=target, batch=batch, context=1500, **kw)
+            _same(fast, slow, (engine, tp, batch, kw))
+
+
+def test_tree_rounds_equal_the_array_path(array_path):
+    target = get_model("llama-3.1-8b")
+    for engine, name, tree in itertools.product((None, "vllm"), ("eagle3", "eagle", "llama-3.2-1b"), TREE_PRESETS):
+        pr = Pricing.of("h100-sxm-80gb", engine=engine)
+        fast = round_time(pr, target, name, TREE_PRESETS[tree], 4, 3000)
+        with array_path():
+            slow = round_time(pr, target, name, TREE_PRESETS[tree], 4, 3000)
+        _same(fast, slow, (engine, name, tree))
+
+
+def test_scalar_pass_seconds_over_engines_and_tp_equal_the_array_path(array_path):
+    for engine, tp, name in itertools.product(ENGINES, (1, 2), ("llama-3.1-8b", "llama-3.2-1b")):
+        pr = _pricing(engine, tp)
+        spec = get_model(name)
+        for b, n, c in ((1, 1, 1024), (8, 5, 0), (8, 1, 30000), (64, 33, 100)):
+            fast = passtime.pass_seconds(spec, pr, b, n, c)
+            chain = passtime.chain_seconds(spec, pr, b, c, 6, tp)
+            with array_path():
+                slow = passtime.pass_seconds(spec, pr, b, n, c)
+                steps = passtime.pass_seconds(spec, pr, b, 1, c + np.arange(6))
+            assert type(fast) is type(slow) and fast.shape == slow.shape == ()
+            assert float(fast) == pytest.approx(float(slow), rel=REL, abs=0)
+            if engine == "hf":  # an eager engine's kernel launches: only the array path prices them
+                assert chain is None
+            else:
+                assert chain == pytest.approx(float(np.cumsum(steps)[-1]), rel=REL, abs=0)
+
+
+def test_scalar_expected_tokens_is_the_array_formula_to_the_bit():
+    rng = np.random.default_rng(11)
+    alphas = np.concatenate([rng.random(3000), 1.0 - rng.random(300) * 1e-7, [0.0, 0.5, 1.0, 1e-300]])
+    for g in (0, 1, 2, 3, 4, 7, 8, 16, 100):
+        fast = np.array([expected_tokens_scalar(float(a), g) for a in alphas])
+        # to the bit against what a scalar call gave before (the array formula on 0-d arrays) ...
+        one_by_one = np.array([float(expected_tokens(np.asarray(a), np.asarray(g))) for a in alphas])
+        assert np.array_equal(fast, one_by_one), g
+        # ... and to rounding against a sweep (numpy's vector power does not square by multiplying)
+        np.testing.assert_allclose(fast, expected_tokens(alphas, np.full(alphas.shape, g)), rtol=1e-15, atol=0)
+        assert type(expected_tokens(0.8, g)) is np.float64  # the array path's 0-d answer is a numpy scalar too
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"alpha_or_curve": 1.5}, r"alpha must lie in \[0, 1\] \(got 1.5\)"),
+        ({"alpha_or_curve": float("nan")}, "alpha must be finite"),
+        ({"gamma": -1}, r"gamma must be >= 0 \(got -1\)"),
+        ({"gamma": 2.5}, "gamma must be a whole number"),
+        ({"batch": 0}, r"batch must be >= 1 \(got 0\)"),
+        ({"context": -3}, r"context must be >= 0 \(got -3\)"),
+        ({"context": 131_070}, "exceeds"),
+        ({"round_overhead_s": -1.0}, "round_overhead_s must be >= 0"),
+        ({"drafter": "llama-3.1-70b"}, "is not smaller than the target"),
+        ({"drafter": "early-exit:40"}, r"early-exit layers must lie in \[1, 31\]"),
+    ],
+)
+def test_bad_scalars_raise_the_array_paths_words(kwargs, words, array_path):
+    args = {"alpha_or_curve": 0.8, "gamma": 4, "drafter": "llama-3.2-1b", "batch": 1, "context": 1024, **kwargs}
+    pr = Pricing.of("h100-sxm-80gb")
+
+    def call():
+        return speedup(pr, "llama-3.1-8b", args.pop("drafter"), args.pop("alpha_or_curve"), args.pop("gamma"), **args)
+
+    with pytest.raises(SpecroofError, match=words) as fast:
+        call()
+    args = {"alpha_or_curve": 0.8, "gamma": 4, "drafter": "llama-3.2-1b", "batch": 1, "context": 1024, **kwargs}
+    with array_path(), pytest.raises(SpecroofError) as slow:
+        call()
+    assert str(fast.value) == str(slow.value)
