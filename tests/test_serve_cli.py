@@ -69,6 +69,8 @@ def test_text_answers_first_and_explains_its_terms(run, tmp_path):
         (["--rate", "1", "--metric", "nonsense"], "unknown metric"),
         ([], "give --rate"),
         (["--rate", "1", "--disaggregate", "0:2"], "at least one server per pool"),
+        (["--rate", "1", "--ep", "2"], "dense model"),
+        (["--rate", "1", "--output-len", "sharegpt-2099"], "azure-conv-2023"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(run, extra, match):
@@ -89,3 +91,23 @@ def test_bad_trace_file_is_one_line_and_exit_2(run, tmp_path, text, match):
     f.write_text(text)
     code, _, err = run(*BASE, *SHORT, "--trace", str(f))
     assert code == 2 and len(err.strip().splitlines()) == 1 and match in err
+
+
+def test_an_moe_question_runs_end_to_end_over_8_expert_parallel_gpus(run):
+    """A DeepSeek-style deployment question on the MoE preset: Mixtral's 8 experts over 8 H100s (bf16 Mixtral does
+    not fit one 80 GB GPU), prompt and output lengths of the Azure 2023 conversation trace."""
+    moe = ["serve", "--hardware", "h100-sxm-80gb", "--target", "mixtral-8x7b", "--drafter", "eagle3",
+           "--rate", "2,16", "--requests", "80", "--input-len", "azure-conv-2023", "--output-len", "azure-conv-2023",
+           "--policy", "static:3"]  # fmt: skip
+    code, out, err = run(*moe, "--ep", "8", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["settings"]["ep"] == 8 and data["settings"]["kv_capacity_tokens"]["off"] > 0
+    assert {(r["policy"], r["rate_req_s"]) for r in data["per_rate"]} == {
+        (p, r) for p in ("off", "static:3") for r in (2.0, 16.0)
+    }
+    assert all(r["tpot_p50_s"] > 0 and r["ttft_p50_s"] > 0 for r in data["per_rate"])
+    code, out, _ = run(*moe, "--ep", "8")
+    assert code == 0 and "experts over 8 GPUs" in out
+    code, _, err = run(*moe, "--ep", "16")
+    assert code == 2 and "must divide" in err and len(err.strip().splitlines()) == 1

@@ -47,6 +47,7 @@ from roofline.engine import Engine
 from roofline.errors import SpecroofError
 from roofline.hardware import Hardware
 from roofline.model import ModelSpec, get_model
+from roofline.parallel import ep_context, ep_expert_weight_bytes
 from roofline.passtime import device_memory, memory_footprint
 from roofline.pricing import Pricing, pricing_of
 from roofline.trees import Tree
@@ -115,11 +116,14 @@ class StepPrices:
     host_per_seq_s: float = 0.0
     _curves: dict[tuple[int, int], FloatArray] = field(default_factory=dict, compare=False, repr=False)
     _rows: dict[int, FloatArray] = field(default_factory=dict, compare=False, repr=False)
+    _curve_lists: dict[tuple[int, int], list[float]] = field(default_factory=dict, compare=False, repr=False)
+    _flat_rows: dict[int, FloatArray] = field(default_factory=dict, compare=False, repr=False)
     _b_grid_list: list[float] = field(init=False, compare=False, repr=False)
     _n_grid_list: list[float] = field(init=False, compare=False, repr=False)
     _l_grid_list: list[float] = field(init=False, compare=False, repr=False)
     _b_cell: IntArray = field(init=False, compare=False, repr=False)
     _b_weight: FloatArray = field(init=False, compare=False, repr=False)
+    _b_cells: list[tuple[int, float]] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for name in ("b_grid", "n_grid", "l_grid"):
@@ -127,6 +131,7 @@ class StepPrices:
         cells = [_lerp(self._b_grid_list, float(b)) for b in range(int(self.b_grid[-1]) + 1)]
         object.__setattr__(self, "_b_cell", np.asarray([c[0] for c in cells], dtype=np.int64))
         object.__setattr__(self, "_b_weight", np.asarray([c[1] for c in cells]))
+        object.__setattr__(self, "_b_cells", cells)
 
     @property
     def max_gamma(self) -> int:
@@ -164,18 +169,42 @@ class StepPrices:
         """Seconds of decode-only steps at mean cached context ``mean_context`` (scalar or array)."""
         return np.interp(mean_context, self.l_grid, self.decode_curve(gamma, batch))
 
+    def decode_seconds(self, gamma: int, batch: int, mean_context: float) -> float:
+        """:meth:`decode_time` at one scalar context, in Python floats: the same arithmetic as ``np.interp``
+        (slope times offset plus the left value), without a numpy call per step."""
+        key = (gamma, batch)
+        fp = self._curve_lists.get(key)
+        if fp is None:
+            fp = self._curve_lists[key] = [float(v) for v in self.decode_curve(gamma, batch)]
+        xp = self._l_grid_list
+        x = float(mean_context)
+        if not x > xp[0]:
+            return fp[0] if x <= xp[0] else x  # below the grid (or NaN, which np.interp passes through)
+        if x >= xp[-1]:
+            return fp[-1]
+        j = bisect.bisect_right(xp, x) - 1
+        if xp[j] == x:
+            return fp[j]
+        slope = (fp[j + 1] - fp[j]) / (xp[j + 1] - xp[j])
+        return slope * (x - xp[j]) + fp[j]
+
     def decode_time_batches(self, gamma: int, batch: Any, mean_context: Any) -> FloatArray:
         """Seconds of decode-only steps whose batch changes from step to step (arrays, bilinear in batch and context)."""
-        rows = self._step_rows(gamma)
+        flat = self._flat_rows.get(gamma)
+        if flat is None:  # the (batch, context) table as one contiguous row: four 1-d gathers, not eight 2-d ones
+            flat = self._flat_rows[gamma] = np.ascontiguousarray(self._step_rows(gamma)).ravel()
         # integer batches within the grid: their interpolation cell and weight are looked up, not searched
         b = np.asarray(batch, dtype=np.int64)
         i, wb = self._b_cell[b], self._b_weight[b]
         lg = self.l_grid
+        n_l = lg.size
         x = np.minimum(np.maximum(np.asarray(mean_context, dtype=float), lg[0]), lg[-1])
-        k = np.minimum(np.searchsorted(lg, x, side="right") - 1, lg.size - 2)
+        k = np.minimum(np.searchsorted(lg, x, side="right") - 1, n_l - 2)
         wl = (x - lg[k]) / (lg[k + 1] - lg[k])
-        lo = rows[i, k] + wl * (rows[i, k + 1] - rows[i, k])
-        hi = rows[i + 1, k] + wl * (rows[i + 1, k + 1] - rows[i + 1, k])
+        at = i * n_l + k
+        r00, r01, r10, r11 = flat[at], flat[at + 1], flat[at + n_l], flat[at + (n_l + 1)]
+        lo = r00 + wl * (r01 - r00)
+        hi = r10 + wl * (r11 - r10)
         return np.asarray(lo + wb * (hi - lo))
 
     def target_time(self, batch: float, tokens_per_seq: float, mean_context: float) -> float:
@@ -195,7 +224,10 @@ class StepPrices:
         return t
 
     def _pass_time(self, table: FloatArray, batch: float, tokens_per_seq: float, mean_context: float) -> float:
-        i, wi = _lerp(self._b_grid_list, batch)
+        if isinstance(batch, int) and 0 <= batch < len(self._b_cells):
+            i, wi = self._b_cells[batch]  # a whole batch: its cell, looked up (the same _lerp, done once)
+        else:
+            i, wi = _lerp(self._b_grid_list, batch)
         j, wj = _lerp(self._n_grid_list, tokens_per_seq)
         k, wk = _lerp(self._l_grid_list, mean_context)
         v = table.item
@@ -221,14 +253,14 @@ class StepPrices:
         (or the tree, ``gamma=TREE``), plus ``prefills`` prefill chunks of ``prefill_tokens`` tokens in all (their
         cached contexts sum to ``prefill_context``); see the module docstring."""
         if prefills == 0:
-            return float(self.decode_time(gamma, decodes, decode_context / decodes))
+            return self.decode_seconds(gamma, decodes, decode_context / decodes)
         seqs = decodes + prefills
         width = self.tree_tokens if gamma == TREE else gamma + 1
         tokens = decodes * width + prefill_tokens
         t_all = self.target_time(seqs, tokens / seqs, (decode_context + prefill_context) / seqs)
         if decodes == 0:
             return t_all
-        t_dec = float(self.decode_time(gamma, decodes, decode_context / decodes))
+        t_dec = self.decode_seconds(gamma, decodes, decode_context / decodes)
         t_dec_target = self.target_time(decodes, width, decode_context / decodes)
         return t_dec + max(0.0, t_all - t_dec_target)
 
@@ -242,10 +274,14 @@ def pricing_context(
     kv_dtype: str | None = None,
     engine: Engine | str | None = None,
     tp: int | None = None,
+    ep: int = 1,
+    ep_link_GB_per_s: float | None = None,
 ) -> Ctx:
-    """The :class:`Ctx` the simulator prices with: the target (without its context limit) and one Pricing."""
+    """The :class:`Ctx` the simulator prices with: the target (without its context limit) and one Pricing;
+    ``ep`` > 1 prices the target's passes under expert parallelism (:func:`roofline.parallel.ep_context`)."""
     pr = pricing_of(hardware, engine=engine, dtype=dtype, weight_dtype=weight_dtype, kv_dtype=kv_dtype, tp=tp)
-    return Ctx(get_model(target).replace(max_context=_UNBOUNDED_CONTEXT), pr)
+    ctx = Ctx(get_model(target).replace(max_context=_UNBOUNDED_CONTEXT), pr)
+    return ep_context(ctx, ep, link_GB_per_s=ep_link_GB_per_s)
 
 
 def step_prices(
@@ -339,13 +375,16 @@ def kv_capacity_tokens(
     *,
     max_tokens: int,
     memory_fraction: float = 0.9,
+    ep: int = 1,
 ) -> int:
     """Tokens of KV cache that fit after the weights, the drafter and one step's activations.
 
     ``memory_fraction`` is the share of device memory the server may take (vLLM's
     ``gpu_memory_utilization``, default 0.9: https://docs.vllm.ai/en/stable/models/engine_args.html).
     Over ``tp`` devices the memory, the target's weights and its KV add up; the drafter's
-    weights and KV count against the same total.
+    weights and KV count against the same total. Over ``ep`` expert-parallel GPUs
+    (:mod:`roofline.parallel`) each GPU holds every weight but the routed experts, ``1 / ep`` of
+    those, the drafter and its sequences' KV: the group's capacity is ``ep`` times one GPU's.
     """
     pr = ctx.pricing
     if pr.hardware.memory_bytes is None:
@@ -358,6 +397,8 @@ def kv_capacity_tokens(
     fp = memory_footprint(spec, 1, 0, weight_dtype=pr.stored_weight_dtype, act_dtype=pr.dtype, new_tokens=max_tokens)
     per_token = float(spec.kv_bytes(1, dtype_bytes(pr.kv_dtype or pr.dtype)))
     fixed = float(device_memory(spec, pr, 1, 0)) + float(np.asarray(fp.activation_bytes))
+    if ep > 1 and not pr.offloaded:
+        fixed -= ep_expert_weight_bytes(spec, dtype_bytes(pr.stored_weight_dtype)) * (1.0 - 1.0 / ep)
     if drafter is not None:
         probe = 1024
         d = _unbounded(drafter)
@@ -371,6 +412,6 @@ def kv_capacity_tokens(
     if usable - fixed < per_token * 1024:
         raise SpecroofError(
             f"{spec.name} leaves no room for a KV cache on {pr.describe()}: {fixed / 1e9:.1f} GB of weights, "
-            f"drafter and activations against {usable / 1e9:.1f} GB usable"
+            f"drafter and activations against {usable / 1e9:.1f} GB usable" + (f" per GPU of ep={ep}" if ep > 1 else "")
         )
-    return int(math.floor((usable - fixed) / per_token))
+    return int(ep * math.floor((usable - fixed) / per_token))

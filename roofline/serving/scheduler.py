@@ -177,6 +177,31 @@ class _Gaps:
         return self.hist
 
 
+class _LogUniforms:
+    """log(1 - U), U uniform in [0, 1), drawn from the run's generator in blocks.
+
+    ``take(n)`` serves the next ``n`` numbers of the generator's stream (a block is the same
+    numbers as the draws it replaces, in order), so a run gets exactly the numbers it would
+    drawing each round's on demand, for one numpy call per block instead of two per step.
+    """
+
+    SIZE = 1 << 14
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self.rng = rng
+        self.buf = np.empty(0)
+        self.pos = 0
+
+    def take(self, n: int) -> FloatArray:
+        if self.pos + n > self.buf.size:
+            fresh = np.log1p(-self.rng.random(max(self.SIZE, n)))
+            self.buf = np.concatenate([self.buf[self.pos :], fresh])
+            self.pos = 0
+        v = self.buf[self.pos : self.pos + n]
+        self.pos += n
+        return v
+
+
 def expected_tokens_table(alpha: FloatArray, max_gamma: int) -> FloatArray:
     """E(alpha_i, g) = (1 - alpha^(g+1)) / (1 - alpha) for g = 0..max_gamma (g + 1 at alpha = 1), shape (n, G + 1)."""
     g = np.arange(max_gamma + 1)[None, :]
@@ -228,6 +253,9 @@ def simulate_run(
     with np.errstate(divide="ignore"):
         log_a = np.where(alpha >= 1.0, -1e-300, np.log(alpha))
     inv_log_a = 1.0 / log_a
+    log_u = _LogUniforms(rng)
+    rows_at = np.arange(max(1, MAX_ROUNDS_AT_ONCE))[:, None]  # round numbers 0..K-1, as a column
+    cols = np.arange(cfg.max_seqs)
     e_table = expected_tokens_table(alpha, top_g)  # E(alpha_i, g): goodput's objective, and a run's length guess
 
     kv = np.zeros(N, dtype=np.int64)  # tokens whose KV is cached
@@ -276,7 +304,7 @@ def simulate_run(
         top = max(0, min(top_g, cap_g))
         mean_ctx = float(kv[dec].sum()) / b
         e = e_table[dec, : top + 1].sum(axis=0)
-        t = np.array([prices.decode_time(g, b, mean_ctx) for g in range(top + 1)])
+        t = np.array([prices.decode_seconds(g, b, mean_ctx) for g in range(top + 1)])
         return int(np.argmax(e / t))
 
     while done < N:
@@ -363,10 +391,13 @@ def simulate_run(
             kvd = kv[dec]
             queue = bool(requeued) or nxt < n_arrived
             shrink = not queue and policy.kind in ("off", "static")
-            rmin, rmax = int(rem.min()), int(rem.max())
+            if shrink:
+                rmin = rmax = int(rem.max())  # (the first to finish does not end the run: its minimum is not needed)
+            else:
+                rmin, rmax = int(rem.min()), int(rem.max())
             horizon = rmax if shrink else rmin  # rounds by which every request (or the first) must have finished
             if nxt < N and not queue:
-                t0 = float(prices.decode_time(key, B, float(kvd.sum()) / B))
+                t0 = prices.decode_seconds(key, B, float(kvd.sum()) / B)
                 horizon = min(horizon, int((float(arr[nxt]) - now) / t0) + 2)  # rounds until the next arrival
             if g == 0:
                 K = max(1, min(MAX_ROUNDS_AT_ONCE, horizon))
@@ -374,32 +405,30 @@ def simulate_run(
                 fin_round = rem - 1  # round in which each request emits its last token
                 before = j[:, None] + np.zeros(1, dtype=np.int64)  # tokens emitted before each round: one a round
             else:
-                i0 = int(np.argmin(rem))
                 # long enough for the request nearest its end to finish, most of the time (else the next
                 # iteration carries on)
-                guess = horizon if shrink else int(1.5 * rmin / e_table[dec[i0], g]) + 4
+                guess = horizon if shrink else int(1.5 * rmin / e_table[dec[int(np.argmin(rem))], g]) + 4
                 K = max(1, min(MAX_ROUNDS_AT_ONCE, rmax if shrink else rmin, guess))
                 if policy.kind == "goodput":
                     K = min(K, GOODPUT_REVISIT_ROUNDS)
-                runs = np.floor(np.log1p(-rng.random((K, B))) * inv_log_a[dec])
+                runs = np.floor(log_u.take(K * B).reshape(K, B) * inv_log_a[dec])
                 step = (np.minimum(runs, g) + 1).astype(np.int64)
                 cum = np.cumsum(step, axis=0)
                 before = cum - step
-                done_by = cum >= rem
-                fin_round = np.where(done_by.any(axis=0), np.argmax(done_by, axis=0), K)
-            first_fin = int(fin_round.min())
+                # tokens grow every round: the round that finishes a request is the number of rounds before it
+                # that leave it short (K when none does)
+                fin_round = (cum < rem).sum(axis=0)
             if shrink:
-                active = np.arange(K)[:, None] <= fin_round[None, :]  # (K, B): still decoding in round j
-                b_j = active.sum(axis=1)
                 k = min(K, int(fin_round.max()) + 1)
-                ctx_j = (active * (kvd[None, :] + before)).sum(axis=1)
-                b_j, ctx_j = b_j[:k], ctx_j[:k]
+                active = rows_at[:k] <= fin_round[None, :]  # (k, B): still decoding in round j
+                b_j = active.sum(axis=1)
+                ctx_j = (active * (kvd[None, :] + before[:k])).sum(axis=1)
                 if b_j[-1] == B:  # nobody finished before the last round: one batch size throughout
                     t = prices.decode_time(key, B, ctx_j / B)
                 else:
                     t = prices.decode_time_batches(key, b_j, ctx_j / b_j)
             else:
-                k = min(K, first_fin + 1)
+                k = min(K, int(fin_round.min()) + 1)
                 b_j = np.full(k, B)
                 ctx_j = float(kvd.sum()) + (B * before[:k, 0] if g == 0 else before[:k].sum(axis=1))
                 t = prices.decode_time(key, B, ctx_j / B)
@@ -411,19 +440,19 @@ def simulate_run(
             # blocks each round holds: every decoding request's kv + gamma + 1 tokens, and the prefills' reserve
             held_i = (kvd[None, :] + before[:k] + (width - 1 + bs)) // bs
             if shrink:
-                held_i = held_i * (np.arange(k)[:, None] <= fin_round[None, :])
+                held_i = held_i * active[:k]
             held = held_i.sum(axis=1) + pf_blocks
             over = held > cap
             if over.any():
                 k = max(1, int(np.argmax(over)))  # stop before the first round that would need a preemption
             emitted = np.minimum(k if g == 0 else cum[k - 1], rem)
+            last_round = np.minimum(fin_round, k - 1)
             gen[dec] += emitted
             kv[dec] += emitted
             itl.add(ends[0] - last[dec], 1)
             if k > 1:
                 itl.add(t[1:k], b_j[1:k])
             done_now = fin_round < k
-            last_round = np.minimum(fin_round, k - 1)
             last[dec] = ends[last_round]
             end = float(ends[k - 1])
             tk = t[:k]
@@ -433,11 +462,12 @@ def simulate_run(
             kv_s += float((held[:k] * tk).sum())
             max_kv = max(max_kv, float(held[:k].max()) / cap)
             max_tokens_seen = max(max_tokens_seen, B * width)
-            rounds += int(b_j[:k].sum())
+            n_rounds = int(b_j[:k].sum())  # request-rounds: b_j counts the requests still decoding in each round
+            rounds += n_rounds
             if g:
-                in_run = np.arange(k)[:, None] <= fin_round[None, :]
-                drafted += int(in_run.sum()) * g
-                accepted += int(((step[:k] - 1) * in_run).sum())
+                drafted += n_rounds * g
+                # accepted drafts of request i over its rounds 0..last_round[i]: its tokens, less one per round
+                accepted += int(cum.ravel()[last_round * B + cols[:B]].sum() - (last_round + 1).sum())
             sampler.add(now, b_run, need / cap)
             fin = dec[done_now]
             if fin.size:
@@ -447,10 +477,10 @@ def simulate_run(
             # ---- one step with prefill chunks (and any decodes)
             prefill_steps += 1
             n_pre = sum(chunk_len)
-            pre_ctx = float(sum(int(kv[i]) for i in chunk_idx))
+            pre_ctx = float(kv[chunk_idx[0]]) if len(chunk_idx) == 1 else float(sum(int(kv[i]) for i in chunk_idx))
             dec_ctx = float(kv[dec].sum()) if B else 0.0
             if separate:
-                t_round = float(prices.decode_time(key, B, dec_ctx / B)) if B else 0.0
+                t_round = prices.decode_seconds(key, B, dec_ctx / B) if B else 0.0
                 t_step = t_round + prices.prefill_time(len(chunk_idx), n_pre, pre_ctx, draft=policy.speculates)
             else:
                 t_step = prices.step_time(key, B, dec_ctx, n_pre, len(chunk_idx), pre_ctx)
@@ -462,7 +492,7 @@ def simulate_run(
                 if g == 0:
                     e1 = np.minimum(1, rem)
                 else:
-                    runs1 = np.floor(np.log1p(-rng.random(B)) * inv_log_a[dec])
+                    runs1 = np.floor(log_u.take(B) * inv_log_a[dec])
                     e1 = np.minimum((np.minimum(runs1, g) + 1).astype(np.int64), rem)
                     drafted += B * g
                     accepted += int((e1 - 1).sum())

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from roofline.acceptance import parse_acceptance as parse_acceptance_text
-from roofline.drafters import DrafterLike, as_drafter
+from roofline.drafters import DrafterLike, PromptLookup, as_drafter
 from roofline.dtypes import dtype_bytes
 from roofline.engine import Engine
 from roofline.errors import SpecroofError
@@ -179,6 +179,8 @@ def simulate(
     prefill: str = "fused",
     round_host_s: float = 0.0,
     round_host_per_seq_s: float = 0.0,
+    ep: int = 1,
+    ep_link_GB_per_s: float | None = None,
 ) -> ServingResult:
     """Simulate continuous-batching serving of ``target`` on ``hardware`` at each request rate, per policy.
 
@@ -206,7 +208,10 @@ def simulate(
     (request i goes to server i mod replicas); each server is priced as ``hardware`` with ``tp``.
     ``disaggregate="P:D"`` runs prefill on P servers and decoding on D others, the prompt's KV
     crossing ``kv_link_GB_per_s`` (default: the profile's interconnect) between them
-    (:mod:`roofline.serving.disaggregated`).
+    (:mod:`roofline.serving.disaggregated`). ``ep`` > 1 serves an MoE target from ``ep`` GPUs with its
+    routed experts sharded over them and attention data-parallel, each MoE layer paying a dispatch and a
+    combine all-to-all over the profile's interconnect within a node (``ep_link_GB_per_s`` across nodes):
+    :mod:`roofline.parallel`; one such group is one server.
 
     Returns a :class:`ServingResult`; ``summary`` has ``ttft_p50_s`` ... ``e2e_p99_s``,
     ``itl_p*_s``, ``throughput_tok_s``, ``goodput_req_s`` (under ``slo_ttft_s``/``slo_tpot_s``),
@@ -227,6 +232,9 @@ def simulate(
             f"policy {speculating[0].name} speculates: give a drafter (e.g. model:llama-3.2-1b, eagle3)"
         )
     d = as_drafter(drafter) if drafter is not None else None
+    if ep != 1 and isinstance(d, PromptLookup):
+        # its verify pass blends two passes' costs and prices them directly, past the context's expert-parallel pass
+        raise SpecroofError("ep > 1 is not priced for the n-gram drafter (prompt lookup): use a model or head drafter")
     alpha = parse_acceptance(acceptance, speculating[0].top_gamma if speculating else None)
 
     if trace is not None:
@@ -251,13 +259,17 @@ def simulate(
         )
 
     ctx = pricing_context(
-        spec, hardware, dtype=dtype, weight_dtype=weight_dtype, kv_dtype=kv_dtype, engine=engine, tp=tp
-    )
+        spec, hardware, dtype=dtype, weight_dtype=weight_dtype, kv_dtype=kv_dtype, engine=engine, tp=tp, ep=ep,
+        ep_link_GB_per_s=ep_link_GB_per_s,
+    )  # fmt: skip
+    ep = int(getattr(ctx, "ep", 1))
     if kv_capacity_tokens is None:
         # a draft model's weights and KV take memory from the target's cache: speculating runs get less
-        cap_off = device_kv_tokens(ctx, None, max_tokens=max_tokens, memory_fraction=memory_fraction)
+        cap_off = device_kv_tokens(ctx, None, max_tokens=max_tokens, memory_fraction=memory_fraction, ep=ep)
         cap_spec = (
-            device_kv_tokens(ctx, d, max_tokens=max_tokens, memory_fraction=memory_fraction) if speculating else cap_off
+            device_kv_tokens(ctx, d, max_tokens=max_tokens, memory_fraction=memory_fraction, ep=ep)
+            if speculating
+            else cap_off
         )
     else:
         if not (isinstance(kv_capacity_tokens, (int, np.integer)) and kv_capacity_tokens >= block_size):
@@ -344,5 +356,6 @@ def simulate(
         "seed": seed,
         "replicas": replicas,
         "disaggregate": None if disagg is None else f"{disagg[0]}:{disagg[1]}",
+        "ep": ep,
     }
     return ServingResult(pd.concat(frames, ignore_index=True), pd.DataFrame(rows), traces, settings)

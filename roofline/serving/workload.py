@@ -3,7 +3,9 @@
 A :class:`Workload` is three aligned arrays sorted by arrival time (seconds, tokens,
 tokens). Arrivals are Poisson at a rate, bursty (gamma-distributed gaps whose shape
 is vLLM's ``--burstiness``: 1 is Poisson, below 1 burstier, above 1 more regular), or
-the times of a trace file. Lengths are fixed, uniform or lognormal.
+the times of a trace file. Lengths are fixed, uniform, lognormal, or a preset named after a
+public trace (:data:`TRACE_LENGTHS`): a lognormal through that trace's median and 90th
+percentile, capped at its longest request.
 
 Rates are swept with common random numbers: the gaps are drawn once at unit rate and
 divided by each rate, so the same requests arrive in the same order at every rate and
@@ -73,6 +75,44 @@ class Workload:
         return Workload((self.arrival_s - self.arrival_s[0]) * scale, self.input_tokens, self.output_tokens)
 
 
+#: z of the 90th percentile of the standard normal: a lognormal's p90 is median x exp(1.2816 sigma)
+Z90 = 1.2815515655446004
+
+
+@dataclass(frozen=True)
+class TraceLengths:
+    """One length column of a public trace: its median, 90th percentile and maximum (tokens), and where from."""
+
+    median: float
+    p90: float
+    max: int
+    source: str
+
+    @property
+    def sigma(self) -> float:
+        """The lognormal's sigma through the median and p90: log(p90 / median) / z90."""
+        return math.log(self.p90 / self.median) / Z90
+
+
+_AZURE_2023 = (
+    "Azure LLM inference trace 2023 (Patel et al., Splitwise, ISCA 2024), "
+    "https://github.com/Azure/AzurePublicDataset data/AzureLLMInferenceTrace_{}.csv at commit b469a11, column {}: "
+    "median, 90th percentile (linear interpolation) and maximum over its {} requests"
+)
+#: presets for ``input_len`` / ``output_len``: (input lengths, output lengths) of a named public trace; figures
+#: computed from the published trace files (the medians are the paper's: 1500/13 coding, 1020/129 conversation)
+TRACE_LENGTHS: dict[str, tuple[TraceLengths, TraceLengths]] = {
+    "azure-code-2023": (
+        TraceLengths(1469.0, 5187.6, 7437, _AZURE_2023.format("code", "ContextTokens", "8,819")),
+        TraceLengths(13.0, 55.0, 1899, _AZURE_2023.format("code", "GeneratedTokens", "8,819")),
+    ),
+    "azure-conv-2023": (
+        TraceLengths(1020.0, 2734.5, 14050, _AZURE_2023.format("conv", "ContextTokens", "19,366")),
+        TraceLengths(129.0, 424.0, 1000, _AZURE_2023.format("conv", "GeneratedTokens", "19,366")),
+    ),
+}
+
+
 def check_rate(rate: float) -> float:
     if not (isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0):
         raise SpecroofError(f"rate must be a positive number of requests per second (got {rate!r})")
@@ -98,10 +138,15 @@ def unit_gaps(n: int, arrivals: str, rng: np.random.Generator) -> FloatArray:
 
 
 def draw_lengths(spec: str | int, n: int, rng: np.random.Generator, name: str) -> IntArray:
-    """``n`` lengths from ``N`` (fixed), ``uniform:A-B`` (inclusive) or ``lognormal:MEDIAN,SIGMA`` (rounded, >= 1)."""
+    """``n`` lengths from ``N`` (fixed), ``uniform:A-B`` (inclusive), ``lognormal:MEDIAN,SIGMA`` (rounded, >= 1)
+    or a trace preset of :data:`TRACE_LENGTHS` (its input column for input lengths, output for output)."""
     if isinstance(spec, (int, np.integer)):
         spec = str(int(spec))
     text = spec.strip().lower()
+    if text in TRACE_LENGTHS:
+        col = TRACE_LENGTHS[text][1 if name.startswith("output") else 0]
+        x = np.rint(rng.lognormal(math.log(col.median), col.sigma, n))
+        return np.clip(x, 1, col.max).astype(np.int64)  # no request longer than the trace's longest
     kind, sep, arg = text.partition(":")
     try:
         if not sep:
@@ -122,7 +167,10 @@ def draw_lengths(spec: str | int, n: int, rng: np.random.Generator, name: str) -
             return np.maximum(1, np.rint(rng.lognormal(math.log(median), sigma, n))).astype(np.int64)
     except ValueError:
         pass
-    raise SpecroofError(f"{name} must be N, uniform:A-B or lognormal:MEDIAN,SIGMA (got {spec!r})")
+    raise SpecroofError(
+        f"{name} must be N, uniform:A-B, lognormal:MEDIAN,SIGMA or a trace preset ({', '.join(TRACE_LENGTHS)}) "
+        f"(got {spec!r})"
+    )
 
 
 def synthetic(

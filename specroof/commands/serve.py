@@ -114,6 +114,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         replicas=args.replicas,
         disaggregate=args.disaggregate,
         kv_link_GB_per_s=args.kv_link_GB_s,
+        ep=args.ep,
+        ep_link_GB_per_s=args.ep_link_GB_s,
     )
     s = res.summary
     stops = res.stops_paying(metric=args.metric)
@@ -142,6 +144,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         f"  {st['target']} + {st['drafter']} at alpha {st['alpha']:.3g}, {st['pricing']}; "
         f"{len(res.requests) // max(1, len(s))} requests per point, scheduler {st['max_seqs']} seqs / "
         f"{st['max_tokens']} tokens per step, KV {st['kv_capacity_tokens']['off']} tokens"
+        + (f", experts over {st['ep']} GPUs (EP, attention data-parallel)" if st.get("ep", 1) > 1 else "")
     )
     table = pd.DataFrame({c.removesuffix("_s") + "_ms" if c in LATENCIES else c: s[c] for c in TABLE})
     table[[c for c in table.columns if c.endswith("_ms")]] *= 1e3
@@ -156,6 +159,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def add_parser(sub: Any) -> None:
     """Register ``specroof serve`` on the top-level subcommands."""
     from roofline.drafters import DRAFTER_GRAMMAR
+    from roofline.serving.workload import TRACE_LENGTHS
 
     p = sub.add_parser(
         "serve",
@@ -176,8 +180,17 @@ def add_parser(sub: Any) -> None:
         "off is always run (default goodput)",
     )
     p.add_argument("--requests", type=bounded_int(1, 10_000_000), default=1000, help="requests per rate")
-    p.add_argument("--input-len", default="512", help="prompt tokens: N, uniform:A-B or lognormal:MEDIAN,SIGMA")
-    p.add_argument("--output-len", default="128", help="output tokens: N, uniform:A-B or lognormal:MEDIAN,SIGMA")
+    presets = ", ".join(TRACE_LENGTHS)
+    p.add_argument(
+        "--input-len",
+        default="512",
+        help=f"prompt tokens: N, uniform:A-B, lognormal:MEDIAN,SIGMA or a public trace's lengths ({presets})",
+    )
+    p.add_argument(
+        "--output-len",
+        default="128",
+        help=f"output tokens: N, uniform:A-B, lognormal:MEDIAN,SIGMA or a public trace's lengths ({presets})",
+    )
     p.add_argument("--arrivals", default="poisson", help="poisson or gamma:K (K = burstiness, vLLM's; 1 = Poisson)")
     p.add_argument(
         "--trace", help="CSV or JSON lines with arrival_s, input_tokens, output_tokens (replayed; --rate rescales it)"
@@ -209,6 +222,17 @@ def add_parser(sub: Any) -> None:
         "--kv-link-GB-s",
         type=_positive_float,
         help="KV transfer bandwidth between the pools (default: the interconnect)",
+    )
+    p.add_argument(
+        "--ep",
+        type=bounded_int(1, 4096),
+        default=1,
+        help="expert parallelism: an MoE target's experts over EP GPUs, attention data-parallel (one server)",
+    )
+    p.add_argument(
+        "--ep-link-GB-s",
+        type=_positive_float,
+        help="all-to-all bandwidth per GPU for --ep (default: the interconnect; required past 8 GPUs, across nodes)",
     )
     p.add_argument("--seed", type=bounded_int(0, 2**31 - 1), default=0)
     p.add_argument("--workers", type=bounded_int(1, 256), default=1, help="processes for the (rate, policy) points")
