@@ -55,6 +55,15 @@ LADDER: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = (
 #: acceptance assumed when planning (before anything is measured): only sizes the plan
 PLAN_ALPHA = {"draft": 0.7, "early exit": 0.5}
 
+#: below this budget (seconds) the a-priori microbenchmarks run short (fewer repetitions, a capped matmul search,
+#: a 4x-LLC streaming matrix): the full set took 6.4-10.4 s beside a busy core on the project's 2-core CPU, most of
+#: a 12 s budget, and the short set about a third of that
+SHORT_MICROBENCH_BELOW_S = 40.0
+
+#: seconds kept back from the decoding runs for what follows them (two fits, the validation, the predictions):
+#: 0.2-1.3 s on the project's 2-core CPU beside a busy core (the payload's ``steps_s["fit_and_predict"]``)
+CLOSING_RESERVE_S = 2.0
+
 
 @dataclass
 class SpecCheck:
@@ -92,7 +101,9 @@ def predicted_block_s(
     context: int,
     host_s: float = 0.0,
 ) -> float:
-    """Seconds a block (probes, every drafter x gamma, one more sweep visit) should take at assumed acceptance.
+    """Seconds a block's decoding (probes, every drafter x gamma) should take at assumed acceptance.
+
+    The verify-sweep visit before each block is priced apart (:func:`sweep_visit_s`).
 
     Priced by ``hw`` with ``host_s`` added to every pass: the host cost of this harness's
     passes, which the a-priori profile (microbenchmarks of single operations) does not see.
@@ -106,9 +117,37 @@ def predicted_block_s(
         for g in gammas:
             r = speedup(hw, target.spec, cost, alpha, g, batch=batch, context=context, dtype=dtype, overhead_s=host_s)
             total += groups * tokens / float(r.expected_tokens) * float(r.t_round_s)
-    # one more visit of every point of the verify sweeps (target and draft): 5 passes each, 2 contexts
-    points = len(sweep_tokens(gammas, [batch])) * 2
-    return total + 5 * points * (t_step + host_s)
+    return total
+
+
+#: passes of a sweep point per visit: the first visit's 2 warm-ups and 3 repetitions (later visits warm up once)
+SWEEP_PASSES_PER_VISIT = 5
+
+
+def sweep_visit_s(
+    specs: Sequence[Any],
+    hw: Hardware,
+    dtype: str,
+    batches: Sequence[int],
+    gammas: Sequence[int],
+    contexts: Sequence[int],
+    host_s: float = 0.0,
+) -> float:
+    """Seconds one visit of the verify sweeps (every model in ``specs``, batch, width and context) should take.
+
+    Each point is priced at its own width: the sweeps reach 2x the crossover K (up to 128 new tokens per
+    sequence), where a pass costs many decode steps; pricing them as one-token steps made the plan of the
+    default page's 60 s budget predict 16 s for a repetition that took 85 s beside a busy core.
+    """
+    ks = [float(crossover_tokens(specs[0], hw, b, contexts[0], dtype)) for b in (min(batches), max(batches))]
+    n = np.array(sweep_tokens(gammas, batches, ks), dtype=float)
+    total = 0.0
+    for spec in specs:
+        for b in batches:
+            for c in contexts:
+                t = np.asarray(pass_time(spec, hw, b, n, c, dtype).t_step_s, dtype=float)
+                total += SWEEP_PASSES_PER_VISIT * float(np.sum(t + host_s))
+    return total
 
 
 def plan_configs(
@@ -134,8 +173,11 @@ def plan_configs(
         ladder = [(tuple(batches or b), tuple(gammas or g)) for b, g in LADDER]
     chosen = ladder[0]
     est = 0.0
+    specs = [target.spec] + [d.spec for d in drafters.values() if isinstance(d, Transformer)]
+    contexts = [64, 64 + 2 * tokens]  # the sweeps' contexts (spec_check's kw)
     for bs, gs in ladder:
         t = sum(predicted_block_s(target, drafters, hw, dtype, b, gs, tokens, _groups(b), context, host_s) for b in bs)
+        t += len(bs) * sweep_visit_s(specs, hw, dtype, bs, gs, contexts, host_s)  # a visit before every block
         if seconds is None or t <= seconds / 3 or (bs, gs) == ladder[0]:
             chosen, est = (bs, gs), t
         if seconds is None:
@@ -147,6 +189,92 @@ def plan_configs(
         "predicted_rep_s": est,
         "host_s_per_pass": host_s,
     }
+
+
+#: the largest |error| of a speedup row that is reported as the model's without evidence that the machine was quiet
+ERROR_LIMIT = 0.25
+#: CPU steal (percent of the session's ticks taken by the hypervisor) above which the machine was not ours alone
+STEAL_LIMIT = 10.0
+
+
+def mark_unexplained_noise(df: pd.DataFrame, load: dict[str, Any]) -> pd.DataFrame:
+    """Mark ``noisy`` the rows whose |error| exceeds ERROR_LIMIT while the machine was measurably noisy; say why.
+
+    ``measure.specval.mark_noise`` calls a row noisy when its bracketing probes disagreed by more than its
+    error. A loaded machine also shows up as a spread above NOISE_FLOOR that is smaller than a large error, as
+    more runnable processes than cores (``load_avg_1m`` above ``cpus``) or as steal: an error above
+    ERROR_LIMIT measured then is not the model's to answer for, so it is marked noisy (and left out of the
+    error summary and the best-gamma table) with its spread beside it. A row above the limit on a quiet machine
+    stays unmarked: that is a miss of the model. ``noise`` says why each noisy row is noisy ("" otherwise).
+    """
+    from measure.specval import NOISE_FLOOR
+
+    out = df.copy()
+    if out.empty:
+        out["noise"] = pd.Series(dtype=str)
+        return out
+    cpus = load.get("cpus") or 1
+    one, steal = float(load.get("load_avg_1m", np.nan)), float(load.get("steal_pct", np.nan))
+    busy = []
+    if np.isfinite(one) and one > cpus:
+        busy.append(f"load average {one:.1f} on {cpus} cores")
+    if np.isfinite(steal) and steal > STEAL_LIMIT:
+        busy.append(f"CPU steal {steal:.0f}%")
+    spread = out["probe_spread"].astype(float)
+    err = out["rel_error"].astype(float).abs()
+    big = (err > ERROR_LIMIT).to_numpy()
+    wide = (spread > NOISE_FLOOR).to_numpy()
+    noisy = out["noisy"].to_numpy(dtype=bool, copy=True) if "noisy" in out else np.zeros(len(out), bool)
+    reasons = []
+    for i in range(len(out)):
+        why = []
+        if str(out["flag"].iloc[i]):
+            why.append(str(out["flag"].iloc[i]))
+        if noisy[i] and spread.iloc[i] > max(err.iloc[i], NOISE_FLOOR):
+            why.append(f"baselines disagreed by {spread.iloc[i]:.0%}, more than the error")
+        if big[i] and not noisy[i] and (wide[i] or busy):
+            why.append(
+                f"error {err.iloc[i]:.0%} above {ERROR_LIMIT:.0%} while the machine was noisy ("
+                + ", ".join(([f"baselines disagreed by {spread.iloc[i]:.0%}"] if wide[i] else []) + busy)
+                + ")"
+            )
+            noisy[i] = True
+        reasons.append("; ".join(why) if noisy[i] else "")
+    out["noisy"] = noisy
+    out["noise"] = reasons
+    return out
+
+
+def apriori_profile(path: Path, dev: Any, dtype: str, nbytes: int | None, short: bool) -> Hardware:
+    """Microbenchmark ``dev`` into the a-priori profile at ``path``; ``short``: the quick set (see SHORT_MICROBENCH_BELOW_S).
+
+    The short set measures the same figures as ``measure.microbench.run_all`` (streaming and copy bandwidth, the
+    best matmul rate of ``dtype``, dispatch, overlap) with fewer repetitions: each figure is noisier, which the
+    fit to the verify sweeps absorbs, and the a-priori error on the page is that of a quicker look.
+    """
+    from measure.device import describe, match_profile
+    from measure.microbench import (
+        bandwidth,
+        dispatch_overhead,
+        matmul_flops,
+        measure_profile,
+        measured_hardware,
+        overlap,
+    )
+    from roofline.hardware import write_profile
+
+    if not short:
+        return measure_profile(path, dev, (dtype,), nbytes=nbytes)
+    results = dict(bandwidth(dev, nbytes=nbytes, repeats=5))
+    mm = matmul_flops(dtype, dev, repeats=3, cap_s=0.3)
+    results[f"matmul_{dtype}"] = mm
+    results["dispatch"] = dispatch_overhead(dev, repeats=50)
+    results["overlap"] = overlap(dtype, dev, repeats=2, nbytes=nbytes, flop_per_s=mm.value)
+    match = match_profile(describe(dev))
+    base = load_hardware(match) if match else None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_profile(measured_hardware(results, dev, base), path)
+    return load_hardware(str(path))
 
 
 def _groups(batch: int) -> int:
@@ -219,7 +347,7 @@ def _check_sizes(
 def spec_check(
     out: str | Path,
     *,
-    budget_s: float | None = 120.0,
+    budget_s: float | Budget | None = 120.0,
     device: Any = None,
     dtype: str | None = None,
     width: int | None = None,
@@ -239,18 +367,23 @@ def spec_check(
 ) -> SpecCheck:
     """Measure and predict speculative speedups on this device within ``budget_s`` seconds (None: no limit).
 
+    The budget covers every step, the fixed ones included (the device probe, the microbenchmarks, the warm-ups,
+    the fits): the decoding runs get what is left less CLOSING_RESERVE_S. A :class:`Budget` may be passed to
+    count from an earlier start (the report's section counts from before torch was imported). The first
+    repetition always runs, so a budget smaller than the fixed steps and one repetition is overrun by them.
+
     Uses the offline pair (``measure.pair``) unless ``target_model`` (and ``draft_model``)
     are given; ``width``/``dtype`` default to what ``measure.choose`` finds this device
     runs well. ``early_exit``: also an early-exit drafter after that many target layers
     (None: none); ``draft=False`` skips the separate draft model.
     """
-    from measure.microbench import measure_profile
     from measure.pair import held_out_prompts, load_pair
-    from measure.specval import measure_speedups, predict_speedups
+    from measure.specval import error_summary, measure_speedups, predict_speedups
     from measure.sweep import pool_visits, sweep
 
     say = log or (lambda _msg: None)
-    bud = Budget(budget_s)
+    bud = budget_s if isinstance(budget_s, Budget) else Budget(budget_s)
+    budget_s = bud.seconds
     tokens = int(check_min("tokens", tokens, 1, integer=True))
     tokens = check_quantity("tokens", tokens, "tokens")
     repeats = int(check_min("repeats", repeats, 1, integer=True))
@@ -287,6 +420,15 @@ def spec_check(
     else:
         _check_sizes(target_model.spec, dtype, batches, gammas, tokens, dev)
     folder.mkdir(parents=True, exist_ok=True)
+    # where the budget went, step by step (the page shows it: the fixed steps are part of the budget)
+    steps_s: dict[str, float] = {"before_check": bud.elapsed_s}
+    mark = {"t": bud.elapsed_s}
+
+    def step_done(name: str) -> None:
+        now = bud.elapsed_s
+        steps_s[name] = steps_s.get(name, 0.0) + now - mark["t"]
+        mark["t"] = now
+
     if target_model is None:
         say("probing the device (dtype, streaming rate) ...")
         t_token = 0.02 if budget_s is None else float(np.clip(budget_s / 4000.0, 0.003, 0.04))
@@ -323,26 +465,34 @@ def spec_check(
         drafters[f"draft {draft_model.spec.name}"] = draft_model
     if not drafters:
         raise SpecroofError("no drafter: keep the draft model or give an early-exit layer")
+    step_done("setup")  # the probe, the pair's weights, the decode-path timing
+    microbench_set = "given" if apriori_hw is not None else "full"
     if apriori_hw is None:
         path = folder / "apriori-profile.toml"
         if resume and path.exists():
             apriori_hw = load_hardware(str(path))
+            microbench_set = "resumed"
         else:
-            say("microbenchmarks (a-priori profile) ...")
+            short = budget_s is not None and budget_s < SHORT_MICROBENCH_BELOW_S
+            say(f"microbenchmarks (a-priori profile{', short set' if short else ''}) ...")
             llc = choice.llc_bytes if choice is not None else None
-            nbytes = int(max(4 * llc, 256 << 20)) if llc else None
-            apriori_hw = measure_profile(path, dev, (dtype,), nbytes=nbytes)
+            nbytes = int(max(4 * llc, (64 << 20) if short else (256 << 20))) if llc else None
+            apriori_hw = apriori_profile(path, dev, dtype, nbytes, short)
+            microbench_set = "short" if short else "full"
+    step_done("microbenchmarks")
     # The a-priori roofline misses the host cost of each of this harness's passes (Python, dispatch), which
     # dominates small models: time one real step of the smallest model and add the gap to every pass.
     small = draft_model if draft_model is not None else target_model
     host_s = max(0.0, one_token_step_s(small) - float(pass_time(small.spec, apriori_hw, 1, 1, 64, dtype).t_step_s))
+    # the decoding runs (and the sweep visits between them) get what the fixed steps left, less the closing steps
+    runs_bud = Budget(max(1e-3, bud.remaining_s - CLOSING_RESERVE_S)) if budget_s is not None else Budget(None)
     plan = plan_configs(
         target_model,
         drafters,
         apriori_hw,
         dtype,
         tokens,
-        bud.remaining_s if budget_s else None,
+        runs_bud.remaining_s if budget_s else None,
         batches,
         gammas,
         host_s=host_s,
@@ -384,10 +534,11 @@ def spec_check(
         progress=progress,
         before_block=sweep_round,
         statistic=statistic,
-        budget=bud,
+        budget=runs_bud,
         journal=folder / "runs.jsonl",
         resume=resume,
     )
+    step_done("decoding_runs")
     from measure.store import RESULTS
     from measure.sweep import read_sweep_rows
 
@@ -406,8 +557,10 @@ def spec_check(
     spec_df = predict_speedups(
         measured, target_model.spec, drafters, fitted.hardware, dtype=dtype, draft_hardware=draft_hw
     )
+    spec_df = mark_unexplained_noise(spec_df, measured.attrs.get("load", {}))
     spec_df.drop(columns=["curve"]).to_csv(folder / "speedup.csv", index=False)
     summary["fit_params"] = fitted.params
+    step_done("fit_and_predict")
     check = SpecCheck(choice, apriori_hw, fitted, draft_fit, df, table, summary, spec_df, plan, pair_info, decode_path)
     payload = {
         "fit_mape": fitted.mape,
@@ -420,7 +573,10 @@ def spec_check(
         "speedup": spec_df.to_dict(orient="records"),
         "speedup_error_max": float(spec_df["rel_error"].abs().max()) if len(spec_df) else None,
         "speedup_error_max_wall": float(spec_df["rel_error_wall"].abs().max()) if len(spec_df) else None,
+        # the same over the rows not marked noisy (the ones the page reports as the model's error), and how many
+        "speedup_errors_quiet": error_summary(spec_df) if len(spec_df) else None,
         "noise": check.noise,
+        "load": measured.attrs.get("load", {}),
         "statistic": statistic,
         "pair": pair_info,
         "plan": plan,
@@ -428,6 +584,8 @@ def spec_check(
         "decode_path": decode_path,
         "dtype": dtype,
         "seconds": bud.elapsed_s,
+        "steps_s": steps_s,
+        "microbench_set": microbench_set,
         "out": str(folder),
     }
     (folder / "summary.json").write_text(dumps(payload))

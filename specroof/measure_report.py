@@ -16,14 +16,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from measure.budget import Budget
 from measure.device import default_device, describe
-from measure.spec_check import SpecCheck, spec_check
+from measure.spec_check import ERROR_LIMIT, SpecCheck, spec_check
 from roofline.plot import fit_overlay
 from specroof.report import MEASURED_BUDGET_S, ReportWriter, Section, esc
 
 #: seconds the measured section may take by default (the page's own figure: the whole page fits 90 s), and with --quick
 DEFAULT_BUDGET_S = MEASURED_BUDGET_S
 QUICK_BUDGET_S = 12.0
+#: seconds of the section's budget kept for what follows the check: this section's figure and tables (about 1.5 s
+#: beside a busy core on the project's 2-core CPU: the section's time less the check's)
+PAGE_RESERVE_S = 1.5
 
 
 def _pct(x: float) -> str:
@@ -38,19 +42,27 @@ def measurement_section(
     progress: bool = True,
     log: Callable[[str], None] | None = None,
 ) -> Section:
-    """Measure this device within ``budget_s`` seconds, fit the roofline to it and show predicted against measured."""
+    """Measure this device within ``budget_s`` seconds, fit the roofline to it and show predicted against measured.
+
+    The budget counts from the start of the section (``w.section_started``: before torch was imported) and
+    covers every step of the check, the fixed ones included.
+    """
     budget = budget_s if budget_s is not None else (QUICK_BUDGET_S if quick else DEFAULT_BUDGET_S)
+    start = getattr(w, "section_started", None)
+    check_s = max(1.0, budget - PAGE_RESERVE_S)  # the check's share: the page's figure comes after it
+    bud = Budget(check_s) if start is None else Budget(check_s, start=start)
     dev = default_device()
     info = describe(dev)
     check = spec_check(
         w.out / "measure",
-        budget_s=budget,
+        budget_s=bud,
         device=dev,
         tokens=16 if quick else 32,
         progress=progress,
         log=log,
     )
-    body = _device_part(w, check, info)
+    body = _time_part(check, budget, quick)
+    body += _device_part(w, check, info)
     body += _sweep_part(w, check)
     body += _speculation_part(w, check)
     s = check.summary
@@ -92,6 +104,49 @@ def _best(df: pd.DataFrame, col: str) -> list[dict[str, Any]]:
         {"drafter": r["drafter"], "batch": int(r["batch"]), "gamma": int(r["gamma"]), col: float(r[col])}
         for _, r in ok.loc[idx].iterrows()
     ]
+
+
+#: the steps of a check as the page names them (keys of the payload's ``steps_s``)
+STEP_WORDS = {
+    "before_check": "loading torch and the harness",
+    "setup": "probing the device, loading the pair, timing the decode paths",
+    "microbenchmarks": "microbenchmarks",
+    "decoding_runs": "decoding runs and the verify sweeps between them",
+    "fit_and_predict": "fits, validation and predictions",
+}
+
+
+def _time_part(check: SpecCheck, budget: float, quick: bool) -> str:
+    """Where this section's budget went, step by step, and what --quick leaves out (so a short page says so)."""
+    pay = check.summary["payload"]
+    steps = pay.get("steps_s", {})
+    spent = ", ".join(f"{STEP_WORDS.get(k, k)} {v:.1f} s" for k, v in steps.items())
+    reps = int(check.speedups["repetitions"].max()) if "repetitions" in check.speedups and len(check.speedups) else 0
+    body = (
+        f"<p>Time: the check took {pay['seconds']:.0f} s of this section's {budget:.0f} s budget, which counts every "
+        f"step ({spent}) and keeps {PAGE_RESERVE_S:g} s for this page's figure and tables; "
+        f"the plan fitted batch {check.plan['batches']} and gamma {check.plan['gammas']}, {reps} repetition(s).</p>"
+    )
+    if pay["seconds"] > budget - PAGE_RESERVE_S + 0.5:
+        body += (
+            "<p class='note'>Over budget: on this machine now, the fixed steps and the first repetition (which always "
+            "runs, so that something is measured) took longer than the budget allows; the load average was "
+            f"{pay.get('load', {}).get('load_avg_1m', float('nan')):.1f} on {pay.get('load', {}).get('cpus', '?')} "
+            "cores at the end.</p>"
+        )
+    short = pay.get("microbench_set") == "short"
+    if quick or short:
+        left = (["16 new tokens per sequence (32 on the full page)"] if quick else []) + (
+            ["the short microbenchmark set (fewer repetitions: a noisier a-priori profile)"] if short else []
+        )
+        body += (
+            f"<p class='note'>{'--quick' if quick else 'A short budget'}: "
+            + "; ".join(left)
+            + "; and the largest plan "
+            "that fits the budget, so fewer gammas and batches are measured than on the full page "
+            "(<code>specroof report</code>, or <code>--budget</code> for a longer look).</p>"
+        )
+    return body
 
 
 def _device_part(w: ReportWriter, check: SpecCheck, info: dict[str, Any]) -> str:
@@ -185,7 +240,10 @@ def _speculation_part(w: ReportWriter, check: SpecCheck) -> str:
         "the acceptance measured in the same rounds. "
         f"The bracketing baseline runs disagreed by {_pct(noise.get('probe_spread_median'))} (median) and "
         f"{_pct(noise.get('probe_spread_max'))} (worst): the machine's noise during this run. A row whose speedup "
-        "exceeds tokens per round x step time / verify time, which no round can beat, is flagged as noise.</p>"
+        "exceeds tokens per round x step time / verify time, which no round can beat, is flagged as noise and its "
+        "measured speedup left blank; a row whose baselines disagreed by more than its error, or whose error "
+        f"exceeds {ERROR_LIMIT:.0%} while the machine was noisy, is marked in the noise column (with why) and left out of the "
+        "best-gamma table below.</p>"
     )
     cols = [
         "drafter",
@@ -200,8 +258,9 @@ def _speculation_part(w: ReportWriter, check: SpecCheck) -> str:
         "repetitions",
         "probe_spread",
         "flag",
+        "noise",
     ]
-    body += w.table(df[cols].fillna(""), "speculative_run", floatfmt="{:.3g}")
+    body += w.table(df[[c for c in cols if c in df]].fillna(""), "speculative_run", floatfmt="{:.3g}")
     best_m = {(b["drafter"], b["batch"]): b for b in _best(df, "speedup_measured")}
     best_p = {(b["drafter"], b["batch"]): b for b in _best(df, "speedup_predicted")}
     rows = [
