@@ -1231,9 +1231,16 @@ def _report_command(sub: Any) -> None:
     )
     p.add_argument("--out", default="specroof-report", help="output folder (default ./specroof-report)")
     p.add_argument("--hardware", nargs="+", default=list(DEFAULT_GPUS), help="GPUs to cover")
-    p.add_argument("--quick", action="store_true", help="a small measured section (about 15 s)")
     p.add_argument(
-        "--budget", type=float, default=None, help="seconds the measured section may take (default 60, --quick 12)"
+        "--quick",
+        action="store_true",
+        help="a small measured section: a 12 s budget that counts every step (torch import, microbenchmarks, fit)",
+    )
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help="seconds the measured section may take, every step included (default 60, --quick 12)",
     )
     p.add_argument("--skip-measure", action="store_true", help="analytic sections only")
     p.add_argument("--target", help="target preset for the plans (default llama-3.1-8b)")

@@ -359,15 +359,23 @@ def cmd_measure_spec(args: argparse.Namespace) -> int:
     )
     payload = check.summary["payload"]
     spec_df = check.speedups
-    shown = spec_df[
-        ["drafter", "batch", "gamma", "acceptance_rate", "speedup_measured", "speedup_predicted", "rel_error"]
-        + ["speedup_wall", "flag"]
-    ]
+    cols = ["drafter", "batch", "gamma", "acceptance_rate", "speedup_measured", "speedup_predicted", "rel_error"]
+    cols += [c for c in ("speedup_wall", "flag", "noisy", "probe_spread", "noise") if c in spec_df]
+    shown = spec_df[cols]
     noise = check.noise
+    quiet = payload.get("speedup_errors_quiet") or {}
+    quiet_words = ""
+    if quiet:
+        quiet_words = (
+            f" ({quiet['noisy_rows']} row(s) marked noisy and left out: largest error of the rest "
+            f"{quiet['error_max']:.0%})"
+            if quiet.get("noisy_rows")
+            else ""
+        )
     text = (
         f"fit MAPE {check.fitted.mape:.1%} (a-priori {payload['apriori_mape']:.1%}); largest speedup error "
-        f"{payload['speedup_error_max']:.0%}; bracketing probes disagreed by {noise.get('probe_spread_median', 0):.1%} "
-        f"(median), {noise.get('probe_spread_max', 0):.1%} (worst)\n"
+        f"{payload['speedup_error_max']:.0%}{quiet_words}; bracketing probes disagreed by "
+        f"{noise.get('probe_spread_median', 0):.1%} (median), {noise.get('probe_spread_max', 0):.1%} (worst)\n"
         + shown.round(3).to_string(index=False)
         + f"\nwritten to {out} in {payload['seconds']:.0f} s"
     )
