@@ -18,8 +18,10 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from roofline.engine import Engine, canonical_engine
@@ -87,7 +89,25 @@ def prediction_kind(*, batch: int = 1, tp: int = 1, weight_dtype: str | None = N
 #: ``specroof validate published --write-bands`` so that a one-line question does not price the whole published table
 #: (about 6 s); a test recomputes them and fails when this file is stale
 RESIDUALS_FILE = Path(__file__).resolve().parents[1] / "published" / "held_out_residuals.csv"
-_COLUMNS = ["source", "use", "kind", "engine", "hardware", "family", "on_calibration_gpu", "error_engine"]
+_COLUMNS = ["source", "use", "kind", "engine", "hardware", "family", "on_calibration_gpu", "metric", "error_engine"]
+
+
+def faster_signed(error: npt.NDArray[np.float64], metric: Any) -> npt.NDArray[np.float64]:
+    """Signed errors as "+: the model predicts faster than measured", whatever the row published.
+
+    A rate or speedup row's error (predicted / published - 1) already reads that way; a time row's (``ttft_s``,
+    a serving latency ``*_s``) reads the other way, so it becomes the error of the rate it implies, 1 / (1 + e) - 1.
+    """
+    err = np.asarray(error, dtype=float)
+    if metric is None:
+        return err
+    is_time = np.array(
+        [
+            isinstance(m, str) and m.endswith("_s") and not m.endswith("per_s")
+            for m in np.broadcast_to(np.asarray(metric), err.shape)
+        ]
+    )
+    return np.where(is_time, 1.0 / (1.0 + err) - 1.0, err)
 
 
 @functools.lru_cache(maxsize=1)
@@ -167,7 +187,7 @@ def error_band(engine: Engine | str | None, kind: str, hardware: Hardware | str)
         kind=kind,
         engine=fam,
         calibration_gpu=on,
-        median_signed_pct=float(np.median(err)) * 100,
+        median_signed_pct=float(np.median(faster_signed(err, sel.get("metric")))) * 100,
         estimated_ceiling=estimated,
         description=text,
     )
@@ -186,11 +206,12 @@ def band_table() -> pd.DataFrame:
     res = _residuals()
     if res.empty:
         return pd.DataFrame()
-    g = res.assign(abs_error=res["error_engine"].abs()).groupby(["family", "kind", "on_calibration_gpu"])
+    signed = faster_signed(res["error_engine"].to_numpy(dtype=float), res.get("metric"))
+    g = res.assign(abs_error=res["error_engine"].abs(), signed=signed).groupby(["family", "kind", "on_calibration_gpu"])
     out = g.agg(
         rows=("abs_error", "size"),
         median_abs_error=("abs_error", "median"),
         max_abs_error=("abs_error", "max"),
-        median_signed_error=("error_engine", "median"),
+        median_signed_error=("signed", "median"),
     ).reset_index()
     return out.rename(columns={"family": "engine"})

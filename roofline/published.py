@@ -44,7 +44,8 @@ SERIES_FIELDS = ("model", "tp", "drafter", "drafter_vocab", "speculating", "acce
 #: engines whose device terms are the compiled engine's and whose serving terms are fitted together
 SERVING_FAMILY = ("vllm", "sglang", "trtllm")
 
-#: how many more calibration rows than free parameters a fit needs (the serving sources name three rows)
+#: how many more calibration rows than free parameters a fit needs (vllm: one, set when its serving sources named three
+#: rows; Splitwise's prefill rows have since added four)
 FIT_MARGIN = {"compiled": 2, "hf": 2, "vllm": 1}
 
 #: every engine's free parameters when fitted, with bounds (SI units; ratios and fractions in (0, 1])
@@ -117,6 +118,7 @@ def load_published(folder: str | Path | None = None) -> pd.DataFrame:
                 "mean_accepted": r.get("mean_accepted"),
                 "published_tokens_per_s": r.get("tokens_per_s"),
                 "published_speedup": r.get("speedup"),
+                "published_ttft_s": r.get("ttft_s"),
                 "not_modelled": r.get("not_modelled", ""),
             }
             _check_row(path, i, row)
@@ -175,6 +177,7 @@ def _serving_row(path: Path, i: int, data: dict[str, Any], series: dict[str, Any
         "mean_accepted": None,
         "published_tokens_per_s": None,
         "published_speedup": None,
+        "published_ttft_s": None,
         "not_modelled": r.get("not_modelled", ""),
         "series": str(name),
         "serving": s,
@@ -201,12 +204,16 @@ def _check_row(path: Path, i: int, row: dict[str, Any]) -> None:
 
     if row["engine"] not in list_engines():
         raise SpecroofError(f"{where}: engine {row['engine']!r} is not shipped (one of {', '.join(list_engines())})")
-    for key in ("published_tokens_per_s", "published_speedup", "mean_accepted"):
+    for key in ("published_tokens_per_s", "published_speedup", "published_ttft_s", "mean_accepted"):
         v = row[key]
         if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
             raise SpecroofError(f"{where}: {key.removeprefix('published_')} must be a finite number > 0 (got {v!r})")
-    if row["published_tokens_per_s"] is None and row["published_speedup"] is None:
-        raise SpecroofError(f"{where}: give tokens_per_s or speedup")
+    if row["published_tokens_per_s"] is None and row["published_speedup"] is None and row["published_ttft_s"] is None:
+        raise SpecroofError(f"{where}: give tokens_per_s or speedup (or ttft_s, a prefill row's time to first token)")
+    if row["published_ttft_s"] is not None and (row["published_tokens_per_s"] or row["published_speedup"]):
+        raise SpecroofError(f"{where}: give ttft_s or tokens_per_s/speedup, not both (one figure per row)")
+    if row["published_ttft_s"] is not None and (row["kind"] != "prefill" or row["output_tokens"] > 1):
+        raise SpecroofError(f"{where}: ttft_s is a prefill row's figure (kind = 'prefill', output_tokens 0 or 1)")
     if not 1 <= row["batch"] <= 4096 or not 1 <= row["tp"] <= 64:
         raise SpecroofError(f"{where}: batch must lie in [1, 4096] and tp in [1, 64]")
     if row["kind"] in ("batched", "prefill") and (row["prompt_tokens"] < 1 or row["output_tokens"] < 0):
@@ -234,6 +241,11 @@ def predict_row(row: pd.Series | dict[str, Any], engine: Engine | str | None) ->
     r = dict(row)
     act, wdt = _act_dtype(r["weight_dtype"]), _wdt(r["weight_dtype"])
     batch = int(r.get("batch", 1) or 1)
+    if _is_given(r.get("published_ttft_s")):
+        # time to first token: the prefill pass of the prompts (it emits the first token), nothing after it
+        st = pass_time(r["model"], r["hardware"], batch, int(r["prompt_tokens"]), 0, act, weight_dtype=wdt,
+                       tp=r["tp"], engine=engine)  # fmt: skip
+        return {"predicted": float(st.t_step_s[()])}
     if r["kind"] in ("batched", "prefill") or (r["kind"] != "speculative" and int(r.get("prompt_tokens", 0) or 0)):
         return {"predicted": _generation_rate(r, engine, act, wdt, batch)}
     if r["kind"] != "speculative":
@@ -266,6 +278,18 @@ def predict_row(row: pd.Series | dict[str, Any], engine: Engine | str | None) ->
     if r["published_speedup"] is not None and not pd.isna(r["published_speedup"]):
         return {"predicted": p.speedup}
     return {"predicted": p.tokens_per_s}
+
+
+def _is_given(v: Any) -> bool:
+    return v is not None and not (isinstance(v, float) and math.isnan(v))
+
+
+def published_figure(r: pd.Series | dict[str, Any]) -> tuple[float, str]:
+    """The figure a row publishes and its metric: ``speedup``, ``ttft_s`` (seconds) or ``tokens_per_s``."""
+    for key, metric in (("published_speedup", "speedup"), ("published_ttft_s", "ttft_s")):
+        if _is_given(r.get(key)):
+            return float(r[key]), metric
+    return float(r["published_tokens_per_s"]), "tokens_per_s"
 
 
 def _generation_rate(r: dict[str, Any], engine: Engine | str | None, act: str, wdt: str | None, batch: int) -> float:
@@ -307,8 +331,7 @@ def validation_table(rows: pd.DataFrame | None = None, engines: dict[str, Engine
                 "note": sv["note"] or f"alpha {sv['alpha_engine']:.3f} ({'implied' if r['serving'].get('acceptance', 'implied') == 'implied' else 'published'})",
             })  # fmt: skip
             continue
-        published = r["published_speedup"] if not pd.isna(r["published_speedup"]) else r["published_tokens_per_s"]
-        metric = "speedup" if not pd.isna(r["published_speedup"]) else "tokens_per_s"
+        published, metric = published_figure(r)
         rec = {
             "source": r["file"].removesuffix(".toml"),
             "use": r["use"],
@@ -442,7 +465,7 @@ def calibrate(engine: Engine | str, rows: pd.DataFrame | None = None) -> tuple[E
         e = build(x)
         res = []
         for _, r in cal.iterrows():
-            pub = r["published_speedup"] if not pd.isna(r["published_speedup"]) else r["published_tokens_per_s"]
+            pub, _ = published_figure(r)
             res.append(math.log(predict_row(r, engine_of(e, r["engine"]))["predicted"] / pub))
         return np.array(res)
 

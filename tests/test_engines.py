@@ -234,8 +234,11 @@ def test_every_published_file_names_its_source_and_use():
     assert rows["url"].str.len().min() > 10 and rows["setup"].str.len().min() > 20
     cal_sources = set(rows.loc[rows["use"] == "calibration", "file"])
     # the only calibration sources the issues name: gpt-fast, Spec-Bench's A100 Vicuna-7B rows, SGLang's documentation
-    # rows for the H100 and torchao's vLLM rows for the H100 in bf16
-    assert cal_sources == {"gpt_fast.toml", "spec_bench_a100.toml", "sglang_docs_h100.toml", "torchao_vllm.toml"}
+    # rows for the H100, torchao's vLLM rows for the H100 in bf16, and Splitwise's compute-bound DGX-H100 prefill times
+    # (the one named TTFT source prefill is calibrated on; its short-prompt and A100 rows are validation)
+    assert cal_sources == {
+        "gpt_fast.toml", "spec_bench_a100.toml", "sglang_docs_h100.toml", "torchao_vllm.toml", "splitwise_dgx_prefill.toml"
+    }  # fmt: skip
     tao = rows[rows["file"] == "torchao_vllm.toml"]
     assert set(tao.loc[tao["use"] == "calibration", "weight_dtype"]) == {"bf16"}
     assert set(tao.loc[tao["use"] == "calibration", "hardware"]) == {"h100-sxm-80gb"}

@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from roofline.error_bands import RESIDUALS_FILE, compute_residuals, error_band, prediction_kind
 from specroof.cli import main
@@ -68,3 +69,11 @@ def test_host_launch_us_prices_an_eager_engine_on_your_host(capsys):
     assert main(["roofline", "--hardware", "h200-sxm-141gb", "--model", "llama-2-7b", "--engine", "vllm",
                  "--host-launch-us", "45"]) == 2  # fmt: skip
     assert "launches whole graphs" in capsys.readouterr().err
+
+
+def test_signed_errors_read_faster_for_rate_and_time_rows_alike():
+    """A time row predicted 25% slow is the rate it implies 20% slow: both read "-" (the model is slower)."""
+    from roofline.error_bands import faster_signed
+
+    got = faster_signed(np.array([0.25, 0.25, -0.5, 0.1]), np.array(["ttft_s", "tokens_per_s", "e2e_mean_s", "speedup"]))
+    assert got == pytest.approx([-0.2, 0.25, 1.0, 0.1])
