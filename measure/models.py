@@ -405,6 +405,11 @@ class Transformer(nn.Module):
         super().__init__()
         if spec.is_abstract:
             raise SpecroofError("an abstract ModelSpec (from_params) has no shapes to build a model from")
+        if spec.is_mla or spec.n_sliding_layers:
+            raise SpecroofError(
+                f"{spec.name}: the harness builds Llama-style attention; multi-head latent attention and "
+                "sliding-window layers are priced by the cost model but not built here"
+            )
         self.spec = spec
         tdtype = TORCH_DTYPES[dtype] if isinstance(dtype, str) else dtype
         dev = torch.device(device)

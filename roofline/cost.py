@@ -61,6 +61,9 @@ class PassCost:
     mlp_matrices: int = 3
     n_moe_layers: int = 0
     experts_touched: Array | float = 0.0
+    #: multi-head latent attention: one latent per token serves every head, so tensor parallelism splits the heads
+    #: but not the cache, and every rank reads and writes all of it (vLLM's MLA under TP)
+    kv_replicated: bool = False
 
     @cached_property
     def bytes(self) -> Array:
@@ -202,6 +205,13 @@ class _Shape:
     lm_head: int
     total_params: float
     kv_elements_per_token: int
+    mla: bool = False
+    lat: int = 0  # MLA: cached latent + RoPE key per token and layer
+    r: int = 0  # MLA: kv_lora_rank
+    mla_qkv: int = 0
+    mla_out: int = 0
+    window: int = 0
+    n_sliding: int = 0
 
 
 _SHAPES: dict[int, tuple[ModelSpec, _Shape]] = {}
@@ -220,7 +230,11 @@ def model_shape(spec: ModelSpec) -> _Shape:
         n_experts=spec.n_experts, k=spec.experts_per_token, expert=spec.expert_params,
         shared=spec.shared_expert_params, n_shared=spec.n_shared_experts, d_ff_expert=spec.d_ff_expert,
         router=spec.router_params, norm=spec.norm_params, lm_head=spec.lm_head_params,
-        total_params=spec.total_params, kv_elements_per_token=spec.kv_elements_per_token,
+        total_params=spec.total_params, kv_elements_per_token=spec.kv_elements_per_token, mla=spec.is_mla,
+        lat=spec.kv_elements_per_layer_token, r=spec.kv_lora_rank,
+        mla_qkv=spec.mla_qkv_params_per_layer if spec.is_mla else 0,
+        mla_out=spec.mla_out_params_per_layer if spec.is_mla else 0,
+        window=spec.sliding_window, n_sliding=spec.n_sliding_layers,
     )  # fmt: skip
     if len(_SHAPES) > 256:  # early exit builds a truncated spec per call: keep the table small
         _SHAPES.clear()
@@ -258,6 +272,7 @@ class ScalarTerms(NamedTuple):
     mlp_matrices: int
     n_moe_layers: int
     experts_touched: float
+    kv_replicated: bool = False
 
     def to_cost(self, compute_dtype: str, weight_dtype: str, rows: Any = None) -> PassCost:
         """The same numbers as the :class:`PassCost` :func:`forward_cost` returns for this configuration.
@@ -274,8 +289,32 @@ class ScalarTerms(NamedTuple):
                 "compute_dtype": compute_dtype, "n_layers": self.n_layers, "allreduce_bytes": self.allreduce_bytes,
                 "weight_dtype": weight_dtype, "vocab_size": self.vocab_size, "mlp_matrices": self.mlp_matrices,
                 "n_moe_layers": self.n_moe_layers, "experts_touched": self.experts_touched,
+                "kv_replicated": self.kv_replicated,
             },
         )  # fmt: skip
+
+
+def mla_attention(
+    s: _Shape, T: Any, Bf: Any, Lf: Any, n: Any, vis: Any, wb: float, ab: float, kb: float
+) -> list[tuple[Any, Any, Any, Any, Any]]:
+    """(flops, weights, KV read, KV write, activations) of qkv, attn_scores, attn_values and out_proj under multi-head
+    latent attention in the absorbed form (docs/cost-model.md section 21). Plain floats or arrays: the scalar and the
+    array path call this one function, so their numbers agree to the last bit."""
+    nl, d, H, lat, r = s.nl, s.d, s.H, s.lat, s.r
+    pairs = Bf * (n * Lf + vis)
+    return [
+        (2.0 * T * s.mla_qkv * nl, nl * s.mla_qkv * wb, 0.0, T * nl * lat * kb, nl * T * (d + H * lat + lat) * ab),
+        # the latent is read once for all heads: the scores read it whole, the values reuse its first r columns
+        (2.0 * pairs * H * lat * nl, 0.0, Bf * Lf * nl * lat * kb, 0.0, nl * T * H * lat * ab),
+        (2.0 * pairs * H * r * nl, 0.0, 0.0, 0.0, nl * T * H * r * ab),
+        (2.0 * T * s.mla_out * nl, nl * s.mla_out * wb, 0.0, 0.0, nl * T * (H * r + d) * ab),
+    ]
+
+
+def windowed_keys(s: _Shape, Lf: Any, capped: Any) -> Any:
+    """Cached keys the layers read, summed over layers: full layers the whole context, sliding layers
+    ``capped`` = min(context, window) (computed by the caller: ``min`` on floats, ``np.minimum`` on arrays)."""
+    return Lf * (s.nl - s.n_sliding) + capped * s.n_sliding
 
 
 def scalar_terms(spec: ModelSpec, B: int, n: int, L: int, vis: float, wb: float, ab: float, kb: float) -> ScalarTerms:
@@ -289,9 +328,14 @@ def scalar_terms(spec: ModelSpec, B: int, n: int, L: int, vis: float, wb: float,
     s = model_shape(spec)
     nl, d, H, KV, hd = s.nl, s.d, s.H, s.KV, s.hd
     Bf, Lf = float(B), float(L)
-    attn_pairs = Bf * (n * Lf + vis)
-    kv_cache = Bf * Lf * nl * KV * hd * kb
-    attn_f = 2.0 * attn_pairs * H * hd * nl
+    if s.n_sliding:
+        keys = windowed_keys(s, Lf, min(Lf, float(s.window)))
+        kv_cache = Bf * keys * KV * hd * kb
+        attn_f = 2.0 * Bf * (n * keys + vis * nl) * H * hd
+    else:
+        attn_pairs = Bf * (n * Lf + vis)
+        kv_cache = Bf * Lf * nl * KV * hd * kb
+        attn_f = 2.0 * attn_pairs * H * hd * nl
     attn_a = nl * T * H * hd * ab
     mlp_flops = 2.0 * T * s.dense_mlp * s.dense_layers
     mlp_w = s.dense_layers * s.dense_mlp * wb
@@ -300,6 +344,14 @@ def scalar_terms(spec: ModelSpec, B: int, n: int, L: int, vis: float, wb: float,
     f = [0.0, 2.0 * T * d * s.qkv_out * nl, attn_f, attn_f, 2.0 * T * H * hd * d * nl]
     w = [min(T, s.vocab) * d * wb, s.qkv_w * wb, 0.0, 0.0, nl * H * hd * d * wb]
     a = [T * d * ab, nl * T * (d + s.qkv_out) * ab, attn_a, attn_a, nl * T * (H * hd + d) * ab]
+    z = [0.0] * len(names)
+    kr = z.copy()
+    kr[2] = kr[3] = kv_cache
+    kw = z.copy()
+    kw[1] = T * nl * 2 * KV * hd * kb
+    if s.mla:
+        for i, (fi, wi, kri, kwi, ai) in enumerate(mla_attention(s, T, Bf, Lf, n, vis, wb, ab, kb), start=1):
+            f[i], w[i], kr[i], kw[i], a[i] = fi, wi, kri, kwi, ai
     touched = 0.0
     if s.moe:
         m, k = s.n_moe_layers, s.k
@@ -313,14 +365,9 @@ def scalar_terms(spec: ModelSpec, B: int, n: int, L: int, vis: float, wb: float,
     f += [mlp_flops, 4.0 * T * d * (2 * nl + 1), 2.0 * T * d * s.vocab]
     w += [mlp_w, s.norm * wb, s.lm_head * wb]
     a += [mlp_act, 2 * (2 * nl + 1) * T * d * ab, T * (d + s.vocab) * ab]
-    z = [0.0] * len(names)
-    kr = z.copy()
-    kr[2] = kr[3] = kv_cache
-    kw = z.copy()
-    kw[1] = T * nl * 2 * KV * hd * kb
     return ScalarTerms(
         names, f, w, kr, kw, a, B, n, L, nl, T * d * ab, s.vocab, s.mlp_matrices, s.n_moe_layers,
-        (touched + s.n_shared) if s.moe else 0.0,
+        (touched + s.n_shared) if s.moe else 0.0, s.mla,
     )  # fmt: skip
 
 
@@ -422,25 +469,37 @@ def forward_cost(
                 out[key][row[name]] = value
 
     op("embed", 0.0, w=np.minimum(T, spec.vocab_size) * d * wb, act=T * d * ab)
-    kv_new = T * nl * 2 * KV * hd * kb
-    op(
-        "qkv",
-        2.0 * T * d * qkv_out * nl,
-        w=nl * (spec.attn_params_per_layer - H * hd * d) * wb,
-        kv_w=kv_new,
-        act=nl * T * (d + qkv_out) * ab,
-    )
-    # Each query attends to the cached context plus the new tokens it can see.
-    attn_pairs = Bf * (n * Lf + vis)
-    kv_cache = Bf * Lf * nl * KV * hd * kb  # K (or V) of the cached context, all layers
-    op("attn_scores", 2.0 * attn_pairs * H * hd * nl, kv_r=kv_cache, act=nl * T * H * hd * ab)
-    op("attn_values", 2.0 * attn_pairs * H * hd * nl, kv_r=kv_cache, act=nl * T * H * hd * ab)
-    op(
-        "out_proj",
-        2.0 * T * H * hd * d * nl,
-        w=nl * H * hd * d * wb,
-        act=nl * T * (H * hd + d) * ab,
-    )
+    if spec.is_mla:
+        terms = mla_attention(model_shape(spec), T, Bf, Lf, n, vis, wb, ab, kb)
+        for name, (f_, w_, kr_, kw_, a_) in zip(("qkv", "attn_scores", "attn_values", "out_proj"), terms, strict=True):
+            op(name, f_, w=w_, kv_r=kr_, kv_w=kw_, act=a_)
+    else:
+        kv_new = T * nl * 2 * KV * hd * kb
+        op(
+            "qkv",
+            2.0 * T * d * qkv_out * nl,
+            w=nl * (spec.attn_params_per_layer - H * hd * d) * wb,
+            kv_w=kv_new,
+            act=nl * T * (d + qkv_out) * ab,
+        )
+        # Each query attends to the cached context plus the new tokens it can see; a sliding layer's cached
+        # context is at most its window (section 21)
+        if spec.n_sliding_layers:
+            keys = windowed_keys(model_shape(spec), Lf, np.minimum(Lf, float(spec.sliding_window)))
+            kv_cache = Bf * keys * KV * hd * kb
+            attn_f = 2.0 * Bf * (n * keys + vis * nl) * H * hd
+        else:
+            attn_pairs = Bf * (n * Lf + vis)
+            kv_cache = Bf * Lf * nl * KV * hd * kb  # K (or V) of the cached context, all layers
+            attn_f = 2.0 * attn_pairs * H * hd * nl
+        op("attn_scores", attn_f, kv_r=kv_cache, act=nl * T * H * hd * ab)
+        op("attn_values", attn_f, kv_r=kv_cache, act=nl * T * H * hd * ab)
+        op(
+            "out_proj",
+            2.0 * T * H * hd * d * nl,
+            w=nl * H * hd * d * wb,
+            act=nl * T * (H * hd + d) * ab,
+        )
     dense_layers = nl - spec.n_moe_layers
     mlp_flops = 2.0 * T * spec.dense_mlp_params * dense_layers
     mlp_w: Any = dense_layers * spec.dense_mlp_params * wb
@@ -465,5 +524,5 @@ def forward_cost(
     return PassCost(
         names, out["f"], out["w"], out["kr"], out["kw"], out["a"], B, n, L, act_dtype, nl, T * d * ab, weight_dtype,
         vocab_size=spec.vocab_size, mlp_matrices=spec.mlp_matrices, n_moe_layers=spec.n_moe_layers,
-        experts_touched=(touched + spec.n_shared_experts) if spec.is_moe else 0.0,
+        experts_touched=(touched + spec.n_shared_experts) if spec.is_moe else 0.0, kv_replicated=spec.is_mla,
     )  # fmt: skip

@@ -677,7 +677,12 @@ class Eagle:
             ("eagle layer", self.name),
             target,
             lambda: dataclasses.replace(
-                target, name=f"{self.name} layer", n_layers=1, n_dense_layers=0, d_ff=target.d_ff + extra_ff
+                target,
+                name=f"{self.name} layer",
+                n_layers=1,
+                n_dense_layers=0,
+                n_sliding_layers=0,  # the draft layer attends to its whole context (EAGLE-3 heads of gpt-oss do)
+                d_ff=target.d_ff + extra_ff,
             ),
         )
 
@@ -778,7 +783,9 @@ class Hydra:
         return float(sum((2 * (i + 2) + shared) * d * d + d * target.vocab_size for i in range(self.n_heads)))
 
     def prefix_spec(self, target: ModelSpec) -> ModelSpec:
-        return dataclasses.replace(target, name=f"{self.name} prefix layer", n_layers=1, n_dense_layers=0)
+        return dataclasses.replace(
+            target, name=f"{self.name} prefix layer", n_layers=1, n_dense_layers=0, n_sliding_layers=0
+        )
 
     @property
     def default_tree(self) -> Tree:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from roofline.errors import SpecroofError, check_choice
 from roofline.validation import check_quantity
 
@@ -34,6 +36,12 @@ _FIELD_KINDS = {
     "n_shared_experts": "experts",
     "d_ff_shared": "width",
     "n_dense_layers": "layers",
+    "q_lora_rank": "width",
+    "kv_lora_rank": "width",
+    "qk_rope_head_dim": "width",
+    "v_head_dim": "width",
+    "sliding_window": "context",
+    "n_sliding_layers": "layers",
 }
 
 
@@ -64,6 +72,21 @@ class ModelSpec:
     d_ff_shared: int = 0
     n_dense_layers: int = 0
     raw_params: float = 0.0
+    #: multi-head latent attention (DeepSeek-V2/V3, Kimi K2): the cached latent's width (0: standard attention).
+    #: Then ``head_dim`` is the query/key head (qk_nope + qk_rope), ``qk_rope_head_dim`` its RoPE part,
+    #: ``v_head_dim`` the value head and ``q_lora_rank`` the query's low-rank width (0: a direct q projection)
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    #: sliding-window attention (gpt-oss): ``n_sliding_layers`` of the layers see only the last ``sliding_window``
+    #: tokens; the others see the whole context
+    sliding_window: int = 0
+    n_sliding_layers: int = 0
+    #: gpt-oss extras: a learned sink logit per head, a bias on the output projection, biases on the experts and router
+    attn_sinks: bool = False
+    out_bias: bool = False
+    moe_bias: bool = False
 
     def __post_init__(self) -> None:
         check_choice("mlp_kind", self.mlp_kind, MLP_KINDS)
@@ -97,6 +120,22 @@ class ModelSpec:
                 raise SpecroofError(f"ModelSpec {self.name!r}: n_dense_layers must lie in [0, n_layers]")
         elif self.d_ff < 1:
             raise SpecroofError(f"ModelSpec {self.name!r}: d_ff must be >= 1")
+        if self.kv_lora_rank:
+            if not 1 <= self.qk_rope_head_dim < self.head_dim:
+                raise SpecroofError(
+                    f"ModelSpec {self.name!r}: qk_rope_head_dim must lie in [1, head_dim - 1 = {self.head_dim - 1}] "
+                    f"for multi-head latent attention (got {self.qk_rope_head_dim})"
+                )
+            if self.v_head_dim < 1:
+                raise SpecroofError(f"ModelSpec {self.name!r}: v_head_dim must be >= 1 for multi-head latent attention")
+        if self.n_sliding_layers:
+            if not 1 <= self.n_sliding_layers <= self.n_layers:
+                raise SpecroofError(
+                    f"ModelSpec {self.name!r}: n_sliding_layers must lie in [0, n_layers={self.n_layers}] "
+                    f"(got {self.n_sliding_layers})"
+                )
+            if self.sliding_window < 1:
+                raise SpecroofError(f"ModelSpec {self.name!r}: sliding_window must be >= 1 when layers slide")
 
     # -- construction ------------------------------------------------------
     @classmethod
@@ -112,8 +151,8 @@ class ModelSpec:
     def from_hf_config(cls, config: dict[str, Any] | str | Path, name: str | None = None) -> ModelSpec:
         """Build from a Hugging Face ``config.json`` (dict, file path or checkpoint folder).
 
-        Supports Llama, Mistral, Qwen2/Qwen3, Mixtral, Qwen2-MoE/Qwen3-MoE and
-        DeepSeek-style MoE layouts with standard (non-MLA) attention.
+        Supports Llama, Mistral, Qwen2/Qwen3, Mixtral, Qwen2-MoE/Qwen3-MoE, DeepSeek-V2/V3 and Kimi K2
+        (DeepSeekMoE, standard or multi-head latent attention) and gpt-oss (sliding/full layers, sinks, MoE).
         """
         if isinstance(config, dict):
             return _from_hf_dict(config, name)
@@ -133,7 +172,13 @@ class ModelSpec:
         return _from_hf_dict(data, name or p.parent.name)
 
     def replace(self, **changes: Any) -> ModelSpec:
-        """A copy with fields changed (validated again)."""
+        """A copy with fields changed (validated again).
+
+        A copy with fewer layers (early exit's first layers, a drafter's one layer) keeps the model's share of
+        sliding-window layers, rounded up, unless ``n_sliding_layers`` is given."""
+        layers = changes.get("n_layers", self.n_layers)
+        if self.n_sliding_layers and layers != self.n_layers and "n_sliding_layers" not in changes:
+            changes["n_sliding_layers"] = min(layers, -(-self.n_sliding_layers * layers // self.n_layers))
         return dataclasses.replace(self, **changes)
 
     # -- derived shapes ----------------------------------------------------
@@ -151,13 +196,35 @@ class ModelSpec:
         return self.n_layers - self.n_dense_layers if self.is_moe else 0
 
     @property
+    def is_mla(self) -> bool:
+        """True for multi-head latent attention (one cached latent per token and layer, shared by all heads)."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def mla_qkv_params_per_layer(self) -> int:
+        """MLA's weights before the scores, as the absorbed decode kernels run them: the query (low-rank or direct),
+        the KV down-projection to latent + RoPE key, the two low-rank norms, and W_UK (kv_b_proj's key half)."""
+        d, H, hd, r, rope = self.d_model, self.n_heads, self.head_dim, self.kv_lora_rank, self.qk_rope_head_dim
+        qr = self.q_lora_rank
+        q = d * qr + qr + qr * H * hd if qr else d * H * hd
+        return q + d * (r + rope) + r + r * H * (hd - rope)
+
+    @property
+    def mla_out_params_per_layer(self) -> int:
+        """MLA's weights after the values: W_UV (kv_b_proj's value half) and the output projection."""
+        return self.kv_lora_rank * self.n_heads * self.v_head_dim + self.n_heads * self.v_head_dim * self.d_model
+
+    @property
     def attn_params_per_layer(self) -> int:
         """q, k, v, o projection weights (and qkv biases) of one layer."""
+        if self.is_mla:
+            return self.mla_qkv_params_per_layer + self.mla_out_params_per_layer
         q = self.d_model * self.n_heads * self.head_dim
         kv = 2 * self.d_model * self.n_kv_heads * self.head_dim
         o = self.n_heads * self.head_dim * self.d_model
         bias = (self.n_heads + 2 * self.n_kv_heads) * self.head_dim if self.qkv_bias else 0
-        return q + kv + o + bias
+        extras = (self.d_model if self.out_bias else 0) + (self.n_heads if self.attn_sinks else 0)
+        return q + kv + o + bias + extras
 
     @property
     def mlp_matrices(self) -> int:
@@ -170,8 +237,9 @@ class ModelSpec:
 
     @property
     def expert_params(self) -> int:
-        """Weights of one routed expert."""
-        return self.mlp_matrices * self.d_model * self.d_ff_expert
+        """Weights of one routed expert (gpt-oss: with its gate/up and down biases)."""
+        bias = (self.mlp_matrices - 1) * self.d_ff_expert + self.d_model if self.moe_bias else 0
+        return self.mlp_matrices * self.d_model * self.d_ff_expert + bias
 
     @property
     def shared_expert_params(self) -> int:
@@ -180,7 +248,7 @@ class ModelSpec:
 
     @property
     def router_params(self) -> int:
-        return self.d_model * self.n_experts
+        return self.d_model * self.n_experts + (self.n_experts if self.moe_bias else 0)
 
     @property
     def embedding_params(self) -> int:
@@ -217,12 +285,32 @@ class ModelSpec:
         return self.total_params - unused
 
     @property
+    def kv_elements_per_layer_token(self) -> int:
+        """Cache elements one layer stores per token: K and V of the KV heads, or MLA's latent + RoPE key."""
+        if self.is_mla:
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return 2 * self.n_kv_heads * self.head_dim
+
+    @property
     def kv_elements_per_token(self) -> int:
-        """K and V elements stored per token, all layers (GQA: KV heads, not query heads)."""
-        return 2 * self.n_layers * self.n_kv_heads * self.head_dim
+        """K and V elements stored per token, all layers (GQA: KV heads, not query heads; MLA: the latent).
+
+        With sliding-window layers this is the rate while a sequence is shorter than the window, an upper bound
+        after it (a sliding layer keeps at most ``sliding_window`` tokens): :meth:`kv_cache_elements` is exact."""
+        return self.n_layers * self.kv_elements_per_layer_token
+
+    def kv_cache_elements(self, tokens: Any) -> Any:
+        """Cache elements of one sequence of ``tokens`` cached tokens (scalar or array), sliding layers capped at
+        their window (what an engine that frees a sliding layer's old blocks holds)."""
+        if not self.n_sliding_layers:
+            return tokens * self.kv_elements_per_token
+        full = (self.n_layers - self.n_sliding_layers) * tokens
+        return (
+            full + self.n_sliding_layers * np.minimum(tokens, self.sliding_window)
+        ) * self.kv_elements_per_layer_token
 
     def kv_bytes(self, tokens: Any, kv_bytes_per_element: float) -> Any:
-        """KV-cache bytes for ``tokens`` cached tokens (scalar or array)."""
+        """KV-cache bytes for ``tokens`` cached tokens (scalar or array; the uncapped rate, see kv_elements_per_token)."""
         return tokens * self.kv_elements_per_token * kv_bytes_per_element
 
     def summary(self) -> dict[str, Any]:
@@ -255,20 +343,21 @@ _CONFIG_KINDS = {
     "num_experts": "experts",
     "n_routed_experts": "experts",
     "num_experts_per_tok": "experts",
+    "sliding_window": "context",
 }
 
-_SUPPORTED = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3")
+_SUPPORTED = (
+    "llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "kimi_k2",
+    "gpt_oss",
+)  # fmt: skip
+#: the DeepSeek MoE layout (Kimi K2 ships DeepSeek-V3's modelling code under its own model_type)
+_DEEPSEEK_LIKE = ("deepseek_v2", "deepseek_v3", "kimi_k2")
 
 
 def _from_hf_dict(cfg: dict[str, Any], name: str | None) -> ModelSpec:
     arch = str(cfg.get("model_type", ""))
     if arch not in _SUPPORTED:
         raise SpecroofError(f"unsupported architecture model_type={arch!r}; supported: {', '.join(_SUPPORTED)}")
-    if "kv_lora_rank" in cfg and cfg.get("kv_lora_rank"):
-        raise SpecroofError(
-            f"model_type={arch!r} uses multi-head latent attention (kv_lora_rank), which the cost model "
-            "does not price yet; only its MoE layout with standard attention is supported"
-        )
 
     def whole(key: str, value: Any) -> int:
         """A positive whole number, or an error naming the field: no silent truncation, NaN or strings."""
@@ -320,7 +409,41 @@ def _from_hf_dict(cfg: dict[str, Any], name: str | None) -> ModelSpec:
         if shared:
             fields.update(n_shared_experts=1, d_ff_shared=shared)
         fields["n_dense_layers"] = len(cfg.get("mlp_only_layers") or [])
-    elif arch.startswith("deepseek"):
+    elif arch == "gpt_oss":
+        fields.update(
+            n_experts=req("num_local_experts"),
+            experts_per_token=req("num_experts_per_tok"),
+            d_ff_expert=req("intermediate_size"),
+            attn_sinks=True,  # GptOssAttention.sinks: one learned logit per head
+            out_bias=bool(cfg.get("attention_bias", True)),
+            qkv_bias=bool(cfg.get("attention_bias", True)),
+            moe_bias=True,  # GptOssExperts' gate_up/down biases and the router's bias
+        )
+        types = cfg.get("layer_types")
+        if types is None:  # transformers' GptOssConfig default: even layers slide, odd layers are full
+            types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(fields["n_layers"])]
+        if not isinstance(types, list) or len(types) != fields["n_layers"]:
+            raise SpecroofError(f"config field 'layer_types' must list one type per layer ({fields['n_layers']})")
+        sliding = sum(1 for t in types if t == "sliding_attention")
+        if sliding:
+            fields.update(sliding_window=req("sliding_window"), n_sliding_layers=sliding)
+    if arch in _DEEPSEEK_LIKE:
+        if cfg.get("kv_lora_rank"):  # multi-head latent attention: the shapes the cost model prices it by
+            for key in ("qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
+                if cfg.get(key) is None:
+                    raise SpecroofError(
+                        f"config for model_type={arch!r} uses multi-head latent attention (kv_lora_rank) "
+                        f"and must give field {key!r}"
+                    )
+            rope, nope = req("qk_rope_head_dim"), req("qk_nope_head_dim")
+            fields.update(
+                kv_lora_rank=req("kv_lora_rank"),
+                q_lora_rank=opt("q_lora_rank", 0),
+                qk_rope_head_dim=rope,
+                head_dim=nope + rope,
+                v_head_dim=req("v_head_dim"),
+                n_kv_heads=heads,  # no KV heads: TP splits the query heads, the latent is shared
+            )
         fields.update(
             n_experts=req("n_routed_experts"),
             experts_per_token=req("num_experts_per_tok"),
@@ -333,6 +456,37 @@ def _from_hf_dict(cfg: dict[str, Any], name: str | None) -> ModelSpec:
 
 def _llama(name: str, L: int, d: int, H: int, kv: int, ff: int, vocab: int, ctx: int, **kw: Any) -> ModelSpec:
     return ModelSpec(name, L, d, H, kv, kw.pop("head_dim", d // H), ff, vocab, max_context=ctx, **kw)
+
+
+def _mla(
+    name: str,
+    L: int,
+    d: int,
+    H: int,
+    ff: int,
+    vocab: int,
+    ctx: int,
+    E: int,
+    k: int,
+    ff_e: int,
+    shared: int,
+    dense: int,
+    *,
+    q_lora: int,
+) -> ModelSpec:
+    return ModelSpec(
+        name, L, d, H, H, 192, ff, vocab, max_context=ctx, n_experts=E, experts_per_token=k, d_ff_expert=ff_e,
+        n_shared_experts=shared, n_dense_layers=dense, kv_lora_rank=512, q_lora_rank=q_lora, qk_rope_head_dim=64,
+        v_head_dim=128,
+    )  # fmt: skip
+
+
+def _gpt_oss(name: str, L: int, E: int) -> ModelSpec:
+    return ModelSpec(
+        name, L, 2880, 64, 8, 64, 2880, 201088, max_context=131072, n_experts=E, experts_per_token=4,
+        d_ff_expert=2880, qkv_bias=True, out_bias=True, attn_sinks=True, moe_bias=True, sliding_window=128,
+        n_sliding_layers=L // 2,
+    )  # fmt: skip
 
 
 #: Published shapes (from each model's config.json) of the models people pair in speculation.
@@ -360,6 +514,15 @@ PRESETS: dict[str, ModelSpec] = {
         _llama("vicuna-13b", 40, 5120, 40, 40, 13824, 32000, 2048),
         _llama("vicuna-33b", 60, 6656, 52, 52, 17920, 32000, 2048),
         _llama("llama-160m", 12, 768, 12, 12, 3072, 32000, 2048),
+        # multi-head latent attention + DeepSeekMoE (config.json of deepseek-ai/DeepSeek-V3, -R1, -V2-Lite and
+        # moonshotai/Kimi-K2-Instruct on the Hugging Face hub); head_dim = qk_nope 128 + qk_rope 64
+        _mla("deepseek-v3", 61, 7168, 128, 18432, 129280, 163840, 256, 8, 2048, 1, 3, q_lora=1536),
+        _mla("deepseek-r1", 61, 7168, 128, 18432, 129280, 163840, 256, 8, 2048, 1, 3, q_lora=1536),
+        _mla("deepseek-v2-lite", 27, 2048, 16, 10944, 102400, 163840, 64, 6, 1408, 2, 1, q_lora=0),
+        _mla("kimi-k2", 61, 7168, 64, 18432, 163840, 131072, 384, 8, 2048, 1, 1, q_lora=1536),
+        # alternating sliding (window 128) and full attention, sinks, biased MoE (openai/gpt-oss-20b, -120b)
+        _gpt_oss("gpt-oss-20b", 24, 32),
+        _gpt_oss("gpt-oss-120b", 36, 128),
     )
 }
 
@@ -398,6 +561,12 @@ HF_IDS: dict[str, tuple[str, ...]] = {
     "llama-68m": ("JackFram/llama-68m",),
     "vicuna-68m": ("double7/vicuna-68m",),
     "llama-160m": ("JackFram/llama-160m",),
+    "deepseek-v3": ("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-V3-0324", "deepseek-ai/DeepSeek-V3-Base"),
+    "deepseek-r1": ("deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-R1-0528"),
+    "deepseek-v2-lite": ("deepseek-ai/DeepSeek-V2-Lite", "deepseek-ai/DeepSeek-V2-Lite-Chat"),
+    "kimi-k2": ("moonshotai/Kimi-K2-Instruct", "moonshotai/Kimi-K2-Base"),
+    "gpt-oss-20b": ("openai/gpt-oss-20b",),
+    "gpt-oss-120b": ("openai/gpt-oss-120b",),
 }
 _BY_HF_ID = {i.lower(): preset for preset, ids in HF_IDS.items() for i in ids}
 

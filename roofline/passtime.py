@@ -213,6 +213,9 @@ def _scalar_times(
         mem = [w[i] * factor / w_bw + (total[i] - w[i]) / bw for i in range(len(w))]
     else:
         mem = [t / bw for t in total]
+    if tp > 1 and terms.kv_replicated:  # a latent cache (MLA) is whole on every rank (TimeModel.operator_times)
+        mem = [mem[i] + (kr[i] + kw[i]) * (tp - 1) / bw for i in range(len(w))]
+        kr = [r * tp for r in kr]
     if e is not None and e.kv_bandwidth_fraction != 1.0:
         extra = 1.0 / e.kv_bandwidth_fraction - 1.0
         mem = [mem[i] + kr[i] / bw * extra for i in range(len(w))]
@@ -458,6 +461,8 @@ def scalar_pricer(spec: ModelSpec, pr: Pricing, tp: int) -> _Pricer | None:
         return hit[3]
     e = tm.engine
     if (e is not None and e.launches) or (tp > 1 and tm.interconnect_bytes_per_s is None):
+        return None
+    if spec.is_mla or spec.n_sliding_layers:  # the pricer's attention constants are standard full attention's
         return None
     pricer = _Pricer(spec, pr, tp)
     if len(_PRICERS) > 256:  # early exit builds a truncated spec per call: keep the table small

@@ -108,10 +108,15 @@ class TimeModel:
             op_mem = w_bytes / w_bw + (cost.bytes - cost.bytes_weights) / bw
         else:
             op_mem = cost.bytes / bw
+        kv_read: Any = cost.bytes_kv_read
+        if tp > 1 and getattr(cost, "kv_replicated", False):
+            # a latent cache (MLA) is whole on every rank: each reads and writes all of it, not its 1/tp share
+            op_mem = op_mem + (cost.bytes_kv_read + cost.bytes_kv_write) * (tp - 1) / bw
+            kv_read = cost.bytes_kv_read * tp
         e = self.engine
         if e is not None and e.kv_bandwidth_fraction != 1.0:
             # attention over the (paged) cache reads its KV at a share of the weight stream's rate
-            op_mem = op_mem + cost.bytes_kv_read / bw * (1.0 / e.kv_bandwidth_fraction - 1.0)
+            op_mem = op_mem + kv_read / bw * (1.0 / e.kv_bandwidth_fraction - 1.0)
         if e is not None and e.sampling_passes and cost.vocab_size and "lm_head" in cost.operators:
             # sampling reads and writes the fp32 logits of every token (softmax, top-k/p, the draw)
             head = cost.operators.index("lm_head")

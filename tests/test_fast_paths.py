@@ -107,7 +107,7 @@ def test_scalar_tree_pass_matches_the_array_path():
 
 def test_scalar_path_reaches_every_time_model_branch():
     """gemv bandwidth, the attention rate, small-matmul saturation and partial overlap (a measured profile's terms)."""
-    spec, moe = get_model("llama-3.1-8b"), get_model(next(n for n in sorted(PRESETS) if get_model(n).is_moe))
+    spec, moe = get_model("llama-3.1-8b"), get_model("mixtral-8x7b")
     for engine in (None, "serving"):
         # a copy: Pricing.of hands out shared, cached objects, and this test replaces the copy's time model
         pr = dataclasses.replace(Pricing.of("h100-sxm-80gb", engine=engine))
@@ -131,7 +131,7 @@ def test_scalar_pass_time_equals_the_array_step_time(monkeypatch):
 
     rng = np.random.default_rng(9)
     for pr in _pricings(rng, 16):
-        for name in ("llama-3.1-8b", "llama-3.2-1b", next(n for n in sorted(PRESETS) if get_model(n).is_moe)):
+        for name in ("llama-3.1-8b", "llama-3.2-1b", "mixtral-8x7b"):
             spec = get_model(name)
             b, n, c = _config(rng, spec)
             fast = pass_time(spec, pr, b, n, c)
@@ -350,7 +350,7 @@ def test_scalar_results_fill_every_field_of_their_dataclasses():
 def test_scalar_memory_footprint_equals_the_array_one():
     from roofline.passtime import memory_footprint
 
-    for name in ("llama-3.1-8b", next(n for n in sorted(PRESETS) if get_model(n).is_moe)):
+    for name in ("llama-3.1-8b", "mixtral-8x7b"):
         for b, c, n in ((1, 1024, 1), (7, 0, 5), (64, 30000, 17)):
             for kw in ({}, {"weight_dtype": "int4", "kv_dtype": "fp8"}):
                 fast = memory_footprint(name, b, c, new_tokens=n, **kw)
@@ -360,3 +360,42 @@ def test_scalar_memory_footprint_equals_the_array_one():
                     assert float(getattr(fast, f)) == float(np.ravel(getattr(slow, f))[0]), f
     with pytest.raises(SpecroofError, match="batch must be >= 1"):
         memory_footprint("llama-3.1-8b", 0)
+
+
+NEW_ATTENTION = ("deepseek-v3", "deepseek-v2-lite", "kimi-k2", "gpt-oss-20b", "gpt-oss-120b")
+
+
+def test_scalar_cost_of_latent_and_sliding_attention_is_the_array_paths_to_the_last_bit():
+    """MLA (absorbed) and sliding-window layers: forward_cost's scalar terms equal its array path's exactly, on both
+    sides of the window (context below, at and above 128) and for trees."""
+    rng = np.random.default_rng(21)
+    fields = ("flops", "bytes_weights", "bytes_kv_read", "bytes_kv_write", "bytes_act")
+    for name in NEW_ATTENTION:
+        spec = get_model(name)
+        configs = [(1, 1, 0), (1, 1, 127), (2, 3, 128), (5, 1, 129), (7, 9, 32768)]
+        configs += [_config(rng, spec) for _ in range(8)]
+        for b, n, c in configs:
+            for kw in ({"weight_dtype": "bf16"}, {"weight_dtype": "fp8", "kv_dtype": "fp8"}, {"weight_dtype": "int4"}):
+                fast = forward_cost(spec, b, n, c, **kw)
+                slow = forward_cost(spec, np.array([b]), np.array([n]), np.array([c]), **kw)
+                for f in fields:
+                    assert np.array_equal(getattr(fast, f).ravel(), getattr(slow, f).ravel()), (name, b, n, c, f)
+        depths = np.array([1, 2, 2, 3, 3, 3, 4])
+        fast = forward_cost(spec, 4, None, 300, tree=depths)
+        slow = forward_cost(spec, np.array([4]), None, np.array([300]), tree=depths)
+        for f in fields:
+            assert np.array_equal(getattr(fast, f).ravel(), getattr(slow, f).ravel()), (name, "tree", f)
+
+
+def test_scalar_pass_seconds_of_latent_and_sliding_attention_matches_the_array_path():
+    rng = np.random.default_rng(23)
+    checked = 0
+    for pr in _pricings(rng, 16):
+        for name in NEW_ATTENTION:
+            spec = get_model(name)
+            b, n, c = _config(rng, spec)
+            assert float(pass_seconds(spec, pr, b, n, c)) == pytest.approx(
+                _array_seconds(spec, pr, b, n, c), rel=REL, abs=0
+            )
+            checked += 1
+    assert checked == 80

@@ -81,7 +81,7 @@ def test_scalar_speedup_equals_the_array_path_over_drafters_batches_and_tp(engin
 
 def test_scalar_speedup_with_its_options_equals_the_array_path(array_path):
     target = get_model("llama-3.1-8b")
-    moe = get_model(next(n for n in sorted(PRESETS) if get_model(n).is_moe))
+    moe = get_model("mixtral-8x7b")
     cases = [
         (Pricing.of("h100-sxm-80gb", weight_dtype="int4", kv_dtype="fp8"), target, "llama-3.2-1b", {}),
         (Pricing.of("h100-sxm-80gb", offload="pcie4-x16"), target, "llama-3.2-1b", {}),
@@ -192,3 +192,24 @@ def test_bad_scalars_raise_the_array_paths_words(kwargs, words, array_path):
     with array_path(), pytest.raises(SpecroofError) as slow:
         call()
     assert str(fast.value) == str(slow.value)
+
+
+@pytest.mark.parametrize("engine", (None, "vllm"))
+def test_every_preset_prices_the_same_with_and_without_the_scalar_pricer(engine, array_path):
+    """The pricer re-derives each operator's constants: a model kind it does not know (MLA, sliding layers) must make
+    it step aside, never price silently with standard attention. Every preset, decode and verify, short and long."""
+    pr = _pricing(engine, 1)
+    for name in sorted(PRESETS):
+        spec = get_model(name)
+        for batch, n, context in ((1, 1, 1024), (4, 5, 6000), (1, 1, 64)):
+            if context + n > spec.max_context:
+                continue
+            fast = passtime.pass_seconds(spec, pr, batch, n, context)
+            with array_path():
+                slow = passtime.pass_seconds(spec, pr, batch, n, context)
+            np.testing.assert_allclose(float(fast), float(slow), rtol=REL, atol=0, err_msg=f"{name} {batch} {n}")
+        drafter = "mtp" if spec.n_layers else "model:llama-3.2-1b"
+        fast_s = speedup(pr, spec, drafter, 0.7, 3, context=512).speedup
+        with array_path():
+            slow_s = speedup(pr, spec, drafter, 0.7, 3, context=512).speedup
+        np.testing.assert_allclose(float(fast_s), float(slow_s), rtol=REL, atol=0, err_msg=name)
