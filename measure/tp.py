@@ -96,7 +96,9 @@ def check_tp(spec: ModelSpec, tp: int) -> None:
     if spec.is_moe:
         raise SpecroofError(f"{spec.name} has MoE layers: measure.tp shards dense layers only (experts are not split)")
     if spec.is_mla or spec.n_sliding_layers:
-        raise SpecroofError(f"{spec.name}: measure.tp shards Llama-style full attention only (not MLA or sliding layers)")
+        raise SpecroofError(
+            f"{spec.name}: measure.tp shards Llama-style full attention only (not MLA or sliding layers)"
+        )
     for what, n in (("query heads", spec.n_heads), ("KV heads", spec.n_kv_heads), ("MLP width d_ff", spec.d_ff)):
         if n % tp:
             raise SpecroofError(f"--tp {tp} does not divide {spec.name}'s {n} {what}: use a TP that divides {n}")

@@ -75,5 +75,7 @@ def test_signed_errors_read_faster_for_rate_and_time_rows_alike():
     """A time row predicted 25% slow is the rate it implies 20% slow: both read "-" (the model is slower)."""
     from roofline.error_bands import faster_signed
 
-    got = faster_signed(np.array([0.25, 0.25, -0.5, 0.1]), np.array(["ttft_s", "tokens_per_s", "e2e_mean_s", "speedup"]))
+    got = faster_signed(
+        np.array([0.25, 0.25, -0.5, 0.1]), np.array(["ttft_s", "tokens_per_s", "e2e_mean_s", "speedup"])
+    )
     assert got == pytest.approx([-0.2, 0.25, 1.0, 0.1])
