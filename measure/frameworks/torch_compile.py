@@ -6,6 +6,8 @@ model, whose token count and key length turn dynamic on their first change (deco
 the key length every step and speculation the query count: static shapes would compile once
 per step). The decoding loops are the harness's own
 (:mod:`measure.frameworks.torch_eager`), the norms, residual adds, embedding and head stay eager.
+Inside the compiled layers every projection is traced as ``F.linear`` and inductor picks its kernel
+(:func:`_traceable_linears`: the harness's per-shape oneDNN choice cannot be lowered there).
 CUDA graphs are not used: the attention reads a length-dependent slice of the static cache,
 a new shape every step, and a graph per shape would be recorded without end (a GPU run of this
 framework measures inductor's kernels launched one graph at a time).
@@ -24,28 +26,34 @@ from typing import Any
 import torch
 
 from measure.frameworks.torch_eager import generate as generate  # noqa: PLC0414 -- the same loops, compiled layers
-from measure.models import Transformer
+from measure.models import PROBE_ROWS, Linear, Transformer, fastest_linear
 
 NAME = "torch-compile"
 
 #: inductor options: no oneDNN weight prepacking on the CPU
-OPTIONS = {"cpp.weight_prepack": False}
+OPTIONS: dict[str, Any] = {"cpp.weight_prepack": False}
 
 
-def _no_onednn_fusion() -> None:
-    """Keep inductor's oneDNN linear fusions out of this process's compiles (its eager kernels keep oneDNN).
+def _traceable_linears(model: Transformer) -> None:
+    """Every layer's projections as ``F.linear``, so inductor lowers them to its own GEMMs; the head keeps its kernel.
 
-    Target and draft share the compiled functions' code, so their widths become symbolic, and
-    on torch 2.13 the fused oneDNN linear then fails an assertion in lowering (seen in one of
-    three compiles of the offline pair). The fusions are registered once per process, when the
-    first compile initialises its passes: initialise them now with oneDNN switched off.
+    The harness picks each weight's fastest CPU kernel and on this EPYC (AVX2) that is often
+    oneDNN's inner product, ``mkldnn._linear_pointwise``, called on the weight as it is.
+    Inductor lowers that op only for a weight it packed itself while freezing, a graph
+    constant: it asserts ``w.get_name() in V.graph.constants`` (torch/_inductor/mkldnn_lowerings.py,
+    ``linear_unary``), and here the weight is a graph input, so lowering failed with a bare
+    ``LoweringException: AssertionError``. Traced as ``F.linear`` (aten ``mm``/``addmm``) the
+    compiled layers take inductor's own kernel choice, which is what this framework measures.
+    The head runs eager and keeps the kernel timed fastest for it (:meth:`Transformer.choose_kernels`).
     """
-    try:
-        from torch._inductor.fx_passes.post_grad import lazy_init
-    except ImportError:  # another torch: nothing to keep out
-        return
-    with torch.backends.mkldnn.flags(enabled=False):
-        lazy_init()
+    if model.auto_kernels and model.device.type == "cpu" and not model.lm_head.weight.is_meta:
+        head = model.lm_head
+        head.kernels = {r: fastest_linear(head.weight, head.bias, r) for r in PROBE_ROWS}
+    model.auto_kernels = False  # setup_cache must not choose the layers' kernels again
+    for layer in model.layers:
+        for mod in layer.modules():
+            if isinstance(mod, Linear):
+                mod.kernels = {}
 
 
 def available() -> str | None:
@@ -86,7 +94,7 @@ def build(model: Transformer, dtype: str, device: Any) -> Transformer:
     with warnings.catch_warnings():
         # importing inductor defines a torch.jit.script_method class inside torch, which warns about itself
         warnings.filterwarnings("ignore", message=".*torch.jit.script_method.*", category=DeprecationWarning)
-        _no_onednn_fusion()
+        _traceable_linears(model)
         tag = f"{model.spec.name.replace('-', '_')}_{id(model):x}"
         for layer in model.layers:
             attn, mlp = layer.self_attn, layer.mlp
