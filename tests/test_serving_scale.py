@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import roofline.serving.scheduler as scheduler
 from roofline.drafters import as_drafter
 from roofline.dtypes import dtype_bytes
 from roofline.errors import SpecroofError
@@ -16,7 +17,7 @@ from roofline.model import get_model
 from roofline.parallel import EPCtx, all_to_all_link_bytes_per_s, all_to_all_s, ep_context
 from roofline.passtime import device_memory, memory_footprint
 from roofline.serving import kv_capacity_tokens, pricing_context, simulate, step_prices
-from roofline.serving.scheduler import _LogUniforms
+from roofline.serving.scheduler import _blocks, _Gaps, _isum, _LogUniforms
 from roofline.serving.workload import TRACE_LENGTHS, Z90, draw_lengths, synthetic
 
 HW, TARGET, DRAFT, MOE = "h100-sxm-80gb", "llama-3.1-8b", "model:llama-3.2-1b", "mixtral-8x7b"
@@ -33,6 +34,74 @@ def test_log_uniforms_in_blocks_are_the_generators_own_stream():
     got = np.concatenate([lu.take(n) for n in sizes])
     want = np.concatenate([np.log1p(-b.random(n)) for n in sizes])
     assert np.array_equal(got, want)
+
+
+def test_log_uniforms_transform_each_block_elementwise():
+    a, b = np.random.default_rng(11), np.random.default_rng(11)
+    lu = _LogUniforms(a, lambda x: np.minimum(np.floor(x * -3.5), 4).astype(np.int64))
+    lu.SIZE = 6
+    got = np.concatenate([lu.take(n) for n in (4, 5, 1, 9, 3)])
+    want = np.minimum(np.floor(np.log1p(-b.random(22)) * -3.5), 4).astype(np.int64)
+    assert got.dtype == np.int64 and np.array_equal(got, want)
+
+
+def test_unit_gaps_bin_as_gaps_of_weight_one():
+    rng = np.random.default_rng(5)
+    a, b = _Gaps(), _Gaps()
+    a.SIZE = b.SIZE = 64  # tiny buffers: flushes and an oversized add on both paths
+    for m in (10, 50, 3, 200, 7):
+        g = rng.lognormal(-4, 1, m)
+        a.add_ones(g)
+        b.add(g, 1)
+        w = rng.integers(1, 9, m)
+        a.add(g, w)
+        b.add(g, w)
+    assert a.counts().sum() == b.counts().sum() > 0 and np.array_equal(a.counts(), b.counts())
+
+
+def test_small_batch_sums_by_hand():
+    kv = np.array([0, 15, 16, 31, 100], dtype=np.int64)
+    assert _blocks(kv, 3 + 16, 16) == (19 // 16) + (34 // 16) + (35 // 16) + (50 // 16) + (119 // 16)
+    assert _isum(kv) == 162 and _isum(np.arange(1000, dtype=np.int64)) == 499_500
+
+
+def _frames(**kw):
+    r = simulate(hardware=HW, target=TARGET, drafter=DRAFT, engine="serving", **kw)
+    return r.requests, r.summary
+
+
+_BUSY = dict(policy=["static:3", "by-batch:1=4,16=2,64=0", "goodput:4"], rates=[6.0, 150.0], requests=400,
+             input_len="uniform:64-700", output_len="uniform:8-300", kv_capacity_tokens=40_000, max_seqs=96)  # fmt: skip
+
+
+@pytest.mark.parametrize("small", [0, 10**9])
+def test_python_sums_for_small_batches_change_no_number(small):
+    """Below SMALL_BATCH the loop sums integers in Python, above it with numpy: either everywhere, the same run
+    (light and preempting load, three policies)."""
+    want = _frames(acceptance=0.7, **_BUSY)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(scheduler, "SMALL_BATCH", small)
+    try:
+        got = _frames(acceptance=0.7, **_BUSY)
+    finally:
+        mp.undo()
+    for a, b in zip(want, got, strict=True):
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
+    assert want[0]["preemptions"].sum() > 0  # the busy rate does preempt
+
+
+def test_one_alpha_draws_in_bulk_are_the_per_request_draws():
+    """With one alpha for all the draws become runs a block at a time; the general per-request arithmetic gives
+    the same numbers."""
+    want = _frames(acceptance=0.7, **_BUSY)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(scheduler, "_one_alpha", lambda alpha: False)
+    try:
+        got = _frames(acceptance=0.7, **_BUSY)
+    finally:
+        mp.undo()
+    for a, b in zip(want, got, strict=True):
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
 
 
 @pytest.fixture(scope="module")

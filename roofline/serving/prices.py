@@ -117,7 +117,8 @@ class StepPrices:
     _curves: dict[tuple[int, int], FloatArray] = field(default_factory=dict, compare=False, repr=False)
     _rows: dict[int, FloatArray] = field(default_factory=dict, compare=False, repr=False)
     _curve_lists: dict[tuple[int, int], list[float]] = field(default_factory=dict, compare=False, repr=False)
-    _flat_rows: dict[int, FloatArray] = field(default_factory=dict, compare=False, repr=False)
+    _flat_rows: dict[int, tuple[FloatArray, ...]] = field(default_factory=dict, compare=False, repr=False)
+    _nested: dict[int, list[list[list[float]]]] = field(default_factory=dict, compare=False, repr=False)
     _b_grid_list: list[float] = field(init=False, compare=False, repr=False)
     _n_grid_list: list[float] = field(init=False, compare=False, repr=False)
     _l_grid_list: list[float] = field(init=False, compare=False, repr=False)
@@ -190,22 +191,38 @@ class StepPrices:
 
     def decode_time_batches(self, gamma: int, batch: Any, mean_context: Any) -> FloatArray:
         """Seconds of decode-only steps whose batch changes from step to step (arrays, bilinear in batch and context)."""
-        flat = self._flat_rows.get(gamma)
-        if flat is None:  # the (batch, context) table as one contiguous row: four 1-d gathers, not eight 2-d ones
-            flat = self._flat_rows[gamma] = np.ascontiguousarray(self._step_rows(gamma)).ravel()
+        tabs = self._flat_rows.get(gamma)
+        if tabs is None:
+            tabs = self._flat_rows[gamma] = self._bilinear_tables(gamma)
+        flat, d_flat, flat_up, d_flat_up, d_l, row_at = tabs
         # integer batches within the grid: their interpolation cell and weight are looked up, not searched
         b = np.asarray(batch, dtype=np.int64)
-        i, wb = self._b_cell[b], self._b_weight[b]
         lg = self.l_grid
-        n_l = lg.size
         x = np.minimum(np.maximum(np.asarray(mean_context, dtype=float), lg[0]), lg[-1])
-        k = np.minimum(np.searchsorted(lg, x, side="right") - 1, n_l - 2)
-        wl = (x - lg[k]) / (lg[k + 1] - lg[k])
-        at = i * n_l + k
-        r00, r01, r10, r11 = flat[at], flat[at + 1], flat[at + n_l], flat[at + (n_l + 1)]
-        lo = r00 + wl * (r01 - r00)
-        hi = r10 + wl * (r11 - r10)
+        # the cell along context, searched among the inner grid points: for x in [l_0, l_last] that is
+        # min(searchsorted(l, x, "right") - 1, len(l) - 2) without the two extra calls
+        k = lg[1:-1].searchsorted(x, side="right")
+        lk = lg[k]
+        wl = (x - lk) / d_l[k]
+        at = row_at[b] + k  # the batch cell's first element in the flat table
+        wb = self._b_weight[b]
+        lo = flat[at] + wl * d_flat[at]
+        hi = flat_up[at] + wl * d_flat_up[at]
         return np.asarray(lo + wb * (hi - lo))
+
+    def _bilinear_tables(self, gamma: int) -> tuple[FloatArray, ...]:
+        """The (batch, context) table as one contiguous row, with its steps along context, the same two for the next
+        batch row, and the context grid's steps: a bilinear lookup is gathers, the differences done once (the same
+        subtractions, so the same numbers)."""
+        rows = np.ascontiguousarray(self._step_rows(gamma))
+        n_b, n_l = rows.shape
+        d = np.zeros_like(rows)
+        d[:, :-1] = rows[:, 1:] - rows[:, :-1]
+        up = np.zeros_like(rows)
+        up[:-1] = rows[1:]
+        d_up = np.zeros_like(rows)
+        d_up[:-1] = d[1:]
+        return rows.ravel(), d.ravel(), up.ravel(), d_up.ravel(), np.diff(self.l_grid), self._b_cell * n_l
 
     def target_time(self, batch: float, tokens_per_seq: float, mean_context: float) -> float:
         """One target pass over ``batch`` sequences of ``tokens_per_seq`` new tokens at ``mean_context`` (trilinear)."""
@@ -230,14 +247,14 @@ class StepPrices:
             i, wi = _lerp(self._b_grid_list, batch)
         j, wj = _lerp(self._n_grid_list, tokens_per_seq)
         k, wk = _lerp(self._l_grid_list, mean_context)
-        v = table.item
+        nested = self._nested.get(id(table))
+        if nested is None:  # the table as nested lists, once: Python floats index in nanoseconds, .item() does not
+            nested = self._nested[id(table)] = table.tolist()
+        lo_b, hi_b = nested[i], nested[i + 1]
+        a0, a1, b0, b1 = lo_b[j], lo_b[j + 1], hi_b[j], hi_b[j + 1]
         # scalar arithmetic: a step is priced in microseconds, not in numpy calls
-        lo = (1 - wj) * ((1 - wk) * v(i, j, k) + wk * v(i, j, k + 1)) + wj * (
-            (1 - wk) * v(i, j + 1, k) + wk * v(i, j + 1, k + 1)
-        )
-        hi = (1 - wj) * ((1 - wk) * v(i + 1, j, k) + wk * v(i + 1, j, k + 1)) + wj * (
-            (1 - wk) * v(i + 1, j + 1, k) + wk * v(i + 1, j + 1, k + 1)
-        )
+        lo = (1 - wj) * ((1 - wk) * a0[k] + wk * a0[k + 1]) + wj * ((1 - wk) * a1[k] + wk * a1[k + 1])
+        hi = (1 - wj) * ((1 - wk) * b0[k] + wk * b0[k + 1]) + wj * ((1 - wk) * b1[k] + wk * b1[k + 1])
         return float((1 - wi) * lo + wi * hi)
 
     def step_time(

@@ -29,13 +29,22 @@ Steps that only decode, with nothing that could join, are advanced many at a tim
 acceptance of K rounds is drawn at once and the run is cut at the first round where a
 request finishes, the next arrival could be admitted, or KV blocks would run out. State is
 numpy arrays over requests; nothing is kept per step but bounded traces.
+
+At light load a step holds a handful of requests and the loop's cost is the number of numpy calls,
+not their size: integer sums over a few requests are done in Python, scalars are read from lists,
+and with one alpha for every request the draws are turned into runs a block at a time. Each of these
+is the same arithmetic as the array form (integers, or the same float operations elementwise), so a
+run's numbers do not depend on them.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -54,6 +63,8 @@ IntArray = npt.NDArray[np.int64]
 MAX_ROUNDS_AT_ONCE = 512
 #: the goodput policy re-chooses gamma at least this often within a run of decode rounds
 GOODPUT_REVISIT_ROUNDS = 16
+#: up to this many requests a sum of integers is cheaper in Python than as a numpy reduction
+SMALL_BATCH = 48
 
 
 @dataclass(frozen=True)
@@ -143,15 +154,31 @@ class RunResult:
 
 
 class _Gaps:
-    """Inter-token gaps, buffered and binned into the ITL histogram in bulk (one numpy pass per 64k gaps)."""
+    """Inter-token gaps, buffered and binned into the ITL histogram in bulk (one numpy pass per 64k gaps).
+
+    Gaps that count once (one request's gap) and gaps that count for a whole batch (a round's length, once per
+    request in it) are buffered apart: the first need no weights written.
+    """
 
     SIZE = 1 << 16
 
     def __init__(self) -> None:
         self.hist = np.zeros(ITL_BINS, dtype=np.int64)
+        self.ones = np.empty(self.SIZE)
+        self.n1 = 0
         self.gaps = np.empty(self.SIZE)
         self.weights = np.empty(self.SIZE, dtype=np.int64)
         self.n = 0
+
+    def add_ones(self, gaps: FloatArray) -> None:
+        m = gaps.size
+        if self.n1 + m > self.SIZE:
+            self.flush()
+            if m > self.SIZE:
+                self.hist += np.bincount(itl_bins(gaps), minlength=ITL_BINS)
+                return
+        self.ones[self.n1 : self.n1 + m] = gaps
+        self.n1 += m
 
     def add(self, gaps: FloatArray, weight: int | npt.NDArray[np.int64]) -> None:
         m = gaps.size
@@ -166,6 +193,9 @@ class _Gaps:
         self.n += m
 
     def flush(self) -> None:
+        if self.n1:
+            self.hist += np.bincount(itl_bins(self.ones[: self.n1]), minlength=ITL_BINS)
+            self.n1 = 0
         if self.n:
             self.hist += np.bincount(
                 itl_bins(self.gaps[: self.n]), weights=self.weights[: self.n], minlength=ITL_BINS
@@ -187,19 +217,41 @@ class _LogUniforms:
 
     SIZE = 1 << 14
 
-    def __init__(self, rng: np.random.Generator) -> None:
+    def __init__(
+        self, rng: np.random.Generator, transform: Callable[[FloatArray], npt.NDArray[Any]] | None = None
+    ) -> None:
         self.rng = rng
-        self.buf = np.empty(0)
+        self.transform = transform  # applied to each block as it is drawn (elementwise: the same numbers as per take)
+        self.buf: npt.NDArray[Any] = np.empty(0)
         self.pos = 0
 
-    def take(self, n: int) -> FloatArray:
+    def take(self, n: int) -> npt.NDArray[Any]:
         if self.pos + n > self.buf.size:
             fresh = np.log1p(-self.rng.random(max(self.SIZE, n)))
-            self.buf = np.concatenate([self.buf[self.pos :], fresh])
+            if self.transform is not None:
+                fresh = self.transform(fresh)
+            self.buf = np.concatenate([self.buf[self.pos :], fresh]) if self.pos < self.buf.size else fresh
             self.pos = 0
         v = self.buf[self.pos : self.pos + n]
         self.pos += n
         return v
+
+
+def _one_alpha(alpha: FloatArray) -> bool:
+    """Whether every request has the same acceptance alpha (the draws can then be turned into runs in bulk)."""
+    return alpha.size > 0 and bool(np.all(alpha == alpha[0]))
+
+
+def _isum(x: IntArray) -> int:
+    """Sum of a 1-d integer array (exact either way: integers)."""
+    return sum(x.tolist()) if x.size <= SMALL_BATCH else int(x.sum())
+
+
+def _blocks(kv: IntArray, extra: int, bs: int) -> int:
+    """KV blocks of requests holding ``kv + extra`` tokens each: sum of (kv + extra) // bs."""
+    if kv.size <= SMALL_BATCH:
+        return sum([(x + extra) // bs for x in kv.tolist()])
+    return int(((kv + extra) // bs).sum())
 
 
 def expected_tokens_table(alpha: FloatArray, max_gamma: int) -> FloatArray:
@@ -253,7 +305,14 @@ def simulate_run(
     with np.errstate(divide="ignore"):
         log_a = np.where(alpha >= 1.0, -1e-300, np.log(alpha))
     inv_log_a = 1.0 / log_a
-    log_u = _LogUniforms(rng)
+    # one alpha for every request (the usual case): each block of draws is turned into runs R, capped at the
+    # policy's top gamma, once; a round's tokens are then min(R, gamma) + 1 with no per-step arithmetic
+    same_alpha = _one_alpha(alpha)
+    if same_alpha:
+        inv0 = float(inv_log_a[0])
+        log_u = _LogUniforms(rng, lambda lu: np.minimum(np.floor(lu * inv0), top_g).astype(np.int64))
+    else:
+        log_u = _LogUniforms(rng)
     rows_at = np.arange(max(1, MAX_ROUNDS_AT_ONCE))[:, None]  # round numbers 0..K-1, as a column
     cols = np.arange(cfg.max_seqs)
     e_table = expected_tokens_table(alpha, top_g)  # E(alpha_i, g): goodput's objective, and a run's length guess
@@ -289,41 +348,70 @@ def simulate_run(
     dec = pf = running
     pf_blocks = 0
     dirty = True  # the running set or a request's phase changed: split it again
+    n_pf = 0  # running requests still prefilling
 
     tree_tokens = policy.verify_tokens
+    arr_l = arr.tolist()  # scalar reads of the arrival times, in Python floats
+    shrinkable = policy.kind in ("off", "static")
+    gamma_at: dict[int, int] = {}  # a policy other than goodput: gamma depends on the batch alone
+
+    def _tokens(draws: npt.NDArray[Any], g: int, dec: IntArray) -> IntArray:
+        """Tokens each of the decodes ``dec`` emits in a round drafting ``g`` (one row of draws a round):
+        min(R, g) + 1, R the run of accepted drafts."""
+        if same_alpha:  # the draws are R already (integers), capped at the top gamma
+            r: IntArray = draws + 1 if g == top_g else np.minimum(draws, g) + 1
+            return r
+        runs = np.floor(draws * inv_log_a[dec])
+        np.minimum(runs, g, out=runs)
+        runs += 1.0
+        return runs.astype(np.int64)
 
     def choose_gamma(dec: IntArray) -> int:
         b = dec.size
         if b == 0:
             return 0
+        if policy.kind != "goodput":
+            g = gamma_at.get(b)
+            if g is None:
+                g = gamma_at[b] = _gamma_for(b)
+            return g
+        return _goodput_gamma(dec)
+
+    def _gamma_for(b: int) -> int:
         cap_g = cfg.max_tokens // b - 1
         if policy.kind == "tree":  # the whole tree or nothing: a step too small for it decodes plainly
             return policy.top_gamma if b * tree_tokens <= cfg.max_tokens else 0
-        if policy.kind != "goodput":
-            return max(0, min(policy.gamma_for(b), cap_g))
-        top = max(0, min(top_g, cap_g))
+        return max(0, min(policy.gamma_for(b), cap_g))
+
+    def _goodput_gamma(dec: IntArray) -> int:
+        b = dec.size
+        top = max(0, min(top_g, cfg.max_tokens // b - 1))
         mean_ctx = float(kv[dec].sum()) / b
         e = e_table[dec, : top + 1].sum(axis=0)
         t = np.array([prices.decode_seconds(g, b, mean_ctx) for g in range(top + 1)])
         return int(np.argmax(e / t))
 
     while done < N:
-        if n_arrived < N and arr[n_arrived] <= now:
-            n_arrived = int(np.searchsorted(arr, now, side="right"))
+        if n_arrived < N and arr_l[n_arrived] <= now:
+            n_arrived = bisect.bisect_right(arr_l, now)
         if running.size == 0 and not requeued and nxt >= n_arrived:
-            now = max(now, float(arr[nxt]))  # idle until the next arrival
+            now = max(now, arr_l[nxt])  # idle until the next arrival
             continue
         if dirty:
-            prefilling = pre_left[running] > 0
-            dec, pf = running[~prefilling], running[prefilling]
-            pf_blocks = int(((reserve[pf] + (bs - 1)) // bs).sum()) if pf.size else 0
+            if n_pf:
+                prefilling = pre_left[running] > 0
+                dec, pf = running[~prefilling], running[prefilling]
+                pf_blocks = _blocks(reserve[pf], bs - 1, bs)
+            else:  # nobody prefilling (light load, most steps): every running request decodes
+                dec, pf, pf_blocks = running, running[:0], 0
             dirty = False
         g = choose_gamma(dec)
         key, width = (TREE, tree_tokens) if g and tree_tokens else (g, g + 1)  # price key, verify tokens per request
-        need = int(((kv[dec] + (width - 1 + bs)) // bs).sum()) + pf_blocks
+        need = _blocks(kv[dec], width - 1 + bs, bs) + pf_blocks
         while need > cap:  # preempt the latest admitted request (recompute) until the step fits
             v = int(running[-1])
             running = running[:-1]
+            n_pf -= int(pre_left[v] > 0)
             kv[v] = 0
             pre_left[v] = reserve[v] = inp[v] + gen[v]
             preempted[v] += 1
@@ -333,7 +421,7 @@ def simulate_run(
             pf_blocks = int(((reserve[pf] + (bs - 1)) // bs).sum())
             g = choose_gamma(dec)
             key, width = (TREE, tree_tokens) if g and tree_tokens else (g, g + 1)
-            need = int(((kv[dec] + (width - 1 + bs)) // bs).sum()) + pf_blocks
+            need = _blocks(kv[dec], width - 1 + bs, bs) + pf_blocks
         B = int(dec.size)
         # a separate prefill pass has the whole token budget; a fused one shares it with the decodes
         budget = cfg.max_tokens if separate else cfg.max_tokens - B * width
@@ -372,12 +460,13 @@ def simulate_run(
             admitted.append(cand)
             if pre_left[cand] == 0:  # it arrives prefilled: it decodes from the next step
                 continue
+            n_pf += 1
             c = int(pre_left[cand]) if separate else min(int(pre_left[cand]), budget)
             chunk_idx.append(cand)
             chunk_len.append(c)
             budget -= c
         if admitted:
-            running = np.concatenate([running, np.asarray(admitted, dtype=np.int64)])
+            running = np.concatenate((running, admitted))  # (int64: running's dtype, the list's ints)
             dirty = True
             if not chunk_idx:
                 continue  # only prefilled newcomers: plan the step again with them decoding
@@ -387,88 +476,102 @@ def simulate_run(
             # ---- decode rounds only and nobody can join: advance K rounds at once. With nobody waiting and a
             # gamma that does not depend on the batch, requests that finish simply leave the batch within the run
             decode_runs += 1
-            rem = out[dec] - gen[dec]
             kvd = kv[dec]
+            rem = out[dec] - gen[dec]
+            rem_l = rem.tolist()
             queue = bool(requeued) or nxt < n_arrived
-            shrink = not queue and policy.kind in ("off", "static")
-            if shrink:
-                rmin = rmax = int(rem.max())  # (the first to finish does not end the run: its minimum is not needed)
-            else:
-                rmin, rmax = int(rem.min()), int(rem.max())
+            shrink = shrinkable and not queue
+            rmax = max(rem_l)
+            rmin = rmax if shrink else min(rem_l)  # (in a shrinking run the first to finish does not end it)
             horizon = rmax if shrink else rmin  # rounds by which every request (or the first) must have finished
             if nxt < N and not queue:
-                t0 = prices.decode_seconds(key, B, float(kvd.sum()) / B)
-                horizon = min(horizon, int((float(arr[nxt]) - now) / t0) + 2)  # rounds until the next arrival
+                t0 = prices.decode_seconds(key, B, float(sum(kvd.tolist())) / B)
+                horizon = min(horizon, int((arr_l[nxt] - now) / t0) + 2)  # rounds until the next arrival
             if g == 0:
                 K = max(1, min(MAX_ROUNDS_AT_ONCE, horizon))
-                j = np.arange(K)
                 fin_round = rem - 1  # round in which each request emits its last token
-                before = j[:, None] + np.zeros(1, dtype=np.int64)  # tokens emitted before each round: one a round
+                before = rows_at[:K]  # tokens emitted before each round: one a round
             else:
                 # long enough for the request nearest its end to finish, most of the time (else the next
                 # iteration carries on)
-                guess = horizon if shrink else int(1.5 * rmin / e_table[dec[int(np.argmin(rem))], g]) + 4
+                guess = horizon if shrink else int(1.5 * rmin / e_table[int(dec[rem_l.index(rmin)]), g]) + 4
                 K = max(1, min(MAX_ROUNDS_AT_ONCE, rmax if shrink else rmin, guess))
                 if policy.kind == "goodput":
                     K = min(K, GOODPUT_REVISIT_ROUNDS)
-                runs = np.floor(log_u.take(K * B).reshape(K, B) * inv_log_a[dec])
-                step = (np.minimum(runs, g) + 1).astype(np.int64)
-                cum = np.cumsum(step, axis=0)
+                step = _tokens(log_u.take(K * B).reshape(K, B), g, dec)
+                cum = step.cumsum(axis=0)
                 before = cum - step
                 # tokens grow every round: the round that finishes a request is the number of rounds before it
                 # that leave it short (K when none does)
                 fin_round = (cum < rem).sum(axis=0)
+            fin_l = fin_round.tolist()
+            masked = shrink  # requests leave within the run: mask them out of the rounds after their last
             if shrink:
-                k = min(K, int(fin_round.max()) + 1)
-                active = rows_at[:k] <= fin_round[None, :]  # (k, B): still decoding in round j
-                b_j = active.sum(axis=1)
-                ctx_j = (active * (kvd[None, :] + before[:k])).sum(axis=1)
-                if b_j[-1] == B:  # nobody finished before the last round: one batch size throughout
+                k = min(K, max(fin_l) + 1)
+                base = kvd + before[:k]  # each request's cached context in each round
+                if min(fin_l) >= k - 1:  # nobody finishes before the last round: one batch size throughout
+                    masked = False
+                    b_j = np.full(k, B)
+                    ctx_j = base.sum(axis=1)
                     t = prices.decode_time(key, B, ctx_j / B)
                 else:
-                    t = prices.decode_time_batches(key, b_j, ctx_j / b_j)
+                    active = rows_at[:k] <= fin_round  # (k, B): still decoding in round j
+                    b_j = active.sum(axis=1)
+                    ctx_j = (active * base).sum(axis=1)
+                    if b_j[-1] == B:  # nobody finished before the last round: one batch size throughout
+                        t = prices.decode_time(key, B, ctx_j / B)
+                    else:
+                        t = prices.decode_time_batches(key, b_j, ctx_j / b_j)
             else:
-                k = min(K, int(fin_round.min()) + 1)
+                k = min(K, min(fin_l) + 1)
                 b_j = np.full(k, B)
-                ctx_j = float(kvd.sum()) + (B * before[:k, 0] if g == 0 else before[:k].sum(axis=1))
+                base = kvd + before[:k]
+                ctx_j = float(sum(kvd.tolist())) + (B * before[:k, 0] if g == 0 else before[:k].sum(axis=1))
                 t = prices.decode_time(key, B, ctx_j / B)
-            ends = now + np.cumsum(t)
+            ends = t.cumsum()
+            ends += now
             if nxt < N and not queue and (shrink or (seats > 0 and budget > 0)):
                 # the next arrival joins at the first step that starts after it
-                k = min(k, max(1, int(np.searchsorted(ends - t, arr[nxt], side="left"))))
+                k = min(k, max(1, int((ends - t).searchsorted(arr_l[nxt], side="left"))))
 
             # blocks each round holds: every decoding request's kv + gamma + 1 tokens, and the prefills' reserve
-            held_i = (kvd[None, :] + before[:k] + (width - 1 + bs)) // bs
-            if shrink:
-                held_i = held_i * active[:k]
-            held = held_i.sum(axis=1) + pf_blocks
-            over = held > cap
-            if over.any():
-                k = max(1, int(np.argmax(over)))  # stop before the first round that would need a preemption
-            emitted = np.minimum(k if g == 0 else cum[k - 1], rem)
+            held_i = (base[:k] + (width - 1 + bs)) // bs
+            if masked:
+                held_i *= active[:k]
+            held = held_i.sum(axis=1)
+            if pf_blocks:
+                held += pf_blocks
+            held_max = int(held.max())
+            if held_max > cap:
+                k = max(1, int((held > cap).argmax()))  # stop before the first round that would need a preemption
+                held = held[:k]
+                held_max = int(held.max())
             last_round = np.minimum(fin_round, k - 1)
+            # request-rounds: request i decodes in rounds 0..last_round[i] of the run
+            n_rounds = _isum(last_round) + B
+            emitted = np.minimum(k, rem) if g == 0 else np.minimum(cum[k - 1], rem)
             gen[dec] += emitted
             kv[dec] += emitted
-            itl.add(ends[0] - last[dec], 1)
+            itl.add_ones(ends[0] - last[dec])
             if k > 1:
                 itl.add(t[1:k], b_j[1:k])
-            done_now = fin_round < k
             last[dec] = ends[last_round]
             end = float(ends[k - 1])
             tk = t[:k]
+            bk = b_j[:k]
             span = end - now
             busy += span
-            batch_s += float((b_j[:k] * tk).sum()) + (b_run - B) * span
-            kv_s += float((held[:k] * tk).sum())
-            max_kv = max(max_kv, float(held[:k].max()) / cap)
+            batch_s += float((bk * tk).sum()) + (b_run - B) * span
+            kv_s += float((held * tk).sum())
+            max_kv = max(max_kv, held_max / cap)
             max_tokens_seen = max(max_tokens_seen, B * width)
-            n_rounds = int(b_j[:k].sum())  # request-rounds: b_j counts the requests still decoding in each round
             rounds += n_rounds
             if g:
                 drafted += n_rounds * g
                 # accepted drafts of request i over its rounds 0..last_round[i]: its tokens, less one per round
-                accepted += int(cum.ravel()[last_round * B + cols[:B]].sum() - (last_round + 1).sum())
+                accepted += _isum(cum[last_round, cols[:B]]) - n_rounds
             sampler.add(now, b_run, need / cap)
+            done_now = fin_round < k
             fin = dec[done_now]
             if fin.size:
                 finish[fin] = ends[fin_round[done_now]]
@@ -478,7 +581,7 @@ def simulate_run(
             prefill_steps += 1
             n_pre = sum(chunk_len)
             pre_ctx = float(kv[chunk_idx[0]]) if len(chunk_idx) == 1 else float(sum(int(kv[i]) for i in chunk_idx))
-            dec_ctx = float(kv[dec].sum()) if B else 0.0
+            dec_ctx = float(_isum(kv[dec])) if B else 0.0
             if separate:
                 t_round = prices.decode_seconds(key, B, dec_ctx / B) if B else 0.0
                 t_step = t_round + prices.prefill_time(len(chunk_idx), n_pre, pre_ctx, draft=policy.speculates)
@@ -490,33 +593,35 @@ def simulate_run(
             if B:
                 rem = out[dec] - gen[dec]
                 if g == 0:
-                    e1 = np.minimum(1, rem)
+                    e1 = 1  # every running decode has a token left to emit
                 else:
-                    runs1 = np.floor(log_u.take(B) * inv_log_a[dec])
-                    e1 = np.minimum((np.minimum(runs1, g) + 1).astype(np.int64), rem)
+                    e1 = np.minimum(_tokens(log_u.take(B), g, dec), rem)
                     drafted += B * g
-                    accepted += int((e1 - 1).sum())
+                    accepted += _isum(e1) - B
                 gen[dec] += e1
                 kv[dec] += e1
-                itl.add(t_dec_end - last[dec], 1)
+                itl.add_ones(t_dec_end - last[dec])
                 last[dec] = t_dec_end
                 rounds += B
-                fin_dec = dec[e1 >= rem]
-                finish[fin_dec] = t_dec_end
-                fin_list.extend(fin_dec.tolist())
+                fin_dec = dec[rem <= e1]
+                if fin_dec.size:
+                    finish[fin_dec] = t_dec_end
+                    fin_list.extend(fin_dec.tolist())
             # the chunks: a handful of requests, cheaper one by one than as arrays
             for i, c in zip(chunk_idx, chunk_len, strict=True):
                 pre_left[i] -= c
                 kv[i] += c
                 if pre_left[i] == 0:  # its prefill is done: this step emits its next token
                     dirty = True
+                    n_pf -= 1
                     gen[i] += 1
                     if math.isnan(first[i]):
                         first[i] = end
                     else:
-                        itl.add(np.array([end - last[i]]), 1)
+                        itl.add_ones(np.array([end - last[i]]))
                     last[i] = end
                     if gen[i] >= out[i]:
+                        finish[i] = end
                         fin_list.append(i)
             used = cap - free  # the decodes' and prefills' blocks and the newcomers' whole prompts
             busy += t_step
@@ -525,11 +630,10 @@ def simulate_run(
             max_kv = max(max_kv, used / cap)
             max_tokens_seen = max(max_tokens_seen, max(B * width, n_pre) if separate else B * width + n_pre)
             sampler.add(now, b_run, used / cap)
-            fin = np.asarray(fin_list, dtype=np.int64)
+            fin = fin_list  # every finisher's time is set: the decodes' at their round's end, the others' at the step's
             now = end
-        if fin.size:
-            finish[fin] = np.where(np.isnan(finish[fin]), now, finish[fin])
-            done += int(fin.size)
+        if len(fin):
+            done += len(fin)
             running = running[np.isnan(finish[running])]
             dirty = True
 
