@@ -74,34 +74,33 @@ _BUSY = dict(policy=["static:3", "by-batch:1=4,16=2,64=0", "goodput:4"], rates=[
              input_len="uniform:64-700", output_len="uniform:8-300", kv_capacity_tokens=40_000, max_seqs=96)  # fmt: skip
 
 
-@pytest.mark.parametrize("small", [0, 10**9])
-def test_python_sums_for_small_batches_change_no_number(small):
-    """Below SMALL_BATCH the loop sums integers in Python, above it with numpy: either everywhere, the same run
-    (light and preempting load, three policies)."""
+def _same_with_scheduler(**patches):
+    """The busy setup's frames with ``patches`` applied to the scheduler module equal the frames without them."""
     want = _frames(acceptance=0.7, **_BUSY)
     mp = pytest.MonkeyPatch()
-    mp.setattr(scheduler, "SMALL_BATCH", small)
+    for name, value in patches.items():
+        mp.setattr(scheduler, name, value)
     try:
         got = _frames(acceptance=0.7, **_BUSY)
     finally:
         mp.undo()
     for a, b in zip(want, got, strict=True):
         pd.testing.assert_frame_equal(a, b, check_exact=True)
+    return want
+
+
+@pytest.mark.parametrize("small", [0, 10**9])
+def test_python_sums_for_small_batches_change_no_number(small):
+    """Below SMALL_BATCH the loop sums integers in Python, above it with numpy: either everywhere, the same run
+    (light and preempting load, three policies)."""
+    want = _same_with_scheduler(SMALL_BATCH=small)
     assert want[0]["preemptions"].sum() > 0  # the busy rate does preempt
 
 
 def test_one_alpha_draws_in_bulk_are_the_per_request_draws():
     """With one alpha for all the draws become runs a block at a time; the general per-request arithmetic gives
     the same numbers."""
-    want = _frames(acceptance=0.7, **_BUSY)
-    mp = pytest.MonkeyPatch()
-    mp.setattr(scheduler, "_one_alpha", lambda alpha: False)
-    try:
-        got = _frames(acceptance=0.7, **_BUSY)
-    finally:
-        mp.undo()
-    for a, b in zip(want, got, strict=True):
-        pd.testing.assert_frame_equal(a, b, check_exact=True)
+    _same_with_scheduler(_one_alpha=lambda alpha: False)
 
 
 @pytest.fixture(scope="module")
