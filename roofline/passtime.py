@@ -18,6 +18,8 @@ import pandas as pd
 from numpy.typing import ArrayLike
 
 from roofline.cost import (
+    _DENSE_OPERATORS,
+    OPERATORS,
     PassCost,
     ScalarTerms,
     array_sum,
@@ -257,6 +259,26 @@ def _scalar_times(
 # -- the scalar pricer: one configuration's seconds with everything but (batch, tokens, context) resolved once -----
 
 
+def memory_rates(tm: Any, wdt: str, tp: int) -> list[tuple[float, float]]:
+    """(bytes/s for the bytes other than weights, seconds per weight byte) of many-token passes, then of one-token
+    passes (matrix-vector: they may stream at the gemv rate): TimeModel.operator_times' rates, resolved once."""
+    rates = []
+    for one_token in (False, True):
+        bw = tm.bandwidth_bytes_per_s * tp
+        gemv = tm.gemv_bandwidth_bytes_per_s
+        if one_token and gemv is not None and gemv != tm.bandwidth_bytes_per_s:
+            bw = gemv * tp
+        factor = tm.weight_bytes_factor.get(wdt, 1.0)
+        if tm.weights_link_bytes_per_s is not None:
+            per_w = factor / (tm.weights_link_bytes_per_s * tp)
+        elif wdt in tm.weight_bandwidth_ratio or wdt in tm.weight_bytes_factor:
+            per_w = factor / (bw * tm.weight_bandwidth_ratio.get(wdt, 1.0))
+        else:
+            per_w = 1.0 / bw
+        rates.append((bw, per_w))
+    return rates
+
+
 class _Pricer:
     """A pass's seconds as a function of (batch, new tokens, context) for one model, pricing and device count.
 
@@ -276,22 +298,8 @@ class _Pricer:
     def __init__(self, spec: ModelSpec, pr: Pricing, tp: int) -> None:
         tm, e, wdt = pr.time_model, pr.time_model.engine, pr.stored_weight_dtype
         wb, ab, kb = dtype_bytes(wdt), dtype_bytes(pr.dtype), dtype_bytes(pr.kv_dtype or pr.dtype)
-        # the two memory rates: matrix-vector passes (one token) may stream at the gemv rate
-        regimes = []
-        for one_token in (False, True):
-            bw = tm.bandwidth_bytes_per_s * tp
-            gemv = tm.gemv_bandwidth_bytes_per_s
-            if one_token and gemv is not None and gemv != tm.bandwidth_bytes_per_s:
-                bw = gemv * tp
-            factor = tm.weight_bytes_factor.get(wdt, 1.0)
-            if tm.weights_link_bytes_per_s is not None:
-                per_w = factor / (tm.weights_link_bytes_per_s * tp)
-            elif wdt in tm.weight_bandwidth_ratio or wdt in tm.weight_bytes_factor:
-                per_w = factor / (bw * tm.weight_bandwidth_ratio.get(wdt, 1.0))
-            else:
-                per_w = 1.0 / bw
-            kv_extra = 1.0 / e.kv_bandwidth_fraction - 1.0 if e is not None and e.kv_bandwidth_fraction != 1.0 else 0.0
-            regimes.append((bw, per_w, kv_extra))
+        kv_extra = 1.0 / e.kv_bandwidth_fraction - 1.0 if e is not None and e.kv_bandwidth_fraction != 1.0 else 0.0
+        regimes = [(bw, per_w, kv_extra) for bw, per_w in memory_rates(tm, wdt, tp)]
         peak_tp = tm.peak(pr.dtype) * tp
         attn_rate = tm.attention_flop_per_s
         attn_own = attn_rate is not None and attn_rate != tm.peak(pr.dtype)
@@ -634,17 +642,28 @@ def pass_time(
     (``context`` + new tokens) fit in the devices' memory (a pass that does not fit is
     still priced: the flag is the warning).
     """
-    pr = pricing_of(
-        hardware,
-        dtype=dtype,
-        weight_dtype=weight_dtype,
-        kv_dtype=kv_dtype,
-        efficiency=efficiency,
-        overhead_s=overhead_s,
-        tp=tp,
-        engine=engine,
-    )
+    if (
+        type(hardware) is Pricing
+        and dtype is weight_dtype is kv_dtype is efficiency is overhead_s is tp is engine is None
+    ):
+        pr = hardware  # pricing_of's answer, without building its keyword dict (the scalar calls' usual case)
+    else:
+        pr = pricing_of(
+            hardware,
+            dtype=dtype,
+            weight_dtype=weight_dtype,
+            kv_dtype=kv_dtype,
+            efficiency=efficiency,
+            overhead_s=overhead_s,
+            tp=tp,
+            engine=engine,
+        )
     spec = get_model(spec)
+    one = scalar_config(spec, batch, new_tokens, context, tree)
+    if one is not None:
+        fast = step_pricer(spec, pr, pr.tp)
+        if fast is not None:
+            return fast.step_time(*one)
     terms = _scalar_terms(spec, pr, batch, new_tokens, context, tree)
     if terms is not None:
         times = _scalar_times(terms, pr, pr.tp, pr.stored_weight_dtype)
@@ -708,6 +727,160 @@ def _scalar_step_time(
         },
     )
     return result
+
+
+# -- the scalar step pricer: a whole StepTime of one configuration from cached coefficient arrays -----------------
+
+
+class _StepPricer:
+    """One configuration's :class:`StepTime` for one model, pricing and device count, from coefficient arrays.
+
+    Each per-operator FLOP count, byte count and memory or compute second of a standard-attention pass is a
+    sum of constants times the pass's variables (1, T = batch x new tokens, attention pairs, cached tokens,
+    embedding rows min(T, vocab), distinct experts touched): :func:`scalar_terms` and :func:`_scalar_times`
+    factored (docs/cost-model.md, sections 2 and 6). So a (6, 7 n_operators + 5) matrix per memory regime holds
+    every row and the totals, and a pass is one vector-matrix product and a maximum, not a Python loop per
+    operator (every term is non-negative: the regrouped sums agree with the array path to a few units in the last
+    place). The pass's total is :meth:`_Pricer.seconds`, the float pass_seconds and speedup use. Built only where
+    :func:`scalar_pricer` would be and for concrete models (``step_pricer``)."""
+
+    __slots__ = ("operators", "k", "mats", "half", "scaled", "overlap", "fixed", "seconds", "vocab", "n_experts",
+                 "k_share", "moe", "nl", "d_ab", "ridge", "weights_bytes", "kv_per_token", "capacity", "dtype", "wdt",
+                 "mlp_matrices", "n_moe", "n_shared")  # fmt: skip
+
+    def __init__(self, spec: ModelSpec, pr: Pricing, tp: int, pricer: _Pricer) -> None:
+        tm, e, wdt = pr.time_model, pr.time_model.engine, pr.stored_weight_dtype
+        wb, ab, kb = dtype_bytes(wdt), dtype_bytes(pr.dtype), dtype_bytes(pr.kv_dtype or pr.dtype)
+        s = model_shape(spec)
+        nl, d, H, KV, hd, moe, vocab = s.nl, s.d, s.H, s.KV, s.hd, s.moe, s.vocab
+        names = OPERATORS if moe else _DENSE_OPERATORS
+        k = len(names)
+        m = s.n_moe_layers if moe else 0
+        # per operator and variable (1, T, pairs, cached, rows, touched): scalar_terms' formulas factored
+        flops, w, kr, kw, a = (np.zeros((6, k)) for _ in range(5))
+        ix = {name: i for i, name in enumerate(names)}
+        flops[1, ix["qkv"]] = 2.0 * d * s.qkv_out * nl
+        flops[2, ix["attn_scores"]] = flops[2, ix["attn_values"]] = 2.0 * H * hd * nl
+        flops[1, ix["out_proj"]] = 2.0 * H * hd * d * nl
+        flops[1, ix["mlp"]] = 2.0 * s.dense_mlp * s.dense_layers + (2.0 * (s.k * s.expert + s.shared) * m if moe else 0)
+        flops[1, ix["norms"]] = 4.0 * d * (2 * nl + 1)
+        flops[1, ix["lm_head"]] = 2.0 * d * vocab
+        w[4, ix["embed"]] = d * wb
+        w[0, ix["qkv"]] = s.qkv_w * wb
+        w[0, ix["out_proj"]] = nl * H * hd * d * wb
+        w[0, ix["mlp"]] = s.dense_layers * s.dense_mlp * wb + (m * s.shared * wb if moe else 0.0)
+        w[0, ix["norms"]] = s.norm * wb
+        w[0, ix["lm_head"]] = s.lm_head * wb
+        kr[3, ix["attn_scores"]] = kr[3, ix["attn_values"]] = nl * KV * hd * kb
+        kw[1, ix["qkv"]] = nl * 2 * KV * hd * kb
+        a[1, ix["embed"]] = d * ab
+        a[1, ix["qkv"]] = nl * (d + s.qkv_out) * ab
+        a[1, ix["attn_scores"]] = a[1, ix["attn_values"]] = nl * H * hd * ab
+        a[1, ix["out_proj"]] = nl * (H * hd + d) * ab
+        a[1, ix["mlp"]] = s.dense_layers * (2 * d + s.mlp_matrices * s.d_ff) * ab
+        a[1, ix["norms"]] = 2 * (2 * nl + 1) * d * ab
+        a[1, ix["lm_head"]] = (d + vocab) * ab
+        if moe:
+            flops[1, ix["router"]] = 2.0 * s.router * m
+            w[0, ix["router"]] = m * s.router * wb
+            w[5, ix["mlp"]] = m * s.expert * wb
+            a[1, ix["mlp"]] += m * (2 * d + s.k * s.mlp_matrices * s.d_ff_expert) * ab
+        # compute seconds: the attention products at their own rate (and not saturating) where the profile has one
+        peak = tm.peak(pr.dtype)
+        attn = np.isin(np.asarray(names), ATTENTION_OPERATORS)
+        own = tm.attention_flop_per_s is not None and tm.attention_flop_per_s != peak
+        rate = np.where(attn & own, (tm.attention_flop_per_s or peak) * tp, peak * tp)
+        comp = flops / rate
+        scaled = ~(attn & own)
+        sampling = (e.sampling_passes if e is not None else 0.0) if vocab else 0.0
+        self.mats = []
+        for bw, per_w in memory_rates(tm, wdt, tp):
+            mem = w * per_w + (kr + kw + a) / bw
+            if e is not None and e.kv_bandwidth_fraction != 1.0:
+                mem = mem + kr / bw * (1.0 / e.kv_bandwidth_fraction - 1.0)
+            if sampling:  # the fp32 logits of every token, read and written by the sampler
+                mem[1, ix["lm_head"]] += vocab * 4.0 * sampling / bw
+            totals = np.stack([mem.sum(1), (comp * scaled).sum(1), (comp * ~scaled).sum(1), flops.sum(1),
+                               (w + kr + kw + a).sum(1)], axis=1)  # fmt: skip
+            self.mats.append(np.ascontiguousarray(np.concatenate([flops, w, kr, kw, a, mem, comp, totals], axis=1)))
+        self.operators, self.k = names, k
+        self.half, self.scaled, self.overlap = tm.matmul_half_tokens, scaled.astype(float), tm.overlap
+        self.fixed = float(tm.overhead_s(nl) if pr.overhead_s is None else pr.overhead_s)
+        self.seconds = pricer.seconds
+        self.vocab, self.moe, self.nl, self.d_ab = float(vocab), moe, nl, d * ab
+        self.n_experts, self.k_share = float(s.n_experts), (1.0 - s.k / s.n_experts if moe else 0.0)
+        self.ridge = peak / tm.bandwidth_bytes_per_s
+        self.weights_bytes = 0.0 if pr.offloaded else s.total_params * wb
+        self.kv_per_token = s.kv_elements_per_token * kb
+        self.capacity, self.dtype, self.wdt = pr.memory_bytes, pr.dtype, wdt
+        self.mlp_matrices, self.n_moe, self.n_shared = s.mlp_matrices, s.n_moe_layers, s.n_shared
+
+    def step_time(self, B: int, n: int, L: int, vis: float) -> StepTime:
+        """What :func:`pass_time` returns for ``B`` sequences of ``n`` new tokens (``vis`` visible pairs among them)
+        over ``L`` cached: every field filled, the numbers the array path's :func:`_step_time` gives within 1e-12."""
+        T, Bf = float(B * n), float(B)
+        touched = self.n_experts * (1.0 - self.k_share**T) if self.moe else 0.0
+        v = np.array((1.0, T, Bf * (n * float(L) + vis), Bf * L, T if T < self.vocab else self.vocab, touched))
+        out = v.dot(self.mats[T == 1.0])
+        k = self.k
+        # views of the one result (slices cost less than a reshape and its rows)
+        flops, w, kr, kw, a = out[:k], out[k : 2 * k], out[2 * k : 3 * k], out[3 * k : 4 * k], out[4 * k : 5 * k]
+        op_mem, op_comp = out[5 * k : 6 * k], out[6 * k : 7 * k]
+        j = 7 * k  # the totals: numpy scalars, as the array path's reductions give
+        t_comp = out[j + 1] + out[j + 2]
+        if self.half:  # small matmuls do not saturate the compute ceiling
+            op_comp = op_comp * (1.0 + (self.half / T) * self.scaled)
+            t_comp = out[j + 1] * (1.0 + self.half / T) + out[j + 2]
+        if self.overlap >= 1.0:
+            op_t = np.maximum(op_mem, op_comp)
+        else:
+            op_t = np.maximum(op_mem, op_comp) + (1.0 - self.overlap) * np.minimum(op_mem, op_comp)
+        # the total is the scalar pricer's float, so pass_time, pass_seconds and speedup give one number to the bit
+        t = self.seconds(B, n, L, vis)
+        memory = self.weights_bytes + B * (L + n) * self.kv_per_token
+        cost = frozen(
+            PassCost,
+            {
+                "operators": self.operators, "flops": flops, "bytes_weights": w, "bytes_kv_read": kr,
+                "bytes_kv_write": kw, "bytes_act": a, "batch": np.array(B), "new_tokens": np.array(n),
+                "context": np.array(L), "compute_dtype": self.dtype, "n_layers": self.nl,
+                "allreduce_bytes": T * self.d_ab, "weight_dtype": self.wdt, "vocab_size": int(self.vocab),
+                "mlp_matrices": self.mlp_matrices, "n_moe_layers": self.n_moe,
+                "experts_touched": touched + self.n_shared if self.moe else 0.0, "kv_replicated": False,
+            },
+        )  # fmt: skip
+        result: StepTime = frozen(
+            StepTime,
+            {
+                "operators": self.operators, "op_memory_s": op_mem, "op_compute_s": op_comp, "op_time_s": op_t,
+                "t_memory_s": out[j], "t_compute_s": t_comp, "overhead_s": self.fixed,
+                "t_step_s": np.asarray(t), "tokens": np.int64(B * n), "intensity": out[j + 3] / out[j + 4],
+                "ridge": self.ridge, "memory_bytes": np.asarray(memory), "fits_in_memory": np.asarray(memory <= self.capacity),
+                "cost": cost,
+            },
+        )  # fmt: skip
+        return result
+
+
+_STEP_PRICERS: dict[tuple[int, int, int], tuple[ModelSpec, Pricing, Any, _StepPricer]] = {}
+
+
+def step_pricer(spec: ModelSpec, pr: Pricing, tp: int) -> _StepPricer | None:
+    """The :class:`_StepPricer` of ``spec`` on ``pr`` over ``tp`` devices, built once per (model, pricing, time
+    model); None where :func:`scalar_pricer` steps aside (eager launches, TP without a link, latent or sliding
+    attention) and for abstract models: the per-operator scalar path prices those."""
+    tm = pr.time_model
+    hit = _STEP_PRICERS.get((id(spec), id(pr), tp))
+    if hit is not None and hit[0] is spec and hit[1] is pr and hit[2] is tm:  # the entry holds them: ids not reused
+        return hit[3]
+    scalar = None if spec.is_abstract else scalar_pricer(spec, pr, tp)
+    if scalar is None:
+        return None
+    pricer = _StepPricer(spec, pr, tp, scalar)
+    if len(_STEP_PRICERS) > 256:  # early exit builds a truncated spec per call: keep the table small
+        _STEP_PRICERS.clear()
+    _STEP_PRICERS[(id(spec), id(pr), tp)] = (spec, pr, tm, pricer)
+    return pricer
 
 
 def weights_only_crossover(spec: ModelSpec | str, hardware: HardwareLike, dtype: str | None = None) -> float:

@@ -126,6 +126,24 @@ def test_scalar_path_reaches_every_time_model_branch():
                 )
 
 
+def _assert_same_breakdown(fast, slow):
+    """The per-operator table and the pass's bytes and FLOPs of the scalar path are the array path's within REL."""
+    a, b = fast.breakdown(), slow.breakdown()
+    assert a.columns.tolist() == b.columns.tolist()
+    assert a["operator"].tolist() == b["operator"].tolist() and a["bound"].tolist() == b["bound"].tolist()
+    for col in ("t_memory_s", "t_compute_s", "t_s"):
+        np.testing.assert_allclose(a[col], b[col], rtol=REL, atol=0, err_msg=col)
+    for f in ("flops", "bytes_weights", "bytes_kv_read", "bytes_kv_write", "bytes_act", "bytes", "total_flops"):
+        np.testing.assert_allclose(getattr(fast.cost, f), getattr(slow.cost, f), rtol=REL, atol=0, err_msg=f)
+        assert np.shape(getattr(fast.cost, f)) == np.shape(getattr(slow.cost, f)), f
+    for f in ("batch", "new_tokens", "context", "tokens", "n_layers", "vocab_size", "mlp_matrices", "n_moe_layers"):
+        assert np.array_equal(getattr(fast.cost, f), getattr(slow.cost, f)), f
+    for f in ("allreduce_bytes", "experts_touched"):
+        np.testing.assert_allclose(getattr(fast.cost, f), getattr(slow.cost, f), rtol=REL, atol=0, err_msg=f)
+    assert fast.cost.compute_dtype == slow.cost.compute_dtype and fast.cost.weight_dtype == slow.cost.weight_dtype
+    assert fast.cost.kv_replicated == slow.cost.kv_replicated
+
+
 def test_scalar_pass_time_equals_the_array_step_time(monkeypatch):
     import roofline.cost as cost_mod
 
@@ -148,7 +166,7 @@ def test_scalar_pass_time_equals_the_array_step_time(monkeypatch):
             assert float(fast.memory_bytes) == float(slow.memory_bytes)
             assert bool(fast.fits_in_memory) == bool(slow.fits_in_memory)
             assert fast.to_frame().columns.tolist() == slow.to_frame().columns.tolist()
-            assert fast.breakdown().equals(slow.breakdown())
+            _assert_same_breakdown(fast, slow)
 
 
 def test_scalar_forward_cost_equals_the_array_cost():
@@ -399,3 +417,67 @@ def test_scalar_pass_seconds_of_latent_and_sliding_attention_matches_the_array_p
             )
             checked += 1
     assert checked == 80
+
+
+@pytest.mark.parametrize("engine", [None, "vllm", "compiled", "hf"])
+def test_scalar_pass_time_over_presets_dtypes_tp_trees_and_chains_equals_the_array_step_time(engine, monkeypatch):
+    """Every preset, three dtypes, one and two devices, a chain's verify pass and a tree's: StepTime field by field."""
+    import roofline.cost as cost_mod
+    from roofline.passtime import step_pricer
+
+    tree = np.array([1, 2, 2, 3, 3, 3, 4])
+    took_the_coefficients = 0
+    for dtype in ("bf16", "fp8", "int4"):
+        for tp in (1, 2):
+            pr = Pricing.of("h100-sxm-80gb", dtype=dtype, engine=engine, tp=tp)
+            for name in sorted(PRESETS):
+                spec = get_model(name)
+                took_the_coefficients += step_pricer(spec, pr, tp) is not None
+                for b, n, c, t in ((1, 5, 1000, None), (3, None, 300, tree), (1, 1, 0, None)):
+                    fast = pass_time(spec, pr, b, n, c, tree=t)
+                    with monkeypatch.context() as m:
+                        m.setattr(cost_mod, "scalar_config", lambda *a, **k: None)
+                        cost = pass_cost(spec, pr, np.array(b), None if n is None else np.array(n), np.array(c), t)
+                    slow = _step_time(cost, pr, device_memory(spec, pr, cost.batch, cost.context + cost.new_tokens))
+                    assert fast.operators == slow.operators, name
+                    for f in ("op_memory_s", "op_compute_s", "op_time_s", "t_memory_s", "t_compute_s", "t_step_s",
+                              "intensity", "memory_bytes"):  # fmt: skip
+                        np.testing.assert_allclose(getattr(fast, f), getattr(slow, f), rtol=REL, atol=0, err_msg=name)
+                        assert np.shape(getattr(fast, f)) == np.shape(getattr(slow, f)), (name, f)
+                    assert fast.overhead_s == pytest.approx(slow.overhead_s, rel=REL, abs=0)
+                    assert int(fast.tokens) == int(slow.tokens) and fast.ridge == slow.ridge
+                    assert bool(fast.fits_in_memory) == bool(slow.fits_in_memory)
+                    _assert_same_breakdown(fast, slow)
+    # eager launches price only on the array path; the others take the coefficient arrays for standard attention
+    assert (took_the_coefficients == 0) == (engine == "hf")
+
+
+def test_scalar_pass_time_reaches_every_time_model_branch(monkeypatch):
+    """pass_time's coefficient arrays under a measured profile's terms: gemv bandwidth, the attention rate,
+    small-matmul saturation and partial overlap, with and without an engine, over one and two devices."""
+    import roofline.cost as cost_mod
+    from roofline.passtime import step_pricer
+
+    for engine in (None, "serving", "vllm"):
+        for tp in (1, 2):
+            pr = dataclasses.replace(Pricing.of("h100-sxm-80gb", engine=engine, tp=tp))  # a copy (see above)
+            tm = dataclasses.replace(
+                pr.time_model,
+                gemv_bandwidth_bytes_per_s=2.1e12,
+                attention_flop_per_s=3.0e14,
+                matmul_half_tokens=7.0,
+                overlap=0.35,
+            )
+            pr.__dict__["time_model"] = tm
+            for name in ("llama-3.1-8b", "mixtral-8x7b"):
+                spec = get_model(name)
+                assert step_pricer(spec, pr, tp) is not None
+                for b, n, c in ((1, 1, 1024), (3, 1, 0), (8, 17, 4000), (64, 5, 100)):
+                    fast = pass_time(spec, pr, b, n, c)
+                    with monkeypatch.context() as m:
+                        m.setattr(cost_mod, "scalar_config", lambda *a, **k: None)
+                        cost = pass_cost(spec, pr, np.array(b), np.array(n), np.array(c))
+                    slow = _step_time(cost, pr, device_memory(spec, pr, cost.batch, cost.context + cost.new_tokens))
+                    for f in ("op_memory_s", "op_compute_s", "op_time_s", "t_memory_s", "t_compute_s", "t_step_s"):
+                        np.testing.assert_allclose(getattr(fast, f), getattr(slow, f), rtol=REL, atol=0, err_msg=f)
+                    _assert_same_breakdown(fast, slow)
