@@ -15,9 +15,9 @@ harness's model (:class:`measure.models.Transformer`) with its static batched KV
   overshoots is cut there, as the simulator cuts it).
 
 Every iteration of the one scheduler loop admits the arrivals that find a slot, runs one
-decode round of the requests already running, then prefills the newcomers, who decode
-from the next iteration: the simulator's step, with prefill as its own pass after the
-decodes. Running sequences stay packed in the first rows of the cache (the model's
+decode round of the requests already running, then prefills the newcomers, who start
+decoding in the next iteration: the simulator's step, with prefill as its own pass after
+the decodes. Running sequences stay packed in the first rows of the cache (the model's
 passes run over rows ``0 .. B - 1``): when one finishes, the last row's KV moves into
 its slot, so a batch never carries a finished sequence.
 

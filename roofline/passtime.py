@@ -642,22 +642,16 @@ def pass_time(
     (``context`` + new tokens) fit in the devices' memory (a pass that does not fit is
     still priced: the flag is the warning).
     """
-    if (
-        type(hardware) is Pricing
-        and dtype is weight_dtype is kv_dtype is efficiency is overhead_s is tp is engine is None
-    ):
-        pr = hardware  # pricing_of's answer, without building its keyword dict (the scalar calls' usual case)
-    else:
-        pr = pricing_of(
-            hardware,
-            dtype=dtype,
-            weight_dtype=weight_dtype,
-            kv_dtype=kv_dtype,
-            efficiency=efficiency,
-            overhead_s=overhead_s,
-            tp=tp,
-            engine=engine,
-        )
+    pr = pricing_of(
+        hardware,
+        dtype=dtype,
+        weight_dtype=weight_dtype,
+        kv_dtype=kv_dtype,
+        efficiency=efficiency,
+        overhead_s=overhead_s,
+        tp=tp,
+        engine=engine,
+    )
     spec = get_model(spec)
     one = scalar_config(spec, batch, new_tokens, context, tree)
     if one is not None:

@@ -96,13 +96,7 @@ def load_published(folder: str | Path | None = None) -> pd.DataFrame:
                 rows.append(_serving_row(path, i, data, series, r))
                 continue
             row = {
-                "file": path.name,
-                "source": data["source"],
-                "url": data["url"],
-                "setup": data["setup"],
-                "use": r.get("use", data["use"]),
-                "hardware": r.get("hardware", data["hardware"]),
-                "engine": r.get("engine", data.get("engine")),
+                **_source_fields(path, data, r),
                 "batch": int(r.get("batch", data.get("batch", 1))),
                 "prompt_tokens": int(r.get("prompt_tokens", data.get("prompt_tokens", 0))),
                 "output_tokens": int(r.get("output_tokens", data.get("output_tokens", 0))),
@@ -124,6 +118,19 @@ def load_published(folder: str | Path | None = None) -> pd.DataFrame:
             _check_row(path, i, row)
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _source_fields(path: Path, data: dict[str, Any], r: dict[str, Any]) -> dict[str, Any]:
+    """The columns every row takes from its file (a row may override use, hardware and engine)."""
+    return {
+        "file": path.name,
+        "source": data["source"],
+        "url": data["url"],
+        "setup": data["setup"],
+        "use": r.get("use", data["use"]),
+        "hardware": r.get("hardware", data["hardware"]),
+        "engine": r.get("engine", data.get("engine")),
+    }
 
 
 def _serving_row(path: Path, i: int, data: dict[str, Any], series: dict[str, Any], r: dict[str, Any]) -> dict[str, Any]:
@@ -155,13 +162,7 @@ def _serving_row(path: Path, i: int, data: dict[str, Any], series: dict[str, Any
             f"{where}: metric must be a latency column of the serving summary, e.g. e2e_mean_s (got {metric!r})"
         )
     row = {
-        "file": path.name,
-        "source": data["source"],
-        "url": data["url"],
-        "setup": data["setup"],
-        "use": r.get("use", data["use"]),
-        "hardware": r.get("hardware", data["hardware"]),
-        "engine": r.get("engine", data.get("engine")),
+        **_source_fields(path, data, r),
         "batch": 1,
         "prompt_tokens": 0,
         "output_tokens": 0,
