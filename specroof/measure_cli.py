@@ -363,18 +363,18 @@ def cmd_measure_spec(args: argparse.Namespace) -> int:
     cols += [c for c in ("speedup_wall", "flag", "noisy", "probe_spread", "noise") if c in spec_df]
     shown = spec_df[cols]
     noise = check.noise
+
+    def pct(value: Any) -> str:  # an error that may be missing (no row left): NaN, or None once made JSON-safe
+        return "-" if value is None or value != value else f"{value:.0%}"
+
     quiet = payload.get("speedup_errors_quiet") or {}
     quiet_words = ""
-    if quiet:
-        quiet_words = (
-            f" ({quiet['noisy_rows']} row(s) marked noisy and left out: largest error of the rest "
-            f"{quiet['error_max']:.0%})"
-            if quiet.get("noisy_rows")
-            else ""
-        )
+    if quiet.get("noisy_rows"):
+        rest = f"largest error of the rest {pct(quiet.get('error_max'))}" if quiet.get("rows") else "no row left"
+        quiet_words = f" ({quiet['noisy_rows']} row(s) marked noisy and left out: {rest})"
     text = (
         f"fit MAPE {check.fitted.mape:.1%} (a-priori {payload['apriori_mape']:.1%}); largest speedup error "
-        f"{payload['speedup_error_max']:.0%}{quiet_words}; bracketing probes disagreed by "
+        f"{pct(payload.get('speedup_error_max'))}{quiet_words}; bracketing probes disagreed by "
         f"{noise.get('probe_spread_median', 0):.1%} (median), {noise.get('probe_spread_max', 0):.1%} (worst)\n"
         + shown.round(3).to_string(index=False)
         + f"\nwritten to {out} in {payload['seconds']:.0f} s"

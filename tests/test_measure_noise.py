@@ -107,3 +107,26 @@ def test_flagged_rows_keep_their_flag_as_the_reason():
     df = _rows(flag=["noise: above its physical bound"], noisy=[True], rel_error=[float("nan")])
     out = mark_unexplained_noise(df, {})
     assert out["noisy"].tolist() == [True] and out["noise"].iloc[0] == "noise: above its physical bound"
+
+
+def test_measure_spec_prints_when_every_row_is_noisy(tmp_path, monkeypatch, capsys):
+    """A run whose every speedup row was marked noisy has no error left to print: one line that says so, not a crash
+    on the missing figure (NaN, or None once the payload is made JSON-safe)."""
+    import types
+
+    import pandas as pd
+
+    import measure.spec_check as sc
+    from specroof.cli import main
+
+    rows = pd.DataFrame({"drafter": ["early-exit:1"], "batch": [1], "gamma": [1], "acceptance_rate": [0.5],
+                         "speedup_measured": [1.2], "speedup_predicted": [1.9], "rel_error": [0.6],
+                         "noisy": [True], "probe_spread": [0.4], "noise": ["baselines apart by 40%"]})  # fmt: skip
+    payload = {"apriori_mape": 0.2, "speedup_error_max": 0.6, "seconds": 3.0,
+               "speedup_errors_quiet": {"error_median": None, "error_max": None, "rows": 0, "noisy_rows": 1}}  # fmt: skip
+    fake = types.SimpleNamespace(summary={"payload": payload}, speedups=rows, noise={"probe_spread_max": 0.4},
+                                 fitted=types.SimpleNamespace(mape=0.05, warning=None))  # fmt: skip
+    monkeypatch.setattr(sc, "spec_check", lambda *a, **k: fake)
+    assert main(["measure", "spec", "--pair", "offline", "--out", str(tmp_path / "s")]) == 0
+    out = capsys.readouterr().out
+    assert "1 row(s) marked noisy and left out: no row left" in out and "baselines apart by 40%" in out
