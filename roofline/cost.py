@@ -371,6 +371,69 @@ def scalar_terms(spec: ModelSpec, B: int, n: int, L: int, vis: float, wb: float,
     )  # fmt: skip
 
 
+#: the variables every count of a standard-attention pass is linear in, the rows of a :class:`LinearTerms` table:
+#: 1, the tokens T = batch x new tokens, the attention pairs batch x (new x context + visible), the cached tokens
+#: batch x context, the embedding's rows min(T, vocab) and a mixture's distinct experts touched
+LINEAR_VARIABLES = ("one", "tokens", "pairs", "cached", "rows", "touched")
+
+
+class LinearTerms(NamedTuple):
+    """Per variable (:data:`LINEAR_VARIABLES`, rows) and operator (columns) the FLOPs and bytes of one unit: a pass's
+    per-operator counts are ``variables @ table`` (the scalar pricers' one coefficient table, roofline.passtime)."""
+
+    operators: tuple[str, ...]
+    flops: Array
+    bytes_weights: Array
+    bytes_kv_read: Array
+    bytes_kv_write: Array
+    bytes_act: Array
+
+
+def linear_terms(spec: ModelSpec, wb: float, ab: float, kb: float) -> LinearTerms | None:
+    """:func:`scalar_terms`' formulas with the configuration factored out (docs/cost-model.md, section 2): the
+    coefficient table of ``spec`` in weight, activation and KV bytes ``wb``, ``ab``, ``kb``. None under multi-head
+    latent attention or sliding-window layers, whose attention terms are other formulas (section 21)."""
+    if spec.is_abstract:
+        flops, w, z = np.zeros((6, 1)), np.zeros((6, 1)), np.zeros((6, 1))
+        flops[1, 0], w[0, 0] = 2.0 * spec.raw_params, spec.raw_params * wb
+        return LinearTerms(ABSTRACT_OPERATORS, flops, w, z, z.copy(), z.copy())
+    s = model_shape(spec)
+    if s.mla or s.n_sliding:
+        return None
+    nl, d, H, KV, hd, moe, vocab = s.nl, s.d, s.H, s.KV, s.hd, s.moe, s.vocab
+    names = OPERATORS if moe else _DENSE_OPERATORS
+    m = s.n_moe_layers if moe else 0
+    flops, w, kr, kw, a = (np.zeros((6, len(names))) for _ in range(5))
+    ix = {name: i for i, name in enumerate(names)}
+    flops[1, ix["qkv"]] = 2.0 * d * s.qkv_out * nl
+    flops[2, ix["attn_scores"]] = flops[2, ix["attn_values"]] = 2.0 * H * hd * nl
+    flops[1, ix["out_proj"]] = 2.0 * H * hd * d * nl
+    flops[1, ix["mlp"]] = 2.0 * s.dense_mlp * s.dense_layers + (2.0 * (s.k * s.expert + s.shared) * m if moe else 0)
+    flops[1, ix["norms"]] = 4.0 * d * (2 * nl + 1)
+    flops[1, ix["lm_head"]] = 2.0 * d * vocab
+    w[4, ix["embed"]] = d * wb
+    w[0, ix["qkv"]] = s.qkv_w * wb
+    w[0, ix["out_proj"]] = nl * H * hd * d * wb
+    w[0, ix["mlp"]] = s.dense_layers * s.dense_mlp * wb + (m * s.shared * wb if moe else 0.0)
+    w[0, ix["norms"]] = s.norm * wb
+    w[0, ix["lm_head"]] = s.lm_head * wb
+    kr[3, ix["attn_scores"]] = kr[3, ix["attn_values"]] = nl * KV * hd * kb
+    kw[1, ix["qkv"]] = nl * 2 * KV * hd * kb
+    a[1, ix["embed"]] = d * ab
+    a[1, ix["qkv"]] = nl * (d + s.qkv_out) * ab
+    a[1, ix["attn_scores"]] = a[1, ix["attn_values"]] = nl * H * hd * ab
+    a[1, ix["out_proj"]] = nl * (H * hd + d) * ab
+    a[1, ix["mlp"]] = s.dense_layers * (2 * d + s.mlp_matrices * s.d_ff) * ab
+    a[1, ix["norms"]] = 2 * (2 * nl + 1) * d * ab
+    a[1, ix["lm_head"]] = (d + vocab) * ab
+    if moe:
+        flops[1, ix["router"]] = 2.0 * s.router * m
+        w[0, ix["router"]] = m * s.router * wb
+        w[5, ix["mlp"]] = m * s.expert * wb
+        a[1, ix["mlp"]] += m * (2 * d + s.k * s.mlp_matrices * s.d_ff_expert) * ab
+    return LinearTerms(names, flops, w, kr, kw, a)
+
+
 def scalar_config(
     spec: ModelSpec, batch: Any, new_tokens: Any, context: Any, tree: Any
 ) -> tuple[int, int, int, float] | None:

@@ -51,7 +51,15 @@ from roofline.cost import frozen, model_shape, scalar_count
 from roofline.dtypes import dtype_bytes
 from roofline.errors import SpecroofError, check_min
 from roofline.model import ModelSpec, get_model
-from roofline.passtime import chain_seconds, levels_seconds, memory_footprint, pass_cost, pass_seconds, visible_seconds
+from roofline.passtime import (
+    chain_seconds,
+    levels_seconds,
+    memory_footprint,
+    pass_cost,
+    pass_seconds,
+    scalar_pricer,
+    visible_seconds,
+)
 from roofline.pricing import Pricing, pricing_of
 from roofline.timemodel import _dense_layer_kernels as dense_layer_kernels
 from roofline.timemodel import combine
@@ -1100,3 +1108,77 @@ def round_time(
          "t_round_host_s": host},
     )  # fmt: skip
     return result
+
+
+# -- a draft model's chain round on scalars: everything but (gamma, batch, context) resolved once -------------------
+
+
+class ChainPlan:
+    """A separate draft model's chain rounds priced for one (pricing, target, draft model), resolved once.
+
+    :func:`round_time` on a :class:`DraftModel` and a whole-number chain length, batch and context is
+    ``gamma`` one-token draft passes, one (gamma + 1)-token verify pass and the round host time; this holds
+    the two scalar pricers (:func:`roofline.passtime.scalar_pricer`: the target's, and the draft model's on
+    :func:`draft_pricing` over :func:`draft_tp` devices), the round host time, and the constants of the device-memory sums :func:`roofline.speculative.speedup` reports
+    (:func:`roofline.passtime.memory_footprint`'s terms, in its order of operations), so that a round is the
+    pricers' arithmetic and nothing else. Nothing here depends on the round's configuration."""
+
+    __slots__ = ("target", "draft", "target_context", "draft_context", "host", "weights_bytes", "kv_per_token",
+                 "kv_bytes", "act_per_token", "act_bytes", "offloaded", "tp", "capacity", "draft_weights_bytes",
+                 "draft_kv_per_token", "draft_kv_bytes")  # fmt: skip
+
+    def __init__(self, pricing: Pricing, target: ModelSpec, drafter: DraftModel, t_pricer: Any, d_pricer: Any) -> None:
+        self.target, self.draft = t_pricer, d_pricer
+        self.target_context, self.draft_context = target.max_context, drafter.spec.max_context
+        self.host = pricing.round_host_s
+        wb = dtype_bytes(pricing.stored_weight_dtype)
+        s, sd = model_shape(target), model_shape(drafter.spec)
+        self.weights_bytes = s.total_params * wb
+        self.kv_per_token, self.kv_bytes = s.kv_elements_per_token, dtype_bytes(pricing.kv_dtype or pricing.dtype)
+        self.act_per_token = 2 * max(s.d, s.mlp_matrices * max(s.d_ff, s.d_ff_expert), s.vocab)
+        self.act_bytes = dtype_bytes(pricing.dtype)
+        self.offloaded, self.tp = pricing.offloaded, pricing.tp
+        cap = pricing.hardware.memory_bytes
+        self.capacity = cap if cap is not None else np.inf
+        # the draft model's own weights and KV (DraftModel.extra_memory_bytes: its KV in the activations' dtype)
+        self.draft_weights_bytes = sd.total_params * wb
+        self.draft_kv_per_token, self.draft_kv_bytes = sd.kv_elements_per_token, dtype_bytes(pricing.dtype)
+
+    def times(self, gamma: int, batch: int, context: int, round_overhead_s: float = 0.0) -> tuple[float, ...] | None:
+        """(t_base, t_draft, t_verify, t_round_host) of one round in seconds, :func:`round_time`'s floats; None where
+        a pass runs past a model's context (the array path names it)."""
+        if context + gamma + 1 > self.target_context or context + gamma > self.draft_context:
+            return None
+        n = gamma + 1
+        return (
+            self.target.seconds(batch, 1, context, 1.0),
+            self.draft.chain(batch, context, gamma),
+            self.target.seconds(batch, n, context, n * (n + 1) / 2.0),
+            self.host + round_overhead_s,
+        )
+
+
+_CHAIN_PLANS: dict[tuple[int, int, int], tuple[Pricing, ModelSpec, ModelSpec, ChainPlan | None]] = {}
+
+
+def chain_plan(pricing: Pricing, target: ModelSpec, drafter: Any) -> ChainPlan | None:
+    """The :class:`ChainPlan` of a :class:`DraftModel` drafting for ``target`` under ``pricing``, built once per
+    (pricing, target, draft model) object; None for any other drafter, an abstract model, a draft model not smaller
+    than the target (the round formula raises that) and where a scalar pricer steps aside."""
+    if type(drafter) is not DraftModel:
+        return None
+    spec = drafter.spec
+    key = (id(pricing), id(target), id(spec))
+    hit = _CHAIN_PLANS.get(key)
+    if hit is not None and hit[0] is pricing and hit[1] is target and hit[2] is spec:  # held: ids not reused
+        return hit[3]
+    plan = None
+    if not (target.is_abstract or spec.is_abstract) and _params(spec) < _params(target):
+        t_pricer = scalar_pricer(target, pricing, pricing.tp)
+        d_pricer = scalar_pricer(spec, draft_pricing(pricing, drafter), draft_tp(pricing, drafter))
+        if t_pricer is not None and d_pricer is not None:
+            plan = ChainPlan(pricing, target, drafter, t_pricer, d_pricer)
+    if len(_CHAIN_PLANS) > 256:
+        _CHAIN_PLANS.clear()
+    _CHAIN_PLANS[key] = (pricing, target, spec, plan)
+    return plan

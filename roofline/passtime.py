@@ -8,6 +8,7 @@ number of new tokens for which that still holds.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,13 +19,13 @@ import pandas as pd
 from numpy.typing import ArrayLike
 
 from roofline.cost import (
-    _DENSE_OPERATORS,
-    OPERATORS,
+    LinearTerms,
     PassCost,
     ScalarTerms,
     array_sum,
     forward_cost,
     frozen,
+    linear_terms,
     model_shape,
     scalar_config,
     scalar_count,
@@ -279,94 +280,100 @@ def memory_rates(tm: Any, wdt: str, tp: int) -> list[tuple[float, float]]:
     return rates
 
 
+def _piecewise(terms: list[tuple[float, float, float]], half: float, overlap: float) -> tuple[list[float], ...]:
+    """(knots, intercepts, slopes): sum_j op(w_j + t_j T, c_j (T + half)) over T > 0 as a piecewise-linear function.
+
+    Each operator's time is the larger of its memory line w + t T and its compute line c (T + half) (or the
+    overlap's blend of the two, also a line on each side), so the sum is linear between the points where an
+    operator's two lines cross: on interval i (``knots[i - 1] <= T < knots[i]``) it is ``intercepts[i] + slopes[i] T``,
+    a sum of non-negative terms regrouped (the per-operator sum to a few units in the last place)."""
+    keep = 1.0 - overlap if overlap < 1.0 else 0.0  # the share of the shorter side that does not overlap
+    lines = []
+    for w, t, c in terms:
+        # (intercept, slope) where memory is the longer side, m + (1 - o) c, and where compute is, c + (1 - o) m
+        lines.append((w, t, c, (w + keep * c * half, t + keep * c), (c * half + keep * w, c + keep * t)))
+    knots = sorted({(w - c * half) / (c - t) for w, t, c in terms if c != t and (w - c * half) / (c - t) > 0.0})
+    if knots:
+        probes = [knots[0] / 2.0] + [(lo + hi) / 2.0 for lo, hi in itertools.pairwise(knots)] + [2.0 * knots[-1] + 1.0]
+    else:
+        probes = [1.0]
+    intercepts, slopes = [], []
+    for p in probes:
+        a = b = 0.0
+        for w, t, c, mem, comp in lines:
+            line = mem if w + t * p >= c * (p + half) else comp
+            a, b = a + line[0], b + line[1]
+        intercepts.append(a)
+        slopes.append(b)
+    return knots, intercepts, slopes
+
+
 class _Pricer:
     """A pass's seconds as a function of (batch, new tokens, context) for one model, pricing and device count.
 
     Every FLOP and byte of a pass is a constant or linear in the tokens T = batch x new tokens, the
     cached tokens batch x context or the attention pairs batch x (new x context + visible), except the
-    embedding's rows (min(T, vocab)) and a mixture's distinct experts; every time-model term is a
-    rate applied to one of those (docs/cost-model.md, sections 2 and 6). So the per-operator
-    coefficients in seconds are resolved here once, and a pass costs a few multiply-adds per operator:
-    :func:`scalar_terms` and :func:`_scalar_times` factored, their sums regrouped (the result agrees
-    with the array path to a few units in the last place, not to the bit).
+    embedding's rows (min(T, vocab)) and a mixture's distinct experts (:func:`roofline.cost.linear_terms`, the
+    table :class:`_StepPricer` reads too); every time-model term is a rate applied to one of those
+    (docs/cost-model.md, sections 2 and 6). So the per-operator coefficients in seconds are resolved here once:
+    the operators outside attention, the embedding and a mixture's MLP sum to a piecewise-linear function of T
+    (:func:`_piecewise`), and a pass costs a lookup and a few multiply-adds (:func:`_scalar_times` regrouped: the
+    result agrees with the array path to a few units in the last place, not to the bit).
     """
 
-    __slots__ = ("rest_w", "rest_t", "rest_c", "embed_w", "embed_t", "moe", "mlp_w", "mlp_e", "n_experts", "k_share",
-                 "n_attn", "attn_t", "attn_l", "attn_c", "attn_scaled", "vocab", "half", "overlap", "fixed",
+    __slots__ = ("terms", "knots", "icpt", "slope", "embed_w", "embed_t", "moe", "mlp_w", "mlp_e", "n_experts",
+                 "k_share", "n_attn", "attn_t", "attn_l", "attn_c", "attn_scaled", "vocab", "half", "overlap", "fixed",
                  "comm_0", "comm_t", "host", "step_s", "step_per_seq", "step_overlap")  # fmt: skip
 
-    def __init__(self, spec: ModelSpec, pr: Pricing, tp: int) -> None:
+    def __init__(self, spec: ModelSpec, pr: Pricing, tp: int, lin: LinearTerms) -> None:
         tm, e, wdt = pr.time_model, pr.time_model.engine, pr.stored_weight_dtype
-        wb, ab, kb = dtype_bytes(wdt), dtype_bytes(pr.dtype), dtype_bytes(pr.kv_dtype or pr.dtype)
         kv_extra = 1.0 / e.kv_bandwidth_fraction - 1.0 if e is not None and e.kv_bandwidth_fraction != 1.0 else 0.0
-        regimes = [(bw, per_w, kv_extra) for bw, per_w in memory_rates(tm, wdt, tp)]
-        peak_tp = tm.peak(pr.dtype) * tp
+        regimes = memory_rates(tm, wdt, tp)
+        peak = tm.peak(pr.dtype)
+        peak_tp = peak * tp
         attn_rate = tm.attention_flop_per_s
-        attn_own = attn_rate is not None and attn_rate != tm.peak(pr.dtype)
+        attn_own = attn_rate is not None and attn_rate != peak
+        names = lin.operators
+        self.terms = lin
         # per operator: weight bytes (constant), other bytes per token, KV bytes read per cached token, FLOPs per
-        # token, FLOPs per attention pair (scalar_terms' formulas with the configuration factored out)
-        if spec.is_abstract:
-            N = spec.raw_params
-            names: tuple[str, ...] = ("linear",)
-            w, per_t, per_l, f_t, f_p = [N * wb], [0.0], [0.0], [2.0 * N], [0.0]
-            nl, vocab, d_ab, moe = 0, 0, 0.0, False
-        else:
-            s = model_shape(spec)
-            nl, d, H, KV, hd, moe, vocab = s.nl, s.d, s.H, s.KV, s.hd, s.moe, s.vocab
-            names = ("embed", "qkv", "attn_scores", "attn_values", "out_proj") + (("router",) if moe else ())
-            names += ("mlp", "norms", "lm_head")
-            m = s.n_moe_layers if moe else 0
-            mlp_f = 2.0 * s.dense_mlp * s.dense_layers + (2.0 * (s.k * s.expert + s.shared) * m if moe else 0.0)
-            mlp_a = s.dense_layers * (2 * d + s.mlp_matrices * s.d_ff) * ab
-            if moe:
-                mlp_a += m * (2 * d + s.k * s.mlp_matrices * s.d_ff_expert) * ab
-            mlp_w = s.dense_layers * s.dense_mlp * wb + (m * s.shared * wb if moe else 0.0)
-            attn_a = nl * H * hd * ab
-            w = [0.0, s.qkv_w * wb, 0.0, 0.0, nl * H * hd * d * wb]
-            per_t = [d * ab, nl * (d + s.qkv_out) * ab + nl * 2 * KV * hd * kb, attn_a, attn_a, nl * (H * hd + d) * ab]
-            per_l = [0.0, 0.0, nl * KV * hd * kb, nl * KV * hd * kb, 0.0]
-            f_t = [0.0, 2.0 * d * s.qkv_out * nl, 0.0, 0.0, 2.0 * H * hd * d * nl]
-            f_p = [0.0, 0.0, 2.0 * H * hd * nl, 2.0 * H * hd * nl, 0.0]
-            if moe:
-                w.append(m * s.router * wb)
-                per_t.append(0.0)
-                per_l.append(0.0)
-                f_t.append(2.0 * s.router * m)
-                f_p.append(0.0)
-            w += [mlp_w, s.norm * wb, s.lm_head * wb]
-            per_t += [mlp_a, 2 * (2 * nl + 1) * d * ab, (d + vocab) * ab]
-            per_l += [0.0, 0.0, 0.0]
-            f_t += [mlp_f, 4.0 * d * (2 * nl + 1), 2.0 * d * vocab]
-            f_p += [0.0, 0.0, 0.0]
-            d_ab = d * ab
-            self.n_experts, self.k_share = float(s.n_experts), 1.0 - s.k / s.n_experts if moe else 0.0
-            self.mlp_e = [m * s.expert * wb * r[1] for r in regimes]  # seconds per distinct expert (a mixture)
+        # token, FLOPs per attention pair, weight bytes per embedding row and per distinct expert (the table's rows)
+        w, rows_w, touched_w = (lin.bytes_weights[j].tolist() for j in (0, 4, 5))
+        per_t = (lin.bytes_act[1] + lin.bytes_kv_write[1]).tolist()
+        per_l = lin.bytes_kv_read[3].tolist()
+        f_t, f_p = lin.flops[1].tolist(), lin.flops[2].tolist()
+        s = None if spec.is_abstract else model_shape(spec)
+        nl, vocab, moe = (s.nl, s.vocab, s.moe) if s is not None else (0, 0, False)
+        d_ab = s.d * dtype_bytes(pr.dtype) if s is not None else 0.0
+        self.n_experts = float(s.n_experts) if s is not None else 0.0
+        self.k_share = 1.0 - s.k / s.n_experts if s is not None and moe else 0.0
         sampling = (e.sampling_passes if e is not None else 0.0) if vocab and "lm_head" in names else 0.0
         attn = [i for i, name in enumerate(names) if name in ATTENTION_OPERATORS]
         head = names.index("lm_head") if "lm_head" in names else -1
         mlp = names.index("mlp") if moe else -1
+        embed = names.index("embed") if "embed" in names else -1
         # the embedding (its rows) and a mixture's MLP (its experts) have terms of their own: priced apart
-        rest = [i for i in range(len(names)) if i not in attn and names[i] != "embed" and i != mlp]
+        rest = [i for i in range(len(names)) if i not in attn and i != embed and i != mlp]
         # seconds per unit of each term, per memory regime
-        per_t_s = [[per_t[i] / r[0] + (vocab * 4.0 * sampling / r[0] if i == head else 0.0) for i in
-                    range(len(names))] for r in regimes]  # fmt: skip
-        self.rest_w = [[w[i] * r[1] for i in rest] for r in regimes]
-        self.rest_t = [[per_t_s[j][i] for i in rest] for j in range(2)]
-        self.rest_c = [f_t[i] / peak_tp for i in rest]
-        self.embed_w = [d * wb * r[1] for r in regimes] if not spec.is_abstract else None
-        self.embed_t = [per_t_s[j][0] for j in range(2)]
+        per_t_s = [[per_t[i] / bw + (vocab * 4.0 * sampling / bw if i == head else 0.0) for i in range(len(names))]
+                   for bw, _ in regimes]  # fmt: skip
+        self.half = tm.matmul_half_tokens
+        self.overlap = tm.overlap
+        tables = [_piecewise([(w[i] * per_w, per_t_s[j][i], f_t[i] / peak_tp) for i in rest], self.half, self.overlap)
+                  for j, (_, per_w) in enumerate(regimes)]  # fmt: skip
+        self.knots, self.icpt, self.slope = ([t[j] for t in tables] for j in range(3))
+        self.embed_w = [rows_w[embed] * per_w for _, per_w in regimes] if embed >= 0 else None
+        self.embed_t = [per_t_s[j][embed] for j in range(2)] if embed >= 0 else [0.0, 0.0]
         self.moe = moe
         if moe:
             self.mlp_w = [(w[mlp] * r[1], per_t_s[j][mlp], f_t[mlp] / peak_tp) for j, r in enumerate(regimes)]
+            self.mlp_e = [touched_w[mlp] * r[1] for r in regimes]  # seconds per distinct expert
         self.n_attn = len(attn)
         a0 = attn[0] if attn else 0
         self.attn_t = [per_t[a0] / r[0] for r in regimes] if attn else [0.0, 0.0]
-        self.attn_l = [per_l[a0] / r[0] * (1.0 + r[2]) for r in regimes] if attn else [0.0, 0.0]
+        self.attn_l = [per_l[a0] / r[0] * (1.0 + kv_extra) for r in regimes] if attn else [0.0, 0.0]
         self.attn_c = f_p[a0] / ((attn_rate * tp) if attn_own else peak_tp) if attn else 0.0  # type: ignore[operator]
         self.attn_scaled = not attn_own
         self.vocab = float(vocab)
-        self.half = tm.matmul_half_tokens
-        self.overlap = tm.overlap
         self.fixed = float(tm.overhead_s(nl) if pr.overhead_s is None else pr.overhead_s)
         self.comm_0 = self.comm_t = 0.0
         if tp > 1:
@@ -389,21 +396,14 @@ class _Pricer:
     def rest(self, T: float) -> float:
         """Seconds of every operator but the attention products at T tokens."""
         k = 1 if T == 1.0 else 0
-        Tc = T * (1.0 + self.half / T) if self.half else T
-        total = 0.0
+        i = bisect.bisect_right(self.knots[k], T)
+        total = self.icpt[k][i] + self.slope[k][i] * T
         if self.embed_w is not None:  # the embedding reads min(T, vocab) rows and computes nothing
-            total = (T if T < self.vocab else self.vocab) * self.embed_w[k] + T * self.embed_t[k]
-        if self.overlap >= 1.0:
-            for w, t, c in zip(self.rest_w[k], self.rest_t[k], self.rest_c, strict=True):
-                m, c = w + T * t, Tc * c
-                total += m if m >= c else c
-        else:
-            for w, t, c in zip(self.rest_w[k], self.rest_t[k], self.rest_c, strict=True):
-                total += self._op(w + T * t, Tc * c)
+            total += (T if T < self.vocab else self.vocab) * self.embed_w[k] + T * self.embed_t[k]
         if self.moe:  # a mixture's MLP streams the distinct experts its tokens touch
             touched = self.n_experts * (1.0 - self.k_share**T)
             w, t, c = self.mlp_w[k]
-            total += self._op(w + touched * self.mlp_e[k] + T * t, Tc * c)
+            total += self._op(w + touched * self.mlp_e[k] + T * t, (T + self.half) * c)
         return total
 
     def attention(self, T: float, cached: float, pairs: float) -> float:
@@ -427,10 +427,28 @@ class _Pricer:
         return t
 
     def seconds(self, B: int, n: int, L: int, vis: float) -> float:
-        """One pass: ``B`` sequences of ``n`` new tokens (``vis`` visible pairs among them) over ``L`` cached."""
+        """One pass: ``B`` sequences of ``n`` new tokens (``vis`` visible pairs among them) over ``L`` cached.
+
+        ``finish(rest + attention)`` written out (the same operations in the same order: a call costs more here)."""
         T, Bf = float(B * n), float(B)
-        pairs = Bf * (n * float(L) + vis)
-        return self.finish(self.rest(T) + self.attention(T, Bf * L, pairs), T, Bf)
+        t = self.rest(T)
+        if self.n_attn:
+            k = 1 if T == 1.0 else 0
+            comp = Bf * (n * float(L) + vis) * self.attn_c
+            if self.half and self.attn_scaled:
+                comp = comp * (1.0 + self.half / T)
+            mem = T * self.attn_t[k] + Bf * L * self.attn_l[k]
+            if self.overlap >= 1.0:
+                t += self.n_attn * (mem if mem >= comp else comp)
+            else:
+                t += self.n_attn * (max(mem, comp) + (1.0 - self.overlap) * min(mem, comp))
+        t = t + self.fixed + (self.comm_0 + self.comm_t * T)
+        if self.host > 0 and self.host > t:
+            t = self.host
+        if self.step_s >= 0.0:
+            step = self.step_s + self.step_per_seq * Bf
+            t = (t if t >= step else step) if self.step_overlap else t + step
+        return t
 
     def levels(self, B: int, L: int, widths: list[int]) -> float:
         """One pass per tree level (``widths[l]`` new tokens over L and the levels before), summed as numpy sums
@@ -438,12 +456,31 @@ class _Pricer:
         Bf, c = float(B), L
         rests: dict[int, float] = {}
         out = []
+        if not self.n_attn or self.overlap < 1.0 or self.host > 0 or self.step_s >= 0.0:
+            for w in widths:
+                T = float(B * w)
+                rest = rests.get(w)
+                if rest is None:
+                    rest = rests[w] = self.rest(T)
+                pairs = Bf * (w * float(c) + w * (w + 1) / 2.0)
+                out.append(self.finish(rest + self.attention(T, Bf * c, pairs), T, Bf))
+                c += w
+            return array_sum(out)
+        # the common case (full overlap, no host floor or step time) written out: finish(rest + attention) per level,
+        # the same operations in the same order (as in chain)
+        n_attn, per_pair, half = self.n_attn, self.attn_c, self.half if self.attn_scaled else 0.0
+        fixed, comm_0, comm_t = self.fixed, self.comm_0, self.comm_t
         for w in widths:
             T = float(B * w)
             rest = rests.get(w)
             if rest is None:
                 rest = rests[w] = self.rest(T)
-            out.append(self.finish(rest + self.attention(T, Bf * c, Bf * (w * float(c) + w * (w + 1) / 2.0)), T, Bf))
+            k = 1 if T == 1.0 else 0
+            comp = Bf * (w * float(c) + w * (w + 1) / 2.0) * per_pair
+            if half:
+                comp = comp * (1.0 + half / T)
+            mem = T * self.attn_t[k] + Bf * c * self.attn_l[k]
+            out.append(rest + n_attn * (mem if mem >= comp else comp) + fixed + (comm_0 + comm_t * T))
             c += w
         return array_sum(out)
 
@@ -451,9 +488,24 @@ class _Pricer:
         """``g`` one-token passes at contexts L, L + 1, ..., summed in order (a chain's draft steps)."""
         Bf = float(B)
         rest = self.rest(Bf)
+        if not self.n_attn or self.overlap < 1.0 or self.host > 0 or self.step_s >= 0.0:
+            total = 0.0
+            for c in range(L, L + g):
+                total += self.finish(rest + self.attention(Bf, Bf * c, Bf * (c + 1.0)), Bf, Bf)
+            return total
+        # the common case (full overlap, no host floor or step time) written out: finish(rest + attention) per step,
+        # the same operations in the same order
+        k = 1 if Bf == 1.0 else 0
+        n_attn, mem_t, mem_l, per_pair = self.n_attn, Bf * self.attn_t[k], self.attn_l[k], self.attn_c
+        scale = 1.0 + self.half / Bf if self.half and self.attn_scaled else 0.0
+        fixed, comm = self.fixed, self.comm_0 + self.comm_t * Bf
         total = 0.0
         for c in range(L, L + g):
-            total += self.finish(rest + self.attention(Bf, Bf * c, Bf * (c + 1.0)), Bf, Bf)
+            comp = Bf * (c + 1.0) * per_pair
+            if scale:
+                comp = comp * scale
+            mem = mem_t + Bf * c * mem_l
+            total += rest + n_attn * (mem if mem >= comp else comp) + fixed + comm
         return total
 
 
@@ -470,9 +522,11 @@ def scalar_pricer(spec: ModelSpec, pr: Pricing, tp: int) -> _Pricer | None:
     e = tm.engine
     if (e is not None and e.launches) or (tp > 1 and tm.interconnect_bytes_per_s is None):
         return None
-    if spec.is_mla or spec.n_sliding_layers:  # the pricer's attention constants are standard full attention's
+    wb, ab, kb = dtype_bytes(pr.stored_weight_dtype), dtype_bytes(pr.dtype), dtype_bytes(pr.kv_dtype or pr.dtype)
+    lin = linear_terms(spec, wb, ab, kb)
+    if lin is None:  # latent or sliding attention: the table's attention terms are standard full attention's
         return None
-    pricer = _Pricer(spec, pr, tp)
+    pricer = _Pricer(spec, pr, tp, lin)
     if len(_PRICERS) > 256:  # early exit builds a truncated spec per call: keep the table small
         _PRICERS.clear()
     _PRICERS[(id(spec), id(pr), tp)] = (spec, pr, tm, pricer)
@@ -731,11 +785,12 @@ class _StepPricer:
 
     Each per-operator FLOP count, byte count and memory or compute second of a standard-attention pass is a
     sum of constants times the pass's variables (1, T = batch x new tokens, attention pairs, cached tokens,
-    embedding rows min(T, vocab), distinct experts touched): :func:`scalar_terms` and :func:`_scalar_times`
-    factored (docs/cost-model.md, sections 2 and 6). So a (6, 7 n_operators + 5) matrix per memory regime holds
-    every row and the totals, and a pass is one vector-matrix product and a maximum, not a Python loop per
-    operator (every term is non-negative: the regrouped sums agree with the array path to a few units in the last
-    place). The pass's total is :meth:`_Pricer.seconds`, the float pass_seconds and speedup use. Built only where
+    embedding rows min(T, vocab), distinct experts touched): the table :func:`roofline.cost.linear_terms` (the one
+    :class:`_Pricer` reads) priced at :func:`_scalar_times`' rates (docs/cost-model.md, sections 2 and 6). So a
+    (6, 7 n_operators + 5) matrix per memory regime holds every row and the totals, and a pass is one
+    vector-matrix product and a maximum, not a Python loop per operator (every term is non-negative: the
+    regrouped sums agree with the array path to a few units in the last place). The pass's total is
+    :meth:`_Pricer.seconds`, the float pass_seconds and speedup use. Built only where
     :func:`scalar_pricer` would be and for concrete models (``step_pricer``)."""
 
     __slots__ = ("operators", "k", "mats", "half", "scaled", "overlap", "fixed", "seconds", "vocab", "n_experts",
@@ -746,39 +801,12 @@ class _StepPricer:
         tm, e, wdt = pr.time_model, pr.time_model.engine, pr.stored_weight_dtype
         wb, ab, kb = dtype_bytes(wdt), dtype_bytes(pr.dtype), dtype_bytes(pr.kv_dtype or pr.dtype)
         s = model_shape(spec)
-        nl, d, H, KV, hd, moe, vocab = s.nl, s.d, s.H, s.KV, s.hd, s.moe, s.vocab
-        names = OPERATORS if moe else _DENSE_OPERATORS
-        k = len(names)
-        m = s.n_moe_layers if moe else 0
-        # per operator and variable (1, T, pairs, cached, rows, touched): scalar_terms' formulas factored
-        flops, w, kr, kw, a = (np.zeros((6, k)) for _ in range(5))
+        nl, d, moe, vocab = s.nl, s.d, s.moe, s.vocab
+        # per variable (1, T, pairs, cached, rows, touched) and operator: the scalar pricer's table (cost.linear_terms)
+        lin = pricer.terms
+        names, k = lin.operators, len(lin.operators)
+        flops, w, kr, kw, a = lin.flops, lin.bytes_weights, lin.bytes_kv_read, lin.bytes_kv_write, lin.bytes_act
         ix = {name: i for i, name in enumerate(names)}
-        flops[1, ix["qkv"]] = 2.0 * d * s.qkv_out * nl
-        flops[2, ix["attn_scores"]] = flops[2, ix["attn_values"]] = 2.0 * H * hd * nl
-        flops[1, ix["out_proj"]] = 2.0 * H * hd * d * nl
-        flops[1, ix["mlp"]] = 2.0 * s.dense_mlp * s.dense_layers + (2.0 * (s.k * s.expert + s.shared) * m if moe else 0)
-        flops[1, ix["norms"]] = 4.0 * d * (2 * nl + 1)
-        flops[1, ix["lm_head"]] = 2.0 * d * vocab
-        w[4, ix["embed"]] = d * wb
-        w[0, ix["qkv"]] = s.qkv_w * wb
-        w[0, ix["out_proj"]] = nl * H * hd * d * wb
-        w[0, ix["mlp"]] = s.dense_layers * s.dense_mlp * wb + (m * s.shared * wb if moe else 0.0)
-        w[0, ix["norms"]] = s.norm * wb
-        w[0, ix["lm_head"]] = s.lm_head * wb
-        kr[3, ix["attn_scores"]] = kr[3, ix["attn_values"]] = nl * KV * hd * kb
-        kw[1, ix["qkv"]] = nl * 2 * KV * hd * kb
-        a[1, ix["embed"]] = d * ab
-        a[1, ix["qkv"]] = nl * (d + s.qkv_out) * ab
-        a[1, ix["attn_scores"]] = a[1, ix["attn_values"]] = nl * H * hd * ab
-        a[1, ix["out_proj"]] = nl * (H * hd + d) * ab
-        a[1, ix["mlp"]] = s.dense_layers * (2 * d + s.mlp_matrices * s.d_ff) * ab
-        a[1, ix["norms"]] = 2 * (2 * nl + 1) * d * ab
-        a[1, ix["lm_head"]] = (d + vocab) * ab
-        if moe:
-            flops[1, ix["router"]] = 2.0 * s.router * m
-            w[0, ix["router"]] = m * s.router * wb
-            w[5, ix["mlp"]] = m * s.expert * wb
-            a[1, ix["mlp"]] += m * (2 * d + s.k * s.mlp_matrices * s.d_ff_expert) * ab
         # compute seconds: the attention products at their own rate (and not saturating) where the profile has one
         peak = tm.peak(pr.dtype)
         attn = np.isin(np.asarray(names), ATTENTION_OPERATORS)

@@ -22,8 +22,16 @@ import pandas as pd
 
 from roofline.acceptance_kinds import check_mean_accepted
 from roofline.closed_forms import expected_tokens
-from roofline.cost import frozen
-from roofline.drafters import DrafterLike, as_drafter, default_gamma, default_tree, round_time, tree_preset
+from roofline.cost import frozen, scalar_count
+from roofline.drafters import (
+    DrafterLike,
+    as_drafter,
+    chain_plan,
+    default_gamma,
+    default_tree,
+    round_time,
+    tree_preset,
+)
 from roofline.engine import Engine
 from roofline.errors import SpecroofError, check_min
 from roofline.gamma_policies import HeuristicSchedule, PolicyRun, simulate_policy
@@ -161,13 +169,21 @@ def predict_speedup(
     """
     pr = pricing_of(hardware, engine=engine, dtype=dtype, weight_dtype=weight_dtype, kv_dtype=kv_dtype, tp=tp)
     spec, d = get_model(target), as_drafter(drafter)
-    B = int(check_min("batch", batch, 1, integer=True))
-    L = int(check_min("context", context, 0, integer=True))
+    B, L = scalar_count(batch, 1), scalar_count(context, 0)  # a valid count as it is; anything else checked here
+    if B is None:
+        B = int(check_min("batch", batch, 1, integer=True))
+    if L is None:
+        L = int(check_min("context", context, 0, integer=True))
     if mean_accepted is None and alpha is None:
         raise SpecroofError("give mean_accepted (tokens per round) or alpha (per-token acceptance)")
     if mean_accepted is not None and not (np.isfinite(mean_accepted) and mean_accepted >= 1.0):
         raise SpecroofError(f"mean_accepted is tokens per round, at least 1 (got {mean_accepted})")
-    base = float(pass_seconds(spec, pr, B, 1, L))
+    # a draft model's chain of a whole-number length: every pass from its plan's floats (round_time's numbers)
+    times = None
+    if tree is None and type(gamma) is int and gamma >= 1:
+        plan = chain_plan(pr, spec, d)
+        times = plan.times(gamma, B, L) if plan is not None else None
+    base = times[0] if times is not None else float(pass_seconds(spec, pr, B, 1, L))
     t = tree_preset(tree) if tree is not None else (default_tree(d) if gamma is None else None)
     if t is not None:
         if mean_accepted is None:
@@ -175,7 +191,7 @@ def predict_speedup(
         # one path of the tree is accepted: a round emits at most depth + 1 tokens
         E = check_mean_accepted(float(mean_accepted), depth=t.depth, speculative=False)
         rt = round_time(pr, spec, d, t, B, L)
-        t_draft, t_verify = float(rt.t_draft_s), float(rt.t_verify_s)
+        t_draft, t_verify, round_host = float(rt.t_draft_s), float(rt.t_verify_s), float(rt.t_round_host_s)
         g_out, nodes = None, t.n_nodes
     elif gamma == "heuristic":
         if mean_accepted is None:
@@ -185,6 +201,7 @@ def predict_speedup(
         share = np.array([w for _, w in mix])
         rt = round_time(pr, spec, d, gs, B, L)  # every draft length the schedule picks, in one call
         t_draft, t_verify = float(share @ rt.t_draft_s), float(share @ rt.t_verify_s)
+        round_host = float(rt.t_round_host_s)
         g_out, nodes = float(gs @ share), None
     else:
         if gamma is None:
@@ -198,10 +215,12 @@ def predict_speedup(
         E = check_mean_accepted(E, gamma=g, speculative=False)
         # n-gram drafting verifies only the requests whose n-gram matched: the round's tokens are their share
         E = d.tokens_per_round(E) if hasattr(d, "tokens_per_round") else E
-        rt = round_time(pr, spec, d, np.asarray(g), B, L)
-        t_draft, t_verify = float(rt.t_draft_s), float(rt.t_verify_s)
+        if times is not None:
+            t_draft, t_verify, round_host = times[1], times[2], times[3]
+        else:
+            rt = round_time(pr, spec, d, np.asarray(g), B, L)
+            t_draft, t_verify, round_host = float(rt.t_draft_s), float(rt.t_verify_s), float(rt.t_round_host_s)
         g_out, nodes = float(g), None
-    round_host = float(rt.t_round_host_s)
     t_round = t_draft + t_verify + round_host
     # every field given: the instance without the frozen dataclass's per-field __setattr__ (cost.frozen)
     result: PredictedSpeedup = frozen(

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -39,7 +40,7 @@ from roofline.dtypes import (
 )
 from roofline.engine import Engine, load_engine
 from roofline.errors import SpecroofError
-from roofline.hardware import Hardware, load_hardware
+from roofline.hardware import Hardware, _builtin_paths, _resolve_cached, load_hardware
 from roofline.measured_engine import MeasuredEngine
 from roofline.timemodel import TimeModel
 
@@ -311,6 +312,8 @@ def pricing_of(hardware: Pricing | Hardware | str | Path, **options: Any) -> Pri
                 break
         else:  # a Pricing and no option: the scalar calls' usual case, answered without building the dict below
             return hardware
+    if type(hardware) is str and all(type(v) in _PLAIN for v in options.values()):
+        return _named(hardware, options)
     given = {k: v for k, v in options.items() if v is not None}
     if isinstance(hardware, Pricing):
         for key, value in given.items():
@@ -318,6 +321,46 @@ def pricing_of(hardware: Pricing | Hardware | str | Path, **options: Any) -> Pri
                 raise SpecroofError(f"give a Pricing or {key}=, not both (the Pricing already sets {key})")
         return hardware
     return Pricing.of(hardware, **given)
+
+
+_PLAIN = (str, int, float, bool, type(None))
+
+#: (profile name or path, options) -> (the file load_hardware reads, its mtime, the Pricing): a Pricing asked for by
+#: name is found again with one stat of its file, not load_hardware's path resolution and Pricing.of's keyword
+#: handling on every call; a rewritten file gets a new Pricing, as there
+_NAMED: dict[tuple[Any, ...], tuple[str, int, Pricing]] = {}
+
+
+def _stamp(path: str) -> int:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return -1
+
+
+def _named(text: str, options: dict[str, Any]) -> Pricing:
+    """``Pricing.of(text, **options)`` (options at None left out) for plain options, looked up by (text, options)
+    and the profile file's mtime."""
+    key = (text, *options.items())
+    hit = _NAMED.get(key)
+    if hit is not None:
+        path, stamp, pr = hit
+        if _stamp(path) == stamp:
+            return pr
+    # load_hardware's rule: a .toml name or an existing file is a path, anything else a built-in profile's name (a
+    # name once resolved to a built-in profile stays it while that file is unchanged: one stat per call, not two)
+    is_path = text.endswith(".toml") or os.path.isfile(text)
+    try:
+        path = text if is_path else str(_builtin_paths()[_resolve_cached(text)])
+    except SpecroofError:  # an unknown name: Pricing.of says so
+        path = ""
+    stamp = _stamp(path) if path else -1  # before the load: a file rewritten meanwhile is read again next time
+    pr = Pricing.of(text, **{k: v for k, v in options.items() if v is not None})
+    if stamp != -1:
+        if len(_NAMED) > 512:
+            _NAMED.clear()
+        _NAMED[key] = (path, stamp, pr)
+    return pr
 
 
 def replace_hardware(pricing: Pricing, hardware: Pricing | Hardware | str | Path) -> Pricing:

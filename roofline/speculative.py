@@ -34,8 +34,9 @@ from roofline.closed_forms import (
     ideal_speedup,
     optimal_gamma,
 )
-from roofline.cost import frozen
+from roofline.cost import frozen, scalar_count
 from roofline.drafters import (
+    ChainPlan,
     Ctx,
     Drafter,
     DrafterLike,
@@ -46,6 +47,7 @@ from roofline.drafters import (
     PromptLookup,
     SlidingWindowSelfDraft,
     as_drafter,
+    chain_plan,
     draft_pricing,
     owns_weights,
     round_time,
@@ -270,6 +272,15 @@ def speedup(
     )
     spec = get_model(target)
     d = as_drafter(drafter)
+    if type(alpha_or_curve) is float and not curve and draft_hardware is None and type(round_overhead_s) is float:
+        # one configuration of a draft model's chain, every input valid: the plan's floats (the checks below pass)
+        g1, b1, c1 = scalar_count(gamma, 0), scalar_count(batch, 1), scalar_count(context, 0)
+        if g1 is not None and b1 is not None and c1 is not None and 0.0 <= round_overhead_s < math.inf:
+            plan = chain_plan(pr, spec, d) if 0.0 <= alpha_or_curve <= 1.0 else None
+            if plan is not None:
+                fast = _planned_speedup(plan, d.name, alpha_or_curve, g1, b1, c1, round_overhead_s)
+                if fast is not None:
+                    return fast
     if gamma is None:
         raise SpecroofError("gamma (draft tokens per round) is required: give an integer >= 0, or an array of them")
     g = check_min("gamma", gamma, 0, integer=True)
@@ -323,6 +334,42 @@ def speedup(
         fits_in_memory=mem <= cap,
         drafter=d.name,
     )
+
+
+def _planned_speedup(
+    plan: ChainPlan, name: str, alpha: float, g: int, B: int, L: int, round_overhead_s: float
+) -> SpeedupResult | None:
+    """:func:`_scalar_speedup` of a draft model's chain from its :class:`roofline.drafters.ChainPlan`: the same
+    floats in the same order, the same result types; None where a pass runs past a model's context."""
+    times = plan.times(g, B, L, round_overhead_s)
+    if times is None:
+        return None
+    base, t_draft, t_verify, host = times
+    if g == 0:  # plain decoding: no draft, no verify overhead, one token per step
+        E, t_draft, t_verify, t_round = 1.0, 0.0, base, base
+    else:
+        E = expected_tokens_scalar(alpha, g)
+        t_round = t_draft + t_verify + host
+    f64 = np.float64
+    # DraftModel.extra_memory_bytes and memory_footprint's sums (their order of operations: the same bytes)
+    extra_bytes = plan.draft_weights_bytes + B * (L + 1) * plan.draft_kv_per_token * plan.draft_kv_bytes
+    n = g + 1
+    kv, act = B * (L + n) * plan.kv_per_token * plan.kv_bytes, B * n * plan.act_per_token * plan.act_bytes
+    total = plan.weights_bytes + kv + act
+    on_device = total - (plan.weights_bytes if plan.offloaded else 0.0)
+    mem = f64((on_device / plan.tp) + extra_bytes)
+    result: SpeedupResult = frozen(
+        SpeedupResult,
+        {
+            "gamma": np.asarray(g, dtype=np.int64), "expected_tokens": np.asarray(E), "t_base_s": np.asarray(base),
+            "t_draft_s": np.asarray(t_draft), "t_verify_s": np.asarray(t_verify), "t_round_host_s": host,
+            "t_round_s": np.asarray(t_round), "speedup": f64(E * base / t_round),
+            "tokens_per_s_per_user": f64(E / t_round), "tokens_per_s_total": f64(B * E / t_round),
+            "baseline_tokens_per_s_per_user": f64(1.0 / base), "extra_memory_bytes": np.asarray(extra_bytes),
+            "memory_bytes": mem, "fits_in_memory": np.bool_(mem <= plan.capacity), "drafter": name,
+        },
+    )  # fmt: skip
+    return result
 
 
 def _scalar_speedup(

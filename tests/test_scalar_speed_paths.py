@@ -1,8 +1,9 @@
 """The plain-float paths of pass_seconds, speedup and predict_speedup give the array paths' numbers and types.
 
-The reference is the same call with the scalar pricer switched off (``scalar_pricer`` answering None), which
-sends every pass through the numpy time model and every round through its array formulas. No timing here
-(benchmarks/bench_scalar.py times them).
+The reference is the same call with the scalar pricer and a draft model's chain plan switched off
+(``scalar_pricer`` and ``chain_plan`` answering None), which sends every pass through the numpy time model and
+every round through its array formulas: every preset, chain, tree and n-gram drafters, the engines. No timing
+here (benchmarks/bench_scalar.py times them).
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import itertools
 import numpy as np
 import pytest
 
+import roofline.engine as engine_mod
 import roofline.passtime as passtime
+import roofline.predict as predict
 import roofline.speculative as speculative
 from roofline.closed_forms import expected_tokens, expected_tokens_scalar
 from roofline.drafters import TREE_PRESETS, as_drafter, round_time
@@ -38,6 +41,9 @@ def array_path(monkeypatch):
         with monkeypatch.context() as m:
             m.setattr(passtime, "scalar_pricer", lambda *a, **k: None)
             m.setattr(speculative, "scalar_pricer", lambda *a, **k: None)
+            # a draft model's chain plan holds pricers built before the switch: it steps aside too
+            m.setattr(speculative, "chain_plan", lambda *a, **k: None)
+            m.setattr(predict, "chain_plan", lambda *a, **k: None)
             yield
 
     return off
@@ -213,3 +219,168 @@ def test_every_preset_prices_the_same_with_and_without_the_scalar_pricer(engine,
         with array_path():
             slow_s = speedup(pr, spec, drafter, 0.7, 3, context=512).speedup
         np.testing.assert_allclose(float(fast_s), float(slow_s), rtol=REL, atol=0, err_msg=name)
+
+
+# -- every preset x drafter kinds x engines: the plans and pricers against the array path ----------------------------
+
+GRID_ENGINES = (None, "hf", "vllm", "serving", "compiled")
+#: (alpha, gamma, batch, context): a short and a long chain, one draft, a batch and an empty cache
+ROUNDS = ((0.8, 4, 1, 1024), (0.6, 7, 8, 1900), (0.95, 1, 3, 0), (0.7, 0, 2, 512))
+
+
+def _chain_model(spec):
+    """A preset draft model smaller than ``spec`` (None for the smallest presets)."""
+    for name in ("llama-3.2-1b", "llama-68m"):
+        if get_model(name).total_params < spec.total_params:
+            return "model:" + name
+    return None
+
+
+@pytest.mark.parametrize("engine", GRID_ENGINES)
+def test_every_preset_speedup_over_drafters_equals_the_array_path(engine, array_path):
+    pr = _pricing(engine, 1)
+    checked = planned = 0
+    for name in sorted(PRESETS):
+        spec = get_model(name)
+        for drafter in (_chain_model(spec), "eagle3", "prompt-lookup:0.5"):
+            if drafter is None:
+                continue
+            d = as_drafter(drafter)
+            planned += speculative.chain_plan(pr, spec, d) is not None
+            for alpha, gamma, batch, context in ROUNDS:
+                if context + gamma + 1 > min(spec.max_context, getattr(d, "spec", spec).max_context):
+                    continue
+                fast = speedup(pr, spec, d, alpha, gamma, batch=batch, context=context)
+                with array_path():
+                    slow = speedup(pr, spec, d, alpha, gamma, batch=batch, context=context)
+                _same(fast, slow, (engine, name, drafter, alpha, gamma, batch, context))
+                checked += 1
+    assert checked >= len(PRESETS) * 2 * len(ROUNDS) - 12  # a few short-context presets skip the long chain
+    # a draft model's chain takes its plan wherever both pricers price (standard attention, no eager launches)
+    assert (planned == 0) == (engine == "hf")
+
+
+@pytest.mark.parametrize("engine", GRID_ENGINES)
+def test_every_preset_predict_speedup_over_drafters_equals_the_array_path(engine, array_path):
+    pr = _pricing(engine, 1)
+    checked = 0
+    for name in sorted(PRESETS):
+        spec = get_model(name)
+        model = _chain_model(spec)
+        calls = [
+            {"drafter": "eagle3", "mean_accepted": 3.0},  # EAGLE-3's dynamic tree, EAGLE-1's static one
+            {"drafter": "eagle", "mean_accepted": 2.6},
+            {"drafter": "prompt-lookup:0.5", "alpha": 0.6, "gamma": 5},
+        ]
+        if model is not None:
+            calls += [
+                {"drafter": model, "alpha": 0.8, "gamma": 4},
+                {"drafter": model, "mean_accepted": 2.5, "gamma": 6},
+            ]
+        for kw in calls:
+            for batch, context in ((1, 1024), (4, 1800), (2, 0)):
+                fast = predict_speedup(hardware=pr, target=spec, batch=batch, context=context, **kw)
+                with array_path():
+                    slow = predict_speedup(hardware=pr, target=spec, batch=batch, context=context, **kw)
+                _same(fast, slow, (engine, name, kw, batch, context))
+                checked += 1
+    no_model = sum(_chain_model(get_model(n)) is None for n in PRESETS)  # the 68M presets: no smaller draft model
+    assert checked == (len(PRESETS) * 5 - no_model * 2) * 3
+
+
+def test_a_chain_plan_is_per_pricing_target_and_draft_model_not_per_round():
+    """One plan serves every (gamma, batch, context): a string drafter resolves to the same plan, another pricing
+    or draft model to another, and a round past a model's context is the array path's to refuse."""
+    pr, spec = Pricing.of("h100-sxm-80gb"), get_model("llama-3.1-8b")
+    plan = speculative.chain_plan(pr, spec, as_drafter("llama-3.2-1b"))
+    assert plan is not None and speculative.chain_plan(pr, spec, as_drafter("model:llama-3.2-1b")) is plan
+    assert speculative.chain_plan(Pricing.of("a100-sxm-80gb"), spec, as_drafter("llama-3.2-1b")) is not plan
+    assert speculative.chain_plan(pr, spec, as_drafter("qwen2.5-0.5b")) is not plan
+    assert speculative.chain_plan(pr, spec, as_drafter("eagle3")) is None  # not a separate draft model
+    assert speculative.chain_plan(pr, spec, as_drafter("llama-3.1-70b")) is None  # not smaller: the formula says so
+    assert plan.times(4, 1, spec.max_context - 4) is None and plan.times(4, 1, spec.max_context - 5) is not None
+    a, b = plan.times(3, 2, 100), plan.times(5, 2, 100)
+    assert a is not None and b is not None and a[0] == b[0] and a[1] < b[1] and a[2] < b[2]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"alpha": 1.5}, r"alpha must lie in \[0, 1\] \(got 1.5\)"),
+        ({"gamma": 0}, r"gamma must be >= 1 \(got 0\)"),
+        ({"gamma": 2.5}, "gamma must be a whole number"),
+        ({"batch": 0}, r"batch must be >= 1 \(got 0\)"),
+        ({"context": -3}, r"context must be >= 0 \(got -3\)"),
+        ({"context": 131_070}, "exceeds"),
+        ({"alpha": None, "mean_accepted": 6.5}, r"exceeds gamma \+ 1 = 5"),
+        ({"drafter": "llama-3.1-70b"}, "is not smaller than the target"),
+    ],
+)
+def test_bad_predict_scalars_raise_the_array_paths_words(kwargs, words, array_path):
+    args = {"drafter": "llama-3.2-1b", "alpha": 0.8, "gamma": 4, "batch": 1, "context": 1024, **kwargs}
+    pr = Pricing.of("h100-sxm-80gb")
+    with pytest.raises(SpecroofError, match=words) as fast:
+        predict_speedup(hardware=pr, target="llama-3.1-8b", **args)
+    with array_path(), pytest.raises(SpecroofError) as slow:
+        predict_speedup(hardware=pr, target="llama-3.1-8b", **args)
+    assert str(fast.value) == str(slow.value)
+
+
+def test_a_named_profile_is_looked_up_by_its_file_and_mtime(tmp_path):
+    """pass_time with a hardware name gives the Pricing.of answer; a profile file rewritten on disk is read again."""
+    import os
+
+    from roofline.hardware import _builtin_paths
+    from roofline.passtime import pass_time
+    from roofline.pricing import pricing_of
+
+    spec = get_model("llama-3.1-8b")
+    by_name = pass_time(spec, "h100-sxm-80gb", 1, 1, 1024)
+    assert float(by_name.t_step_s) == float(pass_time(spec, Pricing.of("h100-sxm-80gb"), 1, 1, 1024).t_step_s)
+    assert pricing_of("h100-sxm-80gb") is pricing_of("h100-sxm-80gb") is Pricing.of("h100-sxm-80gb")
+    assert pricing_of("h100-sxm-80gb", engine="vllm") is Pricing.of("h100-sxm-80gb", engine="vllm")
+    src = tmp_path / "mine.toml"
+    text = _builtin_paths()["h100-sxm-80gb"].read_text()
+    assert "bandwidth_GB_per_s = 3350" in text
+    src.write_text(text)
+    first = pricing_of(str(src))
+    assert pricing_of(str(src)) is first and first.hardware.bandwidth_bytes_per_s == 3350e9
+    src.write_text(text.replace("bandwidth_GB_per_s = 3350", "bandwidth_GB_per_s = 2000"))
+    st = os.stat(src)
+    os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # a new version, whatever the clock's tick
+    second = pricing_of(str(src))
+    assert second is not first and second.hardware.bandwidth_bytes_per_s == 2000e9
+    with pytest.raises(SpecroofError, match="unknown hardware"):
+        pricing_of("no-such-gpu-anywhere")
+
+
+@pytest.mark.parametrize(("overlap", "host"), [(1.0, False), (0.35, False), (1.0, True)])
+def test_chains_levels_and_passes_under_every_time_model_branch_equal_the_array_path(overlap, host, array_path):
+    """The pricer's written-out loops (a chain's steps, a tree's levels) and its piecewise-linear sum of the operators
+    outside attention under a measured profile's terms: gemv bandwidth, the attention rate, small-matmul saturation
+    and partial overlap, a per-step host time, one and two devices."""
+    for engine, tp in itertools.product((None, "serving", "vllm"), (1, 2)):
+        pr = dataclasses.replace(Pricing.of("h100-sxm-80gb", engine=engine, tp=tp))  # a copy: its own time model
+        tm = dataclasses.replace(pr.time_model, gemv_bandwidth_bytes_per_s=2.1e12, attention_flop_per_s=3.0e14,
+                                 matmul_half_tokens=7.0, overlap=overlap)  # fmt: skip
+        if host:  # a host floor per pass that short passes hit, and a step time per sequence (in series or not)
+            e = tm.engine or engine_mod.load_engine("serving")
+            e = dataclasses.replace(e, host_step_s=3e-5, host_step_per_seq_s=2e-6, step_overlap=engine == "vllm")
+            tm = dataclasses.replace(tm, host_pass_s=2.5e-3, engine=e)
+        pr.__dict__["time_model"] = tm
+        for name in ("llama-3.1-8b", "mixtral-8x7b", "llama-68m"):
+            spec = get_model(name)
+            assert passtime.scalar_pricer(spec, pr, tp) is not None
+            for b, c, g, widths in ((1, 1024, 6, [1, 4, 4, 4]), (3, 0, 1, [2]), (16, 1500, 9, [10, 10, 10, 1])):
+                chain = passtime.chain_seconds(spec, pr, b, c, g, tp)
+                levels = passtime.levels_seconds(spec, pr, widths, b, c, tp)
+                one = passtime.pass_seconds(spec, pr, b, 7, c)
+                with array_path():
+                    steps = passtime.pass_seconds(spec, pr, np.array([b]), 1, c + np.arange(g))
+                    starts = c + np.concatenate([[0], np.cumsum(widths)[:-1]])
+                    per_level = passtime.pass_seconds(spec, pr, b, np.array(widths), starts)
+                    slow = passtime.pass_seconds(spec, pr, np.array([b]), np.array([7]), np.array([c]))
+                where = (engine, tp, name, b, c)
+                assert chain == pytest.approx(float(np.cumsum(steps)[-1]), rel=REL, abs=0), where
+                assert levels == pytest.approx(float(np.sum(per_level)), rel=REL, abs=0), where
+                assert float(one) == pytest.approx(float(slow[0]), rel=REL, abs=0), where
