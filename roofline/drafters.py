@@ -63,7 +63,7 @@ from roofline.passtime import (
 from roofline.pricing import Pricing, pricing_of
 from roofline.timemodel import _dense_layer_kernels as dense_layer_kernels
 from roofline.timemodel import combine
-from roofline.trees import Tree
+from roofline.trees import Tree, TreeLevels
 
 Array = npt.NDArray[np.float64]
 
@@ -247,6 +247,13 @@ def _levels(ctx: Ctx, spec: ModelSpec, widths: Sequence[int], batch: int, contex
     return float(np.sum(t))
 
 
+def _tree_levels(ctx: Ctx, passes: tuple[ModelSpec, Sequence[int], int], batch: int) -> float:
+    """A tree drafted level by level: ``passes`` is a drafter's ``tree_passes`` (the model, the width of each
+    level's pass and the context of the first), one pass per level (:func:`_levels`)."""
+    spec, widths, context = passes
+    return _levels(ctx, spec, widths, batch, context)
+
+
 def _check_smaller(draft: ModelSpec, target: ModelSpec) -> None:
     if _params(draft) >= _params(target):
         raise SpecroofError(
@@ -291,9 +298,12 @@ class DraftModel(_SmallModel):
         _check_smaller(self.spec, ctx.target)
         return _steps(ctx, self.spec, gamma, batch, context)
 
-    def tree_draft_time(self, ctx: Ctx, widths: Sequence[int], batch: int, context: int) -> float:
+    def tree_passes(self, ctx: Ctx, widths: Sequence[int], context: int) -> tuple[ModelSpec, Sequence[int], int]:
         _check_smaller(self.spec, ctx.target)
-        return _levels(ctx, self.spec, widths, batch, context)
+        return self.spec, widths, context
+
+    def tree_draft_time(self, ctx: Ctx, widths: Sequence[int], batch: int, context: int) -> float:
+        return _tree_levels(ctx, self.tree_passes(ctx, widths, context), batch)
 
 
 @dataclass(frozen=True)
@@ -340,9 +350,12 @@ class EarlyExit:
     def extra_memory_bytes(self, ctx: Ctx, batch: ArrayLike, context: ArrayLike) -> Array:
         return _no_memory(batch, context)
 
-    def tree_draft_time(self, ctx: Ctx, widths: Sequence[int], batch: int, context: int) -> float:
+    def tree_passes(self, ctx: Ctx, widths: Sequence[int], context: int) -> tuple[ModelSpec, Sequence[int], int]:
         self._check(ctx)
-        return _levels(ctx, self._first(ctx.target), widths, batch, context)
+        return self._first(ctx.target), widths, context
+
+    def tree_draft_time(self, ctx: Ctx, widths: Sequence[int], batch: int, context: int) -> float:
+        return _tree_levels(ctx, self.tree_passes(ctx, widths, context), batch)
 
 
 @dataclass(frozen=True)
@@ -509,8 +522,11 @@ class SlidingWindowSelfDraft:
     def extra_memory_bytes(self, ctx: Ctx, batch: ArrayLike, context: ArrayLike) -> Array:
         return _no_memory(batch, context)
 
+    def tree_passes(self, ctx: Ctx, widths: Sequence[int], context: int) -> tuple[ModelSpec, Sequence[int], int]:
+        return ctx.target, widths, min(context, self.window)
+
     def tree_draft_time(self, ctx: Ctx, widths: Sequence[int], batch: int, context: int) -> float:
-        return _levels(ctx, ctx.target, widths, batch, min(context, self.window))
+        return _tree_levels(ctx, self.tree_passes(ctx, widths, context), batch)
 
 
 #: EAGLE-1's default tree (EAGLE repository, model/choices.py ``mc_sim_7b_63``): 25 nodes, depth 5
@@ -709,11 +725,14 @@ class Eagle:
         shared_head = ctx.target.d_model * ctx.target.vocab_size
         return _no_memory(batch, context) + (_params(layer) - shared_head) * 2.0
 
-    def tree_draft_time(self, ctx: Ctx, widths: Sequence[int], batch: int, context: int) -> float:
+    def tree_passes(self, ctx: Ctx, widths: Sequence[int], context: int) -> tuple[ModelSpec, Sequence[int], int]:
         if self.version == 1:  # a static tree: each level's nodes in one pass
-            return _levels(ctx, self.layer_spec(ctx.target), widths, batch, context)
+            return self.layer_spec(ctx.target), widths, context
         # EAGLE-2/3 expand the top-k of every level, whatever the verified tree keeps
-        return _levels(ctx, self.layer_spec(ctx.target), [1] + [self.top_k] * (len(widths) - 1), batch, context)
+        return self.layer_spec(ctx.target), [1] + [self.top_k] * (len(widths) - 1), context
+
+    def tree_draft_time(self, ctx: Ctx, widths: Sequence[int], batch: int, context: int) -> float:
+        return _tree_levels(ctx, self.tree_passes(ctx, widths, context), batch)
 
 
 @dataclass(frozen=True)
@@ -963,6 +982,23 @@ def as_drafter(d: Any, target: Any = None) -> Any:
         if hasattr(d, "draft_time") and hasattr(d, "verify_time"):
             return d
         raise SpecroofError(f"cannot use {d!r} as a drafter: give a name ({DRAFTER_GRAMMAR}), a ModelSpec or a drafter")
+    hit = _BY_NAME.get(d)
+    if hit is not None:
+        return hit
+    out = _from_name(d)
+    if not isinstance(out, _SmallModel):  # a draft model's name resolves a model (its config file may change): not kept
+        if len(_BY_NAME) > 256:
+            _BY_NAME.clear()
+        _BY_NAME[d] = out
+    return out
+
+
+#: drafters by their name in the grammar: every drafter is a frozen dataclass, so one object per name is shared
+_BY_NAME: dict[str, Any] = {}
+
+
+def _from_name(d: str) -> Any:
+    """:func:`as_drafter` of a name (the grammar, or a draft model's preset name or config.json path)."""
     key = d.strip().lower()
     kind, sep, arg = key.partition(":")
     arg_raw = d.strip().partition(":")[2].strip()
@@ -1077,23 +1113,19 @@ def round_time(
     dctx = Ctx.of(target, draft if draft is not None else draft_pricing(pricing, d), draft_tp(pricing, d))
     host = pricing.round_host_s + round_overhead_s
     if isinstance(shape, Tree):
+        lv = shape.levels()
         if hasattr(d, "tree_draft_time_of"):  # a drafter whose cost depends on which nodes have children (Hydra)
             t_draft = np.asarray(d.tree_draft_time_of(dctx, shape, _scalar(batch), _scalar(context)))
         else:
-            t_draft = np.asarray(
-                float(d.tree_draft_time(dctx, shape.widths.tolist(), _scalar(batch), _scalar(context)))
-            )
+            t_draft = np.asarray(float(d.tree_draft_time(dctx, list(lv.widths), _scalar(batch), _scalar(context))))
+        n = lv.n_nodes
         if verify_latency is not None:
-            n = shape.n_nodes
             if n + 1 not in verify_latency and n not in verify_latency:
                 raise SpecroofError(f"verify_latency has no entry for a {n}-node tree")
             t_verify = np.asarray(float(verify_latency.get(n + 1, verify_latency.get(n, np.nan))))
         else:
             # the pending token is the root (depth 1), every node one deeper: n + 1 tokens, each seeing its depth
-            n = shape.n_nodes
-            one = visible_seconds(
-                target, pricing, batch, n + 1, context, 1.0 + float(shape.depths.sum()) + n, pricing.tp
-            )
+            one = visible_seconds(target, pricing, batch, n + 1, context, _tree_visible(lv), pricing.tp)
             if one is not None:
                 t_verify = np.asarray(one)
             else:
@@ -1108,6 +1140,101 @@ def round_time(
          "t_round_host_s": host},
     )  # fmt: skip
     return result
+
+
+def _tree_visible(lv: TreeLevels) -> float:
+    """New tokens each verify-pass token sees, summed: the root sees itself (1), a node at depth k sees its k
+    ancestors, the root and itself (k + 1)."""
+    return 1.0 + float(lv.depth_sum) + lv.n_nodes
+
+
+# -- a tree round on scalars: everything but (tree, batch, context) resolved once per (pricing, target, drafter) ----
+
+
+class TreePlan:
+    """:func:`round_time`'s tree rounds for one (pricing, target, drafter) on whole-number scalars, resolved once.
+
+    Holds the two :class:`Ctx` the round formula builds, the target's scalar pricer (its plain pass and its
+    tree-masked verify pass) and the round host time; the draft passes stay the drafter's own method on the
+    held draft :class:`Ctx`, so every drafter's formula is the one :func:`round_time` calls. Nothing here
+    depends on the tree or the round's configuration."""
+
+    __slots__ = ("drafter", "dctx", "pricer", "max_context", "host", "of_tree", "passes", "dspec", "dpricer")
+
+    def __init__(self, pricing: Pricing, target: ModelSpec, drafter: Any, pricer: Any) -> None:
+        self.drafter = drafter
+        self.dctx = Ctx.of(target, draft_pricing(pricing, drafter), draft_tp(pricing, drafter))
+        self.pricer, self.max_context, self.host = pricer, target.max_context, pricing.round_host_s
+        self.of_tree = hasattr(drafter, "tree_draft_time_of")
+        # a drafter whose tree_draft_time is _tree_levels of its tree_passes (not one a subclass replaced) says which
+        # passes it drafts; the draft model's scalar pricer is then held here, found again by the model object
+        via_passes = getattr(type(drafter), "tree_draft_time", None) in _VIA_PASSES
+        self.passes = drafter.tree_passes if via_passes else None
+        self.dspec: ModelSpec | None = None
+        self.dpricer: Any = None
+
+    def base(self, batch: int, context: int) -> float | None:
+        """Seconds of one plain decode pass of the target (:func:`roofline.passtime.pass_seconds`' float); None
+        past its context (the array path names it)."""
+        return None if context + 1 > self.max_context else float(self.pricer.seconds(batch, 1, context, 1.0))
+
+    def times(
+        self, tree: Tree, batch: int, context: int, levels: TreeLevels | None = None
+    ) -> tuple[float, float, float] | None:
+        """(t_draft, t_verify, t_round_host) of a round drafting ``tree`` (``levels``: its :meth:`Tree.levels`, when
+        the caller holds them), :func:`round_time`'s floats; None where the verify pass runs past the target's
+        context (the array path names it)."""
+        lv = tree.levels() if levels is None else levels
+        n = lv.n_nodes
+        if context + n + 1 > self.max_context:
+            return None
+        if self.of_tree:
+            t_draft = float(self.drafter.tree_draft_time_of(self.dctx, tree, batch, context))
+        elif self.passes is not None:  # the drafter's _tree_levels, with the draft model's pricer held
+            spec, widths, c = self.passes(self.dctx, list(lv.widths), context)
+            if spec is not self.dspec:
+                self.dspec, self.dpricer = spec, scalar_pricer(spec, self.dctx.pricing, self.dctx.draft_tp)
+            summed = None
+            if self.dpricer is not None and type(widths) is list:
+                summed = self.dpricer.levels(batch, c, widths, spec.max_context)
+            t_draft = summed if summed is not None else _levels(self.dctx, spec, widths, batch, c)
+        else:
+            t_draft = float(self.drafter.tree_draft_time(self.dctx, list(lv.widths), batch, context))
+        return t_draft, float(self.pricer.seconds(batch, n + 1, context, _tree_visible(lv))), self.host
+
+
+#: the tree_draft_time methods that price ``_tree_levels(ctx, self.tree_passes(...), batch)``
+_VIA_PASSES = (DraftModel.tree_draft_time, EarlyExit.tree_draft_time, SlidingWindowSelfDraft.tree_draft_time,
+               Eagle.tree_draft_time)  # fmt: skip
+
+_TREE_PLANS: dict[tuple[Any, ...], tuple[Pricing, ModelSpec, Any, TreePlan | None]] = {}
+
+
+def tree_plan(pricing: Pricing, target: ModelSpec, drafter: Any) -> TreePlan | None:
+    """The :class:`TreePlan` of ``drafter`` drafting trees for ``target`` under ``pricing``, built once per
+    (pricing, target) object and drafter (a frozen drafter by value: ``as_drafter("eagle3")`` gives equal ones;
+    a draft model by its spec object; any other by identity); None where the target's scalar pricer steps aside."""
+    ref: Any = None  # an object keyed by its id, held by the entry so that the id is not reused while cached
+    if isinstance(drafter, _SmallModel):  # hashing a draft model hashes its whole ModelSpec
+        dkey: Any = (type(drafter), id(drafter.spec), drafter.name)
+        ref = drafter.spec
+    else:
+        dkey = drafter  # equal frozen drafters price alike: the key compares them by value
+    key = (id(pricing), id(target), dkey)
+    try:
+        hit = _TREE_PLANS.get(key)
+    except TypeError:  # a drafter object of the caller's own that cannot be hashed: this object
+        ref = drafter
+        key = (id(pricing), id(target), id(drafter))
+        hit = _TREE_PLANS.get(key)
+    if hit is not None and hit[0] is pricing and hit[1] is target and hit[2] is ref:
+        return hit[3]
+    pricer = None if target.is_abstract else scalar_pricer(target, pricing, pricing.tp)
+    plan = TreePlan(pricing, target, drafter, pricer) if pricer is not None else None
+    if len(_TREE_PLANS) > 256:
+        _TREE_PLANS.clear()
+    _TREE_PLANS[key] = (pricing, target, ref, plan)
+    return plan
 
 
 # -- a draft model's chain round on scalars: everything but (gamma, batch, context) resolved once -------------------

@@ -13,6 +13,7 @@ import dataclasses
 import difflib
 import functools
 import math
+import os
 import re
 import tomllib
 import warnings
@@ -653,20 +654,26 @@ def resolve_hardware_name(name: str) -> str:
     raise SpecroofError(f"unknown hardware {name!r}{hint} (see `specroof hardware list`)")
 
 
+def profile_path(name_or_path: str | Path) -> Path:
+    """The file :func:`load_hardware` reads for ``name_or_path``: a ``.toml`` name or an existing file is itself,
+    anything else a built-in profile's id, alias or name (:func:`resolve_hardware_name`; unknown: SpecroofError)."""
+    text = str(name_or_path)
+    # os.path.isfile, not Path.is_file: one stat without building a Path (the named Pricing's lookup calls this)
+    if text.endswith(".toml") or os.path.isfile(text):
+        return Path(text)
+    return _builtin_paths()[_resolve_cached(text)]
+
+
 def load_hardware(name_or_path: str | Path | Hardware) -> Hardware:
     """Load a built-in profile by id/alias/name, or a TOML file by path."""
     if isinstance(name_or_path, Hardware):
         return name_or_path
-    text = str(name_or_path)
-    if text.endswith(".toml") or Path(text).is_file():
-        path = Path(text)
-    else:
-        path = _builtin_paths()[_resolve_cached(text)]
+    path = str(profile_path(name_or_path))
     try:
-        stamp = path.stat().st_mtime_ns
+        stamp = os.stat(path).st_mtime_ns
     except OSError:
         stamp = -1
-    return _load_cached(str(path), stamp)
+    return _load_cached(path, stamp)
 
 
 @functools.lru_cache(maxsize=256)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -450,14 +451,18 @@ class _Pricer:
             t = (t if t >= step else step) if self.step_overlap else t + step
         return t
 
-    def levels(self, B: int, L: int, widths: list[int]) -> float:
+    def levels(self, B: int, L: int, widths: list[int], max_context: float = math.inf) -> float | None:
         """One pass per tree level (``widths[l]`` new tokens over L and the levels before), summed as numpy sums
-        them; the operators outside attention are priced once per distinct width (EAGLE-2/3's levels are all top-k)."""
+        them; the operators outside attention are priced once per distinct width (EAGLE-2/3's levels are all top-k).
+        None unless every width is a whole number >= 1 and the last level ends within ``max_context`` (checked in
+        the loop: the array path validates and names anything else)."""
         Bf, c = float(B), L
         rests: dict[int, float] = {}
         out = []
         if not self.n_attn or self.overlap < 1.0 or self.host > 0 or self.step_s >= 0.0:
             for w in widths:
+                if type(w) is not int or w < 1:
+                    return None
                 T = float(B * w)
                 rest = rests.get(w)
                 if rest is None:
@@ -465,24 +470,30 @@ class _Pricer:
                 pairs = Bf * (w * float(c) + w * (w + 1) / 2.0)
                 out.append(self.finish(rest + self.attention(T, Bf * c, pairs), T, Bf))
                 c += w
-            return array_sum(out)
+            return array_sum(out) if c <= max_context else None
         # the common case (full overlap, no host floor or step time) written out: finish(rest + attention) per level,
-        # the same operations in the same order (as in chain)
+        # the same operations in the same order (as in chain), the loop's constants in locals
         n_attn, per_pair, half = self.n_attn, self.attn_c, self.half if self.attn_scaled else 0.0
         fixed, comm_0, comm_t = self.fixed, self.comm_0, self.comm_t
+        prev, rest, pairs_new, scale, mem_new, per_cached, comm = 0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0
         for w in widths:
-            T = float(B * w)
-            rest = rests.get(w)
-            if rest is None:
-                rest = rests[w] = self.rest(T)
-            k = 1 if T == 1.0 else 0
-            comp = Bf * (w * float(c) + w * (w + 1) / 2.0) * per_pair
+            if type(w) is not int or w < 1:
+                return None
+            if w != prev:  # a run of equal widths (EAGLE-2/3's top-k levels): its terms of w alone, once per run
+                T = float(B * w)
+                rest = rests.get(w)
+                if rest is None:
+                    rest = rests[w] = self.rest(T)
+                k = 1 if T == 1.0 else 0
+                pairs_new, mem_new, per_cached = w * (w + 1) / 2.0, T * self.attn_t[k], self.attn_l[k]
+                scale, comm, prev = (1.0 + half / T) if half else 1.0, comm_0 + comm_t * T, w
+            comp = Bf * (w * float(c) + pairs_new) * per_pair
             if half:
-                comp = comp * (1.0 + half / T)
-            mem = T * self.attn_t[k] + Bf * c * self.attn_l[k]
-            out.append(rest + n_attn * (mem if mem >= comp else comp) + fixed + (comm_0 + comm_t * T))
+                comp = comp * scale
+            mem = mem_new + Bf * c * per_cached
+            out.append(rest + n_attn * (mem if mem >= comp else comp) + fixed + comm)
             c += w
-        return array_sum(out)
+        return array_sum(out) if c <= max_context else None
 
     def chain(self, B: int, L: int, g: int) -> float:
         """``g`` one-token passes at contexts L, L + 1, ..., summed in order (a chain's draft steps)."""
@@ -548,14 +559,12 @@ def levels_seconds(spec: ModelSpec, pr: Pricing, widths: Any, batch: Any, contex
     summed as numpy sums them (:func:`roofline.cost.array_sum`); None unless the widths are whole numbers >= 1 and
     batch and context whole-number scalars."""
     B, L = scalar_count(batch, 1), scalar_count(context, 0)
-    if B is None or L is None or not isinstance(widths, list) or not all(type(w) is int and w >= 1 for w in widths):
-        return None
-    if L + sum(widths) > spec.max_context:
+    if B is None or L is None or not isinstance(widths, list):
         return None
     pricer = scalar_pricer(spec, pr, tp)
     if pricer is None:
         return None
-    return pricer.levels(B, L, widths)
+    return pricer.levels(B, L, widths, spec.max_context)
 
 
 def visible_seconds(

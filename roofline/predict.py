@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,7 @@ from roofline.drafters import (
     default_gamma,
     default_tree,
     round_time,
+    tree_plan,
     tree_preset,
 )
 from roofline.engine import Engine
@@ -176,23 +178,38 @@ def predict_speedup(
         L = int(check_min("context", context, 0, integer=True))
     if mean_accepted is None and alpha is None:
         raise SpecroofError("give mean_accepted (tokens per round) or alpha (per-token acceptance)")
-    if mean_accepted is not None and not (np.isfinite(mean_accepted) and mean_accepted >= 1.0):
+    if mean_accepted is not None and not (
+        (math.isfinite(mean_accepted) if type(mean_accepted) is float else np.isfinite(mean_accepted))
+        and mean_accepted >= 1.0
+    ):
         raise SpecroofError(f"mean_accepted is tokens per round, at least 1 (got {mean_accepted})")
     # a draft model's chain of a whole-number length: every pass from its plan's floats (round_time's numbers)
     times = None
+    base = None
+    tplan = None
     if tree is None and type(gamma) is int and gamma >= 1:
         plan = chain_plan(pr, spec, d)
         times = plan.times(gamma, B, L) if plan is not None else None
-    base = times[0] if times is not None else float(pass_seconds(spec, pr, B, 1, L))
+        base = times[0] if times is not None else None
+    elif tree is not None or gamma is None:  # a tree round, likely: its plan prices the plain pass too
+        tplan = tree_plan(pr, spec, d)
+        base = tplan.base(B, L) if tplan is not None else None
+    if base is None:
+        base = float(pass_seconds(spec, pr, B, 1, L))
     t = tree_preset(tree) if tree is not None else (default_tree(d) if gamma is None else None)
     if t is not None:
         if mean_accepted is None:
             raise SpecroofError("a tree needs mean_accepted: its acceptance is not a single alpha")
+        lv = t.levels()
         # one path of the tree is accepted: a round emits at most depth + 1 tokens
-        E = check_mean_accepted(float(mean_accepted), depth=t.depth, speculative=False)
-        rt = round_time(pr, spec, d, t, B, L)
-        t_draft, t_verify, round_host = float(rt.t_draft_s), float(rt.t_verify_s), float(rt.t_round_host_s)
-        g_out, nodes = None, t.n_nodes
+        E = check_mean_accepted(float(mean_accepted), depth=lv.depth, speculative=False)
+        tt = tplan.times(t, B, L, lv) if tplan is not None else None
+        if tt is not None:
+            t_draft, t_verify, round_host = tt
+        else:
+            rt = round_time(pr, spec, d, t, B, L)
+            t_draft, t_verify, round_host = float(rt.t_draft_s), float(rt.t_verify_s), float(rt.t_round_host_s)
+        g_out, nodes = None, lv.n_nodes
     elif gamma == "heuristic":
         if mean_accepted is None:
             raise SpecroofError("gamma='heuristic' needs mean_accepted")

@@ -40,7 +40,7 @@ from roofline.dtypes import (
 )
 from roofline.engine import Engine, load_engine
 from roofline.errors import SpecroofError
-from roofline.hardware import Hardware, _builtin_paths, _resolve_cached, load_hardware
+from roofline.hardware import Hardware, load_hardware, profile_path
 from roofline.measured_engine import MeasuredEngine
 from roofline.timemodel import TimeModel
 
@@ -312,8 +312,14 @@ def pricing_of(hardware: Pricing | Hardware | str | Path, **options: Any) -> Pri
                 break
         else:  # a Pricing and no option: the scalar calls' usual case, answered without building the dict below
             return hardware
-    if type(hardware) is str and all(type(v) in _PLAIN for v in options.values()):
-        return _named(hardware, options)
+    if type(hardware) is str:
+        for v in options.values():
+            if v is not None:
+                break
+        else:  # a profile's name and no option: the scalar calls' other usual case, keyed by the name alone
+            return _named(hardware, hardware, options)
+        if all(type(v) in _PLAIN for v in options.values()):
+            return _named(hardware, (hardware, *options.items()), options)
     given = {k: v for k, v in options.items() if v is not None}
     if isinstance(hardware, Pricing):
         for key, value in given.items():
@@ -325,10 +331,10 @@ def pricing_of(hardware: Pricing | Hardware | str | Path, **options: Any) -> Pri
 
 _PLAIN = (str, int, float, bool, type(None))
 
-#: (profile name or path, options) -> (the file load_hardware reads, its mtime, the Pricing): a Pricing asked for by
+#: profile name or path (with the options, where any is set) -> (the file load_hardware reads, its mtime, the Pricing): a Pricing asked for by
 #: name is found again with one stat of its file, not load_hardware's path resolution and Pricing.of's keyword
 #: handling on every call; a rewritten file gets a new Pricing, as there
-_NAMED: dict[tuple[Any, ...], tuple[str, int, Pricing]] = {}
+_NAMED: dict[Any, tuple[str, int, Pricing]] = {}
 
 
 def _stamp(path: str) -> int:
@@ -338,20 +344,18 @@ def _stamp(path: str) -> int:
         return -1
 
 
-def _named(text: str, options: dict[str, Any]) -> Pricing:
-    """``Pricing.of(text, **options)`` (options at None left out) for plain options, looked up by (text, options)
-    and the profile file's mtime."""
-    key = (text, *options.items())
+def _named(text: str, key: Any, options: dict[str, Any]) -> Pricing:
+    """``Pricing.of(text, **options)`` (options at None left out) for plain options, looked up by ``key`` (the text,
+    with the options where any is set) and the profile file's mtime."""
     hit = _NAMED.get(key)
     if hit is not None:
         path, stamp, pr = hit
         if _stamp(path) == stamp:
             return pr
-    # load_hardware's rule: a .toml name or an existing file is a path, anything else a built-in profile's name (a
-    # name once resolved to a built-in profile stays it while that file is unchanged: one stat per call, not two)
-    is_path = text.endswith(".toml") or os.path.isfile(text)
+    # the file load_hardware reads (a name once resolved to a built-in profile stays it while that file is
+    # unchanged: one stat per call, not two)
     try:
-        path = text if is_path else str(_builtin_paths()[_resolve_cached(text)])
+        path = str(profile_path(text))
     except SpecroofError:  # an unknown name: Pricing.of says so
         path = ""
     stamp = _stamp(path) if path else -1  # before the load: a file rewritten meanwhile is read again next time

@@ -14,7 +14,7 @@ import heapq
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -27,6 +27,17 @@ Array = npt.NDArray[np.float64]
 
 
 # -- structure --------------------------------------------------------------------------
+
+
+class TreeLevels(NamedTuple):
+    """A tree's level structure in plain numbers (:meth:`Tree.levels`)."""
+
+    n_nodes: int
+    depth: int
+    #: nodes per level, level 1 first
+    widths: tuple[int, ...]
+    #: the sum of the nodes' depths (each node's ancestors and itself: the visible pairs of a verify pass)
+    depth_sum: int
 
 
 class Tree:
@@ -168,6 +179,28 @@ class Tree:
     def widths(self) -> IntArray:
         """Nodes per level, level 1 first."""
         return np.bincount(self.depths, minlength=self.depth + 1)[1:]
+
+    def levels(self) -> TreeLevels:
+        """The node count, depth, widths and sum of node depths, as plain numbers (what pricing a round reads).
+
+        They are :attr:`n_nodes`, :attr:`depth`, :attr:`widths` and ``depths.sum()``, derived with numpy once
+        per content of ``parents`` and ``depths``: the attributes are public arrays, so the summary is kept
+        with their fingerprint (the node count and the depths' dtype and bytes, all it derives from) and
+        derived again whenever either was replaced or written in place.
+        """
+        d = self.depths
+        if type(d) is not np.ndarray:  # not the array __init__ made: derive, keep nothing
+            return self._derive_levels()
+        key = (self.parents.size, d.dtype, d.shape, d.tobytes())
+        held = self.__dict__.get("_levels")
+        if held is not None and held[0] == key:
+            return held[1]  # type: ignore[no-any-return]
+        out = self._derive_levels()
+        self.__dict__["_levels"] = (key, out)
+        return out
+
+    def _derive_levels(self) -> TreeLevels:
+        return TreeLevels(self.n_nodes, self.depth, tuple(self.widths.tolist()), int(self.depths.sum()))
 
     def children(self, node: int) -> IntArray:
         """Children of ``node`` (-1 for the prefix) in sibling-rank order."""

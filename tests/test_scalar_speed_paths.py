@@ -15,6 +15,7 @@ import itertools
 import numpy as np
 import pytest
 
+import roofline.drafters as drafters
 import roofline.engine as engine_mod
 import roofline.passtime as passtime
 import roofline.predict as predict
@@ -25,6 +26,7 @@ from roofline.errors import SpecroofError
 from roofline.model import PRESETS, get_model
 from roofline.pricing import Pricing
 from roofline.speculative import predict_speedup, speedup
+from roofline.trees import Tree
 
 REL = 1e-12
 DRAFTERS = ("llama-3.2-1b", "eagle3", "mtp", "medusa", "prompt-lookup", "prompt-lookup:0.4", "early-exit:8",
@@ -44,6 +46,9 @@ def array_path(monkeypatch):
             # a draft model's chain plan holds pricers built before the switch: it steps aside too
             m.setattr(speculative, "chain_plan", lambda *a, **k: None)
             m.setattr(predict, "chain_plan", lambda *a, **k: None)
+            # a tree plan holds the target's pricer and the draft model's: it steps aside, and none is built anew
+            m.setattr(predict, "tree_plan", lambda *a, **k: None)
+            m.setattr(drafters, "scalar_pricer", lambda *a, **k: None)
             yield
 
     return off
@@ -330,7 +335,7 @@ def test_a_named_profile_is_looked_up_by_its_file_and_mtime(tmp_path):
     """pass_time with a hardware name gives the Pricing.of answer; a profile file rewritten on disk is read again."""
     import os
 
-    from roofline.hardware import _builtin_paths
+    from roofline.hardware import profile_path
     from roofline.passtime import pass_time
     from roofline.pricing import pricing_of
 
@@ -340,7 +345,7 @@ def test_a_named_profile_is_looked_up_by_its_file_and_mtime(tmp_path):
     assert pricing_of("h100-sxm-80gb") is pricing_of("h100-sxm-80gb") is Pricing.of("h100-sxm-80gb")
     assert pricing_of("h100-sxm-80gb", engine="vllm") is Pricing.of("h100-sxm-80gb", engine="vllm")
     src = tmp_path / "mine.toml"
-    text = _builtin_paths()["h100-sxm-80gb"].read_text()
+    text = profile_path("h100-sxm-80gb").read_text()
     assert "bandwidth_GB_per_s = 3350" in text
     src.write_text(text)
     first = pricing_of(str(src))
@@ -384,3 +389,201 @@ def test_chains_levels_and_passes_under_every_time_model_branch_equal_the_array_
                 assert chain == pytest.approx(float(np.cumsum(steps)[-1]), rel=REL, abs=0), where
                 assert levels == pytest.approx(float(np.sum(per_level)), rel=REL, abs=0), where
                 assert float(one) == pytest.approx(float(slow[0]), rel=REL, abs=0), where
+
+
+# -- tree rounds: the tree plan and the tree's cached levels against the array path ------------------------------------
+
+#: (drafter, tree): the drafters' own trees (EAGLE-1's static one, EAGLE-2/3's dynamic ones, Medusa's and Hydra's 63
+#: nodes) and explicit trees for drafters that draft level by level (a draft model, early exit, a windowed self-draft)
+TREE_CALLS = (("eagle", None), ("eagle2", None), ("eagle3", None), ("medusa", None), ("hydra", None),
+              ("eagle3", "parents:-1,0,0,1,1,4"), ("early-exit:2", "eagle2"), ("window:256", "medusa"),
+              ("MODEL", "eagle"))  # fmt: skip
+#: (batch, context, mean accepted): one sequence, a batch, an empty cache and plain decoding's one token
+TREE_ROUNDS = ((1, 1024, 3.0), (4, 1800, 2.2), (2, 0, 1.0), (1, 1990, 1.7))
+
+
+def _outcome(call, **kwargs):
+    """``call(**kwargs)``'s result, or the words of the SpecroofError it raised (both paths must refuse alike)."""
+    try:
+        return call(**kwargs)
+    except SpecroofError as exc:
+        return f"SpecroofError: {exc}"
+
+
+def _same_outcome(fast, slow, where):
+    if isinstance(fast, str) or isinstance(slow, str):
+        assert fast == slow, where
+    else:
+        _same(fast, slow, where)
+
+
+@pytest.mark.parametrize("engine", GRID_ENGINES)
+def test_every_preset_tree_predict_speedup_over_tree_drafters_equals_the_array_path(engine, array_path):
+    pr = _pricing(engine, 1)
+    checked = refused = 0
+    for name in sorted(PRESETS):
+        spec = get_model(name)
+        for drafter, tree in TREE_CALLS:
+            if drafter == "MODEL":
+                drafter = _chain_model(spec)
+                if drafter is None:
+                    continue
+            for batch, context, mean in TREE_ROUNDS:
+                kw = {"drafter": drafter, "tree": tree, "mean_accepted": mean, "batch": batch, "context": context}
+                fast = _outcome(predict_speedup, hardware=pr, target=spec, **kw)
+                with array_path():
+                    slow = _outcome(predict_speedup, hardware=pr, target=spec, **kw)
+                _same_outcome(fast, slow, (engine, name, kw))
+                checked += 1
+                refused += isinstance(fast, str)
+    no_model = sum(_chain_model(get_model(n)) is None for n in PRESETS)
+    assert checked == (len(PRESETS) * len(TREE_CALLS) - no_model) * len(TREE_ROUNDS)
+    assert refused < checked // 4  # the 2k-context presets refuse the long rounds; everything else is priced
+
+
+@pytest.mark.parametrize("engine", (None, "vllm", "hf"))
+def test_tree_predict_speedup_over_alphas_tp_and_bad_inputs_equals_the_array_path(engine, array_path):
+    """Over TP and the refusals too: alpha on a tree, a mean past depth + 1, a context past the model's."""
+    target = get_model("llama-3.1-8b")
+    calls = [
+        {"drafter": "eagle3", "mean_accepted": 3.0},
+        {"drafter": "eagle", "mean_accepted": 6.0},  # its 5 levels: the most a round can emit
+        {"drafter": "eagle", "mean_accepted": 6.5},
+        {"drafter": "eagle3", "alpha": 0.8},
+        {"drafter": "eagle3", "alpha": 0.8, "tree": "eagle"},
+        {"drafter": "eagle3", "mean_accepted": 2.0, "context": 131_040},
+        {"drafter": "eagle3", "mean_accepted": 2.0, "context": 131_000},
+        {"drafter": "llama-3.1-70b", "mean_accepted": 2.0, "tree": "eagle"},  # not smaller than the target
+        {"drafter": "early-exit:40", "mean_accepted": 2.0, "tree": "eagle"},
+    ]
+    for tp, kw in itertools.product((1, 2), calls):
+        pr = _pricing(engine, tp)
+        fast = _outcome(predict_speedup, hardware=pr, target=target, **kw)
+        with array_path():
+            slow = _outcome(predict_speedup, hardware=pr, target=target, **kw)
+        _same_outcome(fast, slow, (engine, tp, kw))
+        if kw == calls[0]:
+            assert not isinstance(fast, str)
+
+
+def _levels_of(t):
+    return (t.n_nodes, t.depth, tuple(t.widths.tolist()), int(t.depths.sum()))
+
+
+@pytest.mark.parametrize("drafter", ("eagle", "eagle3", "llama-3.2-1b"))
+def test_a_tree_mutated_after_a_call_is_priced_as_the_array_path_prices_it(drafter, array_path):
+    """Tree's arrays are public: a write into them, a replaced array or the tree re-initialised in place after a
+    call changes the next call's answer exactly as the array path (which reads them on every call) changes it."""
+    pr, target = Pricing.of("h100-sxm-80gb"), get_model("llama-3.1-8b")
+    t = Tree.from_paths([[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]])
+
+    def both():
+        fast = predict_speedup(hardware=pr, target=target, drafter=drafter, tree=t, mean_accepted=2.0, context=900)
+        with array_path():
+            slow = predict_speedup(hardware=pr, target=target, drafter=drafter, tree=t, mean_accepted=2.0, context=900)
+        _same(fast, slow, (drafter, t.parents.tolist(), t.depths.tolist()))
+        assert tuple(t.levels()) == _levels_of(t)
+        return fast
+
+    r0 = both()
+    assert both() == r0  # unchanged: the same answer again
+    t.depths[-1] += 1  # written in place: the last node two levels below its parent, level 3 left empty
+    args = {"hardware": pr, "target": target, "drafter": drafter, "tree": t, "mean_accepted": 2.0}
+    fast = _outcome(predict_speedup, **args)
+    with array_path():
+        slow = _outcome(predict_speedup, **args)
+    _same_outcome(fast, slow, (drafter, "an empty level"))
+    t.depths[4:] = (3, 4)  # written in place: levels of 2, 2, 1 and 1 nodes (what the array path reads)
+    r1 = both()
+    assert r1.t_draft_s > r0.t_draft_s and r1.tree_nodes == r0.tree_nodes  # one more level drafted
+    t.parents, t.depths = np.append(t.parents, 0), np.append(t.depths, 2)  # replaced: one more node
+    r2 = both()
+    assert r2.tree_nodes == r1.tree_nodes + 1 and r2.t_verify_s > r1.t_verify_s
+    t.depths = t.depths.astype(np.int32)  # another dtype, the same depths: the same answer
+    assert both() == r2
+    t.__init__([-1, 0, 1])  # re-initialised in place as a chain of three
+    r3 = both()
+    assert r3 == predict_speedup(hardware=pr, target=target, drafter=drafter, tree=Tree([-1, 0, 1]),
+                                 mean_accepted=2.0, context=900)  # fmt: skip
+    assert r3.tree_nodes == 3 and r3 != r2
+
+
+def test_tree_levels_are_derived_once_per_content():
+    t = Tree.kary(3, 3)
+    first = t.levels()
+    assert t.levels() is first and tuple(first) == _levels_of(t) == (39, 3, (3, 9, 27), 3 + 18 + 81)
+    t.depths[0] = 2  # a write in place: derived again
+    assert t.levels() is not first and tuple(t.levels()) == _levels_of(t) == (39, 3, (2, 10, 27), 3 + 18 + 81 + 1)
+    assert Tree([]).levels() == (0, 0, (), 0)
+
+
+def test_a_tree_plan_is_per_pricing_target_and_drafter_not_per_tree_or_round():
+    pr, spec = Pricing.of("h100-sxm-80gb"), get_model("llama-3.1-8b")
+    plan = drafters.tree_plan(pr, spec, as_drafter("eagle3"))
+    assert plan is not None and drafters.tree_plan(pr, spec, drafters.Eagle(3)) is plan  # equal drafters: one plan
+    assert as_drafter("eagle3") is as_drafter("eagle3")  # a name in the grammar is parsed once
+    assert drafters.tree_plan(pr, spec, as_drafter("eagle2")) is not plan
+    assert drafters.tree_plan(Pricing.of("a100-sxm-80gb"), spec, as_drafter("eagle3")) is not plan
+    assert drafters.tree_plan(pr, get_model("llama-3.2-1b"), as_drafter("eagle3")) is not plan
+    model = drafters.tree_plan(pr, spec, as_drafter("llama-3.2-1b"))
+    assert model is not None and drafters.tree_plan(pr, spec, as_drafter("model:llama-3.2-1b")) is model
+    assert drafters.tree_plan(Pricing.of("h100-sxm-80gb", engine="hf"), spec, as_drafter("eagle3")) is None  # launches
+    small, big = TREE_PRESETS["eagle"], TREE_PRESETS["eagle3"]
+    a, b = plan.times(small, 2, 100), plan.times(big, 2, 100)
+    assert a is not None and b is not None and a[1] < b[1] and a[2] == b[2]  # one plan, any tree
+    # a draft model drafts the tree's own levels: the verify pass's n + 1 tokens are the first past the context
+    assert model.times(big, 1, spec.max_context - big.n_nodes - 1) is not None
+    assert model.times(big, 1, spec.max_context - big.n_nodes) is None  # past the context: the array path refuses it
+    assert plan.base(1, spec.max_context - 1) is not None and plan.base(1, spec.max_context) is None
+
+
+def test_a_rewritten_profile_file_is_read_again_by_every_scalar_call(tmp_path):
+    """A profile given by path: pass_time, speedup and predict_speedup read it again once it is rewritten, and give
+    what a fresh Pricing of the new file gives; profile_path finds the file load_hardware reads."""
+    import os
+
+    from roofline.hardware import load_hardware, profile_path
+    from roofline.passtime import pass_time
+
+    spec = get_model("llama-3.1-8b")
+    builtin = profile_path("h100-sxm-80gb")
+    assert builtin.is_file() and profile_path("H100 SXM") == builtin and load_hardware(builtin).id == "h100-sxm-80gb"
+    with pytest.raises(SpecroofError, match="unknown hardware"):
+        profile_path("no-such-gpu-anywhere")
+    text = builtin.read_text()
+    src = tmp_path / "mine.toml"
+    src.write_text(text)
+    assert profile_path(str(src)) == src
+
+    def calls(hw):
+        return (float(pass_time(spec, hw, 1, 1, 1024).t_step_s), speedup(hw, spec, "llama-3.2-1b", 0.8, 4).speedup,
+                predict_speedup(hardware=hw, target=spec, drafter="eagle3", mean_accepted=3.0).speedup)  # fmt: skip
+
+    first = calls(str(src))
+    assert first == calls(str(src))
+    src.write_text(text.replace("bandwidth_GB_per_s = 3350", "bandwidth_GB_per_s = 2000"))
+    st = os.stat(src)
+    os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # a new version, whatever the clock's tick
+    second = calls(str(src))
+    assert second[0] > first[0] and second != first
+    assert load_hardware(str(src)).bandwidth_bytes_per_s == 2000e9
+    fresh = tmp_path / "fresh.toml"  # a file never seen: nothing cached
+    fresh.write_text(src.read_text())
+    assert second == calls(str(fresh))
+
+
+def test_a_drafter_whose_tree_draft_time_is_its_own_is_priced_by_it(array_path):
+    """A subclass that replaces tree_draft_time (the engine search's EAGLE layer run as SGLang runs it) keeps its own
+    draft cost on the scalar path: the tree plan calls it, not the passes its parent class would draft."""
+    from roofline.engine_search import EngineDraft
+
+    pr, target = Pricing.of("h100-sxm-80gb"), get_model("llama-3.1-8b")
+    for widths in ((1, 4, 4), (1, 4, 4, 4, 4, 4)):
+        d = EngineDraft(3, top_k=4, name="eagle3", pass_widths=widths)
+        fast = predict_speedup(hardware=pr, target=target, drafter=d, tree="eagle", mean_accepted=2.5)
+        with array_path():
+            slow = predict_speedup(hardware=pr, target=target, drafter=d, tree="eagle", mean_accepted=2.5)
+        _same(fast, slow, widths)
+    short = predict_speedup(hardware=pr, target=target, drafter=EngineDraft(3, top_k=4, pass_widths=(1, 4)),
+                            tree="eagle", mean_accepted=2.5)  # fmt: skip
+    assert short.t_draft_s < fast.t_draft_s
