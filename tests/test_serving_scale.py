@@ -97,6 +97,34 @@ def test_python_sums_for_small_batches_change_no_number(small):
     assert want[0]["preemptions"].sum() > 0  # the busy rate does preempt
 
 
+_PLAIN = dict(policy=["off", "static:2"], rates=[2.0, 6.0, 14.0], requests=500, input_len="uniform:64-700",
+              output_len="uniform:8-300", kv_capacity_tokens=5000, max_seqs=12)  # fmt: skip
+
+
+@pytest.mark.parametrize("closed", [0, 48])
+def test_closed_forms_of_plain_rounds_change_no_number(closed):
+    """Plain rounds of up to CLOSED_FORM_BATCH requests are priced from closed forms (batch, context and blocks
+    held per round from each request's finish round and block boundaries); the (rounds x requests) arrays give
+    the same run, light and KV-bound (preempting, runs cut before a round that would not fit)."""
+    mp = pytest.MonkeyPatch()
+    want = _frames(acceptance=0.7, **_PLAIN)
+    mp.setattr(scheduler, "CLOSED_FORM_BATCH", closed)
+    try:
+        got = _frames(acceptance=0.7, **_PLAIN)
+    finally:
+        mp.undo()
+    for a, b in zip(want, got, strict=True):
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
+    assert want[0]["preemptions"].sum() > 0  # the tight cache does preempt
+
+
+@pytest.mark.parametrize("cells", [0, 10**9])
+def test_finish_rounds_searched_in_lists_change_no_number(cells):
+    """Up to PY_CELLS drawn tokens (of a few requests) a run searches each request's finish round in a Python list (and sums its
+    accepted drafts there); numpy's comparison and sums give the same run (three speculating policies)."""
+    _same_with_scheduler(PY_CELLS=cells)
+
+
 def test_one_alpha_draws_in_bulk_are_the_per_request_draws():
     """With one alpha for all the draws become runs a block at a time; the general per-request arithmetic gives
     the same numbers."""
@@ -117,6 +145,7 @@ def test_scalar_decode_seconds_is_np_interp_bit_for_bit(prices):
             want = np.interp(xs, prices.l_grid, prices.decode_curve(g, b))
             got = np.array([prices.decode_seconds(g, b, float(x)) for x in xs])
             assert np.array_equal(got, want)
+            assert np.array_equal(prices.decode_time(g, b, xs), want)  # (np.interp's compiled loop, called directly)
 
 
 def test_varying_batch_prices_are_the_bilinear_interpolation_bit_for_bit(prices):
@@ -132,6 +161,41 @@ def test_varying_batch_prices_are_the_bilinear_interpolation_bit_for_bit(prices)
     lo = rows[i, k] + wl * (rows[i, k + 1] - rows[i, k])
     hi = rows[i + 1, k] + wl * (rows[i + 1, k + 1] - rows[i + 1, k])
     assert np.array_equal(prices.decode_time_batches(3, b, x), lo + wb * (hi - lo))
+
+
+def test_varying_batch_prices_promised_on_the_grid_are_the_same_numbers(prices):
+    """``max_batch`` at or below the dense batch grid (weight 0 along batch) and ``inside`` (no clamp) skip work,
+    not numbers; past the dense grid the promise changes nothing either."""
+    rng = np.random.default_rng(2)
+    x = rng.uniform(0, float(prices.l_grid[-1]), 400)
+    for top in (1, 5, 16, 40, 64):
+        b = rng.integers(1, top + 1, 400)
+        for g in (0, 3):
+            want = prices.decode_time_batches(g, b, x)
+            got = prices.decode_time_batches(g, b, x, max_batch=top, inside=True)
+            assert np.array_equal(got, want)
+    assert prices._on_grid_to == 16  # every batch up to 16 is a grid point; 20 is the next
+
+
+def test_pass_time_without_its_zero_weight_terms_is_the_trilinear_formula(prices):
+    """A whole batch or token count on the grid leaves its term out of the trilinear interpolation: the full
+    formula, written out here, gives the same bits."""
+    rng = np.random.default_rng(4)
+    from roofline.serving.prices import _lerp as lerp
+
+    tab = prices.target
+    bg, ng, lg = (list(map(float, a)) for a in (prices.b_grid, prices.n_grid, prices.l_grid))
+    cases = [(int(b), float(n), float(c)) for b, n, c in zip(rng.integers(1, 65, 300), rng.integers(1, 40, 300),
+                                                             rng.uniform(0, 1500, 300), strict=True)]  # fmt: skip
+    cases += [(int(b), float(n) + 0.37, float(c)) for b, n, c in cases[:100]] + [(7, 3.0, 0.0), (64, 512.0, 1e9)]
+    for b, n, c in cases:
+        i, wi = lerp(bg, float(b))
+        j, wj = lerp(ng, n)
+        k, wk = lerp(lg, c)
+        a0, a1, b0, b1 = tab[i, j], tab[i, j + 1], tab[i + 1, j], tab[i + 1, j + 1]
+        lo = (1 - wj) * ((1 - wk) * a0[k] + wk * a0[k + 1]) + wj * ((1 - wk) * a1[k] + wk * a1[k + 1])
+        hi = (1 - wj) * ((1 - wk) * b0[k] + wk * b0[k + 1]) + wj * ((1 - wk) * b1[k] + wk * b1[k + 1])
+        assert prices.target_time(b, n, c) == float((1 - wi) * lo + wi * hi)
 
 
 def test_a_long_light_run_takes_about_two_loop_iterations_per_request():

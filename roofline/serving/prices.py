@@ -22,7 +22,8 @@ prefills alone, ``target[S, T / S, C / S]``, plus the same pass of the draft mod
 drafter is a separate model (``draft_pass``, the drafter's own model over the same grid).
 ``host_s + host_per_seq_s b`` is host time of every decode round of ``b`` sequences (plain or
 speculative) on top of its passes: what a measured engine spends outside them, given apart
-from the profile.
+from the profile; ``prefill_host_s`` is the same for every separate prefill step (an engine
+that pads the prompts and slices the cache for them before its passes).
 
 Time is piecewise linear in batch and context (bytes and FLOPs are linear in both; max()
 switches between them), so linear interpolation between grid points is exact on each
@@ -51,6 +52,11 @@ from roofline.parallel import ep_context, ep_expert_weight_bytes
 from roofline.passtime import device_memory, memory_footprint
 from roofline.pricing import Pricing, pricing_of
 from roofline.trees import Tree
+
+try:  # np.interp's own compiled loop, without the wrapper's checks (a run prices thousands of short arrays)
+    from numpy._core.multiarray import interp as _interp
+except ImportError:  # pragma: no cover - another numpy layout: the public function, the same numbers
+    _interp = np.interp
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -114,6 +120,8 @@ class StepPrices:
     host_s: float = 0.0
     #: and host seconds per decoding sequence of that round (an engine's per-row bookkeeping)
     host_per_seq_s: float = 0.0
+    #: host seconds of every separate prefill step beyond its passes (``prefill="separate"``)
+    prefill_host_s: float = 0.0
     _curves: dict[tuple[int, int], FloatArray] = field(default_factory=dict, compare=False, repr=False)
     _rows: dict[int, FloatArray] = field(default_factory=dict, compare=False, repr=False)
     _curve_lists: dict[tuple[int, int], list[float]] = field(default_factory=dict, compare=False, repr=False)
@@ -125,6 +133,7 @@ class StepPrices:
     _b_cell: IntArray = field(init=False, compare=False, repr=False)
     _b_weight: FloatArray = field(init=False, compare=False, repr=False)
     _b_cells: list[tuple[int, float]] = field(init=False, compare=False, repr=False)
+    _on_grid_to: int = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for name in ("b_grid", "n_grid", "l_grid"):
@@ -133,6 +142,9 @@ class StepPrices:
         object.__setattr__(self, "_b_cell", np.asarray([c[0] for c in cells], dtype=np.int64))
         object.__setattr__(self, "_b_weight", np.asarray([c[1] for c in cells]))
         object.__setattr__(self, "_b_cells", cells)
+        # every batch 0..this one is a grid point, interpolated with weight 0 (the tables hold finite seconds)
+        off_grid = [b for b, (_, w) in enumerate(cells) if w != 0.0]
+        object.__setattr__(self, "_on_grid_to", (off_grid[0] if off_grid else len(cells)) - 1)
 
     @property
     def max_gamma(self) -> int:
@@ -168,7 +180,7 @@ class StepPrices:
 
     def decode_time(self, gamma: int, batch: int, mean_context: Any) -> Any:
         """Seconds of decode-only steps at mean cached context ``mean_context`` (scalar or array)."""
-        return np.interp(mean_context, self.l_grid, self.decode_curve(gamma, batch))
+        return _interp(mean_context, self.l_grid, self.decode_curve(gamma, batch), None, None)
 
     def decode_seconds(self, gamma: int, batch: int, mean_context: float) -> float:
         """:meth:`decode_time` at one scalar context, in Python floats: the same arithmetic as ``np.interp``
@@ -189,8 +201,14 @@ class StepPrices:
         slope = (fp[j + 1] - fp[j]) / (xp[j + 1] - xp[j])
         return slope * (x - xp[j]) + fp[j]
 
-    def decode_time_batches(self, gamma: int, batch: Any, mean_context: Any) -> FloatArray:
-        """Seconds of decode-only steps whose batch changes from step to step (arrays, bilinear in batch and context)."""
+    def decode_time_batches(
+        self, gamma: int, batch: Any, mean_context: Any, *, max_batch: int | None = None, inside: bool = False
+    ) -> FloatArray:
+        """Seconds of decode-only steps whose batch changes from step to step (arrays, bilinear in batch and context).
+
+        ``max_batch`` (no batch above it) and ``inside`` (every context within the grid) are promises from a caller
+        that knows them: they skip work whose result is known, the clamp and, when every batch is a grid point
+        (weight 0 along batch: ``lo + 0 (hi - lo)`` is ``lo``), the upper batch row. Same numbers either way."""
         tabs = self._flat_rows.get(gamma)
         if tabs is None:
             tabs = self._flat_rows[gamma] = self._bilinear_tables(gamma)
@@ -198,15 +216,19 @@ class StepPrices:
         # integer batches within the grid: their interpolation cell and weight are looked up, not searched
         b = np.asarray(batch, dtype=np.int64)
         lg = self.l_grid
-        x = np.minimum(np.maximum(np.asarray(mean_context, dtype=float), lg[0]), lg[-1])
+        x = np.asarray(mean_context, dtype=float)
+        if not inside:
+            x = np.minimum(np.maximum(x, lg[0]), lg[-1])
         # the cell along context, searched among the inner grid points: for x in [l_0, l_last] that is
         # min(searchsorted(l, x, "right") - 1, len(l) - 2) without the two extra calls
         k = lg[1:-1].searchsorted(x, side="right")
         lk = lg[k]
         wl = (x - lk) / d_l[k]
         at = row_at[b] + k  # the batch cell's first element in the flat table
-        wb = self._b_weight[b]
         lo = flat[at] + wl * d_flat[at]
+        if max_batch is not None and max_batch <= self._on_grid_to:
+            return lo
+        wb = self._b_weight[b]
         hi = flat_up[at] + wl * d_flat_up[at]
         return np.asarray(lo + wb * (hi - lo))
 
@@ -238,7 +260,7 @@ class StepPrices:
                 raise SpecroofError("these prices hold no draft-model prefill: build them with step_prices(..., "
                                     "prefill='separate')")  # fmt: skip
             t += self._pass_time(self.draft_pass, prefills, n, c)
-        return t
+        return t + self.prefill_host_s
 
     def _pass_time(self, table: FloatArray, batch: float, tokens_per_seq: float, mean_context: float) -> float:
         if isinstance(batch, int) and 0 <= batch < len(self._b_cells):
@@ -250,11 +272,21 @@ class StepPrices:
         nested = self._nested.get(id(table))
         if nested is None:  # the table as nested lists, once: Python floats index in nanoseconds, .item() does not
             nested = self._nested[id(table)] = table.tolist()
-        lo_b, hi_b = nested[i], nested[i + 1]
-        a0, a1, b0, b1 = lo_b[j], lo_b[j + 1], hi_b[j], hi_b[j + 1]
-        # scalar arithmetic: a step is priced in microseconds, not in numpy calls
-        lo = (1 - wj) * ((1 - wk) * a0[k] + wk * a0[k + 1]) + wj * ((1 - wk) * a1[k] + wk * a1[k + 1])
-        hi = (1 - wj) * ((1 - wk) * b0[k] + wk * b0[k + 1]) + wj * ((1 - wk) * b1[k] + wk * b1[k + 1])
+        # scalar arithmetic: a step is priced in microseconds, not in numpy calls. A weight of exactly 0 (a whole
+        # batch or token count on the grid) leaves its term out: (1 - 0) x + 0 y is x for the finite seconds here
+        uk = 1 - wk
+        lo_b = nested[i]
+        a0 = lo_b[j]
+        if wj == 0.0:
+            lo = uk * a0[k] + wk * a0[k + 1]
+        else:
+            a1 = lo_b[j + 1]
+            lo = (1 - wj) * (uk * a0[k] + wk * a0[k + 1]) + wj * (uk * a1[k] + wk * a1[k + 1])
+        if wi == 0.0:
+            return float(lo)
+        hi_b = nested[i + 1]
+        b0, b1 = hi_b[j], hi_b[j + 1]
+        hi = (1 - wj) * (uk * b0[k] + wk * b0[k + 1]) + wj * (uk * b1[k] + wk * b1[k + 1])
         return float((1 - wi) * lo + wi * hi)
 
     def step_time(
@@ -314,6 +346,7 @@ def step_prices(
     prefill: str = "fused",
     round_host_s: float = 0.0,
     round_host_per_seq_s: float = 0.0,
+    prefill_host_s: float = 0.0,
 ) -> StepPrices:
     """Price tables for steps of up to ``max_batch`` sequences, ``max_tokens`` tokens and ``max_context`` context.
 
@@ -321,10 +354,14 @@ def step_prices(
     tree-masked verify pass of its nodes plus the pending token (as :func:`roofline.predict.predict_speedup`).
     ``prefill="separate"`` adds the draft model's own pass table (its prefill; a drafter that is a separate
     model). ``round_host_s + round_host_per_seq_s b`` is host time added to every decode round of ``b``
-    sequences, plain or speculative (seconds, each >= 0).
+    sequences, plain or speculative, and ``prefill_host_s`` to every separate prefill step (seconds, each >= 0).
     """
     check_prefill(prefill)
-    for what, v in (("round_host_s", round_host_s), ("round_host_per_seq_s", round_host_per_seq_s)):
+    for what, v in (
+        ("round_host_s", round_host_s),
+        ("round_host_per_seq_s", round_host_per_seq_s),
+        ("prefill_host_s", prefill_host_s),
+    ):
         if not (isinstance(v, (int, float, np.integer)) and math.isfinite(v) and v >= 0):
             raise SpecroofError(f"{what} must be a finite number of seconds >= 0 (got {v!r})")
     b_grid = _grid(max_batch, 16)
@@ -372,7 +409,7 @@ def step_prices(
             draft_pass[s : s + step] = ctx.pass_s(spec, B, n_grid[None, :, None], l_grid[None, None, :])
     return StepPrices(
         b_grid, n_grid, l_grid.astype(float), target, draft, verify, round_s, name, tree_rows, tree_tokens,
-        draft_pass, draft_prefills, float(round_host_s), float(round_host_per_seq_s),
+        draft_pass, draft_prefills, float(round_host_s), float(round_host_per_seq_s), float(prefill_host_s),
     )  # fmt: skip
 
 

@@ -31,10 +31,16 @@ request finishes, the next arrival could be admitted, or KV blocks would run out
 numpy arrays over requests; nothing is kept per step but bounded traces.
 
 At light load a step holds a handful of requests and the loop's cost is the number of numpy calls,
-not their size: integer sums over a few requests are done in Python, scalars are read from lists,
-and with one alpha for every request the draws are turned into runs a block at a time. Each of these
+not their size (about a microsecond each, more when they broadcast or reduce along an axis): integer
+sums over a few requests are done in Python, scalars are read from lists, and with one alpha for
+every request the draws are turned into a round's tokens a block at a time. A decoding request's
+tokens still to emit are ``input + output - 1 - kv`` (its cache holds its prompt and every token it
+emitted but the last), so decoding updates its ``kv`` alone. A run of plain rounds over a few
+requests takes its batch, context and blocks held per round from closed forms (each request's
+finish round and block boundaries) instead of (rounds x requests) arrays, and a speculative run
+over a few requests finds each one's finish round by searching its own token counts. Each of these
 is the same arithmetic as the array form (integers, or the same float operations elementwise), so a
-run's numbers do not depend on them.
+run's numbers do not depend on them; the tests run both forms.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 import numpy as np
@@ -65,6 +72,11 @@ MAX_ROUNDS_AT_ONCE = 512
 GOODPUT_REVISIT_ROUNDS = 16
 #: up to this many requests a sum of integers is cheaper in Python than as a numpy reduction
 SMALL_BATCH = 48
+#: up to this many requests a run of plain rounds is priced from closed forms (per-request Python loops)
+CLOSED_FORM_BATCH = 12
+#: up to this many drawn (rounds x requests) numbers, of CLOSED_FORM_BATCH requests at most, a run's finish
+#: rounds are searched in Python lists
+PY_CELLS = 256
 
 
 @dataclass(frozen=True)
@@ -254,6 +266,13 @@ def _blocks(kv: IntArray, extra: int, bs: int) -> int:
     return int(((kv + extra) // bs).sum())
 
 
+def _held(kv: IntArray, kv_l: list[int], extra: int, bs: int) -> int:
+    """KV blocks of requests holding ``kv + extra`` tokens each, from the list of ``kv`` when it was made (a few)."""
+    if kv_l or not kv.size:
+        return sum([(x + extra) // bs for x in kv_l])
+    return int(((kv + extra) // bs).sum())
+
+
 def expected_tokens_table(alpha: FloatArray, max_gamma: int) -> FloatArray:
     """E(alpha_i, g) = (1 - alpha^(g+1)) / (1 - alpha) for g = 0..max_gamma (g + 1 at alpha = 1), shape (n, G + 1)."""
     g = np.arange(max_gamma + 1)[None, :]
@@ -305,20 +324,25 @@ def simulate_run(
     with np.errstate(divide="ignore"):
         log_a = np.where(alpha >= 1.0, -1e-300, np.log(alpha))
     inv_log_a = 1.0 / log_a
-    # one alpha for every request (the usual case): each block of draws is turned into runs R, capped at the
-    # policy's top gamma, once; a round's tokens are then min(R, gamma) + 1 with no per-step arithmetic
+    # one alpha for every request (the usual case): each block of draws is turned into a round's tokens at the
+    # policy's top gamma, min(R, top) + 1, once; at a smaller gamma g they are min(that, g + 1), no more arithmetic
     same_alpha = _one_alpha(alpha)
     if same_alpha:
         inv0 = float(inv_log_a[0])
-        log_u = _LogUniforms(rng, lambda lu: np.minimum(np.floor(lu * inv0), top_g).astype(np.int64))
+        log_u = _LogUniforms(rng, lambda lu: np.minimum(np.floor(lu * inv0), top_g).astype(np.int64) + 1)
     else:
         log_u = _LogUniforms(rng)
-    rows_at = np.arange(max(1, MAX_ROUNDS_AT_ONCE))[:, None]  # round numbers 0..K-1, as a column
+    jr = np.arange(max(1, MAX_ROUNDS_AT_ONCE))  # round numbers 0..K-1
+    rows_at = jr[:, None]  # and as a column
     cols = np.arange(cfg.max_seqs)
+    # every mean context a run prices lies within the price grid (no request holds more than input + output)
+    inside_grid = bool(prices.l_grid[0] <= 0 and prices.l_grid[-1] >= biggest - top_g - 1)
     e_table = expected_tokens_table(alpha, top_g)  # E(alpha_i, g): goodput's objective, and a run's length guess
 
     kv = np.zeros(N, dtype=np.int64)  # tokens whose KV is cached
-    gen = np.zeros(N, dtype=np.int64)  # tokens emitted
+    # a decoding request holds the KV of its prompt and of every token it emitted but the last: kv = input +
+    # emitted - 1, so its tokens still to emit are tot - kv (nothing to update but kv as it decodes)
+    tot = inp + out - 1
     pre_left = inp.copy()  # tokens still to prefill (prompt, or prompt + emitted after a preemption)
     reserve = inp.copy()  # tokens whose blocks are held from admission (the whole prefill)
     first = np.full(N, np.nan)
@@ -331,13 +355,13 @@ def simulate_run(
             raise SpecroofError("prefilled requests must still have tokens to decode (output >= 2)")
         pre_left[:] = 0
         kv[:] = inp
-        gen[:] = 1
         first[:] = first_token_s
         last[:] = first_token_s
 
     running = np.zeros(0, dtype=np.int64)  # in admission order
     requeued: deque[int] = deque()  # preempted requests, ahead of new arrivals
     nxt = 0  # the next request never admitted (arrival order)
+    ids = np.arange(N, dtype=np.int64)
     n_arrived = 0  # requests with arrival <= now
     now, done = 0.0, 0
     busy = batch_s = kv_s = 0.0
@@ -358,8 +382,8 @@ def simulate_run(
     def _tokens(draws: npt.NDArray[Any], g: int, dec: IntArray) -> IntArray:
         """Tokens each of the decodes ``dec`` emits in a round drafting ``g`` (one row of draws a round):
         min(R, g) + 1, R the run of accepted drafts."""
-        if same_alpha:  # the draws are R already (integers), capped at the top gamma
-            r: IntArray = draws + 1 if g == top_g else np.minimum(draws, g) + 1
+        if same_alpha:  # the draws are min(R, top gamma) + 1 already (integers)
+            r: IntArray = draws if g == top_g else np.minimum(draws, g + 1)
             return r
         runs = np.floor(draws * inv_log_a[dec])
         np.minimum(runs, g, out=runs)
@@ -407,13 +431,17 @@ def simulate_run(
             dirty = False
         g = choose_gamma(dec)
         key, width = (TREE, tree_tokens) if g and tree_tokens else (g, g + 1)  # price key, verify tokens per request
-        need = _blocks(kv[dec], width - 1 + bs, bs) + pf_blocks
+        kvd = kv[dec]  # (unchanged until the step is priced: admissions and preemptions leave dec's kv alone)
+        kvd_l: list[int] = kvd.tolist() if dec.size <= SMALL_BATCH else []
+        need = _held(kvd, kvd_l, width - 1 + bs, bs) + pf_blocks
         while need > cap:  # preempt the latest admitted request (recompute) until the step fits
             v = int(running[-1])
             running = running[:-1]
             n_pf -= int(pre_left[v] > 0)
+            if pre_left[v] == 0:  # decoding: it prefills its prompt and the tokens it emitted again
+                reserve[v] = kv[v] + 1
             kv[v] = 0
-            pre_left[v] = reserve[v] = inp[v] + gen[v]
+            pre_left[v] = reserve[v]
             preempted[v] += 1
             requeued.appendleft(v)
             prefilling = pre_left[running] > 0
@@ -421,7 +449,9 @@ def simulate_run(
             pf_blocks = int(((reserve[pf] + (bs - 1)) // bs).sum())
             g = choose_gamma(dec)
             key, width = (TREE, tree_tokens) if g and tree_tokens else (g, g + 1)
-            need = _blocks(kv[dec], width - 1 + bs, bs) + pf_blocks
+            kvd = kv[dec]
+            kvd_l = kvd.tolist() if dec.size <= SMALL_BATCH else []
+            need = _held(kvd, kvd_l, width - 1 + bs, bs) + pf_blocks
         B = int(dec.size)
         # a separate prefill pass has the whole token budget; a fused one shares it with the decodes
         budget = cfg.max_tokens if separate else cfg.max_tokens - B * width
@@ -437,6 +467,7 @@ def simulate_run(
         free = cap - need
         seats = cfg.max_seqs - running.size
         admitted: list[int] = []
+        nxt0, rejoined = nxt, False
         while budget > 0 and seats > 0:
             if requeued:
                 cand = requeued[0]
@@ -447,26 +478,29 @@ def simulate_run(
             blocks = (int(reserve[cand]) + bs - 1) // bs
             if blocks > free:
                 break  # first come, first served: nobody passes the head of the queue
-            if separate and pre_left[cand] > budget and chunk_idx:
+            todo = int(pre_left[cand])
+            if separate and todo > budget and chunk_idx:
                 # whole prompts only: it waits for the next step (alone in a pass it goes whatever its length: a
                 # preempted request's prompt and emitted tokens may exceed the budget)
                 break
             if requeued:
                 requeued.popleft()
+                rejoined = True
             else:
                 nxt += 1
             free -= blocks
             seats -= 1
             admitted.append(cand)
-            if pre_left[cand] == 0:  # it arrives prefilled: it decodes from the next step
+            if todo == 0:  # it arrives prefilled: it decodes from the next step
                 continue
             n_pf += 1
-            c = int(pre_left[cand]) if separate else min(int(pre_left[cand]), budget)
+            c = todo if separate else min(todo, budget)
             chunk_idx.append(cand)
             chunk_len.append(c)
             budget -= c
         if admitted:
-            running = np.concatenate((running, admitted))  # (int64: running's dtype, the list's ints)
+            # (new arrivals alone are the next ids in order: a slice, not a list to convert)
+            running = np.concatenate((running, np.asarray(admitted, dtype=np.int64) if rejoined else ids[nxt0:nxt]))
             dirty = True
             if not chunk_idx:
                 continue  # only prefilled newcomers: plan the step again with them decoding
@@ -476,20 +510,27 @@ def simulate_run(
             # ---- decode rounds only and nobody can join: advance K rounds at once. With nobody waiting and a
             # gamma that does not depend on the batch, requests that finish simply leave the batch within the run
             decode_runs += 1
-            kvd = kv[dec]
-            rem = out[dec] - gen[dec]
+            rem = tot[dec] - kvd
             rem_l = rem.tolist()
+            small = B <= SMALL_BATCH  # per-request bookkeeping in Python lists (integers: the same numbers)
+            s_kv = sum(kvd_l) if small else int(kvd.sum())
             queue = bool(requeued) or nxt < n_arrived
             shrink = shrinkable and not queue
             rmax = max(rem_l)
             rmin = rmax if shrink else min(rem_l)  # (in a shrinking run the first to finish does not end it)
             horizon = rmax if shrink else rmin  # rounds by which every request (or the first) must have finished
             if nxt < N and not queue:
-                t0 = prices.decode_seconds(key, B, float(sum(kvd.tolist())) / B)
+                t0 = prices.decode_seconds(key, B, float(s_kv) / B)
                 horizon = min(horizon, int((arr_l[nxt] - now) / t0) + 2)  # rounds until the next arrival
+            fin_round: IntArray | None = None
+            listed = False  # each request's tokens over the run's rounds are in cum_l
+            # plain rounds of a handful of requests: every request emits one token a round, so its context, the
+            # batch and the blocks held in each round have closed forms over the rounds alone (no (rounds x
+            # requests) arrays; integers, so the same numbers)
+            closed = g == 0 and small and B <= CLOSED_FORM_BATCH
             if g == 0:
                 K = max(1, min(MAX_ROUNDS_AT_ONCE, horizon))
-                fin_round = rem - 1  # round in which each request emits its last token
+                fin_l = [r - 1 for r in rem_l]  # round in which each request emits its last token
                 before = rows_at[:K]  # tokens emitted before each round: one a round
             else:
                 # long enough for the request nearest its end to finish, most of the time (else the next
@@ -499,89 +540,141 @@ def simulate_run(
                 if policy.kind == "goodput":
                     K = min(K, GOODPUT_REVISIT_ROUNDS)
                 step = _tokens(log_u.take(K * B).reshape(K, B), g, dec)
-                cum = step.cumsum(axis=0)
+                cum = np.add.accumulate(step, axis=0)  # (cumsum's own loop)
                 before = cum - step
                 # tokens grow every round: the round that finishes a request is the number of rounds before it
                 # that leave it short (K when none does)
-                fin_round = (cum < rem).sum(axis=0)
-            fin_l = fin_round.tolist()
-            masked = shrink  # requests leave within the run: mask them out of the rounds after their last
-            if shrink:
-                k = min(K, max(fin_l) + 1)
-                base = kvd + before[:k]  # each request's cached context in each round
-                if min(fin_l) >= k - 1:  # nobody finishes before the last round: one batch size throughout
-                    masked = False
-                    b_j = np.full(k, B)
-                    ctx_j = base.sum(axis=1)
-                    t = prices.decode_time(key, B, ctx_j / B)
+                if B <= CLOSED_FORM_BATCH and K * B <= PY_CELLS:  # a few numbers: each request's tokens, searched
+                    cum_l = cum.T.tolist()
+                    listed = True
+                    fin_l = [bisect.bisect_left(c, r) for c, r in zip(cum_l, rem_l, strict=True)]
                 else:
+                    fin_round = (cum < rem).sum(axis=0)
+                    fin_l = fin_round.tolist()
+            # requests leave within the run: mask them out of the rounds after their last (unmasked, every
+            # request decodes in every round, its context only grows, and so do the blocks held)
+            k = min(K, max(fin_l) + 1) if shrink else min(K, min(fin_l) + 1)
+            masked = shrink and min(fin_l) < k - 1  # somebody finishes before the last round
+            if closed:
+                if masked:
+                    # b_j = requests with fin >= j; ctx_j = their kv plus j each: the kv of those finished before
+                    # round j, taken off (finish rounds in order, their kv summed as they come)
+                    order = sorted(range(B), key=fin_l.__getitem__)
+                    gone = [0]
+                    for p in order:
+                        gone.append(gone[-1] + kvd_l[p])
+                    n_gone = np.asarray([fin_l[p] for p in order]).searchsorted(jr[:k], side="left")
+                    b_j = B - n_gone
+                    ctx_j = (s_kv - np.asarray(gone)[n_gone]) + b_j * jr[:k]
+            elif shrink or masked:
+                base = kvd + before[:k]  # each request's cached context in each round
+                if masked:
+                    if fin_round is None:
+                        fin_round = np.asarray(fin_l, dtype=np.int64)
                     active = rows_at[:k] <= fin_round  # (k, B): still decoding in round j
                     b_j = active.sum(axis=1)
                     ctx_j = (active * base).sum(axis=1)
-                    if b_j[-1] == B:  # nobody finished before the last round: one batch size throughout
-                        t = prices.decode_time(key, B, ctx_j / B)
-                    else:
-                        t = prices.decode_time_batches(key, b_j, ctx_j / b_j)
             else:
-                k = min(K, min(fin_l) + 1)
-                b_j = np.full(k, B)
                 base = kvd + before[:k]
-                ctx_j = float(sum(kvd.tolist())) + (B * before[:k, 0] if g == 0 else before[:k].sum(axis=1))
+            if masked:
+                t = prices.decode_time_batches(key, b_j, ctx_j / b_j, max_batch=B, inside=inside_grid)
+            else:
+                # one batch size throughout; the contexts' sums are integers, exact either way
+                ctx_j = float(s_kv) + B * jr[:k] if g == 0 else base.sum(axis=1)
                 t = prices.decode_time(key, B, ctx_j / B)
-            ends = t.cumsum()
+            ends = np.add.accumulate(t)  # (cumsum's own loop)
             ends += now
             if nxt < N and not queue and (shrink or (seats > 0 and budget > 0)):
                 # the next arrival joins at the first step that starts after it
                 k = min(k, max(1, int((ends - t).searchsorted(arr_l[nxt], side="left"))))
 
             # blocks each round holds: every decoding request's kv + gamma + 1 tokens, and the prefills' reserve
-            held_i = (base[:k] + (width - 1 + bs)) // bs
-            if masked:
-                held_i *= active[:k]
-            held = held_i.sum(axis=1)
-            if pf_blocks:
-                held += pf_blocks
-            held_max = int(held.max())
-            if held_max > cap:
-                k = max(1, int((held > cap).argmax()))  # stop before the first round that would need a preemption
-                held = held[:k]
-                held_max = int(held.max())
-            last_round = np.minimum(fin_round, k - 1)
-            # request-rounds: request i decodes in rounds 0..last_round[i] of the run
-            n_rounds = _isum(last_round) + B
-            emitted = np.minimum(k, rem) if g == 0 else np.minimum(cum[k - 1], rem)
-            gen[dec] += emitted
-            kv[dec] += emitted
+            if closed:
+                # (kv + j + bs) // bs over rounds j <= the request's last: its whole blocks at round 0, one more
+                # at every round where it crosses a block boundary, all of them gone after its last round
+                km1 = k - 1
+                steps = [0] * k
+                steps[0] = pf_blocks
+                for x, f in zip(kvd_l, fin_l, strict=True):
+                    q, r = divmod(x + bs, bs)
+                    steps[0] += q
+                    end_j = f if f < km1 else km1
+                    for j in range(bs - r, end_j + 1, bs):
+                        steps[j] += 1
+                    if end_j < km1:
+                        steps[end_j + 1] -= (x + end_j + bs) // bs
+                held_l = list(accumulate(steps))
+                held_max = max(held_l) if masked else held_l[km1]
+                if held_max > cap:
+                    # stop before the first round that would need a preemption
+                    k = max(1, next(j for j, h in enumerate(held_l) if h > cap))
+                    del held_l[k:]
+                    held_max = max(held_l)
+                held = np.fromiter(held_l, np.int64, k)
+            else:
+                held_i = (base[:k] + (width - 1 + bs)) // bs
+                if masked:
+                    held_i *= active[:k]
+                held = held_i.sum(axis=1)
+                if pf_blocks:
+                    held += pf_blocks
+                held_max = int(held.max()) if masked else int(held[k - 1])
+                if held_max > cap:
+                    k = max(1, int((held > cap).argmax()))  # stop before the first round that would need a preemption
+                    held = held[:k]
+                    held_max = int(held.max()) if masked else int(held[k - 1])
+            km1 = k - 1
+            # request-rounds: request i decodes in rounds 0..min(fin_i, k - 1) of the run
+            if small:
+                n_rounds = sum([f if f < km1 else km1 for f in fin_l]) + B
+            else:
+                n_rounds = int(np.minimum(fin_round if fin_round is not None else np.asarray(fin_l), km1).sum()) + B
+            emitted = np.minimum(k, rem) if g == 0 else np.minimum(cum[km1], rem)
+            kv[dec] = kvd + emitted
             itl.add_ones(ends[0] - last[dec])
-            if k > 1:
-                itl.add(t[1:k], b_j[1:k])
-            last[dec] = ends[last_round]
-            end = float(ends[k - 1])
             tk = t[:k]
-            bk = b_j[:k]
+            end = float(ends[km1])
+            if k > 1:
+                itl.add(t[1:k], b_j[1:k] if masked else B)
+            # every request still decoding emitted its last token of the run when the run ended; a finisher's
+            # last token time is its finish, and it leaves
+            last[dec] = end
             span = end - now
             busy += span
-            batch_s += float((bk * tk).sum()) + (b_run - B) * span
-            kv_s += float((held * tk).sum())
+            batch_s += float(np.add.reduce((b_j[:k] if masked else B) * tk)) + (b_run - B) * span
+            kv_s += float(np.add.reduce(held * tk))
             max_kv = max(max_kv, held_max / cap)
             max_tokens_seen = max(max_tokens_seen, B * width)
             rounds += n_rounds
             if g:
                 drafted += n_rounds * g
                 # accepted drafts of request i over its rounds 0..last_round[i]: its tokens, less one per round
-                accepted += _isum(cum[last_round, cols[:B]]) - n_rounds
+                if listed:
+                    accepted += sum([c[f if f < km1 else km1] for c, f in zip(cum_l, fin_l, strict=True)]) - n_rounds
+                else:
+                    assert fin_round is not None  # (searched with numpy when not listed)
+                    last_round = np.minimum(fin_round, km1)
+                    accepted += _isum(cum[last_round, cols[:B]]) - n_rounds
             sampler.add(now, b_run, need / cap)
-            done_now = fin_round < k
-            fin = dec[done_now]
-            if fin.size:
-                finish[fin] = ends[fin_round[done_now]]
+            if small:
+                fin = []
+                for i, f in zip(dec.tolist(), fin_l, strict=True):
+                    if f < k:
+                        finish[i] = ends[f]
+                        fin.append(i)
+            else:
+                fr = fin_round if fin_round is not None else np.asarray(fin_l, dtype=np.int64)
+                done_now = fr < k
+                fin = dec[done_now]
+                if fin.size:
+                    finish[fin] = ends[fr[done_now]]
             now = end
         else:
             # ---- one step with prefill chunks (and any decodes)
             prefill_steps += 1
             n_pre = sum(chunk_len)
             pre_ctx = float(kv[chunk_idx[0]]) if len(chunk_idx) == 1 else float(sum(int(kv[i]) for i in chunk_idx))
-            dec_ctx = float(_isum(kv[dec])) if B else 0.0
+            dec_ctx = float(sum(kvd_l) if B <= SMALL_BATCH else int(kvd.sum()))
             if separate:
                 t_round = prices.decode_seconds(key, B, dec_ctx / B) if B else 0.0
                 t_step = t_round + prices.prefill_time(len(chunk_idx), n_pre, pre_ctx, draft=policy.speculates)
@@ -591,15 +684,14 @@ def simulate_run(
             t_dec_end = now + t_round if separate else end  # when the decodes' tokens arrive
             fin_list: list[int] = []
             if B:
-                rem = out[dec] - gen[dec]
+                rem = tot[dec] - kvd
                 if g == 0:
                     e1 = 1  # every running decode has a token left to emit
                 else:
                     e1 = np.minimum(_tokens(log_u.take(B), g, dec), rem)
                     drafted += B * g
                     accepted += _isum(e1) - B
-                gen[dec] += e1
-                kv[dec] += e1
+                kv[dec] = kvd + e1
                 itl.add_ones(t_dec_end - last[dec])
                 last[dec] = t_dec_end
                 rounds += B
@@ -614,13 +706,12 @@ def simulate_run(
                 if pre_left[i] == 0:  # its prefill is done: this step emits its next token
                     dirty = True
                     n_pf -= 1
-                    gen[i] += 1
                     if math.isnan(first[i]):
                         first[i] = end
                     else:
                         itl.add_ones(np.array([end - last[i]]))
                     last[i] = end
-                    if gen[i] >= out[i]:
+                    if kv[i] >= tot[i]:  # its first token (after a preemption: its next) was its last
                         finish[i] = end
                         fin_list.append(i)
             used = cap - free  # the decodes' and prefills' blocks and the newcomers' whole prompts
@@ -655,7 +746,7 @@ def simulate_run(
             "preemptions": preempted,
         }
     )
-    if not math.isfinite(float(np.max(finish))) or np.any(gen != out):
+    if not math.isfinite(float(np.max(finish))) or np.any(kv != tot):
         # invariants, not input errors: every request finishes, having emitted exactly its output
         raise AssertionError("serving simulation ended with unfinished or overrun requests")
     return RunResult(

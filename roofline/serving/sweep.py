@@ -179,6 +179,7 @@ def simulate(
     prefill: str = "fused",
     round_host_s: float = 0.0,
     round_host_per_seq_s: float = 0.0,
+    prefill_host_s: float = 0.0,
     ep: int = 1,
     ep_link_GB_per_s: float | None = None,
 ) -> ServingResult:
@@ -201,7 +202,8 @@ def simulate(
     prefill (whole prompts in a pass of their own after each decode round, the draft model's prefill
     too: :mod:`roofline.serving.scheduler`); ``round_host_s + round_host_per_seq_s b`` adds host seconds to
     every decode round of ``b`` sequences, plain or speculative, on top of the profile (an engine's own
-    loop, measured apart from its passes); ``kv_capacity_tokens`` defaults to what
+    loop, measured apart from its passes), ``prefill_host_s`` to every separate prefill step;
+    ``kv_capacity_tokens`` defaults to what
     fits in ``memory_fraction`` of the device after weights, drafter and activations.
     ``workers`` > 1 runs the (policy, rate, server) runs in that many processes. ``replicas`` > 1
     serves the traffic from that many identical servers behind a round-robin load balancer
@@ -286,6 +288,7 @@ def simulate(
     prices = step_prices(
         ctx, d, max_gamma=chain_g, max_batch=max_seqs, max_tokens=max_tokens, max_context=max_ctx, tree=tree,
         prefill=prefill, round_host_s=round_host_s, round_host_per_seq_s=round_host_per_seq_s,
+        prefill_host_s=prefill_host_s,
     )  # fmt: skip
     rng = np.random.default_rng([seed, 1])
     alphas = draw_alphas(alpha, base.n, alpha_concentration, rng)
@@ -350,6 +353,7 @@ def simulate(
         "prefill": prefill,
         "round_host_s": round_host_s,
         "round_host_per_seq_s": round_host_per_seq_s,
+        "prefill_host_s": prefill_host_s,
         "kv_capacity_tokens": {"off": cap_off, "speculating": cap_spec},
         "slo_ttft_s": slo_ttft_s,
         "slo_tpot_s": slo_tpot_s,
