@@ -26,7 +26,7 @@ from benchmarks.record import machine, record
 FRAMEWORKS = ("hf", "torch-eager", "torch-compile")
 
 
-def run(framework: str, budget: float, dtype: str, device: str | None) -> dict[str, Any]:
+def run(framework: str, budget: float, dtype: str | None, device: str | None) -> dict[str, Any]:
     from measure.budget import Budget
     from measure.device import resolve_device
     from measure.engine_fit import EnginePlan, base_hardware, fit_engine, measure_engine
@@ -34,7 +34,7 @@ def run(framework: str, budget: float, dtype: str, device: str | None) -> dict[s
     dev = resolve_device(device)
     bud = Budget(budget)
     hw = base_hardware(None, dev, dtype)
-    m = measure_engine(framework, EnginePlan(), device=dev, dtype=dtype, budget=bud, progress=True)
+    m = measure_engine(framework, EnginePlan(), device=dev, dtype=dtype, budget=bud, progress=True, log=print)
     fit = fit_engine(m, hw, budget=bud)
     t = fit.table
     spec = t[t["kind"] == "spec"]
@@ -47,16 +47,31 @@ def run(framework: str, budget: float, dtype: str, device: str | None) -> dict[s
             "speedup_predicted": float(r["speedup_predicted"]),
             "error": float(r["speedup_error"]),
             "spread": float(r["spread"]),
+            "repeats": int(r["repeats"]),
+            "t_step_s": float(r["t_step_s"]),
+            "t_predicted_s": float(r["t_predicted_s"]),
+            "t_base_s": float(r["t_base_s"]),
+            "draft_passes_per_round": float(r["draft_passes_per_round"]),
         }
         for _, r in spec.iterrows()
     ]
+    plain = [
+        {k: (float(v) if isinstance(v, float) else int(v)) for k, v in r.items()}
+        for r in t.loc[
+            t["kind"] == "plain", ["n_layers", "batch", "t_step_s", "t_predicted_s", "spread", "repeats"]
+        ].to_dict(orient="records")
+    ]
     return {
         "framework": framework,
+        "plain": plain,
         "version": m.framework_version,
         "device": m.device.get("name"),
         "hardware": hw.id,
         "load": {k: v for k, v in m.load.items() if k != "ticks"},
         "threads": m.threads,
+        "dtype": m.dtype,
+        "dtype_reason": m.dtype_reason,
+        "seconds": bud.elapsed_s,
         "params_us": fit.params,
         "fit_error": fit.fit_error,
         "heldout": fit.validation,
@@ -71,28 +86,38 @@ def body(results: list[dict[str, Any]], skipped: dict[str, str]) -> str:
         "width, batch 1, 2, 4) and to speculative decoding of the offline pair at gammas 1, 3, 5; gammas 2, 4, 6 "
         "and Hugging Face's heuristic schedule are held out and predicted through the fitted profile. Times are "
         "one thread's CPU time (the time another process holds the core does not count; contention for caches and "
-        "memory still does), medians over 3 repetitions. The load average is the machine's during the run: above "
-        "the core count, the figures are a busy machine's, and the bracket spread says how busy.",
+        "memory still does), in the device's fastest dtype. A measured speedup is the median over repetitions of "
+        "the ratio of a plain call of the target to the speculative call timed beside it (96 tokens, less the "
+        "median of 24-token calls); its interval is the median's 90% confidence half-width. What the budget left after "
+        "every configuration's repetitions went to the speculative rows whose interval was widest against what they "
+        "must resolve (a fit row: 5%; a held-out row: half its error), and the terms were fitted again to the fit "
+        "rows only; a held-out row whose interval is still wider than its error is left out of the summary as noisy. The load average is the machine's during the run (2 cores here: "
+        "other work at load 1 slows even one thread's CPU time).",
         "",
-        "| framework | load avg (1 min) | steal | fitted host terms | fit error median / max | held-out speedup "
-        "error median / max (rows, noisy) |",
-        "|---|---|---|---|---|---|",
+        "| framework | dtype | load avg (1 min) | steal | seconds | fitted host terms | fit error median / max "
+        "| held-out speedup error median / max (rows, noisy) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         fe, va, ld = r["fit_error"], r["heldout"], r["load"]
         terms = ", ".join(f"{k} {v:.3g}" for k, v in r["params_us"].items())
         lines.append(
-            f"| {r['framework']} {r['version']} | {ld.get('load_avg_1m', float('nan')):.2f} | "
-            f"{ld.get('steal_pct', float('nan')):.1f}% | {terms} | {fe['error_median']:.1%} / {fe['error_max']:.1%} | "
+            f"| {r['framework']} {r['version']} | {r.get('dtype', '')} | {ld.get('load_avg_1m', float('nan')):.2f} | "
+            f"{ld.get('steal_pct', float('nan')):.1f}% | {r.get('seconds', float('nan')):.0f} | {terms} | {fe['error_median']:.1%} / {fe['error_max']:.1%} | "
             f"{va['error_median']:.1%} / {va['error_max']:.1%} ({va['rows']}, {va['noisy_rows']} noisy) |"
         )
     for r in results:
-        lines += ["", f"{r['framework']}: speculative rows", "", "| gamma | use | tokens/round | measured | predicted "
-                  "| error | bracket spread |", "|---|---|---|---|---|---|---|"]  # fmt: skip
-        for x in r["rows"]:
+        lines += ["", f"{r['framework']}: speculative rows", "", "| gamma | use | tokens/round | draft passes/round "
+                  "| measured | predicted | error | interval (90%) | repetitions |",
+                  "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        order = sorted(
+            r["rows"], key=lambda x: (x["gamma"] == "heuristic", x["gamma"] if x["gamma"] != "heuristic" else 0)
+        )
+        for x in order:
             lines.append(
-                f"| {x['gamma']} | {x['use']} | {x['mean_accepted']:.2f} | {x['speedup_measured']:.2f}x | "
-                f"{x['speedup_predicted']:.2f}x | {x['error']:+.0%} | {x['spread']:.0%} |"
+                f"| {x['gamma']} | {x['use']} | {x['mean_accepted']:.2f} | {x.get('draft_passes_per_round', float('nan')):.2f} "
+                f"| {x['speedup_measured']:.2f}x | {x['speedup_predicted']:.2f}x | {x['error']:+.1%} | "
+                f"±{x['spread']:.1%} | {x.get('repeats', '')} |"
             )
     if skipped:
         lines += ["", "Not measured here: " + "; ".join(f"{k}: {v}" for k, v in skipped.items())]
@@ -103,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--framework", default=",".join(FRAMEWORKS))
     ap.add_argument("--budget", type=float, default=400.0, help="seconds per framework")
-    ap.add_argument("--dtype", default="fp32")
+    ap.add_argument("--dtype", default=None, help="default: the device's fastest (bf16 only where it is native)")
     ap.add_argument("--device", default=None)
     ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
     ap.add_argument("--record-from", default=None, help="record figures measured elsewhere (a --json file)")

@@ -120,7 +120,9 @@ def test_serving_engines_are_detected_and_skipped_with_one_line():
         framework_module("tensorflow")
 
 
-SMALL = EnginePlan(depths=(1, 3), batches=(1, 2), gammas=(1, 2, 3), fit_gammas=(1, 3), new_tokens=16, repeats=1)
+SMALL = EnginePlan(
+    depths=(1, 3), batches=(1, 2), gammas=(1, 2, 3), fit_gammas=(1, 3), new_tokens=16, repeats=1, remeasure=1
+)
 
 
 @pytest.fixture(scope="module")
@@ -155,12 +157,18 @@ def test_the_written_profile_loads_and_prices(hf_fit, tmp_path):
     ps = predict_speedup(hardware=Pricing(hardware=hw, engine=me.engine, dtype="fp32"), **kw)
     assert np.isfinite(ps.speedup) and ps.speedup > 0 and ps.t_base_s > 0
     # the written profile prices as the fit did: the held-out prediction of a row comes back from the file
-    row = fit.table[(fit.table["kind"] == "spec") & (fit.table["gamma"] == 2)].iloc[0]
-    again = predict_speedup(
+    row = next(fit.table[(fit.table["kind"] == "spec") & (fit.table["gamma"] == 2)].itertuples())
+    _, again = ef._spec_prediction(row, ef._pricing(hw, me.engine, "fp32"), m.target, m.draft)
+    assert again == pytest.approx(row.speedup_predicted, rel=1e-9)
+    # and a row that drafted exactly gamma per round is priced as predict_speedup prices that gamma
+    exact = row._replace(draft_passes_per_round=2.0, mean_accepted=min(row.mean_accepted, 3.0))
+    ps2 = predict_speedup(
         hardware=ef._pricing(hw, me.engine, "fp32"), target=m.target, drafter=DraftModel(m.draft),
-        mean_accepted=float(row["mean_accepted"]), gamma=2, context=int(row["context"]),
+        mean_accepted=exact.mean_accepted, gamma=2, context=int(exact.context),
     )  # fmt: skip
-    assert again.speedup == pytest.approx(row["speedup_predicted"], rel=1e-9)
+    assert ef._spec_prediction(exact, ef._pricing(hw, me.engine, "fp32"), m.target, m.draft)[1] == pytest.approx(
+        ps2.speedup, rel=1e-9
+    )
     with pytest.raises(SpecroofError, match="price it with --hardware epyc-9654"):
         me.check_hardware(load_hardware("h100-sxm-80gb"))
 
@@ -280,6 +288,9 @@ def test_rows_whose_brackets_disagree_are_remeasured_within_budget_or_marked_noi
     assert fake.calls > before  # noisy rows were timed again while the budget allowed
     assert fit.validation["noisy_rows"] == int(t["noisy"].sum())
     assert fit.validation["rows"] == int((~t["noisy"]).sum())
+    # the fit rows got repetitions too, until their interval was within the floor or they were capped
+    fit_spec = fit.table[(fit.table["kind"] == "spec") & fit.table["fit"]]
+    assert ((fit_spec["spread"] <= 0.05) | (fit_spec["repeats"] == plan.repeats + plan.remeasure)).all()
     # no budget left: nothing is re-measured, the rows are only marked
     m2 = measure_engine("torch-eager", plan, dtype="fp32")
     spent = Budget(1e-3)
@@ -332,3 +343,68 @@ def test_every_timed_call_was_warmed_at_its_own_shape_first(monkeypatch):
     warmed = {shape for shape, timed in fake.log[:first_timed] if not timed}
     timed_shapes = {shape for shape, timed in fake.log if timed}
     assert timed_shapes and timed_shapes <= warmed, timed_shapes - warmed
+
+
+def test_median_interval_is_robust_and_narrows_with_repetitions():
+    med, half = ef.median_interval([2.0])
+    assert med == pytest.approx(2.0) and half == float("inf")  # one pair says nothing about its spread
+    assert ef.median_interval([1.5, 1.5, 1.5])[1] == 0.0
+    few = ef.median_interval([1.8, 2.0, 2.2, 1.9, 2.1])
+    many = ef.median_interval([1.8, 2.0, 2.2, 1.9, 2.1] * 4)
+    assert few[0] == pytest.approx(2.0) and many[0] == pytest.approx(2.0) and 0 < many[1] < few[1]
+    # one interrupted repetition moves neither the median nor, much, the interval (a mean and sd would jump)
+    hit = ef.median_interval([1.8, 2.0, 2.2, 1.9, 2.1] * 4 + [9.0])
+    assert hit[0] == pytest.approx(2.0) and hit[1] < 2 * many[1]
+
+
+def test_a_token_is_the_long_call_less_the_short_calls_median():
+    t = ef._per_token([1.0, 1.2], [0.2, 0.3, 10.0], 8)  # an outlying short call does not move the median much
+    assert t == pytest.approx([(1.0 - 0.3) / 8, (1.2 - 0.3) / 8])
+    assert EnginePlan(new_tokens=96).short_tokens == 24 and EnginePlan(new_tokens=8).short_tokens == 2
+
+
+def test_the_default_dtype_is_the_devices_fastest(monkeypatch):
+    import measure.choose as choose
+
+    monkeypatch.setattr(choose, "matmul_rate", lambda d, dev: {"fp32": 18e9, "bf16": 10e9}[d])
+    dtype, why = ef.fastest_dtype(torch.device("cpu"))
+    assert dtype == "fp32" and "emulated" in why
+    monkeypatch.setattr(choose, "matmul_rate", lambda d, dev: {"fp32": 18e9, "bf16": 60e9}[d])
+    assert ef.fastest_dtype(torch.device("cpu"))[0] == "bf16"
+
+
+class _CountingFramework(_FakeFramework):
+    """The fake framework that records whether the heap was frozen during each timed call."""
+
+    def __init__(self) -> None:
+        super().__init__(noisy_every=10**9)
+        self.frozen: list[bool] = []
+
+    def generate(self, model, prompts, n, *, assistant=None, gamma=0, count=False, clock=None):
+        import gc
+
+        if clock is not None:
+            self.frozen.append(gc.get_freeze_count() > 0)
+        return super().generate(model, prompts, n, assistant=assistant, gamma=gamma, count=count, clock=clock)
+
+
+def test_rows_count_the_rounds_between_the_two_lengths_and_record_the_dtype(monkeypatch):
+    import gc
+
+    fake = _CountingFramework()
+    monkeypatch.setattr(ef, "framework_module", lambda name: fake)
+    monkeypatch.setattr(ef, "fastest_dtype", lambda dev: ("fp32", "fp32: the fake's fastest"))
+    plan = EnginePlan(depths=(1, 2), batches=(1,), gammas=(1, 3), fit_gammas=(1,), new_tokens=32, repeats=3)
+    m = measure_engine("torch-eager", plan)
+    assert m.dtype == "fp32" and m.dtype_reason == "fp32: the fake's fastest"
+    assert fake.frozen and all(fake.frozen) and gc.get_freeze_count() == 0  # frozen while timed, thawed after
+    spec = m.rows[m.rows["kind"] == "spec"].set_index("gamma")
+    for g in (1, 3):  # the fake's rounds: ceil(n / (g + 1)) at each length
+        added = int(np.ceil(32 / (g + 1))) - int(np.ceil(8 / (g + 1)))
+        assert spec.loc[g, "rounds"] == added and spec.loc[g, "mean_accepted"] == pytest.approx(24 / added)
+        assert spec.loc[g, "draft_passes_per_round"] == pytest.approx(g)
+        assert spec.loc[g, "repeats"] == 3 and spec.loc[g, "spread"] == 0.0  # synthetic: every pair agrees
+    # a deterministic framework: the measured speedup is exactly its ratio of per-token times
+    per_token = 2e-4 + 1e-4 * m.target.n_layers
+    assert spec.loc[1, "t_base_s"] == pytest.approx(per_token)
+    assert spec.loc[1, "speedup_measured"] == pytest.approx(per_token / spec.loc[1, "t_step_s"])

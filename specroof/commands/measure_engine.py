@@ -127,6 +127,7 @@ def _text(fit: Any, m: Any, out: Path, hw_ref: str) -> str:
         f"{m.framework} {m.framework_version} on {m.device.get('name')} (torch {m.device.get('torch_version')}, "
         f"{m.threads or 'all'} thread(s), {load.get('clock')}); load average {load.get('load_avg_1m', float('nan')):.2f} "
         f"over {load.get('cpus')} CPUs, steal {load.get('steal_pct', float('nan')):.1f}%",
+        f"dtype {m.dtype}" + (f": {m.dtype_reason}" if getattr(m, "dtype_reason", "") else ""),
         "fitted host terms: " + ", ".join(f"{k} = {v:.4g}" for k, v in fit.params.items()),
         f"fit: {fe['rows']} configurations, median |error| {fe['error_median']:.1%}, max {fe['error_max']:.1%}",
         f"held-out speedups: median |error| {va['error_median']:.1%}, max {va['error_max']:.1%} over {va['rows']} rows"
@@ -152,8 +153,13 @@ def add_parser(msub: Any) -> None:
     p.add_argument("--fit-gamma", type=int_list, default=None, help="gammas the fit sees (default: every other)")
     p.add_argument("--no-heuristic", action="store_true", help="skip Hugging Face's heuristic schedule")
     p.add_argument("--tokens", type=int, default=96, help="new tokens per run (and half as many)")
-    p.add_argument("--repeats", type=int, default=3, help="most repetitions (the budget may allow fewer)")
-    p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="bf16")
+    p.add_argument("--repeats", type=int, default=12, help="most repetitions (the budget may allow fewer)")
+    p.add_argument(
+        "--dtype",
+        choices=["fp32", "bf16", "fp16"],
+        default=None,
+        help="the models' dtype (default: the device's fastest; bf16 on a CPU without bf16 units is emulated)",
+    )
     p.add_argument("--threads", type=int, default=1, help="CPU threads (default 1: one thread's host cost)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
     p.add_argument("--hardware", default=None, help="datasheet profile to price passes on (default: this device's)")
