@@ -118,6 +118,21 @@ def test_closed_forms_of_plain_rounds_change_no_number(closed):
     assert want[0]["preemptions"].sum() > 0  # the tight cache does preempt
 
 
+def test_python_lists_for_a_few_decodes_in_a_prefill_step_change_no_number():
+    """A prefill step's few decodes take their tokens left, emitted and who finishes from Python lists (plain and
+    speculating rounds); numpy's arrays give the same run, light and KV-bound."""
+    mp = pytest.MonkeyPatch()
+    want = _frames(acceptance=0.7, **_PLAIN)
+    mp.setattr(scheduler, "SMALL_BATCH", 0)
+    try:
+        got = _frames(acceptance=0.7, **_PLAIN)
+    finally:
+        mp.undo()
+    for a, b in zip(want, got, strict=True):
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
+    assert want[0]["preemptions"].sum() > 0  # the tight cache does preempt (a prefill step re-admits)
+
+
 @pytest.mark.parametrize("cells", [0, 10**9])
 def test_finish_rounds_searched_in_lists_change_no_number(cells):
     """Up to PY_CELLS drawn tokens (of a few requests) a run searches each request's finish round in a Python list (and sums its

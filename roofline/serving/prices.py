@@ -209,19 +209,24 @@ class StepPrices:
         ``max_batch`` (no batch above it) and ``inside`` (every context within the grid) are promises from a caller
         that knows them: they skip work whose result is known, the clamp and, when every batch is a grid point
         (weight 0 along batch: ``lo + 0 (hi - lo)`` is ``lo``), the upper batch row. Same numbers either way."""
+        # (arrays of the right type already are used as they are: the conversions cost a call each, per run)
         tabs = self._flat_rows.get(gamma)
         if tabs is None:
             tabs = self._flat_rows[gamma] = self._bilinear_tables(gamma)
-        flat, d_flat, flat_up, d_flat_up, d_l, row_at = tabs
+        flat, d_flat, flat_up, d_flat_up, d_l, row_at, lg_inner = tabs
         # integer batches within the grid: their interpolation cell and weight are looked up, not searched
-        b = np.asarray(batch, dtype=np.int64)
+        b = batch if type(batch) is np.ndarray and batch.dtype == np.int64 else np.asarray(batch, dtype=np.int64)
         lg = self.l_grid
-        x = np.asarray(mean_context, dtype=float)
+        x = (
+            mean_context
+            if type(mean_context) is np.ndarray and mean_context.dtype == np.float64
+            else np.asarray(mean_context, dtype=float)
+        )
         if not inside:
             x = np.minimum(np.maximum(x, lg[0]), lg[-1])
         # the cell along context, searched among the inner grid points: for x in [l_0, l_last] that is
         # min(searchsorted(l, x, "right") - 1, len(l) - 2) without the two extra calls
-        k = lg[1:-1].searchsorted(x, side="right")
+        k = lg_inner.searchsorted(x, side="right")
         lk = lg[k]
         wl = (x - lk) / d_l[k]
         at = row_at[b] + k  # the batch cell's first element in the flat table
@@ -244,7 +249,8 @@ class StepPrices:
         up[:-1] = rows[1:]
         d_up = np.zeros_like(rows)
         d_up[:-1] = d[1:]
-        return rows.ravel(), d.ravel(), up.ravel(), d_up.ravel(), np.diff(self.l_grid), self._b_cell * n_l
+        lg = self.l_grid
+        return rows.ravel(), d.ravel(), up.ravel(), d_up.ravel(), np.diff(lg), self._b_cell * n_l, lg[1:-1]
 
     def target_time(self, batch: float, tokens_per_seq: float, mean_context: float) -> float:
         """One target pass over ``batch`` sequences of ``tokens_per_seq`` new tokens at ``mean_context`` (trilinear)."""

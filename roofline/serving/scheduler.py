@@ -32,7 +32,8 @@ numpy arrays over requests; nothing is kept per step but bounded traces.
 
 At light load a step holds a handful of requests and the loop's cost is the number of numpy calls,
 not their size (about a microsecond each, more when they broadcast or reduce along an axis): integer
-sums over a few requests are done in Python, scalars are read from lists, and with one alpha for
+sums over a few requests are done in Python, scalars are read from lists (so are the tokens left of a run's
+few requests, and a prefill step's few decodes' tokens and finishers), and with one alpha for
 every request the draws are turned into a round's tokens a block at a time. A decoding request's
 tokens still to emit are ``input + output - 1 - kv`` (its cache holds its prompt and every token it
 emitted but the last), so decoding updates its ``kv`` alone. A run of plain rounds over a few
@@ -343,6 +344,7 @@ def simulate_run(
     # a decoding request holds the KV of its prompt and of every token it emitted but the last: kv = input +
     # emitted - 1, so its tokens still to emit are tot - kv (nothing to update but kv as it decodes)
     tot = inp + out - 1
+    tot_l = tot.tolist()  # (scalar reads in Python ints)
     pre_left = inp.copy()  # tokens still to prefill (prompt, or prompt + emitted after a preemption)
     reserve = inp.copy()  # tokens whose blocks are held from admission (the whole prefill)
     first = np.full(N, np.nan)
@@ -510,8 +512,13 @@ def simulate_run(
             # ---- decode rounds only and nobody can join: advance K rounds at once. With nobody waiting and a
             # gamma that does not depend on the batch, requests that finish simply leave the batch within the run
             decode_runs += 1
-            rem = tot[dec] - kvd
-            rem_l = rem.tolist()
+            rem: Any
+            if kvd_l:  # a few requests: their tokens left in Python ints
+                dec_l = dec.tolist()
+                rem = rem_l = [tot_l[i] - x for i, x in zip(dec_l, kvd_l, strict=True)]
+            else:
+                rem = tot[dec] - kvd
+                rem_l = rem.tolist()
             small = B <= SMALL_BATCH  # per-request bookkeeping in Python lists (integers: the same numbers)
             s_kv = sum(kvd_l) if small else int(kvd.sum())
             queue = bool(requeued) or nxt < n_arrived
@@ -629,7 +636,13 @@ def simulate_run(
                 n_rounds = sum([f if f < km1 else km1 for f in fin_l]) + B
             else:
                 n_rounds = int(np.minimum(fin_round if fin_round is not None else np.asarray(fin_l), km1).sum()) + B
-            emitted = np.minimum(k, rem) if g == 0 else np.minimum(cum[km1], rem)
+            emitted: Any
+            if kvd_l and g == 0:
+                emitted = [k if k < r else r for r in rem_l]
+            elif listed:
+                emitted = [c[km1] if c[km1] < r else r for c, r in zip(cum_l, rem_l, strict=True)]
+            else:
+                emitted = np.minimum(k, rem) if g == 0 else np.minimum(cum[km1], rem)
             kv[dec] = kvd + emitted
             itl.add_ones(ends[0] - last[dec])
             tk = t[:k]
@@ -658,7 +671,7 @@ def simulate_run(
             sampler.add(now, b_run, need / cap)
             if small:
                 fin = []
-                for i, f in zip(dec.tolist(), fin_l, strict=True):
+                for i, f in zip(dec_l, fin_l, strict=True):
                     if f < k:
                         finish[i] = ends[f]
                         fin.append(i)
@@ -683,7 +696,25 @@ def simulate_run(
             end = now + t_step
             t_dec_end = now + t_round if separate else end  # when the decodes' tokens arrive
             fin_list: list[int] = []
-            if B:
+            if kvd_l and B <= CLOSED_FORM_BATCH:  # a few decodes: tokens left, emitted, who finishes in Python lists
+                dec_l = dec.tolist()
+                rem_l = [tot_l[i] - x for i, x in zip(dec_l, kvd_l, strict=True)]
+                if g == 0:  # every running decode has a token left to emit: one each
+                    kv[dec] = kvd + 1
+                    fin_list = [i for i, r in zip(dec_l, rem_l, strict=True) if r <= 1]
+                else:
+                    drawn = _tokens(log_u.take(B), g, dec).tolist()
+                    e1_l = [d if d < r else r for d, r in zip(drawn, rem_l, strict=True)]
+                    drafted += B * g
+                    accepted += sum(e1_l) - B
+                    kv[dec] = kvd + e1_l
+                    fin_list = [i for i, r, e in zip(dec_l, rem_l, e1_l, strict=True) if r <= e]
+                itl.add_ones(t_dec_end - last[dec])
+                last[dec] = t_dec_end
+                rounds += B
+                if fin_list:
+                    finish[fin_list] = t_dec_end
+            elif B:
                 rem = tot[dec] - kvd
                 if g == 0:
                     e1 = 1  # every running decode has a token left to emit
@@ -701,9 +732,11 @@ def simulate_run(
                     fin_list.extend(fin_dec.tolist())
             # the chunks: a handful of requests, cheaper one by one than as arrays
             for i, c in zip(chunk_idx, chunk_len, strict=True):
-                pre_left[i] -= c
-                kv[i] += c
-                if pre_left[i] == 0:  # its prefill is done: this step emits its next token
+                left = int(pre_left[i]) - c
+                pre_left[i] = left
+                kv_i = int(kv[i]) + c
+                kv[i] = kv_i
+                if left == 0:  # its prefill is done: this step emits its next token
                     dirty = True
                     n_pf -= 1
                     if math.isnan(first[i]):
@@ -711,7 +744,7 @@ def simulate_run(
                     else:
                         itl.add_ones(np.array([end - last[i]]))
                     last[i] = end
-                    if kv[i] >= tot[i]:  # its first token (after a preemption: its next) was its last
+                    if kv_i >= tot_l[i]:  # its first token (after a preemption: its next) was its last
                         finish[i] = end
                         fin_list.append(i)
             used = cap - free  # the decodes' and prefills' blocks and the newcomers' whole prompts
