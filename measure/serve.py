@@ -205,6 +205,11 @@ def serve(
     first = np.full(N, np.nan)
     finish = np.full(N, np.nan)
     admitted_s = np.full(N, np.nan)
+    # per request: speculative rounds it decoded in, drafts it accepted (before any cut at its output length), and
+    # rounds that ended in a rejection: a Beta-geometric acceptance model's sufficient statistics (serve_check)
+    spec_rounds = np.zeros(N, dtype=np.int64)
+    accepted = np.zeros(N, dtype=np.int64)
+    rejected_rounds = np.zeros(N, dtype=np.int64)
     queue: deque[int] = deque()
     steps: list[dict[str, Any]] = []
     B = nxt = done = 0
@@ -241,6 +246,10 @@ def serve(
                     new = st.emitted
                     g = int(shape.tree.depth) if shape is not None else int(x.shape[1])
                     round_tokens = int(n_acc.sum()) + B
+                    ids = rid[:B]
+                    spec_rounds[ids] += 1
+                    accepted[ids] += n_acc
+                    rejected_rounds[ids] += n_acc < g
                 else:
                     logits = target(pending[:B].view(B, 1))[:, -1]
                     target.advance(1)  # rows past B are never read before a prefill sets their length
@@ -340,6 +349,9 @@ def serve(
             "input_tokens": [len(p) for p in prompts],
             "output_tokens": out,
             "generated_tokens": [len(t) for t in tokens],
+            "spec_rounds": spec_rounds,
+            "accepted_drafts": accepted,
+            "rejected_rounds": rejected_rounds,
         }
     )
     return ServeResult(requests, pd.DataFrame(steps), tokens, pol.name, int(slots))

@@ -8,9 +8,13 @@
    host time per decode round beyond the fitted passes (scheduling, acceptance, commit), a
    line in the round's batch through the burst's per-batch median residuals (the engine does
    per-row work; :func:`engine_host_terms`), given to the simulator as ``round_host_s`` and
-   ``round_host_per_seq_s`` on top of the fitted profile (which stays engine-free);
+   ``round_host_per_seq_s`` on top of the fitted profile (which stays engine-free), its host
+   time per prefill step beyond the priced passes (``prefill_host_s``: padding the prompts,
+   the cache views of their rows), and the spread of acceptance between its requests
+   (:func:`acceptance_concentration`, the simulator's ``alpha_concentration``);
 4. per rate (light, near saturation, overloaded: fractions of the plain engine's capacity
-   read off the calibration) and per policy: the same trace (arrival times, input and output
+   read off the calibration) and per policy, after that policy's burst once more (the host
+   terms of step 3 as the machine runs now: a shared machine's speed drifts over minutes): the same trace (arrival times, input and output
    lengths) replayed for real (:func:`measure.serve.serve`) and simulated
    (:func:`roofline.serving.simulate`) with ``max_seqs`` = the slots and the engine's loop:
    ``prefill="separate"`` (each iteration's decode round, then one pass of the newcomers' whole
@@ -98,8 +102,34 @@ def with_pass_overhead(hw: Hardware, extra_s: float) -> Hardware:
     )
 
 
+def nonnegative_line(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, float]:
+    """(a, s) >= 0 minimising sum w (a + s x - y)^2: the host line a simulator can add (it adds time, never takes it).
+
+    Clipping an unconstrained fit's coefficients one by one is not this: residuals +851 us at one
+    sequence falling 266 us per sequence clip to +851 us for every batch, where the burst measured
+    -213 us at four. The optimum of a 2-variable problem with a, s >= 0 lies in the interior or on
+    an edge (a = 0, or s = 0, or both): the best feasible of those candidates is it.
+    """
+    x, y, w = (np.asarray(v, dtype=float) for v in (x, y, w))
+    cands: list[tuple[float, float]] = [(0.0, 0.0)]
+    if np.ptp(x) > 0:
+        s_, a_ = np.polyfit(x, y, 1, w=np.sqrt(w))
+        cands.append((float(a_), float(s_)))
+    cands.append((max(0.0, float(np.sum(w * y) / np.sum(w))), 0.0))  # s = 0: the weighted mean
+    cands.append((0.0, max(0.0, float(np.sum(w * x * y) / np.sum(w * x * x)))))  # a = 0: through the origin
+    ok = [(a_, s_) for a_, s_ in cands if a_ >= 0 and s_ >= 0]
+    return min(ok, key=lambda c: float(np.sum(w * (c[0] + c[1] * x - y) ** 2)))
+
+
 def engine_host_terms(
-    run: ServeResult, hw: Hardware, target: Any, draft: Any, gamma: int, max_tokens: int
+    run: ServeResult,
+    hw: Hardware,
+    target: Any,
+    draft: Any,
+    gamma: int,
+    max_tokens: int,
+    *,
+    nonnegative: bool = False,
 ) -> tuple[float, float, float]:
     """(host seconds per decode round, and per sequence of it, host seconds per prefill pass): a calibration run
     against the fitted prices.
@@ -107,10 +137,12 @@ def engine_host_terms(
     Each decode round's residual is its measured time minus the simulator's price of its passes
     (the round alone: the engine times it apart from the prefill after it); the host time of a
     round of ``b`` sequences is ``a + s b``, the line through the median residual at each batch
-    size weighted by its rounds (``s = 0`` with one batch size). The prefill residual (its measured time minus the target's pass, plus
-    the draft model's when speculating) is returned for the record: the simulator prices a prefill
-    as its passes. Negative when the fitted passes cost more than the engine took (kept: the
-    comparison must not hide it).
+    size weighted by its rounds (``s = 0`` with one batch size). The prefill residual (the median over
+    prefill steps of the measured time minus the target's pass, plus the draft model's when
+    speculating) is the engine's host time per prefill step. Negative when the fitted passes cost
+    more than the engine took (kept: the comparison must not hide it). ``nonnegative``: the terms
+    the simulator takes instead, the best line with both coefficients >= 0
+    (:func:`nonnegative_line`) and the prefill residual at zero or above.
     """
     s = run.steps
     dec = s[s["decode_batch"] > 0]
@@ -125,7 +157,9 @@ def engine_host_terms(
     pred = np.array([float(p0.decode_time(gamma, int(bb), cc)) for bb, cc in zip(b, c, strict=True)])
     r = pd.DataFrame({"b": b, "resid": dec["t_decode_s"].to_numpy() - pred}).groupby("b")["resid"]
     med, cnt = r.median(), r.size()
-    if med.size >= 2:
+    if nonnegative:
+        round_s, per_seq = nonnegative_line(med.index.to_numpy(float), med.to_numpy(), cnt.to_numpy(float))
+    elif med.size >= 2:
         fit_ = np.polyfit(med.index.to_numpy(float), med.to_numpy(), 1, w=np.sqrt(cnt.to_numpy(float)))
         per_seq, round_s = float(fit_[0]), float(fit_[1])
     else:
@@ -137,7 +171,37 @@ def engine_host_terms(
         ]
     )
     prefill_s = float(np.median(pre["t_prefill_s"].to_numpy() - pred_pre))
-    return round_s, per_seq, prefill_s
+    return round_s, per_seq, max(0.0, prefill_s) if nonnegative else prefill_s
+
+
+#: Beta concentrations the acceptance-spread fit tries (log-spaced); the top one reads "no spread this run can tell"
+_K_GRID = np.geomspace(0.5, 5000.0, 241)
+
+
+def acceptance_concentration(requests: pd.DataFrame) -> float | None:
+    """The Beta concentration k of per-request acceptance that best explains a run's speculative rounds.
+
+    A request of per-token acceptance alpha whose rounds accepted ``A`` drafts in all, ``F`` of
+    them ending in a rejection, has likelihood alpha^A (1 - alpha)^F (a round accepting a < gamma
+    drafts: alpha^a (1 - alpha); all gamma: alpha^gamma). With alpha ~ Beta(mu k, (1 - mu) k) it
+    integrates to B(mu k + A, (1 - mu) k + F) / B(mu k, (1 - mu) k), mu the pooled A / (A + F):
+    prompts that the draft model predicts well and prompts it does not are what makes TPOT spread
+    beyond the geometric draws of one alpha. Maximum likelihood over a grid of k; None with fewer
+    than 4 requests that speculated, or where the likelihood still rises at the grid's top (the run
+    cannot tell its requests from one alpha).
+    """
+    q = requests[requests["spec_rounds"] > 0]
+    A = q["accepted_drafts"].to_numpy(float)
+    F = q["rejected_rounds"].to_numpy(float)
+    if A.size < 4 or A.sum() == 0 or F.sum() == 0:
+        return None
+    mu = A.sum() / (A.sum() + F.sum())
+    lg = np.vectorize(math.lgamma)
+    a, b = mu * _K_GRID[:, None], (1.0 - mu) * _K_GRID[:, None]
+    # log B(x, y) = lgamma(x) + lgamma(y) - lgamma(x + y), summed over requests per k
+    ll = (lg(a + A) + lg(b + F) - lg(a + b + A + F) - (lg(a) + lg(b) - lg(a + b))).sum(axis=1)
+    i = int(np.argmax(ll))
+    return None if i == _K_GRID.size - 1 else float(_K_GRID[i])
 
 
 def _prompts(w: Workload, seed: int) -> list[list[int]]:
@@ -160,10 +224,19 @@ def serve_check(
     threads: int | None = 1,
     seed: int = 0,
     statistic: str = "median",
+    recalibrate: bool = True,
+    replays: int = 2,
     progress: bool = True,
     log: Callable[[str], None] | None = None,
 ) -> ServeCheck:
-    """Measure serving on this CPU and simulate the same traces (module docstring); ``budget_s`` bounds the run."""
+    """Measure serving on this CPU and simulate the same traces (module docstring); ``budget_s`` bounds the run.
+
+    ``replays`` replays each trace that many times (the measured figures are their mean; a figure
+    whose replays disagree by more than its error is ``noisy``: the engine's own repeatability is
+    coarser than the comparison). ``recalibrate`` runs each policy's calibration burst again just before each replay and gives
+    the simulator the host terms read off it and the first burst together (the table's
+    ``round_host_s``, ``round_host_per_seq_s`` and ``prefill_host_s``); else the first burst's
+    serve every replay."""
     from measure.fit import fit
     from measure.microbench import measure_profile
     from measure.pair import load_pair
@@ -180,6 +253,8 @@ def serve_check(
         raise SpecroofError("the side-by-side compares off and static:G chains (measure.serve.serve runs trees)")
     if not (isinstance(slots, int) and 1 <= slots <= 64):
         raise SpecroofError(f"slots must be a whole number in [1, 64] (got {slots!r})")
+    if not (isinstance(replays, int) and 1 <= replays <= 5):
+        raise SpecroofError(f"replays must be a whole number in [1, 5] (got {replays!r})")
     if statistic not in ("min", "median"):
         raise SpecroofError(f"statistic must be 'min' or 'median' (got {statistic!r})")
     from measure.specval import machine_load
@@ -218,25 +293,38 @@ def serve_check(
         say(f"fitted profile: MAPE {100 * fitted.mape:.1f}% over {fitted.n_points} passes")
         max_tokens = max(slots * (max(gammas or [0]) + 1), 1) + slots * max_in
         # calibration: a burst of `slots` requests per policy (one full batch decoding together)
-        cal_w = synthetic(slots * 3, input_len, output_len, seed=seed + 7)
+        cal_w = synthetic(slots * 6, input_len, output_len, seed=seed + 7)
         cal_prompts = _prompts(cal_w, seed + 7)
         host: dict[str, float] = {}
         host_seq: dict[str, float] = {}
         pre_resid: dict[str, float] = {}
+        spread: dict[str, float | None] = {}  # per speculating policy: the Beta concentration of its acceptance
         plain_step = prefill_s = math.nan
-        for p in pols:
+
+        first: dict[str, ServeResult] = {}  # each policy's first burst
+        sim_terms: dict[str, tuple[float, float, float]] = {}  # what the simulator takes from it
+
+        def calibrate(p: Any) -> tuple[ServeResult, tuple[float, float, float], tuple[float, float, float]]:
+            """A calibration burst of ``p`` and the engine's host terms read off it, pooled with the policy's first
+            burst (a median over both bursts' rounds: one burst's rounds are few, and the machine drifts): the
+            terms the simulator takes (non-negative) and the raw residuals (for the record)."""
             run = serve(
-                target,
-                cal_prompts,
-                np.zeros(cal_w.n),
-                cal_w.output_tokens,
-                policy=p,
-                drafter=draft,
-                slots=slots,
+                target, cal_prompts, np.zeros(cal_w.n), cal_w.output_tokens, policy=p, drafter=draft, slots=slots
             )
-            host[p.name], host_seq[p.name], pre_resid[p.name] = engine_host_terms(
-                run, fitted.hardware, target.spec, draft.spec, p.gamma, max_tokens
-            )
+            pooled = run
+            if p.name in first:
+                f = first[p.name]
+                pooled = dataclasses.replace(run, steps=pd.concat([f.steps, run.steps], ignore_index=True))
+            else:
+                first[p.name] = run
+            args = (pooled, fitted.hardware, target.spec, draft.spec, p.gamma, max_tokens)
+            return run, engine_host_terms(*args, nonnegative=True), engine_host_terms(*args)
+
+        t_cal = bud.elapsed_s
+        for p in pols:
+            run, sim_terms[p.name], (host[p.name], host_seq[p.name], pre_resid[p.name]) = calibrate(p)
+            if p.speculates:
+                spread[p.name] = acceptance_concentration(run.requests)
             if p.kind == "off":
                 full = run.steps[(run.steps["decode_batch"] == slots) & (run.steps["prefills"] == 0)]
                 plain_step = float(full["t_decode_s"].median())
@@ -250,8 +338,9 @@ def serve_check(
             raise SpecroofError(f"rates must be positive request rates (got {rate_list})")
         # requests per run: the runs left (rates x policies) share what remains of the budget
         runs = len(rate_list) * len(pols)
-        per_run = bud.remaining_s * 0.85 / runs if budget_s is not None else 30.0
-        n = requests or int(max(8, min(2000, per_run / (1.0 / min(rate_list) + 1.0 / capacity) * 1.0)))
+        per_cal = (bud.elapsed_s - t_cal) / len(pols) if recalibrate else 0.0  # one burst again before each replay
+        per_run = max(1.0, bud.remaining_s * 0.85 / runs - per_cal) if budget_s is not None else 30.0
+        n = requests or int(max(8, min(2000, per_run / replays / (1.0 / min(rate_list) + 1.0 / capacity))))
         w0 = base.subset(np.arange(min(n, base.n)))
         prompts = _prompts(w0, seed)
         say(
@@ -260,8 +349,10 @@ def serve_check(
             + ", ".join(f"{k} {1e6 * v:+.0f} us {1e6 * host_seq[k]:+.0f} us/seq" for k, v in host.items())
             + "; prefill beyond its passes: "
             + ", ".join(f"{k} {1e6 * v:+.0f} us" for k, v in pre_resid.items())
+            + "; acceptance concentration: "
+            + ", ".join(f"{k} {'none' if v is None else f'{v:.3g}'}" for k, v in spread.items())
         )
-        predicted = sum(max(w0.n / r, w0.n / capacity) for r in rate_list) * len(pols)
+        predicted = sum(max(w0.n / r, w0.n / capacity) for r in rate_list) * len(pols) * replays
         bar = WorkBar(predicted, "measure serve", progress)
         rows, meas_frames, sim_frames = [], [], []
         for r in rate_list:
@@ -270,8 +361,17 @@ def serve_check(
                 if bud.expired() and rows:
                     say(f"budget spent: stopped before rate {r} {p.name}")
                     break
-                run = serve(target, prompts, w.arrival_s, w.output_tokens, policy=p, drafter=draft, slots=slots)
-                e = run.mean_tokens_per_round
+                # the host terms of a burst run just before this replay: on a shared machine the speed of the
+                # first calibration need not hold minutes later (a neighbour starting up slowed every pass ~25%)
+                h_round, h_seq, h_pre = calibrate(p)[1] if recalibrate else sim_terms[p.name]
+                # the same trace replayed `replays` times: how far the engine disagrees with itself is the floor
+                # under any error the simulator can be held to
+                reps = [
+                    serve(target, prompts, w.arrival_s, w.output_tokens, policy=p, drafter=draft, slots=slots)
+                    for _ in range(replays)
+                ]
+                run = reps[0]
+                e = float(np.mean([x.mean_tokens_per_round for x in reps])) if p.speculates else math.nan
                 sim = simulate(
                     hardware=fitted.hardware,
                     target=target.spec,
@@ -286,18 +386,30 @@ def serve_check(
                     kv_capacity_tokens=1 << 30,
                     seed=seed,
                     prefill="separate",
-                    # a round that took less than its priced passes: nothing to add (the residual is in settings)
-                    round_host_s=max(0.0, host[p.name]),
-                    round_host_per_seq_s=max(0.0, host_seq[p.name]),
+                    # the burst's host line with both coefficients >= 0 (the raw residuals are in settings)
+                    round_host_s=h_round,
+                    round_host_per_seq_s=h_seq,
+                    prefill_host_s=h_pre,
+                    alpha_concentration=spread.get(p.name),
                 )
                 mq, sq = run.requests, sim.requests
-                ms, ss = latency_summary(mq), latency_summary(sq)
-                row: dict[str, Any] = {"rate_req_s": r, "policy": p.name, "requests": w.n}
+                each = [latency_summary(x.requests) for x in reps]
+                ss = latency_summary(sq)
+                row: dict[str, Any] = {"rate_req_s": r, "policy": p.name, "requests": w.n, "replays": replays}
                 for k in METRICS:
-                    row[f"{k.removesuffix('_s')}_measured_s"] = ms[k]
-                    row[f"{k.removesuffix('_s')}_simulated_s"] = ss[k]
-                    row[f"{k.removesuffix('_s')}_rel_error"] = (ss[k] - ms[k]) / ms[k]
+                    vals = np.array([m_[k] for m_ in each])
+                    mean = float(vals.mean())
+                    err = (ss[k] - mean) / mean
+                    # the replays' own spread; a figure is noisy when it exceeds the error it would report
+                    spread_k = float(np.ptp(vals) / mean) if replays > 1 else math.nan
+                    name = k.removesuffix("_s")
+                    row[f"{name}_measured_s"] = mean
+                    row[f"{name}_simulated_s"] = ss[k]
+                    row[f"{name}_rel_error"] = err
+                    row[f"{name}_replay_spread"] = spread_k
+                    row[f"{name}_noisy"] = bool(spread_k > abs(err))
                 row["tokens_per_round"] = e
+                row["round_host_s"], row["round_host_per_seq_s"], row["prefill_host_s"] = h_round, h_seq, h_pre
                 row["throughput_measured_tok_s"] = float(mq["output_tokens"].sum()) / run.duration_s
                 row["mean_batch_measured"] = float(
                     np.average(run.steps["decode_batch"], weights=run.steps["end_s"] - run.steps["start_s"])
@@ -305,7 +417,7 @@ def serve_check(
                 rows.append(row)
                 meas_frames.append(mq.assign(rate_req_s=r, policy=p.name))
                 sim_frames.append(sq.assign(rate_req_s=r, policy=p.name))
-                bar.update(max(w.n / r, w.n / capacity), f"rate {r} {p.name}")
+                bar.update(max(w.n / r, w.n / capacity) * replays, f"rate {r} {p.name}")
         bar.close()
     table = pd.DataFrame(rows)
     verdicts = _verdicts(table, [p.name for p in pols])
@@ -320,6 +432,7 @@ def serve_check(
         "host_per_round_s": host,
         "host_per_seq_s": host_seq,
         "prefill_residual_per_pass_s": pre_resid,
+        "alpha_concentration": spread,
         "input_len": str(input_len),
         "output_len": str(output_len),
         "target": target.spec.name,

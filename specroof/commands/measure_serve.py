@@ -25,6 +25,8 @@ def cmd_measure_serve(args: argparse.Namespace) -> int:
         raise SpecroofError(f"--budget must be a positive number of seconds (got {args.budget})")
     if args.threads is not None and args.threads < 1:
         raise SpecroofError(f"--threads must be >= 1 (got {args.threads})")
+    if not 1 <= args.replays <= 5:
+        raise SpecroofError(f"--replays must be a whole number in [1, 5] (got {args.replays})")
     if args.requests is not None and args.requests < 2:
         raise SpecroofError(f"--requests must be >= 2 (got {args.requests})")
     if args.rate is not None and any(not (r > 0 and math.isfinite(r)) for r in args.rate):
@@ -42,6 +44,7 @@ def cmd_measure_serve(args: argparse.Namespace) -> int:
         budget_s=args.budget,
         threads=args.threads,
         seed=args.seed,
+        replays=args.replays,
         progress=not args.json,
         log=lambda msg: _note(args, msg),
     )
@@ -72,7 +75,8 @@ def text(check: Any) -> str:
         for m in ("ttft_p50", "ttft_p90", "tpot_p50", "tpot_p90"):
             row[f"{m} ms real"] = 1e3 * r[f"{m}_measured_s"]
             row[f"{m} ms sim"] = 1e3 * r[f"{m}_simulated_s"]
-            row[f"{m} err"] = f"{100 * r[f'{m}_rel_error']:+.0f}%"
+            noisy = bool(r.get(f"{m}_noisy", False))
+            row[f"{m} err"] = f"{100 * r[f'{m}_rel_error']:+.0f}%" + ("~" if noisy else "")
         rows.append(row)
     import pandas as pd
 
@@ -83,13 +87,30 @@ def text(check: Any) -> str:
         f"load average {load.get('load_avg_1m', float('nan')):.2f} over {load.get('cpus')} CPUs",
         f"fitted profile: MAPE {100 * s['fit_mape']:.1f}%; plain full-batch step {1e3 * s['plain_step_s']:.2f} ms, "
         f"prefill {1e3 * s['prefill_per_request_s']:.2f} ms per request -> capacity ~{s['capacity_req_s']:.1f} req/s",
-        "host time per decode round given to the simulator: "
+        "host residual per decode round in the first burst (raw; the simulator takes the best line >= 0): "
         + ", ".join(
             f"{k} {1e6 * v:+.0f} us + {1e6 * check.host_per_seq_s.get(k, 0.0):+.0f} us/seq"
             for k, v in check.host_per_round_s.items()
         ),
+        "host time per prefill step in the first burst: "
+        + ", ".join(f"{k} {1e6 * max(0.0, v):.0f} us" for k, v in s.get("prefill_residual_per_pass_s", {}).items())
+        + "; spread of acceptance between requests (Beta concentration, none: one alpha for all): "
+        + ", ".join(f"{k} {'none' if v is None else f'{v:.3g}'}" for k, v in s.get("alpha_concentration", {}).items()),
+    ]
+    if "round_host_s" in t:  # the bursts re-run before each replay: how far the machine's speed moved meanwhile
+        parts = []
+        for pol, g in t.groupby("policy", sort=False):
+            a, p_ = 1e6 * g["round_host_s"], 1e6 * g["prefill_host_s"].clip(lower=0.0)
+            parts.append(f"{pol} round {a.min():+.0f}..{a.max():+.0f} us, prefill {p_.min():.0f}..{p_.max():.0f} us")
+        lines.append("given to the simulator, re-read before each replay: " + "; ".join(parts))
+    lines += [
         pd.DataFrame(rows).round(2).to_string(index=False),
     ]
+    if "ttft_p50_noisy" in t and int(t.get("replays", pd.Series([1])).max()) > 1:
+        lines.append(
+            "real: the mean of each trace's replays; ~: its replays disagreed by more than the error (noise, not a "
+            "result)"
+        )
     for _, v in check.verdicts.iterrows():
         lines.append(
             f"rate {v['rate_req_s']:g} req/s, {v['policy']}: speculation pays (E2E p50) "
@@ -119,6 +140,12 @@ def add_parser(msub: Any) -> None:
     p.add_argument("--output-len", default="uniform:16-48", help="output tokens: N, uniform:A-B or lognormal:M,S")
     p.add_argument("--threads", type=int, default=1, help="CPU threads (default 1)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--replays",
+        type=int,
+        default=2,
+        help="real replays of each trace (default 2): a figure they disagree on by more than its error is noisy",
+    )
     p.add_argument("--budget", type=float, default=240.0, help="seconds for the whole run (default 240)")
     p.add_argument("--out", default=None, help="folder for the side-by-side and per-request CSVs")
     _add_json(p)

@@ -1,0 +1,106 @@
+"""The engine terms `measure serve` gives the simulator: host time per prefill step, and the spread of acceptance
+between requests read back from a run's per-request round counts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("torch")
+
+from measure.serve_check import acceptance_concentration  # noqa: E402
+from roofline.errors import SpecroofError  # noqa: E402
+
+
+def _rounds(alphas: np.ndarray, gamma: int, rounds: int, rng: np.random.Generator) -> pd.DataFrame:
+    """Per request: ``rounds`` chain rounds at its own alpha (accepted run geometric, capped at gamma)."""
+    runs = np.minimum(rng.geometric(1.0 - alphas[:, None], size=(alphas.size, rounds)) - 1, gamma)
+    return pd.DataFrame(
+        {
+            "spec_rounds": np.full(alphas.size, rounds),
+            "accepted_drafts": runs.sum(axis=1),
+            "rejected_rounds": (runs < gamma).sum(axis=1),
+        }
+    )
+
+
+@pytest.mark.parametrize("k", [3.0, 12.0])
+def test_a_beta_spread_of_alpha_is_recovered(k):
+    rng = np.random.default_rng(1)
+    mu = 0.7
+    alphas = rng.beta(mu * k, (1 - mu) * k, 600)
+    got = acceptance_concentration(_rounds(alphas, 3, 12, rng))
+    assert got is not None
+    assert k / 2 < got < 2 * k
+
+
+def test_one_alpha_for_every_request_reads_as_no_spread():
+    rng = np.random.default_rng(2)
+    got = acceptance_concentration(_rounds(np.full(600, 0.7), 3, 12, rng))
+    # one alpha: either the likelihood still rises at the grid's top, or the fit finds a concentration so high that
+    # the Beta's spread is far below the geometric draws' own
+    assert got is None or got > 200
+
+
+def test_too_few_requests_or_no_rejection_tell_nothing():
+    rng = np.random.default_rng(3)
+    assert acceptance_concentration(_rounds(np.full(3, 0.7), 3, 12, rng)) is None
+    every_draft_kept = pd.DataFrame({"spec_rounds": [5] * 8, "accepted_drafts": [15] * 8, "rejected_rounds": [0] * 8})
+    assert acceptance_concentration(every_draft_kept) is None
+    plain = pd.DataFrame({"spec_rounds": [0] * 8, "accepted_drafts": [0] * 8, "rejected_rounds": [0] * 8})
+    assert acceptance_concentration(plain) is None
+
+
+def test_the_prefill_host_term_adds_to_every_separate_prefill_step_and_nothing_else():
+    from roofline.drafters import DraftModel
+    from roofline.model import get_model
+    from roofline.serving import pricing_context, step_prices
+
+    ctx = pricing_context("llama-3.1-8b", "h100-sxm-80gb")
+    kw = dict(max_gamma=3, max_batch=8, max_tokens=2048, max_context=2048, prefill="separate")
+    d = DraftModel(get_model("llama-3.2-1b"))
+    p0 = step_prices(ctx, d, **kw)
+    p1 = step_prices(ctx, d, prefill_host_s=2.5e-3, **kw)
+    for m, n, draft in ((1, 300, True), (3, 900, False), (2, 64, True)):
+        assert p1.prefill_time(m, n, 0.0, draft=draft) == pytest.approx(
+            p0.prefill_time(m, n, 0.0, draft=draft) + 2.5e-3
+        )
+    assert p1.decode_seconds(3, 4, 500.0) == p0.decode_seconds(3, 4, 500.0)
+    with pytest.raises(SpecroofError, match="prefill_host_s"):
+        step_prices(ctx, d, prefill_host_s=-1.0, **kw)
+
+
+def test_the_simulator_takes_the_prefill_host_term_into_time_to_first_token():
+    from roofline.serving import simulate
+
+    kw = dict(hardware="h100-sxm-80gb", target="llama-3.1-8b", drafter=None, policy=["off"], rates=[0.01],
+              requests=20, input_len=256, output_len=8, prefill="separate", seed=3)  # fmt: skip
+    a = simulate(**kw).requests["ttft_s"].to_numpy()
+    b = simulate(prefill_host_s=4e-3, **kw).requests["ttft_s"].to_numpy()
+    # 0.01 req/s: every request finds the server idle, so its first token waits for its own prefill step alone
+    assert np.allclose(b - a, 4e-3, rtol=1e-9, atol=1e-12)
+
+
+def test_the_host_line_the_simulator_takes_is_the_best_one_with_both_coefficients_non_negative():
+    from measure.serve_check import nonnegative_line
+
+    b = np.array([1.0, 2.0, 3.0, 4.0])
+    w = np.array([5.0, 5.0, 5.0, 20.0])
+    # a line already non-negative is itself
+    a, s = nonnegative_line(b, 1e-3 + 2e-4 * b, w)
+    assert a == pytest.approx(1e-3) and s == pytest.approx(2e-4)
+    # falling residuals (+851 us at 1, -266 us per sequence): not +851 us at every batch, but the best constant
+    y = 851e-6 - 266e-6 * (b - 1)
+    a, s = nonnegative_line(b, y, w)
+    assert s == 0.0
+    assert a == pytest.approx(float(np.sum(w * y) / np.sum(w)))
+    assert a < 851e-6 / 2
+    # a negative intercept and a positive slope: the best line through the origin
+    y = -4e-4 + 3e-4 * b
+    a, s = nonnegative_line(b, y, w)
+    assert a == 0.0 and s == pytest.approx(float(np.sum(w * b * y) / np.sum(w * b * b)))
+    # all negative: nothing to add
+    assert nonnegative_line(b, -1e-4 - 0 * b, w) == (0.0, 0.0)
+    # one batch size: a constant
+    assert nonnegative_line(np.array([4.0]), np.array([3e-4]), np.array([7.0])) == pytest.approx((3e-4, 0.0))
