@@ -358,6 +358,26 @@ def _planned_speedup(
     total = plan.weights_bytes + kv + act
     on_device = total - (plan.weights_bytes if plan.offloaded else 0.0)
     mem = f64((on_device / plan.tp) + extra_bytes)
+    return _scalar_result(g, E, base, t_draft, t_verify, host, t_round, B, np.asarray(extra_bytes), mem,
+                          np.bool_(mem <= plan.capacity), name)  # fmt: skip
+
+
+def _scalar_result(
+    g: int,
+    E: float,
+    base: float,
+    t_draft: float,
+    t_verify: float,
+    host: float,
+    t_round: float,
+    B: int,
+    extra: Any,
+    mem: Any,
+    fits: Any,
+    name: str,
+) -> SpeedupResult:
+    """The scalar paths' :class:`SpeedupResult`, typed as the array path types it (0-d arrays, numpy scalars)."""
+    f64 = np.float64
     result: SpeedupResult = frozen(
         SpeedupResult,
         {
@@ -365,8 +385,8 @@ def _planned_speedup(
             "t_draft_s": np.asarray(t_draft), "t_verify_s": np.asarray(t_verify), "t_round_host_s": host,
             "t_round_s": np.asarray(t_round), "speedup": f64(E * base / t_round),
             "tokens_per_s_per_user": f64(E / t_round), "tokens_per_s_total": f64(B * E / t_round),
-            "baseline_tokens_per_s_per_user": f64(1.0 / base), "extra_memory_bytes": np.asarray(extra_bytes),
-            "memory_bytes": mem, "fits_in_memory": np.bool_(mem <= plan.capacity), "drafter": name,
+            "baseline_tokens_per_s_per_user": f64(1.0 / base), "extra_memory_bytes": extra, "memory_bytes": mem,
+            "fits_in_memory": fits, "drafter": name,
         },
     )  # fmt: skip
     return result
@@ -413,18 +433,7 @@ def _scalar_speedup(
     f64 = np.float64
     mem = f64((on_device / pr.tp) + float(extra))
     cap = pr.hardware.memory_bytes if pr.hardware.memory_bytes is not None else np.inf
-    result: SpeedupResult = frozen(
-        SpeedupResult,
-        {
-            "gamma": np.asarray(g, dtype=np.int64), "expected_tokens": np.asarray(E), "t_base_s": np.asarray(base),
-            "t_draft_s": np.asarray(t_draft), "t_verify_s": np.asarray(t_verify), "t_round_host_s": host,
-            "t_round_s": np.asarray(t_round), "speedup": f64(E * base / t_round),
-            "tokens_per_s_per_user": f64(E / t_round), "tokens_per_s_total": f64(B * E / t_round),
-            "baseline_tokens_per_s_per_user": f64(1.0 / base), "extra_memory_bytes": extra, "memory_bytes": mem,
-            "fits_in_memory": np.bool_(mem <= cap), "drafter": d.name,
-        },
-    )  # fmt: skip
-    return result
+    return _scalar_result(g, E, base, t_draft, t_verify, host, t_round, B, extra, mem, np.bool_(mem <= cap), d.name)
 
 
 def draft_cost_ratio(
