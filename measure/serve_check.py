@@ -30,7 +30,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -121,6 +121,16 @@ def nonnegative_line(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float
     return min(ok, key=lambda c: float(np.sum(w * (c[0] + c[1] * x - y) ** 2)))
 
 
+class HostResiduals(NamedTuple):
+    """A calibration burst against the fitted prices: the median round residual per batch size (and the rounds
+    behind it), and the median prefill-step residual (seconds)."""
+
+    batch: np.ndarray
+    median_s: np.ndarray
+    rounds: np.ndarray
+    prefill_s: float
+
+
 def engine_host_terms(
     run: ServeResult,
     hw: Hardware,
@@ -144,6 +154,13 @@ def engine_host_terms(
     the simulator takes instead, the best line with both coefficients >= 0
     (:func:`nonnegative_line`) and the prefill residual at zero or above.
     """
+    return host_terms(host_residuals(run, hw, target, draft, gamma, max_tokens), nonnegative=nonnegative)
+
+
+def host_residuals(
+    run: ServeResult, hw: Hardware, target: Any, draft: Any, gamma: int, max_tokens: int
+) -> HostResiduals:
+    """The residuals :func:`engine_host_terms` draws its lines through (computed once per burst)."""
     s = run.steps
     dec = s[s["decode_batch"] > 0]
     pre = s[s["prefills"] > 0]
@@ -157,13 +174,6 @@ def engine_host_terms(
     pred = np.array([float(p0.decode_time(gamma, int(bb), cc)) for bb, cc in zip(b, c, strict=True)])
     r = pd.DataFrame({"b": b, "resid": dec["t_decode_s"].to_numpy() - pred}).groupby("b")["resid"]
     med, cnt = r.median(), r.size()
-    if nonnegative:
-        round_s, per_seq = nonnegative_line(med.index.to_numpy(float), med.to_numpy(), cnt.to_numpy(float))
-    elif med.size >= 2:
-        fit_ = np.polyfit(med.index.to_numpy(float), med.to_numpy(), 1, w=np.sqrt(cnt.to_numpy(float)))
-        per_seq, round_s = float(fit_[0]), float(fit_[1])
-    else:
-        per_seq, round_s = 0.0, float(med.iloc[0])
     pred_pre = np.array(
         [
             p0.prefill_time(int(m), int(n), 0.0, draft=gamma > 0)
@@ -171,7 +181,19 @@ def engine_host_terms(
         ]
     )
     prefill_s = float(np.median(pre["t_prefill_s"].to_numpy() - pred_pre))
-    return round_s, per_seq, max(0.0, prefill_s) if nonnegative else prefill_s
+    return HostResiduals(med.index.to_numpy(float), med.to_numpy(), cnt.to_numpy(float), prefill_s)
+
+
+def host_terms(res: HostResiduals, *, nonnegative: bool = False) -> tuple[float, float, float]:
+    """(per round, per sequence of it, per prefill step) from a burst's residuals: :func:`engine_host_terms`."""
+    if nonnegative:
+        round_s, per_seq = nonnegative_line(res.batch, res.median_s, res.rounds)
+    elif res.batch.size >= 2:
+        fit_ = np.polyfit(res.batch, res.median_s, 1, w=np.sqrt(res.rounds))
+        per_seq, round_s = float(fit_[0]), float(fit_[1])
+    else:
+        per_seq, round_s = 0.0, float(res.median_s[0])
+    return round_s, per_seq, max(0.0, res.prefill_s) if nonnegative else res.prefill_s
 
 
 #: Beta concentrations the acceptance-spread fit tries (log-spaced); the top one reads "no spread this run can tell"
@@ -317,8 +339,8 @@ def serve_check(
                 pooled = dataclasses.replace(run, steps=pd.concat([f.steps, run.steps], ignore_index=True))
             else:
                 first[p.name] = run
-            args = (pooled, fitted.hardware, target.spec, draft.spec, p.gamma, max_tokens)
-            return run, engine_host_terms(*args, nonnegative=True), engine_host_terms(*args)
+            res = host_residuals(pooled, fitted.hardware, target.spec, draft.spec, p.gamma, max_tokens)
+            return run, host_terms(res, nonnegative=True), host_terms(res)
 
         t_cal = bud.elapsed_s
         for p in pols:

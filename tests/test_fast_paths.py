@@ -105,20 +105,23 @@ def test_scalar_tree_pass_matches_the_array_path():
         assert fast == pytest.approx(_array_seconds(spec, pr, b, None, c, tree=depths), rel=REL, abs=0)
 
 
+def _measured_terms(**options):
+    """An H100 Pricing whose time model has a measured profile's terms (gemv bandwidth, attention rate,
+    small-matmul saturation, partial overlap). A copy: Pricing.of hands out shared, cached objects, and only the
+    copy's cached time model is replaced."""
+    pr = dataclasses.replace(Pricing.of("h100-sxm-80gb", **options))
+    pr.__dict__["time_model"] = dataclasses.replace(
+        pr.time_model, gemv_bandwidth_bytes_per_s=2.1e12, attention_flop_per_s=3.0e14, matmul_half_tokens=7.0,
+        overlap=0.35,
+    )  # fmt: skip
+    return pr
+
+
 def test_scalar_path_reaches_every_time_model_branch():
     """gemv bandwidth, the attention rate, small-matmul saturation and partial overlap (a measured profile's terms)."""
     spec, moe = get_model("llama-3.1-8b"), get_model("mixtral-8x7b")
     for engine in (None, "serving"):
-        # a copy: Pricing.of hands out shared, cached objects, and this test replaces the copy's time model
-        pr = dataclasses.replace(Pricing.of("h100-sxm-80gb", engine=engine))
-        tm = dataclasses.replace(
-            pr.time_model,
-            gemv_bandwidth_bytes_per_s=2.1e12,
-            attention_flop_per_s=3.0e14,
-            matmul_half_tokens=7.0,
-            overlap=0.35,
-        )
-        pr.__dict__["time_model"] = tm  # the cached time model, replaced on this one Pricing
+        pr = _measured_terms(engine=engine)
         for s in (spec, moe):
             for b, n, c in ((1, 1, 1024), (3, 1, 0), (8, 17, 4000), (64, 5, 100)):
                 assert float(pass_seconds(s, pr, b, n, c)) == pytest.approx(
@@ -460,15 +463,7 @@ def test_scalar_pass_time_reaches_every_time_model_branch(monkeypatch):
 
     for engine in (None, "serving", "vllm"):
         for tp in (1, 2):
-            pr = dataclasses.replace(Pricing.of("h100-sxm-80gb", engine=engine, tp=tp))  # a copy (see above)
-            tm = dataclasses.replace(
-                pr.time_model,
-                gemv_bandwidth_bytes_per_s=2.1e12,
-                attention_flop_per_s=3.0e14,
-                matmul_half_tokens=7.0,
-                overlap=0.35,
-            )
-            pr.__dict__["time_model"] = tm
+            pr = _measured_terms(engine=engine, tp=tp)
             for name in ("llama-3.1-8b", "mixtral-8x7b"):
                 spec = get_model(name)
                 assert step_pricer(spec, pr, tp) is not None

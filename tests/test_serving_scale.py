@@ -74,14 +74,16 @@ _BUSY = dict(policy=["static:3", "by-batch:1=4,16=2,64=0", "goodput:4"], rates=[
              input_len="uniform:64-700", output_len="uniform:8-300", kv_capacity_tokens=40_000, max_seqs=96)  # fmt: skip
 
 
-def _same_with_scheduler(**patches):
-    """The busy setup's frames with ``patches`` applied to the scheduler module equal the frames without them."""
-    want = _frames(acceptance=0.7, **_BUSY)
+def _same_with_scheduler(setup=None, **patches):
+    """The frames of ``setup`` (default: the busy one) with ``patches`` applied to the scheduler module equal the
+    frames without them."""
+    setup = _BUSY if setup is None else setup
+    want = _frames(acceptance=0.7, **setup)
     mp = pytest.MonkeyPatch()
     for name, value in patches.items():
         mp.setattr(scheduler, name, value)
     try:
-        got = _frames(acceptance=0.7, **_BUSY)
+        got = _frames(acceptance=0.7, **setup)
     finally:
         mp.undo()
     for a, b in zip(want, got, strict=True):
@@ -106,30 +108,14 @@ def test_closed_forms_of_plain_rounds_change_no_number(closed):
     """Plain rounds of up to CLOSED_FORM_BATCH requests are priced from closed forms (batch, context and blocks
     held per round from each request's finish round and block boundaries); the (rounds x requests) arrays give
     the same run, light and KV-bound (preempting, runs cut before a round that would not fit)."""
-    mp = pytest.MonkeyPatch()
-    want = _frames(acceptance=0.7, **_PLAIN)
-    mp.setattr(scheduler, "CLOSED_FORM_BATCH", closed)
-    try:
-        got = _frames(acceptance=0.7, **_PLAIN)
-    finally:
-        mp.undo()
-    for a, b in zip(want, got, strict=True):
-        pd.testing.assert_frame_equal(a, b, check_exact=True)
+    want = _same_with_scheduler(_PLAIN, CLOSED_FORM_BATCH=closed)
     assert want[0]["preemptions"].sum() > 0  # the tight cache does preempt
 
 
 def test_python_lists_for_a_few_decodes_in_a_prefill_step_change_no_number():
     """A prefill step's few decodes take their tokens left, emitted and who finishes from Python lists (plain and
     speculating rounds); numpy's arrays give the same run, light and KV-bound."""
-    mp = pytest.MonkeyPatch()
-    want = _frames(acceptance=0.7, **_PLAIN)
-    mp.setattr(scheduler, "SMALL_BATCH", 0)
-    try:
-        got = _frames(acceptance=0.7, **_PLAIN)
-    finally:
-        mp.undo()
-    for a, b in zip(want, got, strict=True):
-        pd.testing.assert_frame_equal(a, b, check_exact=True)
+    want = _same_with_scheduler(_PLAIN, SMALL_BATCH=0)
     assert want[0]["preemptions"].sum() > 0  # the tight cache does preempt (a prefill step re-admits)
 
 
