@@ -426,3 +426,29 @@ def test_separate_prefill_under_load_keeps_the_limits_and_the_fast_path(monkeypa
     assert (s["kv_utilisation_max"] <= 1.0).all()
     q = fast.requests
     assert (q["first_token_s"] >= q["arrival_s"]).all() and (q["finish_s"] >= q["first_token_s"]).all()
+
+
+@pytest.mark.parametrize("prefill", ["fused", "separate"])
+def test_the_first_step_after_the_server_idled_pays_the_idle_start_and_no_other(prefill):
+    kw = dict(hardware="h100-sxm-80gb", target="llama-3.1-8b", drafter="model:llama-3.2-1b", acceptance=0.7,
+              policy=["static:3"], requests=120, input_len="uniform:64-512", output_len="uniform:8-64",
+              prefill=prefill, seed=5)  # fmt: skip
+    # 0.001 req/s: every request finds the server idle, its first token waits for its own prefill step alone
+    # (but the first, arriving at time 0: the server has not waited for it)
+    a = simulate(rates=[0.001], **kw).requests
+    b = simulate(rates=[0.001], idle_start_s=4e-3, **kw).requests
+    assert a["arrival_s"].iloc[0] == 0.0 and b["ttft_s"].iloc[0] == a["ttft_s"].iloc[0]
+    a, b = a.iloc[1:], b.iloc[1:]
+    # (times near 1e5 s: differences good to ~1e-10 s)
+    assert np.allclose(b["ttft_s"] - a["ttft_s"], 4e-3, rtol=0, atol=1e-9)
+    assert np.allclose(b["e2e_s"] - a["e2e_s"], 4e-3, rtol=0, atol=1e-9)
+    assert np.allclose(b["tpot_s"], a["tpot_s"], rtol=1e-6, equal_nan=True)  # the decode rounds are as before
+    # overloaded, the server never waits (its first request arrives at time 0): no step pays
+    a = simulate(rates=[5000.0], **kw).requests
+    b = simulate(rates=[5000.0], idle_start_s=4e-3, **kw).requests
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
+    # zero is the simulator without the term, number for number
+    pd.testing.assert_frame_equal(simulate(rates=[3.0], idle_start_s=0.0, **kw).requests,
+                                  simulate(rates=[3.0], **kw).requests, check_exact=True)  # fmt: skip
+    with pytest.raises(SpecroofError, match="idle_start_s"):
+        simulate(rates=[1.0], idle_start_s=-1e-3, **kw)

@@ -23,7 +23,9 @@ drafter is a separate model (``draft_pass``, the drafter's own model over the sa
 ``host_s + host_per_seq_s b`` is host time of every decode round of ``b`` sequences (plain or
 speculative) on top of its passes: what a measured engine spends outside them, given apart
 from the profile; ``prefill_host_s`` is the same for every separate prefill step (an engine
-that pads the prompts and slices the cache for them before its passes).
+that pads the prompts and slices the cache for them before its passes), and ``idle_start_s``
+is added to the first prefill step after the server idled (an engine whose first pass after a
+wait runs cold: caches refilled, clocks raised; docs/cost-model.md, "the first step after idle").
 
 Time is piecewise linear in batch and context (bytes and FLOPs are linear in both; max()
 switches between them), so linear interpolation between grid points is exact on each
@@ -122,6 +124,8 @@ class StepPrices:
     host_per_seq_s: float = 0.0
     #: host seconds of every separate prefill step beyond its passes (``prefill="separate"``)
     prefill_host_s: float = 0.0
+    #: seconds added to the first prefill step after the server idled (nothing running, nothing queued)
+    idle_start_s: float = 0.0
     _curves: dict[tuple[int, int], FloatArray] = field(default_factory=dict, compare=False, repr=False)
     _rows: dict[int, FloatArray] = field(default_factory=dict, compare=False, repr=False)
     _curve_lists: dict[tuple[int, int], list[float]] = field(default_factory=dict, compare=False, repr=False)
@@ -353,6 +357,7 @@ def step_prices(
     round_host_s: float = 0.0,
     round_host_per_seq_s: float = 0.0,
     prefill_host_s: float = 0.0,
+    idle_start_s: float = 0.0,
 ) -> StepPrices:
     """Price tables for steps of up to ``max_batch`` sequences, ``max_tokens`` tokens and ``max_context`` context.
 
@@ -360,13 +365,15 @@ def step_prices(
     tree-masked verify pass of its nodes plus the pending token (as :func:`roofline.predict.predict_speedup`).
     ``prefill="separate"`` adds the draft model's own pass table (its prefill; a drafter that is a separate
     model). ``round_host_s + round_host_per_seq_s b`` is host time added to every decode round of ``b``
-    sequences, plain or speculative, and ``prefill_host_s`` to every separate prefill step (seconds, each >= 0).
+    sequences, plain or speculative, ``prefill_host_s`` to every separate prefill step, and ``idle_start_s`` to
+    the first prefill step after the server idled (seconds, each >= 0).
     """
     check_prefill(prefill)
     for what, v in (
         ("round_host_s", round_host_s),
         ("round_host_per_seq_s", round_host_per_seq_s),
         ("prefill_host_s", prefill_host_s),
+        ("idle_start_s", idle_start_s),
     ):
         if not (isinstance(v, (int, float, np.integer)) and math.isfinite(v) and v >= 0):
             raise SpecroofError(f"{what} must be a finite number of seconds >= 0 (got {v!r})")
@@ -416,6 +423,7 @@ def step_prices(
     return StepPrices(
         b_grid, n_grid, l_grid.astype(float), target, draft, verify, round_s, name, tree_rows, tree_tokens,
         draft_pass, draft_prefills, float(round_host_s), float(round_host_per_seq_s), float(prefill_host_s),
+        float(idle_start_s),
     )  # fmt: skip
 
 

@@ -23,7 +23,8 @@ the newcomers' first tokens when the prefill passes end.
 
 A decode emits ``min(R, gamma) + 1`` tokens, ``R`` the run of accepted drafts, geometric in
 the request's own per-token acceptance alpha (P(R >= j) = alpha^j): progress is ragged.
-Prefill's last chunk emits the first token.
+Prefill's last chunk emits the first token. The first prefill step after the server idled (nothing
+running, nothing queued: it waited for the next arrival) costs ``prices.idle_start_s`` more.
 
 Steps that only decode, with nothing that could join, are advanced many at a time: the
 acceptance of K rounds is drawn at once and the run is cut at the first round where a
@@ -374,6 +375,7 @@ def simulate_run(
     dec = pf = running
     pf_blocks = 0
     dirty = True  # the running set or a request's phase changed: split it again
+    cold = False  # the server idled since its last step (the next prefill step pays prices.idle_start_s)
     n_pf = 0  # running requests still prefilling
 
     tree_tokens = policy.verify_tokens
@@ -422,6 +424,7 @@ def simulate_run(
             n_arrived = bisect.bisect_right(arr_l, now)
         if running.size == 0 and not requeued and nxt >= n_arrived:
             now = max(now, arr_l[nxt])  # idle until the next arrival
+            cold = True  # the next step starts after a wait
             continue
         if dirty:
             if n_pf:
@@ -512,6 +515,7 @@ def simulate_run(
             # ---- decode rounds only and nobody can join: advance K rounds at once. With nobody waiting and a
             # gamma that does not depend on the batch, requests that finish simply leave the batch within the run
             decode_runs += 1
+            cold = False
             rem: Any
             if kvd_l:  # a few requests: their tokens left in Python ints
                 dec_l = dec.tolist()
@@ -693,6 +697,10 @@ def simulate_run(
                 t_step = t_round + prices.prefill_time(len(chunk_idx), n_pre, pre_ctx, draft=policy.speculates)
             else:
                 t_step = prices.step_time(key, B, dec_ctx, n_pre, len(chunk_idx), pre_ctx)
+            if cold:  # the first step after the server idled: the engine's cold start
+                cold = False
+                if prices.idle_start_s:
+                    t_step += prices.idle_start_s
             end = now + t_step
             t_dec_end = now + t_round if separate else end  # when the decodes' tokens arrive
             fin_list: list[int] = []

@@ -180,6 +180,7 @@ def simulate(
     round_host_s: float = 0.0,
     round_host_per_seq_s: float = 0.0,
     prefill_host_s: float = 0.0,
+    idle_start_s: float = 0.0,
     ep: int = 1,
     ep_link_GB_per_s: float | None = None,
 ) -> ServingResult:
@@ -202,7 +203,8 @@ def simulate(
     prefill (whole prompts in a pass of their own after each decode round, the draft model's prefill
     too: :mod:`roofline.serving.scheduler`); ``round_host_s + round_host_per_seq_s b`` adds host seconds to
     every decode round of ``b`` sequences, plain or speculative, on top of the profile (an engine's own
-    loop, measured apart from its passes), ``prefill_host_s`` to every separate prefill step;
+    loop, measured apart from its passes), ``prefill_host_s`` to every separate prefill step, ``idle_start_s``
+    to the first prefill step after the server idled (a cold start: :mod:`roofline.serving.prices`);
     ``kv_capacity_tokens`` defaults to what
     fits in ``memory_fraction`` of the device after weights, drafter and activations.
     ``workers`` > 1 runs the (policy, rate, server) runs in that many processes. ``replicas`` > 1
@@ -288,7 +290,7 @@ def simulate(
     prices = step_prices(
         ctx, d, max_gamma=chain_g, max_batch=max_seqs, max_tokens=max_tokens, max_context=max_ctx, tree=tree,
         prefill=prefill, round_host_s=round_host_s, round_host_per_seq_s=round_host_per_seq_s,
-        prefill_host_s=prefill_host_s,
+        prefill_host_s=prefill_host_s, idle_start_s=idle_start_s,
     )  # fmt: skip
     rng = np.random.default_rng([seed, 1])
     alphas = draw_alphas(alpha, base.n, alpha_concentration, rng)
@@ -354,6 +356,7 @@ def simulate(
         "round_host_s": round_host_s,
         "round_host_per_seq_s": round_host_per_seq_s,
         "prefill_host_s": prefill_host_s,
+        "idle_start_s": idle_start_s,
         "kv_capacity_tokens": {"off": cap_off, "speculating": cap_spec},
         "slo_ttft_s": slo_ttft_s,
         "slo_tpot_s": slo_tpot_s,
