@@ -4,9 +4,11 @@
 2. a short verify sweep of the target and of the draft (:func:`measure.sweep.sweep`) and one
    joint fit (:func:`measure.fit.fit`, the two depths separate the per-pass from the
    per-layer overhead) on the microbenchmarked profile: the device's fitted profile;
-3. a calibration burst per policy (``slots`` requests arriving at once): the engine's own
+3. a calibration per policy, a burst (``6 x slots`` requests arriving at once) and a staircase
+   (1, 2, ... ``slots`` requests arriving together, one stair after another:
+   :func:`staircase_arrivals`, so every batch size has rounds of its own): the engine's own
    host time per decode round beyond the fitted passes (scheduling, acceptance, commit), a
-   line in the round's batch through the burst's per-batch median residuals (the engine does
+   line in the round's batch through their per-batch median residuals (the engine does
    per-row work; :func:`engine_host_terms`), given to the simulator as ``round_host_s`` and
    ``round_host_per_seq_s`` on top of the fitted profile (which stays engine-free), its host
    time per prefill step beyond the priced passes (``prefill_host_s``: padding the prompts,
@@ -122,13 +124,21 @@ def nonnegative_line(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float
 
 
 class HostResiduals(NamedTuple):
-    """A calibration burst against the fitted prices: the median round residual per batch size (and the rounds
-    behind it), and the median prefill-step residual (seconds)."""
+    """A calibration against the fitted prices: the median round residual per batch size (and the rounds behind
+    it), the median residual of prefill steps that followed a step at once, and of those the engine started after
+    waiting idle (seconds; NaN when it never waited)."""
 
     batch: np.ndarray
     median_s: np.ndarray
     rounds: np.ndarray
     prefill_s: float
+    cold_prefill_s: float = math.nan
+
+
+#: a gap between one step's end and the next one's start longer than this is the engine waiting idle
+IDLE_GAP_S = 2e-3
+#: the idle wait before each stair of the staircase calibration (a light load's gaps are of this order)
+STAIR_GAP_S = 0.1
 
 
 def engine_host_terms(
@@ -180,8 +190,22 @@ def host_residuals(
             for m, n in zip(pre["prefills"], pre["prefill_tokens"], strict=True)
         ]
     )
-    prefill_s = float(np.median(pre["t_prefill_s"].to_numpy() - pred_pre))
-    return HostResiduals(med.index.to_numpy(float), med.to_numpy(), cnt.to_numpy(float), prefill_s)
+    resid_pre = pre["t_prefill_s"].to_numpy() - pred_pre
+    # a prefill the engine ran alone after waiting for its arrival (not a run's first step: nothing came before)
+    timed = "start_s" in s and "end_s" in s
+    gap = (s["start_s"] - s["end_s"].shift()).reindex(pre.index).to_numpy() if timed else np.full(len(pre), np.nan)
+    cold = (gap > IDLE_GAP_S) & (pre["decode_batch"].to_numpy() == 0)
+    prefill_s = float(np.median(resid_pre[~cold] if (~cold).any() else resid_pre))
+    cold_s = float(np.median(resid_pre[cold])) if cold.any() else math.nan
+    return HostResiduals(med.index.to_numpy(float), med.to_numpy(), cnt.to_numpy(float), prefill_s, cold_s)
+
+
+def idle_start(res: HostResiduals) -> float:
+    """Seconds the engine's first prefill after an idle wait takes beyond the others' (>= 0; 0 when it never
+    waited): the simulator's ``idle_start_s``."""
+    if not math.isfinite(res.cold_prefill_s):
+        return 0.0
+    return max(0.0, res.cold_prefill_s - res.prefill_s)
 
 
 def host_terms(res: HostResiduals, *, nonnegative: bool = False) -> tuple[float, float, float]:
@@ -198,6 +222,26 @@ def host_terms(res: HostResiduals, *, nonnegative: bool = False) -> tuple[float,
 
 #: Beta concentrations the acceptance-spread fit tries (log-spaced); the top one reads "no spread this run can tell"
 _K_GRID = np.geomspace(0.5, 5000.0, 241)
+
+
+def staircase_arrivals(stair_s: Sequence[float], gap_s: float) -> np.ndarray:
+    """Arrival times of a staircase calibration: stair ``b`` (b = 1, 2, ...) is ``b`` requests arriving together,
+    ``gap_s`` after the stair before it is expected to end (``stair_s[b - 1]``: its expected seconds), the first
+    ``gap_s`` after the start.
+
+    A burst of requests arriving at once decodes at the full batch nearly throughout, so its few
+    rounds at smaller batches pin the host line's slope poorly, while a light load decodes one or
+    two requests at a time; the stairs give every batch size its own run of rounds, each after the
+    machine idled (as a light load's prefills come).
+    """
+    t = gap_s
+    out: list[float] = []
+    for b, d in enumerate(stair_s, start=1):
+        if not (d >= 0 and math.isfinite(d)):
+            raise SpecroofError(f"stair {b}'s expected seconds must be finite and >= 0 (got {d!r})")
+        out += [t] * b
+        t += d + gap_s
+    return np.asarray(out)
 
 
 def acceptance_concentration(requests: pd.DataFrame) -> float | None:
@@ -323,24 +367,42 @@ def serve_check(
         spread: dict[str, float | None] = {}  # per speculating policy: the Beta concentration of its acceptance
         plain_step = prefill_s = math.nan
 
-        first: dict[str, ServeResult] = {}  # each policy's first burst
-        sim_terms: dict[str, tuple[float, float, float]] = {}  # what the simulator takes from it
+        first: dict[str, pd.DataFrame] = {}  # each policy's first calibration's steps (burst and staircase)
+        stair_out = max(2, round(float(cal_w.output_tokens.mean())))  # one output length: a stair keeps its batch
+        stair_w = synthetic(slots * (slots + 1) // 2, input_len, output_len, seed=seed + 11)
+        stair_prompts = _prompts(stair_w, seed + 11)
+        sim_terms: dict[str, tuple[float, float, float, float]] = {}  # what the simulator takes from it
 
-        def calibrate(p: Any) -> tuple[ServeResult, tuple[float, float, float], tuple[float, float, float]]:
-            """A calibration burst of ``p`` and the engine's host terms read off it, pooled with the policy's first
-            burst (a median over both bursts' rounds: one burst's rounds are few, and the machine drifts): the
-            terms the simulator takes (non-negative) and the raw residuals (for the record)."""
+        def calibrate(p: Any) -> tuple[ServeResult, tuple[float, float, float, float], tuple[float, float, float]]:
+            """A calibration of ``p``: a burst (``6 x slots`` requests at once), then a staircase of 1, 2, ...
+            ``slots`` requests (:func:`staircase_arrivals`, spaced by what the burst's rounds and prefills took),
+            and the engine's host terms read off both, pooled with the policy's first calibration (a median over
+            all their rounds: one calibration's rounds are few, and the machine drifts): the terms the simulator
+            takes (non-negative, and the first prefill after an idle wait: :func:`idle_start`) and the raw
+            residuals (for the record). Returns the burst's run."""
             run = serve(
                 target, cal_prompts, np.zeros(cal_w.n), cal_w.output_tokens, policy=p, drafter=draft, slots=slots
             )
-            pooled = run
+            st = run.steps
+            full = st[(st["decode_batch"] == slots) & (st["prefills"] == 0)]
+            t_round = float(full["t_decode_s"].median()) if len(full) else float(st["t_decode_s"].max())
+            pre = st[st["prefills"] > 0]
+            t_pre = float(pre["t_prefill_s"].sum() / pre["prefills"].sum())
+            per_round = run.mean_tokens_per_round if p.speculates else 1.0
+            # a stair's rounds at the full batch's round time (an upper bound) and its prefills, with a margin
+            stair_s = [1.2 * (b * t_pre + math.ceil(stair_out / per_round) * t_round) for b in range(1, slots + 1)]
+            stairs = serve(
+                target, stair_prompts, staircase_arrivals(stair_s, STAIR_GAP_S), np.full(stair_w.n, stair_out),
+                policy=p, drafter=draft, slots=slots,
+            )  # fmt: skip
+            steps = pd.concat([st, stairs.steps], ignore_index=True)
             if p.name in first:
-                f = first[p.name]
-                pooled = dataclasses.replace(run, steps=pd.concat([f.steps, run.steps], ignore_index=True))
+                steps = pd.concat([first[p.name], steps], ignore_index=True)
             else:
-                first[p.name] = run
+                first[p.name] = steps
+            pooled = dataclasses.replace(run, steps=steps)
             res = host_residuals(pooled, fitted.hardware, target.spec, draft.spec, p.gamma, max_tokens)
-            return run, host_terms(res, nonnegative=True), host_terms(res)
+            return run, (*host_terms(res, nonnegative=True), idle_start(res)), host_terms(res)
 
         t_cal = bud.elapsed_s
         for p in pols:
@@ -385,7 +447,7 @@ def serve_check(
                     break
                 # the host terms of a burst run just before this replay: on a shared machine the speed of the
                 # first calibration need not hold minutes later (a neighbour starting up slowed every pass ~25%)
-                h_round, h_seq, h_pre = calibrate(p)[1] if recalibrate else sim_terms[p.name]
+                h_round, h_seq, h_pre, h_idle = calibrate(p)[1] if recalibrate else sim_terms[p.name]
                 # the same trace replayed `replays` times: how far the engine disagrees with itself is the floor
                 # under any error the simulator can be held to
                 reps = [
@@ -412,6 +474,7 @@ def serve_check(
                     round_host_s=h_round,
                     round_host_per_seq_s=h_seq,
                     prefill_host_s=h_pre,
+                    idle_start_s=h_idle,
                     alpha_concentration=spread.get(p.name),
                 )
                 mq, sq = run.requests, sim.requests
@@ -432,6 +495,7 @@ def serve_check(
                     row[f"{name}_noisy"] = bool(spread_k > abs(err))
                 row["tokens_per_round"] = e
                 row["round_host_s"], row["round_host_per_seq_s"], row["prefill_host_s"] = h_round, h_seq, h_pre
+                row["idle_start_s"] = h_idle
                 row["throughput_measured_tok_s"] = float(mq["output_tokens"].sum()) / run.duration_s
                 row["mean_batch_measured"] = float(
                     np.average(run.steps["decode_batch"], weights=run.steps["end_s"] - run.steps["start_s"])
@@ -454,6 +518,7 @@ def serve_check(
         "host_per_round_s": host,
         "host_per_seq_s": host_seq,
         "prefill_residual_per_pass_s": pre_resid,
+        "idle_start_s": {k: v[3] for k, v in sim_terms.items()},
         "alpha_concentration": spread,
         "input_len": str(input_len),
         "output_len": str(output_len),

@@ -202,3 +202,22 @@ def test_the_engine_host_terms_are_read_back_from_rounds_priced_by_the_fit():
     assert got_a == pytest.approx(a, rel=1e-6)
     assert got_s == pytest.approx(s, rel=1e-6)
     assert got_pre == pytest.approx(5e-4, rel=1e-6)
+
+    # the same steps back to back, then three prefills the engine ran alone after waiting idle, 3 ms slower each:
+    # the first prefill after an idle wait costs 3 ms beyond the others (and the others' residual is unmoved)
+    from measure.serve_check import host_residuals, idle_start
+
+    t = 0.0
+    for r in rows:
+        r["start_s"] = t
+        t = r["end_s"] = t + r["t_decode_s"] + r["t_prefill_s"]
+    assert idle_start(host_residuals(run, hw, SPEC, draft, gamma, 64)) == 0.0  # it never waited
+    for m in (1, 2, 1):
+        t += 0.05  # idle
+        tp = p.prefill_time(m, 16 * m, 0.0, draft=True) + 5e-4 + 3e-3
+        rows.append(dict(decode_batch=0, decode_context_tokens=0, prefills=m, prefill_tokens=16 * m, t_decode_s=0.0,
+                         t_prefill_s=tp, start_s=t, end_s=t + tp))  # fmt: skip
+        t += tp
+    res = host_residuals(ServeResult(pd.DataFrame(), pd.DataFrame(rows), [], "static:3", 4), hw, SPEC, draft, gamma, 64)
+    assert res.prefill_s == pytest.approx(5e-4, rel=1e-6)
+    assert idle_start(res) == pytest.approx(3e-3, rel=1e-6)

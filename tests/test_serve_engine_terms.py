@@ -104,3 +104,14 @@ def test_the_host_line_the_simulator_takes_is_the_best_one_with_both_coefficient
     assert nonnegative_line(b, -1e-4 - 0 * b, w) == (0.0, 0.0)
     # one batch size: a constant
     assert nonnegative_line(np.array([4.0]), np.array([3e-4]), np.array([7.0])) == pytest.approx((3e-4, 0.0))
+
+
+def test_a_staircase_gives_every_batch_size_its_own_stair():
+    from measure.serve_check import staircase_arrivals
+
+    t = staircase_arrivals([0.1, 0.2, 0.3], 0.02)
+    # stair b is b requests arriving together, the gap after the stair before is expected to end
+    assert t.tolist() == pytest.approx([0.02, 0.14, 0.14, 0.36, 0.36, 0.36])
+    assert np.all(np.diff(t) >= 0)
+    with pytest.raises(SpecroofError, match="stair 2"):
+        staircase_arrivals([0.1, float("nan")], 0.02)

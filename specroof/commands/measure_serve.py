@@ -101,7 +101,11 @@ def text(check: Any) -> str:
         parts = []
         for pol, g in t.groupby("policy", sort=False):
             a, p_ = 1e6 * g["round_host_s"], 1e6 * g["prefill_host_s"].clip(lower=0.0)
-            parts.append(f"{pol} round {a.min():+.0f}..{a.max():+.0f} us, prefill {p_.min():.0f}..{p_.max():.0f} us")
+            part = f"{pol} round {a.min():+.0f}..{a.max():+.0f} us, prefill {p_.min():.0f}..{p_.max():.0f} us"
+            if "idle_start_s" in g:  # the first prefill after an idle wait, beyond the others
+                c = 1e6 * g["idle_start_s"]
+                part += f", first prefill after idle +{c.min():.0f}..{c.max():.0f} us"
+            parts.append(part)
         lines.append("given to the simulator, re-read before each replay: " + "; ".join(parts))
     lines += [
         pd.DataFrame(rows).round(2).to_string(index=False),
