@@ -56,9 +56,9 @@ def run(framework: str, budget: float, dtype: str | None, device: str | None) ->
         for _, r in spec.iterrows()
     ]
     plain = [
-        {k: (float(v) if isinstance(v, float) else int(v)) for k, v in r.items()}
+        {k: (v if isinstance(v, str) else float(v) if isinstance(v, float) else int(v)) for k, v in r.items()}
         for r in t.loc[
-            t["kind"] == "plain", ["n_layers", "batch", "t_step_s", "t_predicted_s", "spread", "repeats"]
+            t["kind"] == "plain", ["model", "n_layers", "batch", "t_step_s", "t_predicted_s", "spread", "repeats"]
         ].to_dict(orient="records")
     ]
     return {
@@ -82,7 +82,7 @@ def run(framework: str, budget: float, dtype: str | None, device: str | None) ->
 
 def body(results: list[dict[str, Any]], skipped: dict[str, str]) -> str:
     lines = [
-        "Per framework: the host terms fitted to plain decoding (models of 2, 4 and 8 layers of the offline pair's "
+        "Per framework: the engine terms fitted to plain decoding (models of 2, 4 and 8 layers of the offline pair's "
         "width, batch 1, 2, 4) and to speculative decoding of the offline pair at gammas 1, 3, 5; gammas 2, 4, 6 "
         "and Hugging Face's heuristic schedule are held out and predicted through the fitted profile. Times are "
         "one thread's CPU time (the time another process holds the core does not count; contention for caches and "
@@ -91,7 +91,11 @@ def body(results: list[dict[str, Any]], skipped: dict[str, str]) -> str:
         "median of 24-token calls); its interval is the median's 90% confidence half-width. What the budget left after "
         "every configuration's repetitions went to the speculative rows whose interval was widest against what they "
         "must resolve (a fit row: 5%; a held-out row: half its error), and the terms were fitted again to the fit "
-        "rows only; a held-out row whose interval is still wider than its error is left out of the summary as noisy. The load average is the machine's during the run (2 cores here: "
+        "rows only; a held-out row whose interval is still wider than its error is left out of the summary as noisy. The "
+        "fitted terms are the per-launch (eager) or per-layer (compiled) cost, the per-step and per-sequence host "
+        "time, the per-round host time, and the share of the hardware profile's streaming rate that one thread's "
+        "kernels reach (bandwidth_fraction: what makes a narrow draft's pass cheaper than a layer of the target's "
+        "width). The load average is the machine's during the run (2 cores here: "
         "other work at load 1 slows even one thread's CPU time).",
         "",
         "| framework | dtype | load avg (1 min) | steal | seconds | fitted host terms | fit error median / max "
@@ -139,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         if flag in given:
             i = given.index(flag)
             del given[i : i + 2]
+    given = [a for a in given if a != "--no-record"]  # nor whether it was recorded (a later --record-from may)
     command = "python -m benchmarks.bench_measure_engine " + " ".join(shlex.quote(a) for a in given)
     if args.record_from:
         data = json.loads(Path(args.record_from).read_text())

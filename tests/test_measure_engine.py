@@ -408,3 +408,67 @@ def test_rows_count_the_rounds_between_the_two_lengths_and_record_the_dtype(monk
     per_token = 2e-4 + 1e-4 * m.target.n_layers
     assert spec.loc[1, "t_base_s"] == pytest.approx(per_token)
     assert spec.loc[1, "speedup_measured"] == pytest.approx(per_token / spec.loc[1, "t_step_s"])
+
+
+class _PricedFramework(_FakeFramework):
+    """A framework whose calls take exactly what a known engine prices them at (the fit's own route, noise-free).
+
+    Plain calls cost ``n`` steps of the model at the rows' mean context; a speculative call costs its rounds
+    (every draft accepted: ``ceil(n / (g + 1))``) of the round priced at that gamma.
+    """
+
+    def __init__(self, pricing: Pricing, context: int) -> None:
+        super().__init__(noisy_every=10**9)
+        self.pr, self.context = pricing, context
+
+    def generate(self, model, prompts, n, *, assistant=None, gamma=0, count=False, clock=None):
+        from measure.frameworks.common import FrameworkRun
+        from roofline.passtime import pass_seconds
+
+        if assistant is None:
+            step = float(pass_seconds(model.spec, self.pr, len(prompts), 1, self.context))
+            return FrameworkRun([[1] * n for _ in prompts], 0.01 + n * step)
+        g = 5 if gamma == "heuristic" else int(gamma)
+        rounds = int(np.ceil(n / (g + 1)))
+        ps = predict_speedup(
+            hardware=self.pr, target=model.spec, drafter=DraftModel(assistant.spec), mean_accepted=g + 1.0, gamma=g,
+            context=self.context,
+        )  # fmt: skip
+        return FrameworkRun([[1] * n], 0.01 + rounds * ps.t_round_s, rounds=rounds, draft_passes=rounds * g)
+
+
+def test_the_fit_recovers_the_kernels_streaming_share_that_prices_the_narrow_draft(monkeypatch):
+    """Timings priced by a known engine whose kernels stream at a small share of the profile's rate.
+
+    There a pass's time depends on the model's width as well as its depth: the target's 256-wide layers are
+    bound by their weights' streaming, the 128-wide draft's by the kernels' issue, so a draft pass costs less
+    than a layer of the target's width would. Fitted to the plain rows (the target's width) and the fit gammas,
+    the share is recovered and the held-out gammas and the heuristic schedule's long rounds are predicted; with
+    the share held at the profile's rate (the terms fitted before) the same rows are not.
+    """
+    import dataclasses
+
+    hw = load_hardware("epyc-9654")
+    true = dataclasses.replace(
+        ef.base_engine("hf"), host_launch_s=15e-6, host_step_s=4e-4, host_step_per_seq_s=1e-4, round_s=2e-3,
+        bandwidth_fraction=0.002,
+    )  # fmt: skip
+    plan = EnginePlan(depths=(1, 2, 4), batches=(1, 2), gammas=(1, 2, 3, 4), fit_gammas=(1, 3), new_tokens=32,
+                      repeats=1)  # fmt: skip
+    context = plan.prompt_len + (plan.short_tokens + plan.new_tokens) // 2
+    monkeypatch.setattr(ef, "framework_module", lambda name: _PricedFramework(ef._pricing(hw, true, "fp32"), context))
+    m = measure_engine("hf", plan, dtype="fp32")
+    fit = fit_engine(m, hw)
+    assert fit.engine.bandwidth_fraction == pytest.approx(0.002, rel=0.05)
+    assert fit.params["device bandwidth_fraction"] == pytest.approx(fit.engine.bandwidth_fraction)
+    assert fit.fit_error["error_max"] < 0.01 and fit.validation["error_max"] < 0.01
+    # the fitted profile writes the share and reads it back
+    data = profile_data(fit, m, "specroof measure engine --framework hf", "epyc-9654")
+    assert data["device"]["bandwidth_fraction"] == pytest.approx(fit.engine.bandwidth_fraction)
+    assert measured_engine_from_dict(data).engine.bandwidth_fraction == fit.engine.bandwidth_fraction
+    # the share held at the profile's rate: the width is not priced, and the long rounds are mispredicted
+    monkeypatch.setitem(ef._TERMS, "eager", [x for x in ef._TERMS["eager"] if x[0] != "bandwidth_fraction"])
+    old = fit_engine(m, hw)
+    assert old.engine.bandwidth_fraction == 1.0
+    held = old.table[(old.table["kind"] == "spec") & ~old.table["fit"]]
+    assert held["speedup_error"].abs().max() > max(0.03, 3 * fit.validation["error_max"])
