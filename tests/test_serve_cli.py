@@ -71,6 +71,7 @@ def test_text_answers_first_and_explains_its_terms(run, tmp_path):
         (["--rate", "1", "--disaggregate", "0:2"], "at least one server per pool"),
         (["--rate", "1", "--ep", "2"], "dense model"),
         (["--rate", "1", "--output-len", "sharegpt-2099"], "azure-conv-2023"),
+        (["--rate", "1", "--idle-start-us", "-5"], "microseconds >= 0"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(run, extra, match):
@@ -111,3 +112,18 @@ def test_an_moe_question_runs_end_to_end_over_8_expert_parallel_gpus(run):
     assert code == 0 and "experts over 8 GPUs" in out
     code, _, err = run(*moe, "--ep", "16")
     assert code == 2 and "must divide" in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_engines_measured_loop_terms_reach_the_simulator(run):
+    """The host terms `measure serve` prints go in as flags: at a rate where every request finds the server idle,
+    the cold start and the prefill host time add to time to first token, microseconds for microseconds."""
+    common = [*BASE, *SHORT, "--rate", "0.01", "--policy", "static:3", "--json", "--prefill", "separate"]
+    code, out, _ = run(*common)
+    assert code == 0
+    base = {r["policy"]: r for r in json.loads(out)["per_rate"]}
+    code, out, _ = run(*common, "--idle-start-us", "3000", "--prefill-host-us", "1000", "--round-host-us", "200")
+    assert code == 0
+    got = {r["policy"]: r for r in json.loads(out)["per_rate"]}
+    for pol in ("off", "static:3"):
+        assert got[pol]["ttft_p50_s"] - base[pol]["ttft_p50_s"] == pytest.approx(4e-3, rel=0.05)
+        assert got[pol]["tpot_p50_s"] > base[pol]["tpot_p50_s"]  # every decode round pays its 200 us

@@ -60,6 +60,17 @@ def _positive_float(text: str) -> float:
     return v
 
 
+def _microseconds(text: str) -> float:
+    """A host term in microseconds (>= 0), returned in seconds."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected microseconds, got {text!r}") from None
+    if not (math.isfinite(v) and v >= 0):
+        raise argparse.ArgumentTypeError(f"must be a number of microseconds >= 0 (got {text!r})")
+    return v * 1e-6
+
+
 def _rates(text: str) -> list[float]:
     out = []
     for part in text.split(","):
@@ -116,6 +127,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         kv_link_GB_per_s=args.kv_link_GB_s,
         ep=args.ep,
         ep_link_GB_per_s=args.ep_link_GB_s,
+        prefill=args.prefill,
+        round_host_s=args.round_host_us,
+        round_host_per_seq_s=args.round_host_per_seq_us,
+        prefill_host_s=args.prefill_host_us,
+        idle_start_s=args.idle_start_us,
     )
     s = res.summary
     stops = res.stops_paying(metric=args.metric)
@@ -233,6 +249,26 @@ def add_parser(sub: Any) -> None:
         "--ep-link-GB-s",
         type=_positive_float,
         help="all-to-all bandwidth per GPU for --ep (default: the interconnect; required past 8 GPUs, across nodes)",
+    )
+    # an engine's own loop, as `specroof measure serve` measures it ("given to the simulator" in its output); one set
+    # for every policy
+    p.add_argument(
+        "--prefill",
+        choices=("fused", "separate"),
+        default="fused",
+        help="fused: chunked prefill rides in the decodes' pass (vLLM, SGLang); separate: whole prompts in a pass of "
+        "their own after each decode round (an engine without chunked prefill, as measure serve's)",
+    )
+    p.add_argument("--round-host-us", type=_microseconds, default=0.0, help="host time added to every decode round")
+    p.add_argument("--round-host-per-seq-us", type=_microseconds, default=0.0, help="and per sequence of that round")
+    p.add_argument(
+        "--prefill-host-us", type=_microseconds, default=0.0, help="host time added to every separate prefill step"
+    )
+    p.add_argument(
+        "--idle-start-us",
+        type=_microseconds,
+        default=0.0,
+        help="time added to the first prefill step after the server idled (an engine's cold start)",
     )
     p.add_argument("--seed", type=bounded_int(0, 2**31 - 1), default=0)
     p.add_argument("--workers", type=bounded_int(1, 256), default=1, help="processes for the (rate, policy) points")
