@@ -232,7 +232,7 @@ def fastest_dtype(device: torch.device) -> tuple[str, str]:
 LEVEL = 0.9
 
 
-def median_interval(x: Sequence[float], level: float = LEVEL) -> tuple[float, float]:
+def median_interval(x: Sequence[float] | np.ndarray, level: float = LEVEL) -> tuple[float, float]:
     """The median of positive ``x`` and its interval's relative half-width (``inf`` below 2 values).
 
     On the log scale (a ratio's noise is multiplicative): the median's standard error from the
