@@ -127,3 +127,43 @@ def test_an_engines_measured_loop_terms_reach_the_simulator(run):
     for pol in ("off", "static:3"):
         assert got[pol]["ttft_p50_s"] - base[pol]["ttft_p50_s"] == pytest.approx(4e-3, rel=0.05)
         assert got[pol]["tpot_p50_s"] > base[pol]["tpot_p50_s"]  # every decode round pays its 200 us
+
+
+def test_measure_serve_prints_its_engine_terms_as_flags_specroof_serve_takes():
+    """The side-by-side's text ends its calibration lines with the engine's terms as `specroof serve` flags, and
+    those flags parse: what one command measured, the other asks with."""
+    import argparse
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from specroof.commands import serve as serve_cmd
+    from specroof.commands.measure_serve import text
+
+    rows = []
+    for rate in (2.0, 9.0):
+        for pol, a, s, p, c in (("off", 0.0, 0.0, 5e-4, 3e-3), ("static:3", 2.3e-3, 4e-4, 1.9e-3, 3.5e-3)):
+            row = {"rate_req_s": rate, "policy": pol, "replays": 2, "round_host_s": a, "round_host_per_seq_s": s,
+                   "prefill_host_s": p, "idle_start_s": c}  # fmt: skip
+            for m in ("ttft_p50", "ttft_p90", "tpot_p50", "tpot_p90"):
+                row.update({f"{m}_measured_s": 0.01, f"{m}_simulated_s": 0.011, f"{m}_rel_error": 0.1,
+                            f"{m}_noisy": False})  # fmt: skip
+            rows.append(row)
+    check = SimpleNamespace(
+        table=pd.DataFrame(rows),
+        verdicts=pd.DataFrame(columns=["rate_req_s", "policy", "pays_measured", "pays_simulated", "agree"]),
+        host_per_round_s={"off": 0.0, "static:3": 2.3e-3},
+        host_per_seq_s={"off": 0.0, "static:3": 4e-4},
+        settings={"target": "t", "draft": "d", "threads": 1, "slots": 4, "load": {}, "fit_mape": 0.05,
+                  "plain_step_s": 5e-3, "prefill_per_request_s": 8e-3, "capacity_req_s": 20.0, "seconds": 100.0},
+    )  # fmt: skip
+    out = text(check)
+    line = next(x for x in out.splitlines() if x.startswith("this engine's terms for specroof serve"))
+    spec = line.split("static:3: ")[1]
+    assert spec == "--prefill separate --round-host-us 2300 --round-host-per-seq-us 400 --prefill-host-us 1900 " \
+                   "--idle-start-us 3500"  # fmt: skip
+    parser = argparse.ArgumentParser()
+    serve_cmd.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["serve", "--hardware", "h", "--target", "t", "--drafter", "d", *spec.split()])
+    assert args.prefill == "separate" and args.round_host_us == pytest.approx(2.3e-3)
+    assert args.idle_start_us == pytest.approx(3.5e-3) and args.prefill_host_us == pytest.approx(1.9e-3)

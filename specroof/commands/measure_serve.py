@@ -107,6 +107,16 @@ def text(check: Any) -> str:
                 part += f", first prefill after idle +{c.min():.0f}..{c.max():.0f} us"
             parts.append(part)
         lines.append("given to the simulator, re-read before each replay: " + "; ".join(parts))
+        # the median over the replays per policy, as `specroof serve` takes them (one set for every policy it asks)
+        flags = []
+        for pol, g in t.groupby("policy", sort=False):
+            f = f"--prefill separate --round-host-us {1e6 * g['round_host_s'].median():.0f}"
+            f += f" --round-host-per-seq-us {1e6 * g['round_host_per_seq_s'].median():.0f}"
+            f += f" --prefill-host-us {1e6 * g['prefill_host_s'].clip(lower=0.0).median():.0f}"
+            if "idle_start_s" in g:
+                f += f" --idle-start-us {1e6 * g['idle_start_s'].median():.0f}"
+            flags.append(f"{pol}: {f}")
+        lines.append("this engine's terms for specroof serve (median over the replays): " + "; ".join(flags))
     lines += [
         pd.DataFrame(rows).round(2).to_string(index=False),
     ]
