@@ -195,6 +195,8 @@ def plan_configs(
 ERROR_LIMIT = 0.25
 #: CPU steal (percent of the session's ticks taken by the hypervisor) above which the machine was not ours alone
 STEAL_LIMIT = 10.0
+#: cores' worth of other processes' work during the session above which the machine was not ours alone
+OTHERS_LIMIT = 0.5
 
 
 def mark_unexplained_noise(df: pd.DataFrame, load: dict[str, Any]) -> pd.DataFrame:
@@ -202,7 +204,9 @@ def mark_unexplained_noise(df: pd.DataFrame, load: dict[str, Any]) -> pd.DataFra
 
     ``measure.specval.mark_noise`` calls a row noisy when its bracketing probes disagreed by more than its
     error. A loaded machine also shows up as a spread above NOISE_FLOOR that is smaller than a large error, as
-    more runnable processes than cores (``load_avg_1m`` above ``cpus``) or as steal: an error above
+    more runnable processes than cores (``load_avg_1m`` above ``cpus``), as other processes' work during the
+    session (``others_cores`` above OTHERS_LIMIT: what a load average, lagging by a minute, misses in a short
+    check) or as steal: an error above
     ERROR_LIMIT measured then is not the model's to answer for, so it is marked noisy (and left out of the
     error summary and the best-gamma table) with its spread beside it. A row above the limit on a quiet machine
     stays unmarked: that is a miss of the model. ``noise`` says why each noisy row is noisy ("" otherwise).
@@ -220,6 +224,9 @@ def mark_unexplained_noise(df: pd.DataFrame, load: dict[str, Any]) -> pd.DataFra
         busy.append(f"load average {one:.1f} on {cpus} cores")
     if np.isfinite(steal) and steal > STEAL_LIMIT:
         busy.append(f"CPU steal {steal:.0f}%")
+    others = float(load.get("others_cores", np.nan))
+    if np.isfinite(others) and others > OTHERS_LIMIT:
+        busy.append(f"other processes kept {others:.1f} cores busy")
     spread = out["probe_spread"].astype(float)
     err = out["rel_error"].astype(float).abs()
     big = (err > ERROR_LIMIT).to_numpy()

@@ -44,8 +44,9 @@ from roofline.speculative import speedup
 NOISE_FLOOR = 0.05
 
 
-def _cpu_ticks() -> tuple[float, float] | None:
-    """(steal ticks, all ticks) of the whole machine from /proc/stat; None where there is none."""
+def _cpu_ticks() -> tuple[float, ...] | None:
+    """(steal ticks, all ticks, idle ticks) of the whole machine from /proc/stat, and this process's CPU seconds
+    (every thread of it); None where there is no /proc/stat."""
     try:
         first = Path("/proc/stat").read_text().splitlines()[0].split()
     except (OSError, IndexError):
@@ -53,25 +54,35 @@ def _cpu_ticks() -> tuple[float, float] | None:
     if first[0] != "cpu" or len(first) < 9:
         return None
     ticks = [float(v) for v in first[1:]]
-    return ticks[7], sum(ticks[:8])
+    return ticks[7], sum(ticks[:8]), ticks[3] + ticks[4], time.process_time()
 
 
-def machine_load(since: tuple[float, float] | None = None) -> dict[str, Any]:
-    """The load average now and the CPU steal (share of ticks a hypervisor took) since ``since`` ticks.
+def machine_load(since: tuple[float, ...] | None = None) -> dict[str, Any]:
+    """The load average now, and since ``since`` ticks the CPU steal (share of ticks a hypervisor took) and the
+    cores' worth of work other processes did.
 
     Recorded with every run: a measurement taken while other work ran is not the machine's speed.
-    Returns ``load_avg_1m``, ``load_avg_5m``, ``cpus``, ``steal_pct`` (NaN without a start) and
-    ``ticks`` (pass it back as ``since`` at the end of the run).
+    Returns ``load_avg_1m``, ``load_avg_5m``, ``cpus``, ``steal_pct`` and ``others_cores`` (NaN without a
+    start) and ``ticks`` (pass it back as ``since`` at the end of the run). ``others_cores`` is the busy
+    time of the whole machine less this process's own CPU time, over the window's wall time: two busy
+    loops beside a run give about 2 (a load average, an average over the last minute, lags a short run).
     """
     try:
         one, five = (float(v) for v in Path("/proc/loadavg").read_text().split()[:2])
     except (OSError, ValueError):
         one = five = float("nan")
     now = _cpu_ticks()
-    steal = float("nan")
-    if since is not None and now is not None and now[1] > since[1]:
-        steal = 100.0 * (now[0] - since[0]) / (now[1] - since[1])
-    return {"load_avg_1m": one, "load_avg_5m": five, "cpus": os.cpu_count(), "steal_pct": steal, "ticks": now}
+    steal = others = float("nan")
+    cpus = os.cpu_count() or 1
+    if since is not None and now is not None and len(since) == len(now) and now[1] > since[1]:
+        all_ = now[1] - since[1]
+        steal = 100.0 * (now[0] - since[0]) / all_
+        hz = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
+        busy_s = (all_ - (now[2] - since[2])) / hz  # every core's busy seconds (the ticks sum over the cores)
+        wall_s = all_ / hz / cpus
+        others = max(0.0, (busy_s - (now[3] - since[3])) / wall_s) if wall_s > 0 else float("nan")
+    return {"load_avg_1m": one, "load_avg_5m": five, "cpus": os.cpu_count(), "steal_pct": steal,
+            "others_cores": others, "ticks": now}  # fmt: skip
 
 
 def mark_noise(df: pd.DataFrame, spread: str = "probe_spread", error: str = "rel_error") -> pd.DataFrame:

@@ -10,6 +10,7 @@ wall-clock time: what a loaded machine changes is how much is measured, not whet
 from __future__ import annotations
 
 import multiprocessing as mp
+import time
 
 import numpy as np
 import pandas as pd
@@ -92,6 +93,34 @@ def test_a_large_error_on_an_overloaded_machine_is_marked_even_with_agreeing_bas
     assert out["noisy"].tolist() == [True] and "load average 3.2 on 2 cores" in out["noise"].iloc[0]
     stolen = mark_unexplained_noise(df, {"load_avg_1m": 1.0, "cpus": 2, "steal_pct": 30.0})
     assert stolen["noisy"].tolist() == [True] and "steal 30%" in stolen["noise"].iloc[0]
+    # a short check beside busy processes: the minute's load average has not caught up, their work has
+    shared = mark_unexplained_noise(df, {"load_avg_1m": 0.9, "cpus": 2, "steal_pct": 0.0, "others_cores": 1.8})
+    assert shared["noisy"].tolist() == [True] and "other processes kept 1.8 cores busy" in shared["noise"].iloc[0]
+
+
+def test_the_work_of_other_processes_during_a_run_is_measured():
+    """Two busy loops beside a short window: the machine's busy time less this process's own is about two cores."""
+    from measure.specval import machine_load
+
+    start = machine_load()
+    if start["ticks"] is None:
+        pytest.skip("no /proc/stat here")
+    ctx = mp.get_context("spawn")
+    hogs = [ctx.Process(target=_spin, daemon=True) for _ in range(2)]
+    try:
+        for h in hogs:
+            h.start()
+        time.sleep(0.5)  # the spinners start
+        start = machine_load()
+        time.sleep(2.0)
+        end = machine_load(start["ticks"])
+    finally:
+        for h in hogs:
+            h.kill()
+        for h in hogs:
+            h.join(timeout=10)
+    # two spinners on however many cores (at most one core each), less what the rest of the machine idles
+    assert min(2, end["cpus"]) * 0.5 < end["others_cores"] <= end["cpus"] + 0.1
 
 
 def test_a_large_error_on_a_quiet_machine_stays_the_models():
