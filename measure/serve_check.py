@@ -200,6 +200,14 @@ def host_residuals(
     return HostResiduals(med.index.to_numpy(float), med.to_numpy(), cnt.to_numpy(float), prefill_s, cold_s)
 
 
+def burst_times(steps: pd.DataFrame, slots: int) -> tuple[float, float]:
+    """(median seconds of a decode-only round at the full batch, NaN if none; prefill seconds per request) of a
+    calibration burst's steps."""
+    full = steps[(steps["decode_batch"] == slots) & (steps["prefills"] == 0)]
+    pre = steps[steps["prefills"] > 0]
+    return float(full["t_decode_s"].median()), float(pre["t_prefill_s"].sum() / pre["prefills"].sum())
+
+
 def idle_start(res: HostResiduals) -> float:
     """Seconds the engine's first prefill after an idle wait takes beyond the others' (>= 0; 0 when it never
     waited): the simulator's ``idle_start_s``."""
@@ -222,26 +230,6 @@ def host_terms(res: HostResiduals, *, nonnegative: bool = False) -> tuple[float,
 
 #: Beta concentrations the acceptance-spread fit tries (log-spaced); the top one reads "no spread this run can tell"
 _K_GRID = np.geomspace(0.5, 5000.0, 241)
-
-
-def staircase_arrivals(stair_s: Sequence[float], gap_s: float) -> np.ndarray:
-    """Arrival times of a staircase calibration: stair ``b`` (b = 1, 2, ...) is ``b`` requests arriving together,
-    ``gap_s`` after the stair before it is expected to end (``stair_s[b - 1]``: its expected seconds), the first
-    ``gap_s`` after the start.
-
-    A burst of requests arriving at once decodes at the full batch nearly throughout, so its few
-    rounds at smaller batches pin the host line's slope poorly, while a light load decodes one or
-    two requests at a time; the stairs give every batch size its own run of rounds, each after the
-    machine idled (as a light load's prefills come).
-    """
-    t = gap_s
-    out: list[float] = []
-    for b, d in enumerate(stair_s, start=1):
-        if not (d >= 0 and math.isfinite(d)):
-            raise SpecroofError(f"stair {b}'s expected seconds must be finite and >= 0 (got {d!r})")
-        out += [t] * b
-        t += d + gap_s
-    return np.asarray(out)
 
 
 def acceptance_concentration(requests: pd.DataFrame) -> float | None:
@@ -268,6 +256,26 @@ def acceptance_concentration(requests: pd.DataFrame) -> float | None:
     ll = (lg(a + A) + lg(b + F) - lg(a + b + A + F) - (lg(a) + lg(b) - lg(a + b))).sum(axis=1)
     i = int(np.argmax(ll))
     return None if i == _K_GRID.size - 1 else float(_K_GRID[i])
+
+
+def staircase_arrivals(stair_s: Sequence[float], gap_s: float) -> np.ndarray:
+    """Arrival times of a staircase calibration: stair ``b`` (b = 1, 2, ...) is ``b`` requests arriving together,
+    ``gap_s`` after the stair before it is expected to end (``stair_s[b - 1]``: its expected seconds), the first
+    ``gap_s`` after the start.
+
+    A burst of requests arriving at once decodes at the full batch nearly throughout, so its few
+    rounds at smaller batches pin the host line's slope poorly, while a light load decodes one or
+    two requests at a time; the stairs give every batch size its own run of rounds, each after the
+    machine idled (as a light load's prefills come).
+    """
+    t = gap_s
+    out: list[float] = []
+    for b, d in enumerate(stair_s, start=1):
+        if not (d >= 0 and math.isfinite(d)):
+            raise SpecroofError(f"stair {b}'s expected seconds must be finite and >= 0 (got {d!r})")
+        out += [t] * b
+        t += d + gap_s
+    return np.asarray(out)
 
 
 def _prompts(w: Workload, seed: int) -> list[list[int]]:
@@ -358,7 +366,7 @@ def serve_check(
         fitted = fit(df, specs, apriori, statistic=statistic)
         say(f"fitted profile: MAPE {100 * fitted.mape:.1f}% over {fitted.n_points} passes")
         max_tokens = max(slots * (max(gammas or [0]) + 1), 1) + slots * max_in
-        # calibration: a burst of `slots` requests per policy (one full batch decoding together)
+        # calibration per policy: a burst of 6 x slots requests (full batches decoding together), then a staircase
         cal_w = synthetic(slots * 6, input_len, output_len, seed=seed + 7)
         cal_prompts = _prompts(cal_w, seed + 7)
         host: dict[str, float] = {}
@@ -384,10 +392,9 @@ def serve_check(
                 target, cal_prompts, np.zeros(cal_w.n), cal_w.output_tokens, policy=p, drafter=draft, slots=slots
             )
             st = run.steps
-            full = st[(st["decode_batch"] == slots) & (st["prefills"] == 0)]
-            t_round = float(full["t_decode_s"].median()) if len(full) else float(st["t_decode_s"].max())
-            pre = st[st["prefills"] > 0]
-            t_pre = float(pre["t_prefill_s"].sum() / pre["prefills"].sum())
+            t_round, t_pre = burst_times(st, slots)
+            if not math.isfinite(t_round):  # no full-batch round: the longest round bounds a stair's from above
+                t_round = float(st["t_decode_s"].max())
             per_round = run.mean_tokens_per_round if p.speculates else 1.0
             # a stair's rounds at the full batch's round time (an upper bound) and its prefills, with a margin
             stair_s = [1.2 * (b * t_pre + math.ceil(stair_out / per_round) * t_round) for b in range(1, slots + 1)]
@@ -410,10 +417,7 @@ def serve_check(
             if p.speculates:
                 spread[p.name] = acceptance_concentration(run.requests)
             if p.kind == "off":
-                full = run.steps[(run.steps["decode_batch"] == slots) & (run.steps["prefills"] == 0)]
-                plain_step = float(full["t_decode_s"].median())
-                pre = run.steps[run.steps["prefills"] > 0]
-                prefill_s = float(pre["t_prefill_s"].sum() / pre["prefills"].sum())
+                plain_step, prefill_s = burst_times(run.steps, slots)
         mean_out = float(base.output_tokens.mean())
         # requests per second the plain engine serves with full batches: its decode share plus its own prefill
         capacity = 1.0 / (mean_out * plain_step / slots + prefill_s)

@@ -98,24 +98,24 @@ def text(check: Any) -> str:
         + ", ".join(f"{k} {'none' if v is None else f'{v:.3g}'}" for k, v in s.get("alpha_concentration", {}).items()),
     ]
     if "round_host_s" in t:  # the bursts re-run before each replay: how far the machine's speed moved meanwhile
-        parts = []
+        parts, flags = [], []
         for pol, g in t.groupby("policy", sort=False):
-            a, p_ = 1e6 * g["round_host_s"], 1e6 * g["prefill_host_s"].clip(lower=0.0)
+            a, seq, p_ = (
+                1e6 * g["round_host_s"],
+                1e6 * g["round_host_per_seq_s"],
+                1e6 * g["prefill_host_s"].clip(lower=0.0),
+            )
             part = f"{pol} round {a.min():+.0f}..{a.max():+.0f} us, prefill {p_.min():.0f}..{p_.max():.0f} us"
+            # the median over the replays, as `specroof serve` takes them (one set for every policy it asks)
+            f = f"--prefill separate --round-host-us {a.median():.0f} --round-host-per-seq-us {seq.median():.0f}"
+            f += f" --prefill-host-us {p_.median():.0f}"
             if "idle_start_s" in g:  # the first prefill after an idle wait, beyond the others
                 c = 1e6 * g["idle_start_s"]
                 part += f", first prefill after idle +{c.min():.0f}..{c.max():.0f} us"
+                f += f" --idle-start-us {c.median():.0f}"
             parts.append(part)
-        lines.append("given to the simulator, re-read before each replay: " + "; ".join(parts))
-        # the median over the replays per policy, as `specroof serve` takes them (one set for every policy it asks)
-        flags = []
-        for pol, g in t.groupby("policy", sort=False):
-            f = f"--prefill separate --round-host-us {1e6 * g['round_host_s'].median():.0f}"
-            f += f" --round-host-per-seq-us {1e6 * g['round_host_per_seq_s'].median():.0f}"
-            f += f" --prefill-host-us {1e6 * g['prefill_host_s'].clip(lower=0.0).median():.0f}"
-            if "idle_start_s" in g:
-                f += f" --idle-start-us {1e6 * g['idle_start_s'].median():.0f}"
             flags.append(f"{pol}: {f}")
+        lines.append("given to the simulator, re-read before each replay: " + "; ".join(parts))
         lines.append("this engine's terms for specroof serve (median over the replays): " + "; ".join(flags))
     lines += [
         pd.DataFrame(rows).round(2).to_string(index=False),
