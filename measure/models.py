@@ -108,8 +108,40 @@ def onednn_available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
+#: output features per product of the "split" kernel (a block of the weight's rows)
+SPLIT_ROWS = 1024
+
+
+def kernel_candidates(out_features: int, rows: int) -> list[str]:
+    """The kernels :func:`fastest_linear` times for a ``rows``-row product with an ``out_features``-row weight."""
+    return (
+        ["gemm"]
+        + (["mv"] if rows == 1 else [])
+        + (["split"] if rows > 1 and out_features > SPLIT_ROWS else [])
+        + (["onednn"] if onednn_available() else [])
+    )
+
+
 def run_linear(kind: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """``x @ weight.T + bias`` with the kernel ``kind``: "gemm" (F.linear), "mv" (one row) or "onednn"."""
+    """``x @ weight.T + bias`` with the kernel ``kind``: "gemm" (F.linear), "mv" (one row), "onednn" or
+    "split" (F.linear per block of ``SPLIT_ROWS`` output features, concatenated).
+
+    Why "split": one thread's MKL sgemm on an AMD EPYC (Zen 3, AVX2) ran a 64-row product with a
+    6144 x 1024 weight at 69 GFLOP/s whole and 76 in blocks of 1536 rows, and a 64-row one with
+    12288 x 4096 at 52 whole and 71 in blocks of 1536: a wide output is slower per FLOP than the
+    same weight in square-ish blocks (Hugging Face's separate gate/up and q/k/v projections
+    beat the fused ones on 64-token passes for this reason). The concatenation copies only the
+    output, a small fraction of the weight's bytes at these row counts.
+    """
+    if kind == "split":
+        n = weight.shape[0]
+        return torch.cat(
+            [
+                F.linear(x, weight[i : i + SPLIT_ROWS], None if bias is None else bias[i : i + SPLIT_ROWS])
+                for i in range(0, n, SPLIT_ROWS)
+            ],
+            dim=-1,
+        )
     if kind == "mv":
         y = torch.mv(weight, x.reshape(-1))
         if bias is not None:
@@ -147,7 +179,7 @@ def fastest_linear(weight: torch.Tensor, bias: torch.Tensor | None, rows: int, r
         return _KERNEL_CHOICE[key]
     if dev.type != "cpu":
         return "gemm"
-    kinds = ["gemm"] + (["mv"] if rows == 1 else []) + (["onednn"] if onednn_available() else [])
+    kinds = kernel_candidates(weight.shape[0], rows)
     # a leading block of rows stands for the whole weight: past a few LLCs it streams from memory
     # like the rest (a 4 MB block made a 64-row fp32 product pick F.linear where oneDNN was 15%
     # faster on the whole 12288 x 4096 weight), and the probe stays under a second per shape
@@ -179,7 +211,7 @@ class Linear(nn.Linear):
     """nn.Linear whose CPU inference passes use the kernel measured fastest for their row count.
 
     ``kernels`` maps a row bucket (:func:`rows_bucket`: 1, 5 or 64 rows) to "gemm",
-    "mv" or "onednn" (:func:`run_linear`); empty, or under autograd, it is F.linear.
+    "mv", "onednn" or "split" (:func:`run_linear`); empty, or under autograd, it is F.linear.
     ``Transformer`` fills it by timing each weight shape once (:func:`fastest_linear`).
     ``matvec`` is the one-token choice alone (``set_matvec``).
     """

@@ -7,26 +7,37 @@ import torch
 import torch.nn.functional as F
 
 from measure import models
-from measure.models import Linear, Transformer, fastest_linear, onednn_available, rows_bucket, run_linear
+from measure.models import Linear, Transformer, fastest_linear, kernel_candidates, rows_bucket, run_linear
 from roofline.model import ModelSpec
 
 SPEC = ModelSpec("tiny", 2, 64, 4, 2, 16, 128, 97, max_context=64)
 
 
-def kinds(rows: int) -> list[str]:
-    return ["gemm"] + (["mv"] if rows == 1 else []) + (["onednn"] if onednn_available() else [])
+def kinds(rows: int, out_features: int = 48) -> list[str]:
+    return kernel_candidates(out_features, rows)
 
 
 @pytest.mark.parametrize("rows", [1, 3, 40])
-def test_every_kernel_computes_the_linear_product(rows: int) -> None:
+@pytest.mark.parametrize("bias", [True, False])
+def test_every_kernel_computes_the_linear_product(rows: int, bias: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    # blocks of 20 rows: 48 output features split 20 + 20 + 8 (a last block shorter than the others)
+    monkeypatch.setattr(models, "SPLIT_ROWS", 20)
     torch.manual_seed(0)
-    w, b = torch.randn(48, 32), torch.randn(48)
+    w, b = torch.randn(48, 32), torch.randn(48) if bias else None
     x = torch.randn(1, rows, 32)
     ref = F.linear(x, w, b)
+    assert ("split" in kinds(rows)) == (rows > 1)
     for kind in kinds(rows):
         out = run_linear(kind, x, w, b)
         assert out.shape == ref.shape, kind
         torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5, msg=kind)
+
+
+def test_split_is_a_candidate_only_for_wide_weights_and_several_rows() -> None:
+    wide = models.SPLIT_ROWS + 1
+    assert "split" in kernel_candidates(wide, 5) and "split" in kernel_candidates(wide, 64)
+    assert "split" not in kernel_candidates(wide, 1)  # one row streams the weight: nothing to block
+    assert "split" not in kernel_candidates(models.SPLIT_ROWS, 64)  # one block already
 
 
 def test_rows_bucket() -> None:
