@@ -310,7 +310,7 @@ class Attention(nn.Module):
         sin: torch.Tensor,
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
-        where: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+        where: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | int,
         kv_len: int,
         mask: torch.Tensor | None,
     ) -> torch.Tensor:
@@ -318,9 +318,12 @@ class Attention(nn.Module):
         qkv = self.wqkv.forward(x).view(B, n, self.h + 2 * self.kv, self.hd).transpose(1, 2)
         qk = apply_rope(qkv[:, : self.h + self.kv], cos, sin)  # q and k rotated in one call
         q, k, v = qk[:, : self.h], qk[:, self.h :], qkv[:, self.h + self.kv :]
-        # index_put_ writes only the new rows (scatter_ on the cache copied the whole buffer)
-        k_cache.index_put_(where, k)
-        v_cache.index_put_(where, v)
+        if isinstance(where, int):  # every sequence at the same length: the new rows are one slice
+            k_cache[:B, :, where : where + n].copy_(k)
+            v_cache[:B, :, where : where + n].copy_(v)
+        else:  # index_put_ writes only the new rows (scatter_ on the cache copied the whole buffer)
+            k_cache.index_put_(where, k)
+            v_cache.index_put_(where, v)
         keys, values = k_cache[:B, :, :kv_len], v_cache[:B, :, :kv_len]
         g = self.h // self.kv
         if g > 1:
@@ -559,8 +562,9 @@ class Transformer(nn.Module):
                 among = torch.ones(n, n, dtype=torch.bool, device=dev).tril().expand(B, n, n)
             positions = L + offs
         slots = L + offs
+        equal = bool(np.all(lengths == lengths[0]))
         mask: torch.Tensor | None = None
-        if n > 1 or np.any(lengths != lengths[0]):  # one token over equal lengths sees every key
+        if n > 1 or not equal:  # one token over equal lengths sees every key
             j = torch.arange(kv_len, device=dev).view(1, 1, kv_len)
             rel = j - L.view(B, 1, 1)  # key slot relative to the sequence's first new slot
             in_new = (rel >= 0) & (rel < n)
@@ -568,9 +572,15 @@ class Transformer(nn.Module):
             mask = ((rel < 0) | (in_new & new_ok)).unsqueeze(1)  # (B, 1, n, kv_len)
         cos = self._cos[positions].unsqueeze(1).to(self.dtype)
         sin = self._sin[positions].unsqueeze(1).to(self.dtype)
-        kvh = self.spec.n_kv_heads
-        arange_b = torch.arange(B, device=dev).view(B, 1, 1)
-        where = (arange_b, torch.arange(kvh, device=dev).view(1, kvh, 1), slots.view(B, 1, n))
+        # where each layer writes the new keys and values: one slice of the cache when every sequence
+        # has the same length (batch 1 always), else a scatter of each sequence's rows
+        where: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | int
+        if equal:
+            where = int(lengths[0])
+        else:
+            kvh = self.spec.n_kv_heads
+            arange_b = torch.arange(B, device=dev).view(B, 1, 1)
+            where = (arange_b, torch.arange(kvh, device=dev).view(1, kvh, 1), slots.view(B, 1, n))
         h = self.embed_tokens(tokens)
         layers = self.layers if n_layers is None else self.layers[:n_layers]
         # .forward() directly: module __call__ machinery costs a few us per call, which adds up
