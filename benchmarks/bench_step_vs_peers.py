@@ -333,7 +333,8 @@ def main() -> None:
     record(
         "decode step and verify pass vs gpt-fast and Hugging Face (CPU)",
         body,
-        "python -m benchmarks.bench_step_vs_peers --gpt-fast GPT_FAST_CHECKOUT/model.py --gpt-fast-rev COMMIT",
+        "python -m benchmarks.bench_step_vs_peers --gpt-fast GPT_FAST_CHECKOUT/model.py --gpt-fast-rev COMMIT"
+        + (f" --threads {a.threads}" if a.threads else ""),
     )
 
 
