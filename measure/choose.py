@@ -263,5 +263,5 @@ def one_token_step_s(model: Any, context: int = 64, repeats: int = 5) -> float:
         model.cache.rollback([context])
         model(token)
 
-    with torch.no_grad():
+    with torch.inference_mode():
         return time_fn(step, warmup=2, repeats=repeats, device=dev).min_s

@@ -187,7 +187,7 @@ def fastest_linear(weight: torch.Tensor, bias: torch.Tensor | None, rows: int, r
     weight, bias = weight[:keep], None if bias is None else bias[:keep]
     x = torch.full((1, rows, weight.shape[1]), 0.01, dtype=weight.dtype, device=dev)
     calls = {}
-    with torch.no_grad():
+    with torch.inference_mode():
         for kind in kinds:
             try:
                 run_linear(kind, x, weight, bias)

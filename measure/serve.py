@@ -214,7 +214,7 @@ def serve(
     steps: list[dict[str, Any]] = []
     B = nxt = done = 0
     t0 = clock()
-    with torch.no_grad():
+    with torch.inference_mode():
         while done < N:
             now = clock() - t0
             while nxt < N and arr[nxt] <= now:

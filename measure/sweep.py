@@ -126,7 +126,7 @@ class ModelRunner:
         cache.rollback([context] * cache.max_batch)
 
     def run(self, tokens: torch.Tensor, tree: Any = None) -> None:
-        with torch.no_grad():
+        with torch.inference_mode():  # as measure.decode runs it (no autograd bookkeeping per op)
             self.model(tokens, tree)
         # nothing was committed: the lengths stay at ``context``
 
