@@ -7,7 +7,7 @@ memory): ``measure.models.Transformer`` with its default paths, gpt-fast's
 not a dependency of specroof) and ``transformers.LlamaForCausalLM`` (eager, SDPA
 attention, a ``DynamicCache``: what ``generate`` uses). Each is timed on a pass of
 ``n`` new tokens after ``--context`` cached ones, batch 1: n = 1 is the decode
-step, n = 5 the verify pass of gamma 4, n = 64 a long verify. The cached keys and
+step, n = 2 the verify pass of gamma 1, n = 5 that of gamma 4, n = 64 a long verify. The cached keys and
 values are random (a pass's time does not depend on them); logit parity of
 specroof and Hugging Face is checked on a real prefill per width (fp32).
 
@@ -218,7 +218,7 @@ def main() -> None:
     )
     ap.add_argument("--gpt-fast-rev", default="", help="the gpt-fast commit that model.py is from (for the record)")
     ap.add_argument("--widths", default="1,4,16")
-    ap.add_argument("--tokens", default="1,5,64")
+    ap.add_argument("--tokens", default="1,2,5,64")
     ap.add_argument("--dtypes", default="fp32,bf16")
     ap.add_argument("--context", type=int, default=128)
     ap.add_argument("--budget-s", type=float, default=20.0, help="seconds of timing per (width, tokens, dtype)")

@@ -94,13 +94,14 @@ def sign_half(sin: torch.Tensor) -> torch.Tensor:
     return torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)
 
 
-#: a pass's rows (tokens x batch) -> the row count its kernel is probed at: one token, a few, many
-PROBE_ROWS = (1, 5, 64)
+#: a pass's rows (tokens x batch) -> the row count its kernel is probed at: one token, two (a gamma-1 verify,
+#: a batch of two decoding), a few, many
+PROBE_ROWS = (1, 2, 5, 64)
 
 
 def rows_bucket(rows: int) -> int:
     """The probed row count whose kernel choice applies to a pass of ``rows`` rows."""
-    return 1 if rows <= 1 else (5 if rows <= 16 else 64)
+    return rows if rows <= 2 else (5 if rows <= 16 else 64)
 
 
 def onednn_available() -> bool:
@@ -110,6 +111,8 @@ def onednn_available() -> bool:
 
 #: output features per product of the "split" kernel (a block of the weight's rows)
 SPLIT_ROWS = 1024
+#: output features per batch entry of the "bmm" kernel
+BMM_ROWS = 64
 
 
 def kernel_candidates(out_features: int, rows: int) -> list[str]:
@@ -118,13 +121,15 @@ def kernel_candidates(out_features: int, rows: int) -> list[str]:
         ["gemm"]
         + (["mv"] if rows == 1 else [])
         + (["split"] if rows > 1 and out_features > SPLIT_ROWS else [])
+        + (["bmm"] if 1 < rows <= 16 and out_features % BMM_ROWS == 0 and out_features > BMM_ROWS else [])
         + (["onednn"] if onednn_available() else [])
     )
 
 
 def run_linear(kind: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """``x @ weight.T + bias`` with the kernel ``kind``: "gemm" (F.linear), "mv" (one row), "onednn" or
-    "split" (F.linear per block of ``SPLIT_ROWS`` output features, concatenated).
+    """``x @ weight.T + bias`` with the kernel ``kind``: "gemm" (F.linear), "mv" (one row), "onednn",
+    "split" (F.linear per block of ``SPLIT_ROWS`` output features, concatenated) or "bmm" (one batched
+    product over blocks of ``BMM_ROWS`` output features, for a few rows).
 
     Why "split": one thread's MKL sgemm on an AMD EPYC (Zen 3, AVX2) ran a 64-row product with a
     6144 x 1024 weight at 69 GFLOP/s whole and 76 in blocks of 1536 rows, and a 64-row one with
@@ -132,7 +137,19 @@ def run_linear(kind: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Ten
     same weight in square-ish blocks (Hugging Face's separate gate/up and q/k/v projections
     beat the fused ones on 64-token passes for this reason). The concatenation copies only the
     output, a small fraction of the weight's bytes at these row counts.
+
+    Why "bmm": on the same CPU every GEMM kernel ran a 2-row product with a 6144 x 1024 fp32 weight at
+    7-10 GB/s of weight, against 15-19 for one row (small products are not streamed at the memory's
+    rate); as one batched product over 64-row blocks it streamed at 11-13, and the 0.22 GB target's
+    2-token pass took 22 ms against oneDNN's 28.
     """
+    if kind == "bmm":
+        n, k = weight.shape
+        m = x.numel() // k
+        blocks = weight.view(n // BMM_ROWS, BMM_ROWS, k).transpose(1, 2)
+        y = torch.bmm(x.reshape(1, m, k).expand(blocks.shape[0], m, k), blocks)  # (blocks, m, BMM_ROWS)
+        y = y.transpose(0, 1).reshape(*x.shape[:-1], n)
+        return y if bias is None else y + bias
     if kind == "split":
         n = weight.shape[0]
         return torch.cat(
@@ -210,8 +227,8 @@ def fastest_linear(weight: torch.Tensor, bias: torch.Tensor | None, rows: int, r
 class Linear(nn.Linear):
     """nn.Linear whose CPU inference passes use the kernel measured fastest for their row count.
 
-    ``kernels`` maps a row bucket (:func:`rows_bucket`: 1, 5 or 64 rows) to "gemm",
-    "mv", "onednn" or "split" (:func:`run_linear`); empty, or under autograd, it is F.linear.
+    ``kernels`` maps a row bucket (:func:`rows_bucket`: 1, 2, 5 or 64 rows) to "gemm",
+    "mv", "onednn", "split" or "bmm" (:func:`run_linear`); empty, or under autograd, it is F.linear.
     ``Transformer`` fills it by timing each weight shape once (:func:`fastest_linear`).
     ``matvec`` is the one-token choice alone (``set_matvec``).
     """

@@ -20,17 +20,29 @@ def kinds(rows: int, out_features: int = 48) -> list[str]:
 @pytest.mark.parametrize("rows", [1, 3, 40])
 @pytest.mark.parametrize("bias", [True, False])
 def test_every_kernel_computes_the_linear_product(rows: int, bias: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    # blocks of 20 rows: 48 output features split 20 + 20 + 8 (a last block shorter than the others)
+    # blocks of 20 rows: 48 output features split 20 + 20 + 8 (a last block shorter than the others); the
+    # batched product in 3 blocks of 16
     monkeypatch.setattr(models, "SPLIT_ROWS", 20)
+    monkeypatch.setattr(models, "BMM_ROWS", 16)
     torch.manual_seed(0)
     w, b = torch.randn(48, 32), torch.randn(48) if bias else None
     x = torch.randn(1, rows, 32)
     ref = F.linear(x, w, b)
     assert ("split" in kinds(rows)) == (rows > 1)
+    assert ("bmm" in kinds(rows)) == (1 < rows <= 16)
     for kind in kinds(rows):
         out = run_linear(kind, x, w, b)
         assert out.shape == ref.shape, kind
         torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5, msg=kind)
+
+
+def test_bmm_keeps_every_sequence_of_a_batch_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(models, "BMM_ROWS", 16)
+    torch.manual_seed(0)
+    w, b = torch.randn(48, 32), torch.randn(48)
+    x = torch.randn(3, 2, 32)  # 3 sequences of 2 tokens: 6 rows
+    torch.testing.assert_close(run_linear("bmm", x, w, b), F.linear(x, w, b), rtol=1e-5, atol=1e-5)
+    assert "bmm" not in kernel_candidates(40, 2)  # 40 features are not whole blocks of 16
 
 
 def test_split_is_a_candidate_only_for_wide_weights_and_several_rows() -> None:
@@ -41,7 +53,7 @@ def test_split_is_a_candidate_only_for_wide_weights_and_several_rows() -> None:
 
 
 def test_rows_bucket() -> None:
-    assert [rows_bucket(r) for r in (1, 2, 5, 16, 17, 64, 500)] == [1, 5, 5, 5, 64, 64, 64]
+    assert [rows_bucket(r) for r in (1, 2, 3, 5, 16, 17, 64, 500)] == [1, 2, 5, 5, 5, 64, 64, 64]
 
 
 def test_choice_is_one_of_the_candidates_and_cached(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -70,7 +82,7 @@ def test_model_defaults_to_the_probed_kernels_and_keeps_its_logits() -> None:
             outs.append((prefill, m(tokens[:, 5:])))
     assert not auto.auto_kernels  # chosen at setup_cache
     lin = auto.layers[0].self_attn.wqkv
-    assert set(lin.kernels) == {1, 5, 64} and lin.kernels[1] in kinds(1) and lin.kernels[5] in kinds(5)
+    assert set(lin.kernels) == {1, 2, 5, 64} and lin.kernels[1] in kinds(1) and lin.kernels[5] in kinds(5)
     for a, b in zip(outs[0], outs[1], strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
 
