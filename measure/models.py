@@ -176,6 +176,17 @@ PROBE_BYTES = 64 << 20
 _KERNEL_CHOICE: dict[tuple[Any, ...], str] = {}
 
 
+def probe_rows(weight: torch.Tensor) -> int:
+    """Rows of the leading block of ``weight`` that a kernel probe times in place of the whole weight."""
+    # past a few LLCs a block streams from memory like the rest (a 4 MB block made a 64-row fp32
+    # product pick F.linear where oneDNN was 15% faster on the whole 12288 x 4096 weight), and the
+    # probe stays under a second per shape
+    keep = max(1, min(weight.shape[0], PROBE_BYTES // (weight.shape[1] * weight.element_size())))
+    if keep < weight.shape[0] and keep >= BMM_ROWS:
+        keep -= keep % BMM_ROWS  # whole blocks of the batched kernel, or the probe could not time it
+    return keep
+
+
 def fastest_linear(weight: torch.Tensor, bias: torch.Tensor | None, rows: int, repeats: int = 3) -> str:
     """The fastest kernel for a ``rows``-row product with ``weight`` on its device, timed once and cached.
 
@@ -197,10 +208,7 @@ def fastest_linear(weight: torch.Tensor, bias: torch.Tensor | None, rows: int, r
     if dev.type != "cpu":
         return "gemm"
     kinds = kernel_candidates(weight.shape[0], rows)
-    # a leading block of rows stands for the whole weight: past a few LLCs it streams from memory
-    # like the rest (a 4 MB block made a 64-row fp32 product pick F.linear where oneDNN was 15%
-    # faster on the whole 12288 x 4096 weight), and the probe stays under a second per shape
-    keep = max(1, min(weight.shape[0], PROBE_BYTES // (weight.shape[1] * weight.element_size())))
+    keep = probe_rows(weight)
     weight, bias = weight[:keep], None if bias is None else bias[:keep]
     x = torch.full((1, rows, weight.shape[1]), 0.01, dtype=weight.dtype, device=dev)
     calls = {}

@@ -52,6 +52,15 @@ def test_split_is_a_candidate_only_for_wide_weights_and_several_rows() -> None:
     assert "split" not in kernel_candidates(models.SPLIT_ROWS, 64)  # one block already
 
 
+def test_a_truncated_probe_block_is_whole_blocks_of_the_batched_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(models, "BMM_ROWS", 16)
+    monkeypatch.setattr(models, "PROBE_BYTES", 50 * 32 * 4)  # 50 rows of a 32-wide fp32 weight
+    assert models.probe_rows(torch.empty(96, 32)) == 48  # cut: to whole blocks of 16
+    assert models.probe_rows(torch.empty(40, 32)) == 40  # the whole weight fits: kept whole
+    monkeypatch.setattr(models, "PROBE_BYTES", 10 * 32 * 4)
+    assert models.probe_rows(torch.empty(96, 32)) == 10  # less than one block: as cut
+
+
 def test_rows_bucket() -> None:
     assert [rows_bucket(r) for r in (1, 2, 3, 5, 16, 17, 64, 500)] == [1, 2, 5, 5, 5, 64, 64, 64]
 
