@@ -319,6 +319,10 @@ class StepPrices:
         t_all = self.target_time(seqs, tokens / seqs, (decode_context + prefill_context) / seqs)
         if decodes == 0:
             return t_all
+        if gamma == 0:
+            # a plain round's price is the target's one-token pass plus the round's host time, so
+            # t_decode - target(decodes alone) is that host time: the two lookups would cancel
+            return t_all + (self.host_s + self.host_per_seq_s * decodes)
         t_dec = self.decode_seconds(gamma, decodes, decode_context / decodes)
         t_dec_target = self.target_time(decodes, width, decode_context / decodes)
         return t_dec + max(0.0, t_all - t_dec_target)
