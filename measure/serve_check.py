@@ -104,25 +104,6 @@ def with_pass_overhead(hw: Hardware, extra_s: float) -> Hardware:
     )
 
 
-def nonnegative_line(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, float]:
-    """(a, s) >= 0 minimising sum w (a + s x - y)^2: the host line a simulator can add (it adds time, never takes it).
-
-    Clipping an unconstrained fit's coefficients one by one is not this: residuals +851 us at one
-    sequence falling 266 us per sequence clip to +851 us for every batch, where the burst measured
-    -213 us at four. The optimum of a 2-variable problem with a, s >= 0 lies in the interior or on
-    an edge (a = 0, or s = 0, or both): the best feasible of those candidates is it.
-    """
-    x, y, w = (np.asarray(v, dtype=float) for v in (x, y, w))
-    cands: list[tuple[float, float]] = [(0.0, 0.0)]
-    if np.ptp(x) > 0:
-        s_, a_ = np.polyfit(x, y, 1, w=np.sqrt(w))
-        cands.append((float(a_), float(s_)))
-    cands.append((max(0.0, float(np.sum(w * y) / np.sum(w))), 0.0))  # s = 0: the weighted mean
-    cands.append((0.0, max(0.0, float(np.sum(w * x * y) / np.sum(w * x * x)))))  # a = 0: through the origin
-    ok = [(a_, s_) for a_, s_ in cands if a_ >= 0 and s_ >= 0]
-    return min(ok, key=lambda c: float(np.sum(w * (c[0] + c[1] * x - y) ** 2)))
-
-
 class HostResiduals(NamedTuple):
     """A calibration against the fitted prices: the median round residual per batch size (and the rounds behind
     it), the median residual of prefill steps that followed a step at once, and of those the engine started after
@@ -148,8 +129,6 @@ def engine_host_terms(
     draft: Any,
     gamma: int,
     max_tokens: int,
-    *,
-    nonnegative: bool = False,
 ) -> tuple[float, float, float]:
     """(host seconds per decode round, and per sequence of it, host seconds per prefill pass): a calibration run
     against the fitted prices.
@@ -160,11 +139,10 @@ def engine_host_terms(
     size weighted by its rounds (``s = 0`` with one batch size). The prefill residual (the median over
     prefill steps of the measured time minus the target's pass, plus the draft model's when
     speculating) is the engine's host time per prefill step. Negative when the fitted passes cost
-    more than the engine took (kept: the comparison must not hide it). ``nonnegative``: the terms
-    the simulator takes instead, the best line with both coefficients >= 0
-    (:func:`nonnegative_line`) and the prefill residual at zero or above.
+    more than the engine took: the simulator takes the terms as they are, a correction to the profile at the
+    engine's operating points (docs/cost-model.md, section 24).
     """
-    return host_terms(host_residuals(run, hw, target, draft, gamma, max_tokens), nonnegative=nonnegative)
+    return host_terms(host_residuals(run, hw, target, draft, gamma, max_tokens))
 
 
 def host_residuals(
@@ -216,16 +194,14 @@ def idle_start(res: HostResiduals) -> float:
     return max(0.0, res.cold_prefill_s - res.prefill_s)
 
 
-def host_terms(res: HostResiduals, *, nonnegative: bool = False) -> tuple[float, float, float]:
+def host_terms(res: HostResiduals) -> tuple[float, float, float]:
     """(per round, per sequence of it, per prefill step) from a burst's residuals: :func:`engine_host_terms`."""
-    if nonnegative:
-        round_s, per_seq = nonnegative_line(res.batch, res.median_s, res.rounds)
-    elif res.batch.size >= 2:
+    if res.batch.size >= 2:
         fit_ = np.polyfit(res.batch, res.median_s, 1, w=np.sqrt(res.rounds))
         per_seq, round_s = float(fit_[0]), float(fit_[1])
     else:
         per_seq, round_s = 0.0, float(res.median_s[0])
-    return round_s, per_seq, max(0.0, res.prefill_s) if nonnegative else res.prefill_s
+    return round_s, per_seq, res.prefill_s
 
 
 #: Beta concentrations the acceptance-spread fit tries (log-spaced); the top one reads "no spread this run can tell"
@@ -386,8 +362,8 @@ def serve_check(
             ``slots`` requests (:func:`staircase_arrivals`, spaced by what the burst's rounds and prefills took),
             and the engine's host terms read off both, pooled with the policy's first calibration (a median over
             all their rounds: one calibration's rounds are few, and the machine drifts): the terms the simulator
-            takes (non-negative, and the first prefill after an idle wait: :func:`idle_start`) and the raw
-            residuals (for the record). Returns the burst's run."""
+            takes (the line and the prefill term, signed, and the first prefill after an idle wait:
+            :func:`idle_start`) and the same three for the record. Returns the burst's run."""
             run = serve(
                 target, cal_prompts, np.zeros(cal_w.n), cal_w.output_tokens, policy=p, drafter=draft, slots=slots
             )
@@ -409,7 +385,8 @@ def serve_check(
                 first[p.name] = steps
             pooled = dataclasses.replace(run, steps=steps)
             res = host_residuals(pooled, fitted.hardware, target.spec, draft.spec, p.gamma, max_tokens)
-            return run, (*host_terms(res, nonnegative=True), idle_start(res)), host_terms(res)
+            terms = host_terms(res)
+            return run, (*terms, idle_start(res)), terms
 
         t_cal = bud.elapsed_s
         for p in pols:
@@ -474,7 +451,7 @@ def serve_check(
                     kv_capacity_tokens=1 << 30,
                     seed=seed,
                     prefill="separate",
-                    # the burst's host line with both coefficients >= 0 (the raw residuals are in settings)
+                    # the burst's host line and prefill term, signed: the engine's correction to the fitted profile
                     round_host_s=h_round,
                     round_host_per_seq_s=h_seq,
                     prefill_host_s=h_pre,

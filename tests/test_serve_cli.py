@@ -167,3 +167,43 @@ def test_measure_serve_prints_its_engine_terms_as_flags_specroof_serve_takes():
     args = parser.parse_args(["serve", "--hardware", "h", "--target", "t", "--drafter", "d", *spec.split()])
     assert args.prefill == "separate" and args.round_host_us == pytest.approx(2.3e-3)
     assert args.idle_start_us == pytest.approx(3.5e-3) and args.prefill_host_us == pytest.approx(1.9e-3)
+
+
+def test_progress_goes_to_stderr_once_a_sweep_takes_a_second_and_never_under_json(run, monkeypatch):
+    """A long sweep (100,000 requests take seconds per run) reports each finished run on stderr; stdout keeps the
+    answer and the table, and --json stays one parseable document with nothing on stderr."""
+    import sys
+    import types
+
+    import specroof.commands.serve as serve_cmd
+
+    monkeypatch.setitem(sys.modules, "tqdm.auto", None)  # the main job's install has no tqdm: a line per run
+    clock = iter(range(0, 1000, 2))  # each read of the sweep's clock 2 s after the last: every run "takes" seconds
+    monkeypatch.setattr(serve_cmd, "time", types.SimpleNamespace(perf_counter=lambda: float(next(clock))))
+    code, out, err = run(*BASE, *SHORT, "--rate", "1,8", "--policy", "static:3")
+    assert code == 0
+    lines = [x for x in err.splitlines() if x.startswith("simulated ")]
+    assert [x.split(":")[0] for x in lines] == [f"simulated {i}/4" for i in range(1, 5)]
+    assert {x.split(": ", 1)[1].rsplit(" (", 1)[0] for x in lines} == {
+        "off at 1 req/s", "static:3 at 1 req/s", "off at 8 req/s", "static:3 at 8 req/s"}  # fmt: skip
+    assert "simulated" not in out and out.startswith("speculation (static:3)")
+    code, out, err = run(*BASE, *SHORT, "--rate", "1,8", "--policy", "static:3", "--json")
+    assert code == 0 and json.loads(out) and "simulated" not in err
+
+
+def test_a_signed_host_line_is_taken_from_the_flags_and_a_negative_cold_start_is_not(run):
+    """measure serve prints the host line as it measured it, negative where the fitted profile overprices the
+    engine's rounds: `specroof serve` takes those flags back; a negative cold start is refused (exit 2)."""
+    import argparse
+
+    from specroof.commands import serve as serve_cmd
+
+    parser = argparse.ArgumentParser()
+    serve_cmd.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["serve", "--hardware", "h", "--target", "t", "--drafter", "d", "--round-host-us",
+                              "-825", "--round-host-per-seq-us", "146", "--prefill-host-us", "-90"])  # fmt: skip
+    assert args.round_host_us == pytest.approx(-825e-6) and args.prefill_host_us == pytest.approx(-90e-6)
+    code, out, err = run(*BASE, *SHORT, "--rate", "1", "--policy", "static:3", "--round-host-us", "-300", "--json")
+    assert code == 0 and json.loads(out)["settings"]["round_host_s"] == pytest.approx(-3e-4)
+    code, _, err = run(*BASE, *SHORT, "--rate", "1", "--idle-start-us", "-5")
+    assert code == 2 and ">= 0" in err

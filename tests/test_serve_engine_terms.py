@@ -82,28 +82,40 @@ def test_the_simulator_takes_the_prefill_host_term_into_time_to_first_token():
     assert np.allclose(b - a, 4e-3, rtol=1e-9, atol=1e-12)
 
 
-def test_the_host_line_the_simulator_takes_is_the_best_one_with_both_coefficients_non_negative():
-    from measure.serve_check import nonnegative_line
+def test_the_host_line_is_the_weighted_line_through_the_residuals_whatever_its_sign():
+    """Falling residuals (+851 us at one sequence, -266 us per sequence more) are what the simulator takes: a
+    non-negative line would have had to price every batch wrong (the best constant: +374 us at one, +374 at four,
+    where the engine measured +851 and -47)."""
+    from measure.serve_check import HostResiduals, host_terms
 
     b = np.array([1.0, 2.0, 3.0, 4.0])
-    w = np.array([5.0, 5.0, 5.0, 20.0])
-    # a line already non-negative is itself
-    a, s = nonnegative_line(b, 1e-3 + 2e-4 * b, w)
-    assert a == pytest.approx(1e-3) and s == pytest.approx(2e-4)
-    # falling residuals (+851 us at 1, -266 us per sequence): not +851 us at every batch, but the best constant
     y = 851e-6 - 266e-6 * (b - 1)
-    a, s = nonnegative_line(b, y, w)
-    assert s == 0.0
-    assert a == pytest.approx(float(np.sum(w * y) / np.sum(w)))
-    assert a < 851e-6 / 2
-    # a negative intercept and a positive slope: the best line through the origin
-    y = -4e-4 + 3e-4 * b
-    a, s = nonnegative_line(b, y, w)
-    assert a == 0.0 and s == pytest.approx(float(np.sum(w * b * y) / np.sum(w * b * b)))
-    # all negative: nothing to add
-    assert nonnegative_line(b, -1e-4 - 0 * b, w) == (0.0, 0.0)
-    # one batch size: a constant
-    assert nonnegative_line(np.array([4.0]), np.array([3e-4]), np.array([7.0])) == pytest.approx((3e-4, 0.0))
+    a, s, p = host_terms(HostResiduals(b, y, np.array([5.0, 5.0, 5.0, 20.0]), -3e-4))
+    assert a == pytest.approx(851e-6 + 266e-6) and s == pytest.approx(-266e-6) and p == -3e-4
+    # one batch size: its median
+    assert host_terms(HostResiduals(np.array([4.0]), np.array([3e-4]), np.array([7.0]), 1e-4))[:2] == (3e-4, 0.0)
+
+
+def test_a_negative_host_line_takes_its_time_off_each_round_and_one_that_leaves_a_round_no_time_is_refused():
+    """One request at a time (0.01 req/s), plain rounds of one sequence: a line of -300 us + 50 us/seq takes exactly
+    250 us off every round, so off the request's time per output token; a line that would take off more than a
+    round's passes cost is refused with the batch it fails at, and so is a prefill term larger than a pass."""
+    from roofline.serving import simulate
+
+    kw = dict(hardware="h100-sxm-80gb", target="llama-3.1-8b", drafter=None, policy=["off"], rates=[0.01],
+              requests=6, input_len=256, output_len=40, prefill="separate", seed=3)  # fmt: skip
+    a = simulate(**kw).requests
+    b = simulate(round_host_s=-3e-4, round_host_per_seq_s=5e-5, **kw).requests
+    assert np.allclose(a["tpot_s"] - b["tpot_s"], 2.5e-4, rtol=1e-9, atol=1e-12)
+    assert np.allclose(a["ttft_s"], b["ttft_s"], rtol=1e-12)  # a prefill step is not a decode round
+    with pytest.raises(SpecroofError, match=r"at b = 1\).* plain decode round of 1 sequences no time"):
+        simulate(round_host_s=-1.0, **kw)
+    with pytest.raises(SpecroofError, match=r"at b = \d+\).*no time"):
+        simulate(round_host_per_seq_s=-1.0, **kw)  # (fine at one sequence, not at many)
+    with pytest.raises(SpecroofError, match="prefill_host_s"):
+        simulate(prefill_host_s=-1.0, **kw)
+    with pytest.raises(SpecroofError, match="idle_start_s"):
+        simulate(idle_start_s=-1e-3, **kw)
 
 
 def test_a_staircase_gives_every_batch_size_its_own_stair():

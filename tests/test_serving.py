@@ -397,7 +397,7 @@ def test_round_host_time_is_added_to_every_decode_round_and_to_no_prefill():
     [
         (dict(prefill="chunky"), "prefill must be one of"),
         (dict(prefill="separate", input_len=600, max_tokens=512), "whole prompts"),
-        (dict(round_host_s=-1e-3), "round_host_s"),
+        (dict(round_host_s=-1.0), "round_host_s"),  # (signed, but not below what a round costs)
         (dict(round_host_per_seq_s=float("nan")), "round_host_per_seq_s"),
     ],
 )
@@ -452,3 +452,18 @@ def test_the_first_step_after_the_server_idled_pays_the_idle_start_and_no_other(
                                   simulate(rates=[3.0], **kw).requests, check_exact=True)  # fmt: skip
     with pytest.raises(SpecroofError, match="idle_start_s"):
         simulate(rates=[1.0], idle_start_s=-1e-3, **kw)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_on_run_reports_every_run_in_order_with_its_label(workers):
+    """``on_run(done, total, label)`` after each (policy, rate) run, in the jobs' order, in one process or several."""
+    seen = []
+    simulate(hardware=HW, target=TARGET, drafter=DRAFT, policy=["off", "static:2"], rates=[2.0, 5.0], requests=40,
+             input_len=64, output_len=16, workers=workers, on_run=lambda *a: seen.append(a))  # fmt: skip
+    assert [(d, t) for d, t, _ in seen] == [(1, 4), (2, 4), (3, 4), (4, 4)]
+    assert [lab for *_, lab in seen] == [
+        "off at 2 req/s",
+        "static:2 at 2 req/s",
+        "off at 5 req/s",
+        "static:2 at 5 req/s",
+    ]

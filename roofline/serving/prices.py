@@ -370,7 +370,8 @@ def step_prices(
     ``prefill="separate"`` adds the draft model's own pass table (its prefill; a drafter that is a separate
     model). ``round_host_s + round_host_per_seq_s b`` is host time added to every decode round of ``b``
     sequences, plain or speculative, ``prefill_host_s`` to every separate prefill step, and ``idle_start_s`` to
-    the first prefill step after the server idled (seconds, each >= 0).
+    the first prefill step after the server idled (seconds; the first three are signed, a measured engine's
+    correction to the profile, and may take off a step at most what its passes cost; ``idle_start_s`` >= 0).
     """
     check_prefill(prefill)
     for what, v in (
@@ -379,8 +380,10 @@ def step_prices(
         ("prefill_host_s", prefill_host_s),
         ("idle_start_s", idle_start_s),
     ):
-        if not (isinstance(v, (int, float, np.integer)) and math.isfinite(v) and v >= 0):
-            raise SpecroofError(f"{what} must be a finite number of seconds >= 0 (got {v!r})")
+        if not (isinstance(v, (int, float, np.integer)) and math.isfinite(v)):
+            raise SpecroofError(f"{what} must be a finite number of seconds (got {v!r})")
+    if idle_start_s < 0:
+        raise SpecroofError(f"idle_start_s must be >= 0 (got {idle_start_s!r}): a cold start adds time")
     b_grid = _grid(max_batch, 16)
     n_grid = _grid(max(max_tokens, max_gamma + 1), 32, 1.05)
     l_grid = np.unique(np.rint(np.linspace(0, max_context + max_gamma + 1, context_points))).astype(np.int64)
@@ -424,11 +427,39 @@ def step_prices(
         for s in range(0, b_grid.size, step):
             B = b_grid[s : s + step, None, None]
             draft_pass[s : s + step] = ctx.pass_s(spec, B, n_grid[None, :, None], l_grid[None, None, :])
-    return StepPrices(
+    prices = StepPrices(
         b_grid, n_grid, l_grid.astype(float), target, draft, verify, round_s, name, tree_rows, tree_tokens,
         draft_pass, draft_prefills, float(round_host_s), float(round_host_per_seq_s), float(prefill_host_s),
         float(idle_start_s),
     )  # fmt: skip
+    _check_host_line(prices)
+    return prices
+
+
+def _check_host_line(p: StepPrices) -> None:
+    """Refuse host terms that make a step the scheduler can price cost no time: the host line is signed (a
+    correction to the profile at the engine's operating points: docs/cost-model.md, section 24), but it can take
+    off a round's passes at most what they cost."""
+    if p.host_s or p.host_per_seq_s:
+        keys = [0] + list(range(1, p.max_gamma + 1)) + ([TREE] if p.tree_rows is not None else [])
+        for g in keys:
+            rows = p._step_rows(g)  # (host included)
+            if not np.all(rows > 0):
+                b, _ = np.unravel_index(int(np.argmin(rows)), rows.shape)
+                host = p.host_s + p.host_per_seq_s * float(p.b_grid[b])
+                kind = "plain" if g == 0 else ("tree" if g == TREE else f"gamma-{g}")
+                raise SpecroofError(
+                    f"round_host_s + round_host_per_seq_s x b ({1e6 * host:+.0f} us at b = {int(p.b_grid[b])}) "
+                    f"leaves a {kind} decode round of {int(p.b_grid[b])} sequences no time: a host correction can "
+                    "take off at most what the round's passes cost"
+                )
+    if p.prefill_host_s < 0:
+        fastest = float(p.target.min())  # the cheapest prefill pass of the grid
+        if fastest + p.prefill_host_s <= 0:
+            raise SpecroofError(
+                f"prefill_host_s ({1e6 * p.prefill_host_s:+.0f} us) leaves a prefill pass of "
+                f"{1e3 * fastest:.3g} ms no time: a host correction can take off at most what the pass costs"
+            )
 
 
 #: how a step prices its prefills: in the decodes' pass (chunked prefill), or as a pass of their own after them

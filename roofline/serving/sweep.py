@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -183,6 +183,7 @@ def simulate(
     idle_start_s: float = 0.0,
     ep: int = 1,
     ep_link_GB_per_s: float | None = None,
+    on_run: Callable[[int, int, str], None] | None = None,
 ) -> ServingResult:
     """Simulate continuous-batching serving of ``target`` on ``hardware`` at each request rate, per policy.
 
@@ -215,7 +216,8 @@ def simulate(
     (:mod:`roofline.serving.disaggregated`). ``ep`` > 1 serves an MoE target from ``ep`` GPUs with its
     routed experts sharded over them and attention data-parallel, each MoE layer paying a dispatch and a
     combine all-to-all over the profile's interconnect within a node (``ep_link_GB_per_s`` across nodes):
-    :mod:`roofline.parallel`; one such group is one server.
+    :mod:`roofline.parallel`; one such group is one server. ``on_run(done, total, label)`` is called as each
+    (policy, rate, server) run finishes, in order (a progress bar: 100,000 requests take seconds per run).
 
     Returns a :class:`ServingResult`; ``summary`` has ``ttft_p50_s`` ... ``e2e_p99_s``,
     ``itl_p*_s``, ``throughput_tok_s``, ``goodput_req_s`` (under ``slo_ttft_s``/``slo_tpot_s``),
@@ -310,7 +312,7 @@ def simulate(
             )
         kvb = float(spec.kv_bytes(1, dtype_bytes(ctx.pricing.kv_dtype or ctx.pricing.dtype)))
         disagg = (pd_[0], pd_[1], kvb, float(link))
-    jobs, keys = [], []
+    jobs, keys, labels = [], [], []
     for ri, rate in enumerate(rate_list):
         w = base.at_rate(rate)
         shown = rate if rate is not None else (w.n - 1) / max(float(w.arrival_s[-1] - w.arrival_s[0]), 1e-300)
@@ -324,14 +326,25 @@ def simulate(
                     (part, prices, p, alphas[rep::replicas], cfg, (seed * 1_000_003 + ri) * 1_009 + rep, disagg)
                 )
                 keys.append((p.name, float(shown), rep))
+                server = f", server {rep + 1}/{replicas}" if replicas > 1 else ""
+                labels.append(f"{p.name} at {shown:.4g} req/s{server}")
     workers = int(workers)
     if workers < 1:
         raise SpecroofError(f"workers must be >= 1 (got {workers})")
+    done: list[RunResult] = []
+
+    def finished(r: RunResult) -> None:
+        done.append(r)
+        if on_run is not None:
+            on_run(len(done), len(jobs), labels[len(done) - 1])
+
     if workers > 1 and len(jobs) > 1:
         with ProcessPoolExecutor(max_workers=min(workers, len(jobs), os.cpu_count() or 1)) as ex:
-            done = list(ex.map(_one, jobs))
+            for r in ex.map(_one, jobs):  # (in the jobs' order, each as soon as it and those before it are done)
+                finished(r)
     else:
-        done = [_one(j) for j in jobs]
+        for j in jobs:
+            finished(_one(j))
     merged: dict[tuple[str, float], list[RunResult]] = {}
     for (name, rate, _), r in zip(keys, done, strict=True):
         merged.setdefault((name, rate), []).append(r)

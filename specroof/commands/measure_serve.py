@@ -87,13 +87,14 @@ def text(check: Any) -> str:
         f"load average {load.get('load_avg_1m', float('nan')):.2f} over {load.get('cpus')} CPUs",
         f"fitted profile: MAPE {100 * s['fit_mape']:.1f}%; plain full-batch step {1e3 * s['plain_step_s']:.2f} ms, "
         f"prefill {1e3 * s['prefill_per_request_s']:.2f} ms per request -> capacity ~{s['capacity_req_s']:.1f} req/s",
-        "host residual per decode round in the first burst (raw; the simulator takes the best line >= 0): "
+        "host residual per decode round in the first burst (signed: negative where the fitted profile prices the "
+        "engine's rounds above what they took): "
         + ", ".join(
             f"{k} {1e6 * v:+.0f} us + {1e6 * check.host_per_seq_s.get(k, 0.0):+.0f} us/seq"
             for k, v in check.host_per_round_s.items()
         ),
         "host time per prefill step in the first burst: "
-        + ", ".join(f"{k} {1e6 * max(0.0, v):.0f} us" for k, v in s.get("prefill_residual_per_pass_s", {}).items())
+        + ", ".join(f"{k} {1e6 * v:+.0f} us" for k, v in s.get("prefill_residual_per_pass_s", {}).items())
         + "; spread of acceptance between requests (Beta concentration, none: one alpha for all): "
         + ", ".join(f"{k} {'none' if v is None else f'{v:.3g}'}" for k, v in s.get("alpha_concentration", {}).items()),
     ]
@@ -103,9 +104,12 @@ def text(check: Any) -> str:
             a, seq, p_ = (
                 1e6 * g["round_host_s"],
                 1e6 * g["round_host_per_seq_s"],
-                1e6 * g["prefill_host_s"].clip(lower=0.0),
+                1e6 * g["prefill_host_s"],
             )
-            part = f"{pol} round {a.min():+.0f}..{a.max():+.0f} us, prefill {p_.min():.0f}..{p_.max():.0f} us"
+            part = (
+                f"{pol} round {a.min():+.0f}..{a.max():+.0f} us {seq.min():+.0f}..{seq.max():+.0f} us/seq, "
+                f"prefill {p_.min():+.0f}..{p_.max():+.0f} us"
+            )
             # the median over the replays, as `specroof serve` takes them (one set for every policy it asks)
             f = f"--prefill separate --round-host-us {a.median():.0f} --round-host-per-seq-us {seq.median():.0f}"
             f += f" --prefill-host-us {p_.median():.0f}"

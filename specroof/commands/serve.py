@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
+import time
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
@@ -60,15 +63,22 @@ def _positive_float(text: str) -> float:
     return v
 
 
-def _microseconds(text: str) -> float:
-    """A host term in microseconds (>= 0), returned in seconds."""
+def _microseconds(text: str, *, signed: bool = False) -> float:
+    """A host term in microseconds (>= 0, or any sign with ``signed``), returned in seconds."""
     try:
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected microseconds, got {text!r}") from None
-    if not (math.isfinite(v) and v >= 0):
-        raise argparse.ArgumentTypeError(f"must be a number of microseconds >= 0 (got {text!r})")
+    if not (math.isfinite(v) and (signed or v >= 0)):
+        raise argparse.ArgumentTypeError(
+            f"must be a finite number of microseconds{'' if signed else ' >= 0'} (got {text!r})"
+        )
     return v * 1e-6
+
+
+def _signed_microseconds(text: str) -> float:
+    """A host correction in microseconds, either sign (negative: the profile overprices the engine's steps)."""
+    return _microseconds(text, signed=True)
 
 
 def _rates(text: str) -> list[float]:
@@ -92,47 +102,82 @@ def _verdict(stop: float | None, policy: str, rates: list[float], hw: str, metri
     return f"speculation ({policy}) pays up to {stop:.3g} req/s on {hw}; above that plain decoding wins ({metric})"
 
 
+def _progress(args: argparse.Namespace) -> tuple[Callable[[int, int, str], None] | None, Callable[[], None]]:
+    """(the sweep's ``on_run``, close): progress over its (policy, rate) runs on stderr, shown once the sweep has
+    taken a second (a tqdm bar when tqdm is installed, else a line per run); nothing under ``--json``."""
+    if getattr(args, "json", False):
+        return None, lambda: None
+    t0 = time.perf_counter()
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        tqdm = None
+    bar: Any = None
+
+    def on_run(done: int, total: int, label: str) -> None:
+        nonlocal bar
+        elapsed = time.perf_counter() - t0
+        if tqdm is not None:
+            if bar is None:
+                bar = tqdm(total=total, desc="simulating", unit="run", file=sys.stderr, delay=1.0, leave=False)
+            bar.set_postfix_str(label, refresh=False)
+            bar.update(done - bar.n)
+        elif elapsed > 1.0 and total > 1:
+            print(f"simulated {done}/{total}: {label} ({elapsed:.0f} s)", file=sys.stderr, flush=True)
+
+    def close() -> None:
+        if bar is not None:
+            bar.close()
+
+    return on_run, close
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from roofline.serving import simulate
 
     policies = ["off"] + [p for p in (args.policy or ["goodput"]) if p.strip().lower() != "off"]
     if args.trace is None and args.rate is None:
         raise SpecroofError("give --rate R1,R2,... (req/s), or --trace FILE to replay a trace")
-    res = simulate(
-        hardware=args.hardware,
-        target=args.target,
-        drafter=args.drafter,
-        acceptance=args.acceptance,
-        policy=policies,
-        rates=args.rate,
-        requests=args.requests,
-        input_len=args.input_len,
-        output_len=args.output_len,
-        arrivals=args.arrivals,
-        trace=args.trace,
-        engine=args.engine,
-        dtype=args.dtype,
-        weight_dtype=args.weight_dtype,
-        tp=args.tp,
-        max_seqs=args.max_seqs,
-        max_tokens=args.max_tokens,
-        kv_capacity_tokens=args.kv_capacity_tokens,
-        alpha_concentration=args.alpha_concentration,
-        slo_ttft_s=args.slo_ttft,
-        slo_tpot_s=args.slo_tpot,
-        seed=args.seed,
-        workers=args.workers,
-        replicas=args.replicas,
-        disaggregate=args.disaggregate,
-        kv_link_GB_per_s=args.kv_link_GB_s,
-        ep=args.ep,
-        ep_link_GB_per_s=args.ep_link_GB_s,
-        prefill=args.prefill,
-        round_host_s=args.round_host_us,
-        round_host_per_seq_s=args.round_host_per_seq_us,
-        prefill_host_s=args.prefill_host_us,
-        idle_start_s=args.idle_start_us,
-    )
+    on_run, close_bar = _progress(args)
+    try:
+        res = simulate(
+            hardware=args.hardware,
+            target=args.target,
+            drafter=args.drafter,
+            acceptance=args.acceptance,
+            policy=policies,
+            rates=args.rate,
+            requests=args.requests,
+            input_len=args.input_len,
+            output_len=args.output_len,
+            arrivals=args.arrivals,
+            trace=args.trace,
+            engine=args.engine,
+            dtype=args.dtype,
+            weight_dtype=args.weight_dtype,
+            tp=args.tp,
+            max_seqs=args.max_seqs,
+            max_tokens=args.max_tokens,
+            kv_capacity_tokens=args.kv_capacity_tokens,
+            alpha_concentration=args.alpha_concentration,
+            slo_ttft_s=args.slo_ttft,
+            slo_tpot_s=args.slo_tpot,
+            seed=args.seed,
+            workers=args.workers,
+            replicas=args.replicas,
+            disaggregate=args.disaggregate,
+            kv_link_GB_per_s=args.kv_link_GB_s,
+            ep=args.ep,
+            ep_link_GB_per_s=args.ep_link_GB_s,
+            prefill=args.prefill,
+            round_host_s=args.round_host_us,
+            round_host_per_seq_s=args.round_host_per_seq_us,
+            prefill_host_s=args.prefill_host_us,
+            idle_start_s=args.idle_start_us,
+            on_run=on_run,
+        )
+    finally:
+        close_bar()
     s = res.summary
     stops = res.stops_paying(metric=args.metric)
     spec_names = [p for p in res.policies if p != "off"]
@@ -259,10 +304,21 @@ def add_parser(sub: Any) -> None:
         help="fused: chunked prefill rides in the decodes' pass (vLLM, SGLang); separate: whole prompts in a pass of "
         "their own after each decode round (an engine without chunked prefill, as measure serve's)",
     )
-    p.add_argument("--round-host-us", type=_microseconds, default=0.0, help="host time added to every decode round")
-    p.add_argument("--round-host-per-seq-us", type=_microseconds, default=0.0, help="and per sequence of that round")
     p.add_argument(
-        "--prefill-host-us", type=_microseconds, default=0.0, help="host time added to every separate prefill step"
+        "--round-host-us",
+        type=_signed_microseconds,
+        default=0.0,
+        help="host time added to every decode round (negative: the profile overprices this engine's rounds; a round "
+        "keeps a positive time)",
+    )
+    p.add_argument(
+        "--round-host-per-seq-us", type=_signed_microseconds, default=0.0, help="and per sequence of that round"
+    )
+    p.add_argument(
+        "--prefill-host-us",
+        type=_signed_microseconds,
+        default=0.0,
+        help="host time added to every separate prefill step (either sign, as --round-host-us)",
     )
     p.add_argument(
         "--idle-start-us",
