@@ -232,6 +232,10 @@ def fastest_decode_path(model: Any, repeats: int = 5) -> tuple[bool | None, str]
         model.set_matvec(False)
         return False, "one-token passes: matrix products (GPU)."
     linears = [m for m in model.modules() if hasattr(m, "kernels")]
+    if getattr(model, "auto_kernels", False):
+        # the per-shape choice first: left to the first setup_cache (inside the first timing below), it would
+        # overwrite the one-token path being timed, and that path's time would be the per-shape choice's
+        model.choose_kernels()
     chosen = {m: dict(m.kernels) for m in linears}
     times: dict[bool | None, float] = {}
     if any(chosen.values()):

@@ -114,3 +114,29 @@ def test_training_pass_keeps_autograd_when_onednn_is_chosen() -> None:
     logits, _ = m.forward_train(tokens)
     logits.float().logsumexp(-1).mean().backward()
     assert m.layers[0].self_attn.wqkv.weight.grad is not None
+
+
+def test_the_decode_path_choice_times_each_path_it_names(monkeypatch):
+    """fastest_decode_path times the per-shape choice, torch.mv everywhere and a one-row product everywhere, each as
+    named (a first setup_cache used to choose the per-shape kernels inside the torch.mv timing, so "torch.mv" was
+    the per-shape choice's time), and leaves the model on the path it reports."""
+    import measure.choose as choose
+
+    torch.manual_seed(0)
+    model = Transformer(SPEC, dtype="fp32")
+    assert model.auto_kernels
+    seen = []
+    fake = {"mv": 3e-3, "gemm": 2e-3}
+
+    def step_s(m, context=64, repeats=5):
+        m.setup_cache(1, context + 8)
+        one_row = {lin.kernels.get(1, "gemm") for lin in m.modules() if hasattr(lin, "kernels")}
+        seen.append(one_row)
+        return fake.get(next(iter(one_row)), 1e-3) if len(one_row) == 1 else 4e-3  # (a mixed choice: slowest here)
+
+    monkeypatch.setattr(choose, "one_token_step_s", step_s)
+    use, why = choose.fastest_decode_path(model)
+    assert len(seen) == 3 and seen[0]  # the per-shape choice, made before the first timing, then the two paths
+    assert seen[1] == {"mv"} and seen[2] == {"gemm"}  # each timed as named
+    assert use is False and "a one-row matrix product" in why.split("uses ")[1].split(" for ")[0]
+    assert {lin.kernels.get(1) for lin in model.modules() if hasattr(lin, "kernels")} == {"gemm"}
