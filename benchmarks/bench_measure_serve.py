@@ -41,14 +41,14 @@ def main() -> None:
         f"after: {after[0]:.2f}, {after[1]:.2f}, {after[2]:.2f}.\n\n"
         f"```\n{out}\n```\n\n"
         f"{within} of {errs.size} TTFT/TPOT p50/p90 figures within 15% of the real engine's (the mean of "
-        f"{int(t['replays'].max())} replays of each trace); {errs.size - judged} noisy (the replays disagreed by more "
-        f"than the error), and of the {judged} others {within_judged} within 15%; "
+        f"{int(t['replays'].max())} replays of each trace); {errs.size - judged} noisy (the replays, or the simulator under "
+        f"the calibrations before and after them, disagreed by more than the error), and of the {judged} others {within_judged} within 15%; "
         f"verdicts agree at {agree} of {len(check.verdicts)} rates. "
         "Real: measure.serve (prefill as its own pass after each decode round, the draft model prefilled too); "
         "simulated: roofline.serving.simulate with max_seqs = slots and prefill='separate' (the decode round, then "
         "one target pass over the newcomers' whole prompts, then the draft model's when speculating), the profile "
         "fitted here unchanged, round_host_s + round_host_per_seq_s x batch = the engine's host time per decode round "
-        "beyond its priced passes, a line through the per-batch medians of a calibration burst and staircase (not the replays), idle_start_s = what the staircase's first prefills after an idle wait took beyond the others, and the acceptance the real run measured."
+        "beyond its priced passes, a line through the per-batch medians of a calibration burst and staircase run before and after each replay (their mean; never the replays), idle_start_s = what the staircase's first prefills after an idle wait took beyond the others, and the acceptance the real run measured."
     )
     if not args.no_record:
         record("measure serve: real continuous batching vs the simulator (CPU)", body,

@@ -15,20 +15,24 @@
    the cache views of their rows), and the spread of acceptance between its requests
    (:func:`acceptance_concentration`, the simulator's ``alpha_concentration``);
 4. per rate (light, near saturation, overloaded: fractions of the plain engine's capacity
-   read off the calibration) and per policy, after that policy's burst once more (the host
-   terms of step 3 as the machine runs now: a shared machine's speed drifts over minutes): the same trace (arrival times, input and output
-   lengths) replayed for real (:func:`measure.serve.serve`) and simulated
+   read off the calibration) and per policy, between two more calibrations of that policy (the
+   host terms of step 3 as the machine runs just before and just after the replay, their mean
+   given to the simulator: a shared machine's speed drifts over seconds): the same trace (arrival
+   times, input and output lengths) replayed for real (:func:`measure.serve.serve`) and simulated
    (:func:`roofline.serving.simulate`) with ``max_seqs`` = the slots and the engine's loop:
    ``prefill="separate"`` (each iteration's decode round, then one pass of the newcomers' whole
    prompts through the target, then through the draft model when speculating), the fitted
    profile plus that host term, and the acceptance the real run measured;
 5. TTFT and TPOT p50/p90 of both, their relative errors, and each side's verdict on whether
-   speculation pays at each rate (``e2e_p50_s``, the simulator's default).
+   speculation pays at each rate (``e2e_p50_s``, the simulator's default); a figure is noisy where
+   the replays disagree by more than its error, or the simulator does under the calibration before
+   the replays against the one after them (``*_calibration_drift``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -283,10 +287,11 @@ def serve_check(
 
     ``replays`` replays each trace that many times (the measured figures are their mean; a figure
     whose replays disagree by more than its error is ``noisy``: the engine's own repeatability is
-    coarser than the comparison). ``recalibrate`` runs each policy's calibration burst again just before each replay and gives
-    the simulator the host terms read off it and the first burst together (the table's
-    ``round_host_s``, ``round_host_per_seq_s`` and ``prefill_host_s``); else the first burst's
-    serve every replay."""
+    coarser than the comparison). ``recalibrate`` runs each policy's calibration again just before
+    and just after each replay and gives the simulator the mean of the host terms read off each (pooled
+    with the first calibration: the table's ``round_host_s``, ``round_host_per_seq_s``, ``prefill_host_s``
+    and ``idle_start_s``), and marks a figure noisy where the simulator under the two disagrees by more
+    than its error; else the first calibration's terms serve every replay."""
     from measure.fit import fit
     from measure.microbench import measure_profile
     from measure.pair import load_pair
@@ -403,7 +408,8 @@ def serve_check(
             raise SpecroofError(f"rates must be positive request rates (got {rate_list})")
         # requests per run: the runs left (rates x policies) share what remains of the budget
         runs = len(rate_list) * len(pols)
-        per_cal = (bud.elapsed_s - t_cal) / len(pols) if recalibrate else 0.0  # one burst again before each replay
+        # a calibration again before and after each replay
+        per_cal = 2 * (bud.elapsed_s - t_cal) / len(pols) if recalibrate else 0.0
         per_run = max(1.0, bud.remaining_s * 0.85 / runs - per_cal) if budget_s is not None else 30.0
         n = requests or int(max(8, min(2000, per_run / replays / (1.0 / min(rate_list) + 1.0 / capacity))))
         w0 = base.subset(np.arange(min(n, base.n)))
@@ -426,54 +432,34 @@ def serve_check(
                 if bud.expired() and rows:
                     say(f"budget spent: stopped before rate {r} {p.name}")
                     break
-                # the host terms of a burst run just before this replay: on a shared machine the speed of the
-                # first calibration need not hold minutes later (a neighbour starting up slowed every pass ~25%)
-                h_round, h_seq, h_pre, h_idle = calibrate(p)[1] if recalibrate else sim_terms[p.name]
+                # the host terms of a calibration run just before this replay and of one just after it, as measure
+                # spec brackets each speculative run with baselines: on a shared machine the engine's speed moves
+                # over seconds (a neighbour starting up slowed every pass ~25%), and the two bracket the replay's
+                before = calibrate(p)[1] if recalibrate else sim_terms[p.name]
                 # the same trace replayed `replays` times: how far the engine disagrees with itself is the floor
                 # under any error the simulator can be held to
                 reps = [
                     serve(target, prompts, w.arrival_s, w.output_tokens, policy=p, drafter=draft, slots=slots)
                     for _ in range(replays)
                 ]
+                after = calibrate(p)[1] if recalibrate else before
+                h_round, h_seq, h_pre, h_idle = (0.5 * (x + y) for x, y in zip(before, after, strict=True))
                 run = reps[0]
                 e = float(np.mean([x.mean_tokens_per_round for x in reps])) if p.speculates else math.nan
-                sim = simulate(
-                    hardware=fitted.hardware,
-                    target=target.spec,
-                    drafter=draft.spec if p.speculates else None,
-                    acceptance=f"mean:{e}@{p.gamma}" if p.speculates else 0.7,
-                    policy=[p],
-                    rates=None,
-                    trace=w,
-                    dtype="fp32",
-                    max_seqs=slots,
-                    max_tokens=max_tokens,
-                    kv_capacity_tokens=1 << 30,
-                    seed=seed,
-                    prefill="separate",
-                    # the burst's host line and prefill term, signed: the engine's correction to the fitted profile
-                    round_host_s=h_round,
-                    round_host_per_seq_s=h_seq,
-                    prefill_host_s=h_pre,
-                    idle_start_s=h_idle,
-                    alpha_concentration=spread.get(p.name),
-                )
-                mq, sq = run.requests, sim.requests
+
+                simulated = functools.partial(
+                    _simulate_trace, fitted.hardware, target.spec, draft.spec, p, e, w, slots, max_tokens, seed,
+                    concentration=spread.get(p.name),
+                )  # fmt: skip
+                sq = simulated((h_round, h_seq, h_pre, h_idle))
+                # what the simulator says with each calibration alone: how far the engine's speed moved across the
+                # replay, in the figure's own terms
+                ends = [latency_summary(simulated(t)) for t in (before, after)] if after != before else []
+                mq = run.requests
                 each = [latency_summary(x.requests) for x in reps]
                 ss = latency_summary(sq)
                 row: dict[str, Any] = {"rate_req_s": r, "policy": p.name, "requests": w.n, "replays": replays}
-                for k in METRICS:
-                    vals = np.array([m_[k] for m_ in each])
-                    mean = float(vals.mean())
-                    err = (ss[k] - mean) / mean
-                    # the replays' own spread; a figure is noisy when it exceeds the error it would report
-                    spread_k = float(np.ptp(vals) / mean) if replays > 1 else math.nan
-                    name = k.removesuffix("_s")
-                    row[f"{name}_measured_s"] = mean
-                    row[f"{name}_simulated_s"] = ss[k]
-                    row[f"{name}_rel_error"] = err
-                    row[f"{name}_replay_spread"] = spread_k
-                    row[f"{name}_noisy"] = bool(spread_k > abs(err))
+                row.update(compare_figures(each, ss, ends))
                 row["tokens_per_round"] = e
                 row["round_host_s"], row["round_host_per_seq_s"], row["prefill_host_s"] = h_round, h_seq, h_pre
                 row["idle_start_s"] = h_idle
@@ -519,6 +505,68 @@ def serve_check(
         settings,
         host_seq,
     )
+
+
+def compare_figures(
+    replays: Sequence[dict[str, float]], simulated: dict[str, float], bracket: Sequence[dict[str, float]] = ()
+) -> dict[str, float | bool]:
+    """Per figure of :data:`METRICS`: the replays' mean (``*_measured_s``), the simulator's (``*_simulated_s``), its
+    relative error, the replays' spread (range over mean), the calibrations' drift (how far the simulator moves
+    between the calibration before the replays and the one after, ``bracket``, over the measured mean) and
+    ``*_noisy``: the spread or the drift exceeds the error it would report (noise, not a result)."""
+    out: dict[str, float | bool] = {}
+    for k in METRICS:
+        vals = np.array([m[k] for m in replays])
+        mean = float(vals.mean())
+        err = (simulated[k] - mean) / mean
+        spread = float(np.ptp(vals) / mean) if len(replays) > 1 else math.nan
+        drift = abs(bracket[0][k] - bracket[1][k]) / mean if len(bracket) == 2 else 0.0
+        name = k.removesuffix("_s")
+        out[f"{name}_measured_s"] = mean
+        out[f"{name}_simulated_s"] = simulated[k]
+        out[f"{name}_rel_error"] = err
+        out[f"{name}_replay_spread"] = spread
+        out[f"{name}_calibration_drift"] = drift
+        out[f"{name}_noisy"] = bool(spread > abs(err) or drift > abs(err))
+    return out
+
+
+def _simulate_trace(
+    hw: Hardware,
+    target: Any,
+    draft: Any,
+    policy: Any,
+    tokens_per_round: float,
+    w: Workload,
+    slots: int,
+    max_tokens: int,
+    seed: int,
+    terms: tuple[float, float, float, float],
+    concentration: float | None,
+) -> pd.DataFrame:
+    """The trace ``w`` through the simulator as the engine runs it (``max_seqs`` = slots, separate prefill), with
+    host ``terms`` (round, per sequence, prefill, idle start; signed but the last: the engine's correction to the
+    fitted profile) and the acceptance the replays measured: its requests."""
+    return simulate(
+        hardware=hw,
+        target=target,
+        drafter=draft if policy.speculates else None,
+        acceptance=f"mean:{tokens_per_round}@{policy.gamma}" if policy.speculates else 0.7,
+        policy=[policy],
+        rates=None,
+        trace=w,
+        dtype="fp32",
+        max_seqs=slots,
+        max_tokens=max_tokens,
+        kv_capacity_tokens=1 << 30,
+        seed=seed,
+        prefill="separate",
+        round_host_s=terms[0],
+        round_host_per_seq_s=terms[1],
+        prefill_host_s=terms[2],
+        idle_start_s=terms[3],
+        alpha_concentration=concentration,
+    ).requests
 
 
 def _verdicts(table: pd.DataFrame, policies: list[str]) -> pd.DataFrame:

@@ -127,3 +127,25 @@ def test_a_staircase_gives_every_batch_size_its_own_stair():
     assert np.all(np.diff(t) >= 0)
     with pytest.raises(SpecroofError, match="stair 2"):
         staircase_arrivals([0.1, float("nan")], 0.02)
+
+
+def test_a_figure_is_noisy_where_the_replays_or_the_calibrations_around_them_disagree_by_more_than_its_error():
+    """Replays 10.0 and 10.4 ms, simulated 11.0: error +7.8%, spread 3.9%. Calibrations before and after the replays
+    putting the simulator at 10.9 and 11.1 (drift 2%): a result. At 10.2 and 12.0 (drift 17.6%, more than the
+    error): noisy. Without a bracket (one calibration) only the spread counts."""
+    from measure.serve_check import METRICS, compare_figures
+
+    def fig(v):
+        return dict.fromkeys(METRICS, v)
+
+    reps = [fig(10.0), fig(10.4)]
+    quiet = compare_figures(reps, fig(11.0), [fig(10.9), fig(11.1)])
+    assert quiet["tpot_p50_rel_error"] == pytest.approx(0.8 / 10.2)
+    assert quiet["tpot_p50_replay_spread"] == pytest.approx(0.4 / 10.2)
+    assert quiet["tpot_p50_calibration_drift"] == pytest.approx(0.2 / 10.2)
+    assert not quiet["tpot_p50_noisy"]
+    moved = compare_figures(reps, fig(11.0), [fig(10.2), fig(12.0)])
+    assert moved["ttft_p90_calibration_drift"] == pytest.approx(1.8 / 10.2) and moved["ttft_p90_noisy"]
+    alone = compare_figures(reps, fig(11.0))
+    assert alone["tpot_p90_calibration_drift"] == 0.0 and not alone["tpot_p90_noisy"]
+    assert compare_figures(reps, fig(10.3))["tpot_p50_noisy"]  # an error of 1% under a 3.9% spread

@@ -119,15 +119,17 @@ def text(check: Any) -> str:
                 f += f" --idle-start-us {c.median():.0f}"
             parts.append(part)
             flags.append(f"{pol}: {f}")
-        lines.append("given to the simulator, re-read before each replay: " + "; ".join(parts))
+        lines.append(
+            "given to the simulator, the mean of the calibrations before and after each replay: " + "; ".join(parts)
+        )
         lines.append("this engine's terms for specroof serve (median over the replays): " + "; ".join(flags))
     lines += [
         pd.DataFrame(rows).round(2).to_string(index=False),
     ]
     if "ttft_p50_noisy" in t and int(t.get("replays", pd.Series([1])).max()) > 1:
         lines.append(
-            "real: the mean of each trace's replays; ~: its replays disagreed by more than the error (noise, not a "
-            "result)"
+            "real: the mean of each trace's replays; ~: its replays disagreed by more than the error, or the "
+            "simulator did under the calibration before the replays against the one after (noise, not a result)"
         )
     for _, v in check.verdicts.iterrows():
         lines.append(
