@@ -126,7 +126,8 @@ def text(check: Any) -> str:
     lines += [
         pd.DataFrame(rows).round(2).to_string(index=False),
     ]
-    if "ttft_p50_noisy" in t and int(t.get("replays", pd.Series([1])).max()) > 1:
+    noisy_cols = [c for c in t.columns if c.endswith("_noisy")]
+    if noisy_cols and (int(t.get("replays", pd.Series([1])).max()) > 1 or t[noisy_cols].to_numpy(bool).any()):
         lines.append(
             "real: the mean of each trace's replays; ~: its replays disagreed by more than the error, or the "
             "simulator did under the calibration before the replays against the one after (noise, not a result)"
