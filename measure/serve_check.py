@@ -362,13 +362,13 @@ def serve_check(
         stair_prompts = _prompts(stair_w, seed + 11)
         sim_terms: dict[str, tuple[float, float, float, float]] = {}  # what the simulator takes from it
 
-        def calibrate(p: Any) -> tuple[ServeResult, tuple[float, float, float, float], tuple[float, float, float]]:
+        def calibrate(p: Any) -> tuple[ServeResult, tuple[float, float, float, float]]:
             """A calibration of ``p``: a burst (``6 x slots`` requests at once), then a staircase of 1, 2, ...
             ``slots`` requests (:func:`staircase_arrivals`, spaced by what the burst's rounds and prefills took),
             and the engine's host terms read off both, pooled with the policy's first calibration (a median over
             all their rounds: one calibration's rounds are few, and the machine drifts): the terms the simulator
             takes (the line and the prefill term, signed, and the first prefill after an idle wait:
-            :func:`idle_start`) and the same three for the record. Returns the burst's run."""
+            :func:`idle_start`). Returns the burst's run and those four."""
             run = serve(
                 target, cal_prompts, np.zeros(cal_w.n), cal_w.output_tokens, policy=p, drafter=draft, slots=slots
             )
@@ -390,12 +390,12 @@ def serve_check(
                 first[p.name] = steps
             pooled = dataclasses.replace(run, steps=steps)
             res = host_residuals(pooled, fitted.hardware, target.spec, draft.spec, p.gamma, max_tokens)
-            terms = host_terms(res)
-            return run, (*terms, idle_start(res)), terms
+            return run, (*host_terms(res), idle_start(res))
 
         t_cal = bud.elapsed_s
         for p in pols:
-            run, sim_terms[p.name], (host[p.name], host_seq[p.name], pre_resid[p.name]) = calibrate(p)
+            run, sim_terms[p.name] = calibrate(p)
+            host[p.name], host_seq[p.name], pre_resid[p.name] = sim_terms[p.name][:3]
             if p.speculates:
                 spread[p.name] = acceptance_concentration(run.requests)
             if p.kind == "off":
