@@ -7,6 +7,7 @@ are always included, so every measurement carries its provenance.
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import re
@@ -38,6 +39,27 @@ def resolve_device(device: str | torch.device | None = None) -> torch.device:
     return dev
 
 
+def _cpu_caches() -> dict[str, int]:
+    """The first CPU's caches, bytes by name ("L3 Unified"), from sysfs; empty where it says nothing."""
+    caches = {}
+    for idx in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            level = (idx / "level").read_text().strip()
+            kind = (idx / "type").read_text().strip()
+            size = (idx / "size").read_text().strip()
+            mult = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(size[-1], 1)
+            caches[f"L{level} {kind}"] = int(size.rstrip("KMG")) * mult
+        except (OSError, ValueError):
+            continue
+    return caches
+
+
+@functools.lru_cache(maxsize=1)
+def last_level_cache_bytes() -> int:
+    """The CPU's largest cache in bytes (64 MiB, larger than most, where the system does not say)."""
+    return max(_cpu_caches().values(), default=64 << 20)
+
+
 def _cpu_info() -> dict[str, Any]:
     info: dict[str, Any] = {"kind": "cpu", "name": platform.processor() or platform.machine(), "cores": os.cpu_count()}
     try:
@@ -50,16 +72,7 @@ def _cpu_info() -> dict[str, Any]:
         info["isa"] = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_int8") if f in flags]
     except OSError:
         pass
-    caches = {}
-    for idx in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
-        try:
-            level = (idx / "level").read_text().strip()
-            kind = (idx / "type").read_text().strip()
-            size = (idx / "size").read_text().strip()
-            mult = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(size[-1], 1)
-            caches[f"L{level} {kind}"] = int(size.rstrip("KMG")) * mult
-        except (OSError, ValueError):
-            continue
+    caches = _cpu_caches()
     if caches:
         info["caches_bytes"] = caches
         info["llc_bytes"] = max(caches.values())

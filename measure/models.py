@@ -113,6 +113,8 @@ def onednn_available() -> bool:
 SPLIT_ROWS = 1024
 #: output features per batch entry of the "bmm" kernel
 BMM_ROWS = 64
+#: blocks of input features the "transposed" kernel's batched product runs over (one per thread, up to 4)
+K_SPLITS = 4
 
 
 def kernel_candidates(out_features: int, rows: int) -> list[str]:
@@ -120,16 +122,34 @@ def kernel_candidates(out_features: int, rows: int) -> list[str]:
     return (
         ["gemm"]
         + (["mv"] if rows == 1 else [])
+        + (["transposed"] if rows <= 16 else [])
         + (["split"] if rows > 1 and out_features > SPLIT_ROWS else [])
         + (["bmm"] if 1 < rows <= 16 and out_features % BMM_ROWS == 0 and out_features > BMM_ROWS else [])
         + (["onednn"] if onednn_available() else [])
     )
 
 
-def run_linear(kind: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def run_linear(
+    kind: str,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    weight_t: torch.Tensor | None = None,
+) -> torch.Tensor:
     """``x @ weight.T + bias`` with the kernel ``kind``: "gemm" (F.linear), "mv" (one row), "onednn",
-    "split" (F.linear per block of ``SPLIT_ROWS`` output features, concatenated) or "bmm" (one batched
-    product over blocks of ``BMM_ROWS`` output features, for a few rows).
+    "split" (F.linear per block of ``SPLIT_ROWS`` output features, concatenated), "bmm" (one batched
+    product over blocks of ``BMM_ROWS`` output features, for a few rows) or "transposed" (``x @ weight_t``,
+    ``weight_t`` the weight's transpose stored contiguous: made here when not given).
+
+    Why "transposed": one thread's matrix-vector kernels (MKL's and oneDNN's) streamed a 6144 x 1024
+    fp32 weight from memory at 12.6-13.6 GB/s on an AMD EPYC (Zen 3, AVX2) and its stored transpose at
+    15.3-18.6 (medians of interleaved rounds over 200 MB of weights): with the input features as rows,
+    the output row (24 KB) stays in L1 while the weight streams once, front to back. Two threads gained
+    nothing on one product (17.2 GB/s), so the input features are cut into ``K_SPLITS`` blocks whose
+    products run as one batched product, a thread per block, and are summed: 25.1 GB/s against
+    oneDNN's 20.5 (21.5 against 17.9 for 3072 x 1024). On weights with no more output than input
+    features (1024 x 3072, 1024 x 1024) it was no faster, so it is one more candidate the probe
+    times, not a rule.
 
     Why "split": one thread's MKL sgemm on an AMD EPYC (Zen 3, AVX2) ran a 64-row product with a
     6144 x 1024 weight at 69 GFLOP/s whole and 76 in blocks of 1536 rows, and a 64-row one with
@@ -159,6 +179,18 @@ def run_linear(kind: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Ten
             ],
             dim=-1,
         )
+    if kind == "transposed":
+        wt = weight.t().contiguous() if weight_t is None else weight_t
+        k, n = wt.shape
+        m = x.numel() // k
+        if k % K_SPLITS:
+            y = x.reshape(m, k) @ wt
+        else:  # K_SPLITS products over consecutive blocks of input features, batched (a thread each), summed
+            y = torch.bmm(x.reshape(m, K_SPLITS, k // K_SPLITS).transpose(0, 1), wt.view(K_SPLITS, k // K_SPLITS, n))
+            y = y.sum(0)
+        if bias is not None:
+            y = y + bias
+        return y.view(*x.shape[:-1], wt.shape[1])
     if kind == "mv":
         y = torch.mv(weight, x.reshape(-1))
         if bias is not None:
@@ -187,8 +219,17 @@ def probe_rows(weight: torch.Tensor) -> int:
     return keep
 
 
-def fastest_linear(weight: torch.Tensor, bias: torch.Tensor | None, rows: int, repeats: int = 3) -> str:
+def fastest_linear(
+    weight: torch.Tensor, bias: torch.Tensor | None, rows: int, repeats: int = 3, stream_bytes: int = 0
+) -> str:
     """The fastest kernel for a ``rows``-row product with ``weight`` on its device, timed once and cached.
+
+    ``stream_bytes``: bytes of weights a pass of the model reads between two uses of this one
+    (:meth:`Transformer.stream_bytes`); each timing cycles through copies of the probed block
+    until it has read that many (up to ``PROBE_BYTES``), so a weight smaller than the last-level
+    cache is timed streaming from memory, as it runs in a model that does not fit the cache, and
+    not from the cache a lone repeated product leaves it in (on the EPYC a 25 MB 6144 x 1024 fp32
+    weight, timed alone, picked torch.mv; cycled through 64 MB, its transpose, 1.3x as fast).
 
     Which kernel is fastest is a property of the CPU and its libraries, not a constant:
     on an AMD EPYC (Zen 3, AVX2, one thread) a 5-row fp32 product with a 12288 x 4096
@@ -202,7 +243,8 @@ def fastest_linear(weight: torch.Tensor, bias: torch.Tensor | None, rows: int, r
     from measure.timing import time_fn
 
     dev = weight.device
-    key = (str(dev), weight.dtype, *weight.shape, rows, torch.get_num_threads())
+    stream = min(int(stream_bytes), PROBE_BYTES)
+    key = (str(dev), weight.dtype, *weight.shape, rows, torch.get_num_threads(), stream)
     if key in _KERNEL_CHOICE:
         return _KERNEL_CHOICE[key]
     if dev.type != "cpu":
@@ -211,14 +253,18 @@ def fastest_linear(weight: torch.Tensor, bias: torch.Tensor | None, rows: int, r
     keep = probe_rows(weight)
     weight, bias = weight[:keep], None if bias is None else bias[:keep]
     x = torch.full((1, rows, weight.shape[1]), 0.01, dtype=weight.dtype, device=dev)
-    calls = {}
     with torch.inference_mode():
+        copies = max(1, -(-stream // (weight.numel() * weight.element_size())))
+        blocks = [weight] + [weight.clone() for _ in range(copies - 1)]
+        # (the transposes are made here, not timed: a model makes its copy once)
+        blocks_t = [b.t().contiguous() if "transposed" in kinds else None for b in blocks]
+        calls = {}
         for kind in kinds:
             try:
-                run_linear(kind, x, weight, bias)
+                run_linear(kind, x, weight, bias, blocks_t[0])
             except RuntimeError:  # no such kernel for this dtype on this CPU
                 continue
-            calls[kind] = lambda k=kind: run_linear(k, x, weight, bias)
+            calls[kind] = lambda k=kind: [run_linear(k, x, w, bias, wt) for w, wt in zip(blocks, blocks_t, strict=True)]
         if len(calls) == 1:  # nothing to choose between (bf16 without oneDNN support): no timing
             _KERNEL_CHOICE[key] = next(iter(calls))
             return _KERNEL_CHOICE[key]
@@ -236,12 +282,27 @@ class Linear(nn.Linear):
     """nn.Linear whose CPU inference passes use the kernel measured fastest for their row count.
 
     ``kernels`` maps a row bucket (:func:`rows_bucket`: 1, 2, 5 or 64 rows) to "gemm",
-    "mv", "onednn", "split" or "bmm" (:func:`run_linear`); empty, or under autograd, it is F.linear.
-    ``Transformer`` fills it by timing each weight shape once (:func:`fastest_linear`).
-    ``matvec`` is the one-token choice alone (``set_matvec``).
+    "mv", "transposed", "onednn", "split" or "bmm" (:func:`run_linear`); empty, or under autograd, it is
+    F.linear. ``Transformer`` fills it by timing each weight shape once (:func:`fastest_linear`).
+    ``matvec`` is the one-token choice alone (``set_matvec``). "transposed" reads a copy of the weight's
+    transpose (:meth:`weight_t`: as many bytes again, for the layers that chose it), remade whenever the
+    weight is replaced or changed in place through the parameter (as optimizers and ``load_state_dict``
+    change it; a write through ``.data`` is not seen).
     """
 
     kernels: dict[int, str] = {}
+    _weight_t: torch.Tensor | None = None
+    _weight_t_of: tuple[int, int] | None = None  # (data_ptr, version) of the weight the copy was made from
+
+    def weight_t(self) -> torch.Tensor:
+        """The weight's transpose, contiguous (in_features x out_features), made once per weight version."""
+        key = (self.weight.data_ptr(), self.weight._version)
+        if self._weight_t is None or self._weight_t_of != key:
+            # an ordinary tensor even when first asked for inside inference mode (it may be used outside it)
+            with torch.inference_mode(False), torch.no_grad():
+                self._weight_t = self.weight.detach().t().contiguous()
+            self._weight_t_of = key
+        return self._weight_t
 
     @property
     def matvec(self) -> bool:
@@ -250,13 +311,22 @@ class Linear(nn.Linear):
     @matvec.setter
     def matvec(self, on: bool) -> None:
         self.kernels = {**self.kernels, 1: "mv" if on else "gemm"}
+        if "transposed" not in self.kernels.values():
+            self._weight_t = self._weight_t_of = None  # no kernel reads the copy any more: free it
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kernels and x.device.type == "cpu":
             kind = self.kernels.get(rows_bucket(x.numel() // self.in_features), "gemm")
-            # oneDNN's op has no backward: a pass that builds a graph keeps F.linear
-            if kind == "onednn" and torch.is_grad_enabled() and (self.weight.requires_grad or x.requires_grad):
+            # oneDNN's op has no backward, and the transposed copy is no view of the weight: a pass that
+            # builds a graph keeps F.linear
+            if (
+                kind in ("onednn", "transposed")
+                and torch.is_grad_enabled()
+                and (self.weight.requires_grad or x.requires_grad)
+            ):
                 kind = "gemm"
+            if kind == "transposed":
+                return run_linear(kind, x, self.weight, self.bias, self.weight_t())
             if kind != "gemm":
                 return run_linear(kind, x, self.weight, self.bias)
         return F.linear(x, self.weight, self.bias)
@@ -518,12 +588,15 @@ class Transformer(nn.Module):
         chosen: dict[tuple[int, int], dict[int, str]] = {}
         if self.device.type != "cpu" or self.embed_tokens.weight.is_meta:
             return chosen
+        stream = self.stream_bytes()
         for mod in self.modules():
             if isinstance(mod, Linear):
                 shape = (mod.out_features, mod.in_features)
                 if shape not in chosen:
-                    chosen[shape] = {r: fastest_linear(mod.weight, mod.bias, r) for r in rows}
+                    chosen[shape] = {r: fastest_linear(mod.weight, mod.bias, r, stream_bytes=stream) for r in rows}
                 mod.kernels = dict(chosen[shape])
+                if "transposed" in mod.kernels.values():
+                    mod.weight_t()  # made now, not inside the first timed pass
         self.auto_kernels = False
         return chosen
 
@@ -690,6 +763,14 @@ class Transformer(nn.Module):
             model.lm_head.weight = model.embed_tokens.weight
         model.device_ = torch.device(device)
         return model.to(model.dtype)
+
+    def stream_bytes(self) -> int:
+        """Bytes of weights a one-token pass reads between two uses of one weight: all of them past the last-level
+        cache (:func:`fastest_linear` times each shape's kernels streaming that many), none where they fit it."""
+        from measure.device import last_level_cache_bytes
+
+        total = self.weight_bytes()
+        return total if total > last_level_cache_bytes() else 0
 
     def weight_bytes(self, include_embedding: bool = False) -> int:
         """Bytes of weights one decode step reads (gpt-fast's figure: without the embedding table)."""

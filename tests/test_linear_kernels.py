@@ -116,6 +116,83 @@ def test_training_pass_keeps_autograd_when_onednn_is_chosen() -> None:
     assert m.layers[0].self_attn.wqkv.weight.grad is not None
 
 
+def test_the_transposed_kernel_reads_a_copy_kept_in_step_with_the_weight() -> None:
+    """One-row products may read the weight's stored transpose: the same product, a copy made once per weight
+    version (remade after an in-place update through the parameter, or a new weight), an ordinary tensor even when
+    first made inside inference mode, and F.linear under autograd (the copy is no view of the weight)."""
+    torch.manual_seed(0)
+    assert "transposed" in kinds(1) and "transposed" in kinds(16) and "transposed" not in kinds(17)
+    # input features in K_SPLITS blocks (a batched product, summed) or, not divisible, one product; every
+    # sequence and token of a batch kept apart
+    for features, shape in ((30, (1, 1, 30)), (32, (3, 2, 32)), (32, (1, 1, 32))):
+        w, b, xs = torch.randn(48, features), torch.randn(48), torch.randn(*shape)
+        torch.testing.assert_close(run_linear("transposed", xs, w, b), F.linear(xs, w, b), rtol=1e-5, atol=1e-5)
+    lin = Linear(32, 48, bias=True)
+    lin.kernels = {1: "transposed"}
+    x = torch.randn(1, 1, 32)
+    with torch.inference_mode():
+        out = lin(x)
+    torch.testing.assert_close(out, F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
+    first = lin.weight_t()
+    assert not first.is_inference() and first.shape == (32, 48) and first.is_contiguous()
+    assert lin.weight_t() is first  # made once
+    with torch.no_grad():
+        lin.weight.mul_(2.0)  # an in-place update (an optimizer's step, load_state_dict): the copy is stale
+        torch.testing.assert_close(lin(x), F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
+    assert lin.weight_t() is not first
+    lin.weight = torch.nn.Parameter(torch.randn(48, 32))  # a new weight
+    with torch.no_grad():
+        torch.testing.assert_close(lin(x), F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
+    y = lin(x)  # grad enabled and the weight requires it: F.linear, so the gradient reaches the weight
+    y.sum().backward()
+    assert lin.weight.grad is not None and torch.count_nonzero(lin.weight.grad) > 0
+    lin.matvec = True  # no kernel reads the copy any more: it is freed
+    assert lin._weight_t is None
+
+
+def test_choose_kernels_makes_the_copies_its_choice_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(models, "_KERNEL_CHOICE", {})
+    monkeypatch.setattr(
+        models, "fastest_linear", lambda w, b, rows, repeats=3, stream_bytes=0: "transposed" if rows == 1 else "gemm"
+    )
+    m = Transformer(SPEC, dtype="fp32")
+    m.choose_kernels()
+    lins = [x for x in m.modules() if isinstance(x, Linear)]
+    assert all(x._weight_t is not None for x in lins)  # made at the choice, not inside the first timed pass
+    tokens = torch.randint(0, SPEC.vocab_size, (1, 1))
+    ref = Transformer(SPEC, dtype="fp32", matvec=False)
+    ref.load_state_dict(m.state_dict())
+    outs = []
+    for model in (m, ref):
+        model.setup_cache(1, 8)
+        with torch.inference_mode():
+            outs.append(model(tokens))
+    torch.testing.assert_close(outs[0], outs[1], rtol=1e-4, atol=1e-4)
+
+
+def test_the_probe_streams_as_many_bytes_as_the_model_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``stream_bytes`` a probe's timing cycles through copies of the block until it has read that many bytes
+    (a weight smaller than the cache is timed from memory, as it runs in a model that does not fit the cache), and
+    the choice is cached per streaming regime."""
+    monkeypatch.setattr(models, "_KERNEL_CHOICE", {})
+    w = torch.randn(40, 24)
+    seen: list[set[int]] = []
+    real = models.run_linear
+
+    def spy(kind, x, weight, bias, weight_t=None):
+        seen[-1].add(weight.data_ptr())
+        return real(kind, x, weight, bias, weight_t)
+
+    monkeypatch.setattr(models, "run_linear", spy)
+    for stream in (0, 3 * w.numel() * w.element_size()):
+        seen.append(set())
+        assert fastest_linear(w, None, 1, repeats=1, stream_bytes=stream) in kinds(1, 40)
+    assert len(seen[0]) == 1 and len(seen[1]) == 3  # the block alone; the block and two copies
+    assert len(models._KERNEL_CHOICE) == 2  # one choice per regime
+    small = Transformer(SPEC, dtype="fp32")
+    assert small.stream_bytes() == 0  # a model that fits the last-level cache is timed from it
+
+
 def test_the_decode_path_choice_times_each_path_it_names(monkeypatch):
     """fastest_decode_path times the per-shape choice, torch.mv everywhere and a one-row product everywhere, each as
     named (a first setup_cache used to choose the per-shape kernels inside the torch.mv timing, so "torch.mv" was
@@ -132,7 +209,7 @@ def test_the_decode_path_choice_times_each_path_it_names(monkeypatch):
         m.setup_cache(1, context + 8)
         one_row = {lin.kernels.get(1, "gemm") for lin in m.modules() if hasattr(lin, "kernels")}
         seen.append(one_row)
-        return fake.get(next(iter(one_row)), 1e-3) if len(one_row) == 1 else 4e-3  # (a mixed choice: slowest here)
+        return 4e-3 if len(seen) == 1 else fake[next(iter(one_row))]  # (the per-shape choice: slowest here)
 
     monkeypatch.setattr(choose, "one_token_step_s", step_s)
     use, why = choose.fastest_decode_path(model)

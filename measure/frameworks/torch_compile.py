@@ -48,7 +48,8 @@ def _traceable_linears(model: Transformer) -> None:
     """
     if model.auto_kernels and model.device.type == "cpu" and not model.lm_head.weight.is_meta:
         head = model.lm_head
-        head.kernels = {r: fastest_linear(head.weight, head.bias, r) for r in PROBE_ROWS}
+        stream = model.stream_bytes()
+        head.kernels = {r: fastest_linear(head.weight, head.bias, r, stream_bytes=stream) for r in PROBE_ROWS}
     model.auto_kernels = False  # setup_cache must not choose the layers' kernels again
     for layer in model.layers:
         for mod in layer.modules():
