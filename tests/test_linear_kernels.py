@@ -180,14 +180,16 @@ def test_the_probe_streams_as_many_bytes_as_the_model_reads(monkeypatch: pytest.
     real = models.run_linear
 
     def spy(kind, x, weight, bias, weight_t=None):
-        seen[-1].add(weight.data_ptr())
+        seen[-1].add((kind == "transposed", weight.data_ptr()))
+        if kind == "transposed":  # its block: the leading input features at the whole output width
+            assert weight.shape[0] == w.shape[0] and weight_t is not None
         return real(kind, x, weight, bias, weight_t)
 
     monkeypatch.setattr(models, "run_linear", spy)
     for stream in (0, 3 * w.numel() * w.element_size()):
         seen.append(set())
         assert fastest_linear(w, None, 1, repeats=1, stream_bytes=stream) in kinds(1, 40)
-    assert len(seen[0]) == 1 and len(seen[1]) == 3  # the block alone; the block and two copies
+    assert len(seen[0]) == 2 and len(seen[1]) == 6  # each layout's block alone; each block and two copies
     assert len(models._KERNEL_CHOICE) == 2  # one choice per regime
     small = Transformer(SPEC, dtype="fp32")
     assert small.stream_bytes() == 0  # a model that fits the last-level cache is timed from it
