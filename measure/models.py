@@ -220,7 +220,12 @@ def probe_rows(weight: torch.Tensor) -> int:
 
 
 def fastest_linear(
-    weight: torch.Tensor, bias: torch.Tensor | None, rows: int, repeats: int = 3, stream_bytes: int = 0
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    rows: int,
+    repeats: int = 3,
+    stream_bytes: int = 0,
+    copies: bool = True,
 ) -> str:
     """The fastest kernel for a ``rows``-row product with ``weight`` on its device, timed once and cached.
 
@@ -230,6 +235,7 @@ def fastest_linear(
     cache is timed streaming from memory, as it runs in a model that does not fit the cache, and
     not from the cache a lone repeated product leaves it in (on the EPYC a 25 MB 6144 x 1024 fp32
     weight, timed alone, picked torch.mv; cycled through 64 MB, its transpose, 1.3x as fast).
+    ``copies=False`` leaves out the kernels that read a copy of the weight ("transposed").
 
     Which kernel is fastest is a property of the CPU and its libraries, not a constant:
     on an AMD EPYC (Zen 3, AVX2, one thread) a 5-row fp32 product with a 12288 x 4096
@@ -244,12 +250,12 @@ def fastest_linear(
 
     dev = weight.device
     stream = min(int(stream_bytes), PROBE_BYTES)
-    key = (str(dev), weight.dtype, *weight.shape, rows, torch.get_num_threads(), stream)
+    key = (str(dev), weight.dtype, *weight.shape, rows, torch.get_num_threads(), stream, copies)
     if key in _KERNEL_CHOICE:
         return _KERNEL_CHOICE[key]
     if dev.type != "cpu":
         return "gemm"
-    kinds = kernel_candidates(weight.shape[0], rows)
+    kinds = [kd for kd in kernel_candidates(weight.shape[0], rows) if copies or kd != "transposed"]
     n, k = weight.shape
     keep = probe_rows(weight)
     # the transposed kernel's block is the leading input features at the weight's whole output width (the output
@@ -607,11 +613,19 @@ class Transformer(nn.Module):
         if self.device.type != "cpu" or self.embed_tokens.weight.is_meta:
             return chosen
         stream = self.stream_bytes()
+        from measure.sweep import device_memory  # (it imports this module)
+
+        # a layer that chooses the transposed kernel keeps a copy of its weight: allowed while a copy of every
+        # weight would take at most a quarter of the memory still available
+        _, available = device_memory(self.device)
+        copies = available is None or self.weight_bytes() <= available / 4
         for mod in self.modules():
             if isinstance(mod, Linear):
                 shape = (mod.out_features, mod.in_features)
                 if shape not in chosen:
-                    chosen[shape] = {r: fastest_linear(mod.weight, mod.bias, r, stream_bytes=stream) for r in rows}
+                    chosen[shape] = {
+                        r: fastest_linear(mod.weight, mod.bias, r, stream_bytes=stream, copies=copies) for r in rows
+                    }
                 mod.kernels = dict(chosen[shape])
                 if "transposed" in mod.kernels.values():
                     mod.weight_t()  # made now, not inside the first timed pass

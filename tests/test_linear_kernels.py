@@ -153,7 +153,9 @@ def test_the_transposed_kernel_reads_a_copy_kept_in_step_with_the_weight() -> No
 def test_choose_kernels_makes_the_copies_its_choice_reads(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(models, "_KERNEL_CHOICE", {})
     monkeypatch.setattr(
-        models, "fastest_linear", lambda w, b, rows, repeats=3, stream_bytes=0: "transposed" if rows == 1 else "gemm"
+        models,
+        "fastest_linear",
+        lambda w, b, rows, repeats=3, stream_bytes=0, copies=True: "transposed" if rows == 1 and copies else "gemm",
     )
     m = Transformer(SPEC, dtype="fp32")
     m.choose_kernels()
@@ -168,6 +170,14 @@ def test_choose_kernels_makes_the_copies_its_choice_reads(monkeypatch: pytest.Mo
         with torch.inference_mode():
             outs.append(model(tokens))
     torch.testing.assert_close(outs[0], outs[1], rtol=1e-4, atol=1e-4)
+    # where a copy of the weights would take more than a quarter of the memory available, no kernel copies them
+    import measure.sweep
+
+    monkeypatch.setattr(measure.sweep, "device_memory", lambda dev: (None, 3.0 * m.weight_bytes()))
+    tight = Transformer(SPEC, dtype="fp32")
+    tight.choose_kernels()
+    assert all(x.kernels.get(1) == "gemm" and x._weight_t is None for x in tight.modules() if isinstance(x, Linear))
+    assert "transposed" not in [fastest_linear(torch.randn(40, 24), None, 1, repeats=1, copies=False) for _ in range(3)]
 
 
 def test_the_probe_streams_as_many_bytes_as_the_model_reads(monkeypatch: pytest.MonkeyPatch) -> None:
