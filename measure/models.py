@@ -267,8 +267,8 @@ def fastest_linear(
     with torch.inference_mode():
 
         def cycled(block: torch.Tensor) -> list[torch.Tensor]:
-            copies = max(1, -(-stream // (block.numel() * el)))
-            return [block] + [block.clone() for _ in range(copies - 1)]
+            n_blocks = max(1, -(-stream // (block.numel() * el)))
+            return [block] + [block.clone() for _ in range(n_blocks - 1)]
 
         rows_blocks = cycled(weight[:keep])
         # (the transposes are made here, not timed: a model makes its copy once)
