@@ -39,6 +39,23 @@ def resolve_device(device: str | torch.device | None = None) -> torch.device:
     return dev
 
 
+def device_memory(dev: torch.device) -> tuple[float | None, float | None]:
+    """(total, available) bytes of ``dev``'s memory; None where it cannot be told."""
+    if dev.type == "cuda":
+        free, total = torch.cuda.mem_get_info(dev)
+        return float(total), float(free)
+    try:
+        text = Path("/proc/meminfo").read_text()
+    except OSError:
+        return None, None
+    got = {}
+    for key in ("MemTotal", "MemAvailable"):
+        for line in text.splitlines():
+            if line.startswith(key + ":"):
+                got[key] = float(line.split()[1]) * 1024
+    return got.get("MemTotal"), got.get("MemAvailable")
+
+
 def _cpu_caches() -> dict[str, int]:
     """The first CPU's caches, bytes by name ("L3 Unified"), from sysfs; empty where it says nothing."""
     caches = {}

@@ -613,7 +613,7 @@ class Transformer(nn.Module):
         if self.device.type != "cpu" or self.embed_tokens.weight.is_meta:
             return chosen
         stream = self.stream_bytes()
-        from measure.sweep import device_memory  # (it imports this module)
+        from measure.device import device_memory
 
         # a layer that chooses the transposed kernel keeps a copy of its weight: allowed while a copy of every
         # weight would take at most a quarter of the memory still available

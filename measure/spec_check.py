@@ -329,7 +329,8 @@ def _check_sizes(
     spec: Any, dtype: str | None, batches: Sequence[int] | None, gammas: Sequence[int] | None, tokens: int, dev: Any
 ) -> None:
     """Before anything runs: the longest sequence must fit the model's context, the largest batch the memory."""
-    from measure.sweep import device_memory, footprint_bytes
+    from measure.device import device_memory
+    from measure.sweep import footprint_bytes
 
     g = max(gammas) if gammas else max(max(gs) for _, gs in LADDER)
     b = max(batches) if batches else max(max(bs) for bs, _ in LADDER)

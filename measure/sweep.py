@@ -21,7 +21,7 @@ import pandas as pd
 import torch
 
 from measure.budget import Budget, WorkBar
-from measure.device import describe, match_profile, resolve_device
+from measure.device import describe, device_memory, match_profile, resolve_device
 from measure.fit import predict_times
 from measure.models import TORCH_DTYPES, Transformer, dtype_name
 from measure.store import META, RESULTS, Column, FolderLock, SweepStore, read_results
@@ -275,23 +275,6 @@ def sweep(
     finally:
         if lock is not None:
             lock.release()
-
-
-def device_memory(dev: torch.device) -> tuple[float | None, float | None]:
-    """(total, available) bytes of ``dev``'s memory; None where it cannot be told."""
-    if dev.type == "cuda":
-        free, total = torch.cuda.mem_get_info(dev)
-        return float(total), float(free)
-    try:
-        text = Path("/proc/meminfo").read_text()
-    except OSError:
-        return None, None
-    got = {}
-    for key in ("MemTotal", "MemAvailable"):
-        for line in text.splitlines():
-            if line.startswith(key + ":"):
-                got[key] = float(line.split()[1]) * 1024
-    return got.get("MemTotal"), got.get("MemAvailable")
 
 
 def footprint_bytes(spec: ModelSpec, dtype: str, batch: Any, new_tokens: Any, context: Any) -> dict[str, Any]:

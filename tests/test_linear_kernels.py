@@ -171,9 +171,9 @@ def test_choose_kernels_makes_the_copies_its_choice_reads(monkeypatch: pytest.Mo
             outs.append(model(tokens))
     torch.testing.assert_close(outs[0], outs[1], rtol=1e-4, atol=1e-4)
     # where a copy of the weights would take more than a quarter of the memory available, no kernel copies them
-    import measure.sweep
+    import measure.device
 
-    monkeypatch.setattr(measure.sweep, "device_memory", lambda dev: (None, 3.0 * m.weight_bytes()))
+    monkeypatch.setattr(measure.device, "device_memory", lambda dev: (None, 3.0 * m.weight_bytes()))
     tight = Transformer(SPEC, dtype="fp32")
     tight.choose_kernels()
     assert all(x.kernels.get(1) == "gemm" and x._weight_t is None for x in tight.modules() if isinstance(x, Linear))
