@@ -142,14 +142,14 @@ def run_linear(
     ``weight_t`` the weight's transpose stored contiguous: made here when not given).
 
     Why "transposed": one thread's matrix-vector kernels (MKL's and oneDNN's) streamed a 6144 x 1024
-    fp32 weight from memory at 12.6-13.6 GB/s on an AMD EPYC (Zen 3, AVX2) and its stored transpose at
-    15.3-18.6 (medians of interleaved rounds over 200 MB of weights): with the input features as rows,
-    the output row (24 KB) stays in L1 while the weight streams once, front to back. Two threads gained
-    nothing on one product (17.2 GB/s), so the input features are cut into ``K_SPLITS`` blocks whose
-    products run as one batched product, a thread per block, and are summed: 25.1 GB/s against
-    oneDNN's 20.5 (21.5 against 17.9 for 3072 x 1024). On weights with no more output than input
-    features (1024 x 3072, 1024 x 1024) it was no faster, so it is one more candidate the probe
-    times, not a rule.
+    fp32 weight from memory at 11.8-13.6 GB/s on an AMD EPYC (Zen 3, AVX2) and its stored transpose at
+    15.3-18.6 (medians of interleaved rounds over 200 MB of weights, benchmarks/bench_linear_kernels.py):
+    with the input features as rows, the output row (24 KB) stays in L1 while the weight streams once,
+    front to back. Two threads gained nothing on one such product (17.2 GB/s), so the input features
+    are cut into ``K_SPLITS`` blocks whose products run as one batched product, a thread per block,
+    and are summed: 18.1-25.1 GB/s against oneDNN's 18.9-20.5 over two runs (20.8 against 18.6 for
+    3072 x 1024). On the narrow 256 x 1024 head it was the slowest, and which kernel wins moves with
+    the shape, the threads and the run, so it is one more candidate the probe times, not a rule.
 
     Why "split": one thread's MKL sgemm on an AMD EPYC (Zen 3, AVX2) ran a 64-row product with a
     6144 x 1024 weight at 69 GFLOP/s whole and 76 in blocks of 1536 rows, and a 64-row one with
