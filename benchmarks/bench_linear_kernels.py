@@ -23,9 +23,9 @@ import time
 import numpy as np
 import torch
 
+from benchmarks.bench_step_vs_peers import copy_sampler, interleaved
 from benchmarks.record import record
 from measure import models
-from measure.microbench import bandwidth
 from measure.pair import PairConfig, widened_spec
 
 
@@ -41,7 +41,7 @@ def shapes(width: int) -> list[tuple[int, int]]:
 
 
 def kernel_rates(n: int, k: int, rows: int, stream_bytes: int, rounds: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """GB/s of weight per round for every kernel candidate, and the copy bandwidth sampled in each round."""
+    """GB/s of weight per round for every kernel candidate, and the copy bandwidth (GB/s) sampled in each round."""
     copies = max(1, -(-stream_bytes // (n * k * 4)))
     weights = [torch.randn(n, k) * 0.01 for _ in range(copies)]
     transposes = [w.t().contiguous() for w in weights]
@@ -55,20 +55,9 @@ def kernel_rates(n: int, k: int, rows: int, stream_bytes: int, rounds: int) -> t
         calls[kind] = lambda kind=kind: [
             models.run_linear(kind, x, w, None, t) for w, t in zip(weights, transposes, strict=True)
         ]
-    names = list(calls)
-    times: dict[str, list[float]] = {kd: [] for kd in names}
-    copy: list[float] = []
+    times, copy = interleaved(calls, rounds, copy_sampler())
     nbytes = copies * n * k * 4
-    with torch.inference_mode():
-        for f in calls.values():
-            f()  # first use of each kernel outside the timing
-        for r in range(rounds):
-            for kd in names[r % len(names) :] + names[: r % len(names)]:
-                t0 = time.perf_counter()
-                calls[kd]()
-                times[kd].append(time.perf_counter() - t0)
-            copy.append(bandwidth("cpu", repeats=2)["copy"].value)
-    return {kd: nbytes / np.array(v) / 1e9 for kd, v in times.items()}, np.array(copy) / 1e9
+    return {kd: nbytes / v / 1e9 for kd, v in times.items()}, copy / 1e9
 
 
 def main() -> None:
