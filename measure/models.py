@@ -109,6 +109,19 @@ def onednn_available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
+def pack_weight(weight: torch.Tensor) -> torch.Tensor:
+    """``weight`` reordered once into oneDNN's blocked layout (an opaque ``torch._mkldnn`` tensor, a copy).
+
+    What inductor's CPU freezing pass does to every linear weight before the product that reads it
+    (``mkldnn._reorder_linear_weight``): eager oneDNN reorders a plain bf16 weight on every call.
+    """
+    return torch.ops.mkldnn._reorder_linear_weight(weight, None)
+
+
+#: kernels that read a copy of the weight made once (:meth:`Linear.weight_copy`), not the weight itself
+COPY_KERNELS = ("transposed", "packed")
+
+
 #: output features per product of the "split" kernel (a block of the weight's rows)
 SPLIT_ROWS = 1024
 #: output features per batch entry of the "bmm" kernel
@@ -125,7 +138,7 @@ def kernel_candidates(out_features: int, rows: int) -> list[str]:
         + (["transposed"] if rows <= 16 else [])
         + (["split"] if rows > 1 and out_features > SPLIT_ROWS else [])
         + (["bmm"] if 1 < rows <= 16 and out_features % BMM_ROWS == 0 and out_features > BMM_ROWS else [])
-        + (["onednn"] if onednn_available() else [])
+        + (["onednn", "packed"] if onednn_available() else [])
     )
 
 
@@ -135,11 +148,19 @@ def run_linear(
     weight: torch.Tensor,
     bias: torch.Tensor | None,
     weight_t: torch.Tensor | None = None,
+    packed: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``x @ weight.T + bias`` with the kernel ``kind``: "gemm" (F.linear), "mv" (one row), "onednn",
     "split" (F.linear per block of ``SPLIT_ROWS`` output features, concatenated), "bmm" (one batched
-    product over blocks of ``BMM_ROWS`` output features, for a few rows) or "transposed" (``x @ weight_t``,
-    ``weight_t`` the weight's transpose stored contiguous: made here when not given).
+    product over blocks of ``BMM_ROWS`` output features, for a few rows), "transposed" (``x @ weight_t``,
+    ``weight_t`` the weight's transpose stored contiguous: made here when not given) or "packed" (oneDNN's
+    inner product over ``packed``, the weight reordered once by :func:`pack_weight`: made here when not given).
+
+    Why "packed": on an AMD EPYC (Zen 5, AVX-512 with bf16 dot products, 2 threads) a one-row bf16 product
+    streamed a 6144 x 1024 weight at 26-29 GB/s packed against 16-18 through F.linear and oneDNN on the plain
+    weight (which oneDNN reorders on every call), 10-12 through torch.mv, and was the fastest bf16 kernel at 2,
+    5 and 64 rows too (ad-hoc medians of interleaved rounds over 200 MB of weights, 2026-12-02). In fp32,
+    where oneDNN reads the plain weight as it is, packing gained nothing there.
 
     Why "transposed": one thread's matrix-vector kernels (MKL's and oneDNN's) streamed a 6144 x 1024
     fp32 weight from memory at 11.8-13.6 GB/s on an AMD EPYC (Zen 3, AVX2) and its stored transpose at
@@ -198,6 +219,10 @@ def run_linear(
         return y.view(*x.shape[:-1], weight.shape[0])
     if kind == "onednn":
         return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+    if kind == "packed":
+        return torch.ops.mkldnn._linear_pointwise(
+            x, pack_weight(weight) if packed is None else packed, bias, "none", [], ""
+        )
     return F.linear(x, weight, bias)
 
 
@@ -235,7 +260,7 @@ def fastest_linear(
     cache is timed streaming from memory, as it runs in a model that does not fit the cache, and
     not from the cache a lone repeated product leaves it in (on the EPYC a 25 MB 6144 x 1024 fp32
     weight, timed alone, picked torch.mv; cycled through 64 MB, its transpose, 1.3x as fast).
-    ``copies=False`` leaves out the kernels that read a copy of the weight ("transposed").
+    ``copies=False`` leaves out the kernels that read a copy of the weight (``COPY_KERNELS``).
 
     Which kernel is fastest is a property of the CPU and its libraries, not a constant:
     on an AMD EPYC (Zen 3, AVX2, one thread) a 5-row fp32 product with a 12288 x 4096
@@ -255,7 +280,7 @@ def fastest_linear(
         return _KERNEL_CHOICE[key]
     if dev.type != "cpu":
         return "gemm"
-    kinds = [kd for kd in kernel_candidates(weight.shape[0], rows) if copies or kd != "transposed"]
+    kinds = [kd for kd in kernel_candidates(weight.shape[0], rows) if copies or kd not in COPY_KERNELS]
     n, k = weight.shape
     keep = probe_rows(weight)
     # the transposed kernel's block is the leading input features at the weight's whole output width (the output
@@ -273,6 +298,12 @@ def fastest_linear(
         rows_blocks = cycled(weight[:keep])
         # (the transposes are made here, not timed: a model makes its copy once)
         t_blocks = cycled(weight[:, :keep_in].t().contiguous()) if "transposed" in kinds else []
+        p_blocks: list[torch.Tensor] = []
+        if "packed" in kinds:
+            try:
+                p_blocks = [pack_weight(w) for w in rows_blocks]
+            except RuntimeError:  # oneDNN has no such layout for this dtype here
+                kinds.remove("packed")
         x = torch.full((1, rows, k), 0.01, dtype=weight.dtype, device=dev)
         x_in = x[..., :keep_in].contiguous()
         calls, per_byte = {}, {}
@@ -280,6 +311,9 @@ def fastest_linear(
             if kind == "transposed":
                 args = [(x_in, wt.t(), bias, wt) for wt in t_blocks]
                 nbytes = sum(wt.numel() for wt in t_blocks) * el
+            elif kind == "packed":
+                args = [(x, w, bias_rows, None, p) for w, p in zip(rows_blocks, p_blocks, strict=True)]
+                nbytes = sum(w.numel() for w in rows_blocks) * el
             else:
                 args = [(x, w, bias_rows, None) for w in rows_blocks]
                 nbytes = sum(w.numel() for w in rows_blocks) * el
@@ -308,25 +342,50 @@ class Linear(nn.Linear):
     ``kernels`` maps a row bucket (:func:`rows_bucket`: 1, 2, 5 or 64 rows) to "gemm",
     "mv", "transposed", "onednn", "split" or "bmm" (:func:`run_linear`); empty, or under autograd, it is
     F.linear. ``Transformer`` fills it by timing each weight shape once (:func:`fastest_linear`).
-    ``matvec`` is the one-token choice alone (``set_matvec``). "transposed" reads a copy of the weight's
-    transpose (:meth:`weight_t`: as many bytes again, for the layers that chose it), remade whenever the
-    weight is replaced or changed in place through the parameter (as optimizers and ``load_state_dict``
-    change it; a write through ``.data`` is not seen).
+    ``matvec`` is the one-token choice alone (``set_matvec``). "transposed" and "packed" (``COPY_KERNELS``)
+    read a copy of the weight (:meth:`weight_copy`: as many bytes again per kind, for the layers that chose
+    it), remade whenever the weight is replaced or changed in place through the parameter (as optimizers and
+    ``load_state_dict`` change it; a write through ``.data`` is not seen). The copies are not state: a
+    deep copy or a pickle of the layer leaves them out (oneDNN's packed tensors cannot be copied), and
+    they are made again on first use.
     """
 
     kernels: dict[int, str] = {}
-    _weight_t: torch.Tensor | None = None
-    _weight_t_of: tuple[int, int] | None = None  # (data_ptr, version) of the weight the copy was made from
+    # kind -> ((data_ptr, version) of the weight it was made from, the copy); made per instance on first use
+    _copies: dict[str, tuple[tuple[int, int], torch.Tensor]] | None = None
+
+    def weight_copy(self, kind: str) -> torch.Tensor:
+        """The copy a ``COPY_KERNELS`` kernel reads, made once per weight version: "transposed", the weight's
+        transpose stored contiguous (in_features x out_features); "packed", the weight in oneDNN's layout."""
+        key = (self.weight.data_ptr(), self.weight._version)
+        if self._copies is None:
+            self._copies = {}
+        held = self._copies.get(kind)
+        if held is None or held[0] != key:
+            # an ordinary tensor even when first asked for inside inference mode (it may be used outside it)
+            with torch.inference_mode(False), torch.no_grad():
+                w = self.weight.detach()
+                made = w.t().contiguous() if kind == "transposed" else pack_weight(w)
+            held = self._copies[kind] = (key, made)
+        return held[1]
 
     def weight_t(self) -> torch.Tensor:
         """The weight's transpose, contiguous (in_features x out_features), made once per weight version."""
-        key = (self.weight.data_ptr(), self.weight._version)
-        if self._weight_t is None or self._weight_t_of != key:
-            # an ordinary tensor even when first asked for inside inference mode (it may be used outside it)
-            with torch.inference_mode(False), torch.no_grad():
-                self._weight_t = self.weight.detach().t().contiguous()
-            self._weight_t_of = key
-        return self._weight_t
+        return self.weight_copy("transposed")
+
+    def free_copies(self) -> None:
+        """Drop the copies no kernel of ``kernels`` reads any more."""
+        if self._copies:
+            self._copies = {k: v for k, v in self._copies.items() if k in self.kernels.values()} or None
+
+    def held_copies(self) -> list[str]:
+        """The kinds of copy this layer holds now."""
+        return sorted(self._copies or {})
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state.pop("_copies", None)
+        return state
 
     @property
     def matvec(self) -> bool:
@@ -335,8 +394,7 @@ class Linear(nn.Linear):
     @matvec.setter
     def matvec(self, on: bool) -> None:
         self.kernels = {**self.kernels, 1: "mv" if on else "gemm"}
-        if "transposed" not in self.kernels.values():
-            self._weight_t = self._weight_t_of = None  # no kernel reads the copy any more: free it
+        self.free_copies()  # a copy the one-token pass alone read is freed
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kernels and x.device.type == "cpu":
@@ -344,13 +402,15 @@ class Linear(nn.Linear):
             # oneDNN's op has no backward, and the transposed copy is no view of the weight: a pass that
             # builds a graph keeps F.linear
             if (
-                kind in ("onednn", "transposed")
+                kind in ("onednn", *COPY_KERNELS)
                 and torch.is_grad_enabled()
                 and (self.weight.requires_grad or x.requires_grad)
             ):
                 kind = "gemm"
             if kind == "transposed":
                 return run_linear(kind, x, self.weight, self.bias, self.weight_t())
+            if kind == "packed":
+                return run_linear(kind, x, self.weight, self.bias, packed=self.weight_copy("packed"))
             if kind != "gemm":
                 return run_linear(kind, x, self.weight, self.bias)
         return F.linear(x, self.weight, self.bias)
@@ -615,10 +675,10 @@ class Transformer(nn.Module):
         stream = self.stream_bytes()
         from measure.device import device_memory
 
-        # a layer that chooses the transposed kernel keeps a copy of its weight: allowed while a copy of every
-        # weight would take at most a quarter of the memory still available
+        # a layer that chooses a kernel of COPY_KERNELS keeps a copy of its weight per such kernel: allowed while a
+        # copy of every weight per kind would take at most a quarter of the memory still available
         _, available = device_memory(self.device)
-        copies = available is None or self.weight_bytes() <= available / 4
+        copies = available is None or len(COPY_KERNELS) * self.weight_bytes() <= available / 4
         for mod in self.modules():
             if isinstance(mod, Linear):
                 shape = (mod.out_features, mod.in_features)
@@ -627,8 +687,9 @@ class Transformer(nn.Module):
                         r: fastest_linear(mod.weight, mod.bias, r, stream_bytes=stream, copies=copies) for r in rows
                     }
                 mod.kernels = dict(chosen[shape])
-                if "transposed" in mod.kernels.values():
-                    mod.weight_t()  # made now, not inside the first timed pass
+                mod.free_copies()
+                for kind in set(mod.kernels.values()) & set(COPY_KERNELS):
+                    mod.weight_copy(kind)  # made now, not inside the first timed pass
         self.auto_kernels = False
         return chosen
 

@@ -147,7 +147,7 @@ def test_the_transposed_kernel_reads_a_copy_kept_in_step_with_the_weight() -> No
     y.sum().backward()
     assert lin.weight.grad is not None and torch.count_nonzero(lin.weight.grad) > 0
     lin.matvec = True  # no kernel reads the copy any more: it is freed
-    assert lin._weight_t is None
+    assert lin.held_copies() == []
 
 
 def test_choose_kernels_makes_the_copies_its_choice_reads(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -160,7 +160,7 @@ def test_choose_kernels_makes_the_copies_its_choice_reads(monkeypatch: pytest.Mo
     m = Transformer(SPEC, dtype="fp32")
     m.choose_kernels()
     lins = [x for x in m.modules() if isinstance(x, Linear)]
-    assert all(x._weight_t is not None for x in lins)  # made at the choice, not inside the first timed pass
+    assert all(x.held_copies() == ["transposed"] for x in lins)  # made at the choice, not inside the first timed pass
     tokens = torch.randint(0, SPEC.vocab_size, (1, 1))
     ref = Transformer(SPEC, dtype="fp32", matvec=False)
     ref.load_state_dict(m.state_dict())
@@ -176,8 +176,9 @@ def test_choose_kernels_makes_the_copies_its_choice_reads(monkeypatch: pytest.Mo
     monkeypatch.setattr(measure.device, "device_memory", lambda dev: (None, 3.0 * m.weight_bytes()))
     tight = Transformer(SPEC, dtype="fp32")
     tight.choose_kernels()
-    assert all(x.kernels.get(1) == "gemm" and x._weight_t is None for x in tight.modules() if isinstance(x, Linear))
-    assert "transposed" not in [fastest_linear(torch.randn(40, 24), None, 1, repeats=1, copies=False) for _ in range(3)]
+    assert all(x.kernels.get(1) == "gemm" and not x.held_copies() for x in tight.modules() if isinstance(x, Linear))
+    chosen = [fastest_linear(torch.randn(40, 24), None, 1, repeats=1, copies=False) for _ in range(3)]
+    assert not set(chosen) & set(models.COPY_KERNELS)
 
 
 def test_the_probe_streams_as_many_bytes_as_the_model_reads(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -189,11 +190,13 @@ def test_the_probe_streams_as_many_bytes_as_the_model_reads(monkeypatch: pytest.
     seen: list[set[int]] = []
     real = models.run_linear
 
-    def spy(kind, x, weight, bias, weight_t=None):
+    def spy(kind, x, weight, bias, weight_t=None, packed=None):
         seen[-1].add((kind == "transposed", weight.data_ptr()))
         if kind == "transposed":  # its block: the leading input features at the whole output width
             assert weight.shape[0] == w.shape[0] and weight_t is not None
-        return real(kind, x, weight, bias, weight_t)
+        if kind == "packed":  # the block's own packed copy, made before the timing
+            assert packed is not None and packed.is_mkldnn
+        return real(kind, x, weight, bias, weight_t, packed)
 
     monkeypatch.setattr(models, "run_linear", spy)
     for stream in (0, 3 * w.numel() * w.element_size()):
@@ -229,3 +232,55 @@ def test_the_decode_path_choice_times_each_path_it_names(monkeypatch):
     assert seen[1] == {"mv"} and seen[2] == {"gemm"}  # each timed as named
     assert use is False and "a one-row matrix product" in why.split("uses ")[1].split(" for ")[0]
     assert {lin.kernels.get(1) for lin in model.modules() if hasattr(lin, "kernels")} == {"gemm"}
+
+
+@pytest.mark.skipif(not models.onednn_available(), reason="this torch build has no oneDNN")
+def test_the_packed_kernel_reads_onednns_copy_kept_in_step_with_the_weight() -> None:
+    """Every row count may read the weight reordered once by oneDNN: the same product, a copy made once per weight
+    version and remade after an in-place update, F.linear under autograd, never part of a deep copy, and freed
+    when no kernel reads it."""
+    import copy
+
+    torch.manual_seed(0)
+    assert all("packed" in kinds(r) for r in (1, 2, 5, 64))
+    w, b = torch.randn(48, 32), torch.randn(48)
+    for shape in ((1, 1, 32), (3, 2, 32), (1, 40, 32)):
+        xs = torch.randn(*shape)
+        torch.testing.assert_close(run_linear("packed", xs, w, b), F.linear(xs, w, b), rtol=1e-5, atol=1e-5)
+    lin = Linear(32, 48, bias=True)
+    lin.kernels = {1: "packed", 5: "packed", 64: "gemm"}
+    x = torch.randn(1, 1, 32)
+    with torch.inference_mode():
+        torch.testing.assert_close(lin(x), F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
+    first = lin.weight_copy("packed")
+    assert first.is_mkldnn and lin.weight_copy("packed") is first and lin.held_copies() == ["packed"]
+    with torch.no_grad():
+        lin.weight.mul_(2.0)
+        torch.testing.assert_close(lin(x), F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
+    assert lin.weight_copy("packed") is not first
+    twin = copy.deepcopy(lin)  # oneDNN's opaque tensors cannot be deep-copied: the copy is left out, then remade
+    assert twin.held_copies() == [] and lin.held_copies() == ["packed"]
+    with torch.no_grad():
+        torch.testing.assert_close(twin(x), lin(x), rtol=0, atol=0)
+    y = lin(x)
+    y.sum().backward()
+    assert lin.weight.grad is not None and torch.count_nonzero(lin.weight.grad) > 0
+    lin.kernels = {1: "gemm"}
+    lin.free_copies()
+    assert lin.held_copies() == []
+
+
+@pytest.mark.skipif(
+    not (models.onednn_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()),
+    reason="oneDNN has no bf16 kernels on this CPU",
+)
+def test_the_packed_kernel_in_bf16_equals_the_linear_product_to_bf16_rounding() -> None:
+    torch.manual_seed(0)
+    w, b = (torch.randn(96, 64) * 0.1).bfloat16(), torch.randn(96).bfloat16()
+    for rows in (1, 2, 5, 64):
+        x = torch.randn(1, rows, 64).bfloat16()
+        ref = F.linear(x.float(), w.float(), b.float())
+        out = run_linear("packed", x, w, b)
+        assert out.dtype == torch.bfloat16 and out.shape == ref.shape
+        # bf16 keeps 8 significant bits: one rounding of the output (2^-8 relative) and of the accumulation order
+        torch.testing.assert_close(out.float(), ref, rtol=2**-7, atol=2**-7)
