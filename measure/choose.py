@@ -68,13 +68,19 @@ def matmul_rate(dtype: str, device: torch.device, m: int = 32, k: int = 1024, n:
     return 2.0 * m * k * n / t.min_s
 
 
-def stream_rate(device: torch.device, nbytes: int) -> float:
-    """Bytes/s at which a one-row product streams an fp32 matrix of ``nbytes`` (the decode ceiling)."""
+def stream_rate(device: torch.device, nbytes: int, dtype: str = "fp32") -> float:
+    """Bytes/s at which a one-row product streams a ``dtype`` matrix of ``nbytes`` (the decode ceiling), through the
+    kernel the harness's model runs for it (:func:`measure.models.prepared_linear`)."""
+    from measure.models import prepared_linear
+
     k = 4096
-    w = torch.full((max(1, nbytes // (4 * k)), k), 0.01, device=device)
-    x = torch.full((1, k), 0.5, device=device)
-    t = time_fn(lambda: torch.nn.functional.linear(x, w), warmup=1, repeats=5, device=device)
-    return w.numel() * 4 / t.min_s
+    td = TORCH_DTYPES[dtype]
+    size = torch.finfo(td).bits // 8
+    w = torch.full((max(1, nbytes // (size * k)), k), 0.01, device=device, dtype=td)
+    x = torch.full((1, k), 0.5, device=device, dtype=td)
+    product = prepared_linear(w, 1)
+    t = time_fn(lambda: product(x), warmup=1, repeats=5, device=device)
+    return w.numel() * size / t.min_s
 
 
 def choose_threads(device: torch.device, share: float = 0.8) -> tuple[int, str]:
@@ -183,7 +189,7 @@ def probe_and_choose(
     if dtype is not None and dtype != chosen:
         reasons = [f"{dtype}: asked for (the probe would have chosen {why})"]
         chosen = dtype
-    stream = stream_rate(dev, int(max(4 * (llc or 0), 256 << 20)) if dev.type == "cpu" else 1 << 30)
+    stream = stream_rate(dev, int(max(4 * (llc or 0), 256 << 20)) if dev.type == "cpu" else 1 << 30, chosen)
     base = PairConfig().target_spec()
     w = (
         width

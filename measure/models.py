@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -334,6 +335,26 @@ def fastest_linear(
     choice = min(best, key=lambda kd: (best[kd] * (1.0 if kd == "gemm" else 1.02), kd))
     _KERNEL_CHOICE[key] = choice
     return choice
+
+
+def prepared_linear(weight: torch.Tensor, rows: int, copies: bool = True) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``x -> x @ weight.T`` through the kernel a :class:`Transformer` layer of this shape runs for ``rows``-row
+    products here (:func:`fastest_linear`'s choice for the row bucket, timed streaming from memory), with the copy
+    that kernel reads made now: what a microbenchmark of "the rate this harness streams weights" must time, or it
+    measures a kernel the model does not run (F.linear's bf16 path streamed a one-row product at half the packed
+    kernel's rate on a Zen 5 EPYC)."""
+    if weight.device.type != "cpu":
+        return lambda x: F.linear(x, weight)
+    kind = fastest_linear(
+        weight, None, rows_bucket(rows), stream_bytes=weight.numel() * weight.element_size(), copies=copies
+    )
+    if kind == "transposed":
+        wt = weight.t().contiguous()
+        return lambda x: run_linear(kind, x, weight, None, wt)
+    if kind == "packed":
+        packed = pack_weight(weight)
+        return lambda x: run_linear(kind, x, weight, None, packed=packed)
+    return lambda x: run_linear(kind, x, weight, None)
 
 
 class Linear(nn.Linear):
