@@ -253,6 +253,8 @@ def main() -> None:
             notes.append(
                 f"x{w} {dtype}: specroof's kernels per weight shape (rows: kernel) "
                 + "; ".join(f"{o}x{i} " + ", ".join(f"{r}: {k}" for r, k in c.items()) for (o, i), c in chosen.items())
+                + "; attention (queries per KV head: kernel) "
+                + ", ".join(f"{r}: {k}" for r, k in ours.layers[0].self_attn.kernels.items())
             )
             for n in tokens:
                 calls = pass_calls(ours, gfm, hf, a.context, max_seq, n)

@@ -494,7 +494,68 @@ class MoE(nn.Module):
         return out.reshape(shape)
 
 
+def attend(
+    kind: str, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None
+) -> torch.Tensor:
+    """softmax(q kᵀ / sqrt(d), masked) v with the kernel ``kind``: "sdpa" (F.scaled_dot_product_attention) or "matmul"
+    (two batched products around a softmax, all in fp32: a 16-bit cache is read into fp32 copies first).
+    ``mask``: bool, True where a query sees a key.
+
+    Why "matmul": torch's CPU SDPA runs a flash kernel that is slow for a few queries in bf16. On an AMD EPYC
+    (Zen 5, 2 threads) one query over 1024 keys sliced from a static cache took 6.3 ms through SDPA against
+    1.6 ms this way with 64 heads (1.0 against 0.24 with 16; bf16 products on the sliced cache itself, 4.3 and
+    0.62: small bf16 batched products over strided keys are slow too), and in fp32 the two were within 10%
+    of each other (ad-hoc, 2026-12-02). Which is faster moves with dtype, heads, queries and context: the model
+    times both (:func:`fastest_attention`).
+    """
+    if kind == "matmul":
+        scores = torch.matmul(q.float(), keys.float().transpose(-1, -2)) * q.shape[-1] ** -0.5
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        return torch.matmul(torch.softmax(scores, -1), values.float()).to(q.dtype)
+    return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+
+
+#: cached keys the attention probe times its kernels over
+ATTENTION_PROBE_CONTEXT = 512
+#: (device, dtype, kv heads, queries per kv head, head dim, threads) -> the faster attention kernel
+_ATTENTION_CHOICE: dict[tuple[Any, ...], str] = {}
+
+
+def fastest_attention(
+    kv_heads: int, queries: int, head_dim: int, dtype: torch.dtype, device: torch.device, repeats: int = 3
+) -> str:
+    """The faster of :func:`attend`'s kernels for ``queries`` queries per KV head over ``ATTENTION_PROBE_CONTEXT``
+    keys sliced from a cache twice as long, as the model slices its static cache (batch 1, causal among the
+    queries), timed interleaved once per process; ties go to SDPA."""
+    from measure.timing import time_fn
+
+    key = (str(device), dtype, kv_heads, queries, head_dim, torch.get_num_threads())
+    if key in _ATTENTION_CHOICE:
+        return _ATTENTION_CHOICE[key]
+    if device.type != "cpu":
+        return "sdpa"
+    ctx = ATTENTION_PROBE_CONTEXT
+    q = torch.full((1, kv_heads, queries, head_dim), 0.01, dtype=dtype, device=device)
+    k = torch.randn(1, kv_heads, 2 * ctx, head_dim, device=device).to(dtype)[:, :, :ctx]
+    v = torch.randn(1, kv_heads, 2 * ctx, head_dim, device=device).to(dtype)[:, :, :ctx]
+    mask = None if queries == 1 else torch.ones(1, 1, queries, ctx, dtype=torch.bool, device=device).tril(ctx - queries)
+    best = {"sdpa": float("inf"), "matmul": float("inf")}
+    with torch.inference_mode():
+        for _ in range(repeats):
+            for kind in best:
+                best[kind] = min(
+                    best[kind], time_fn(lambda kind=kind: attend(kind, q, k, v, mask), warmup=1, repeats=3).min_s
+                )
+    choice = "matmul" if best["matmul"] * 1.02 < best["sdpa"] else "sdpa"
+    _ATTENTION_CHOICE[key] = choice
+    return choice
+
+
 class Attention(nn.Module):
+    #: query-row bucket (:func:`rows_bucket` of queries per KV head) -> :func:`attend`'s kernel; empty: SDPA
+    kernels: dict[int, str] = {}
+
     def __init__(self, spec: ModelSpec, dtype: torch.dtype, device: torch.device) -> None:
         super().__init__()
         self.h, self.kv, self.hd = spec.n_heads, spec.n_kv_heads, spec.head_dim
@@ -532,7 +593,8 @@ class Attention(nn.Module):
             q = q.reshape(B, self.kv, g * n, self.hd)
             if mask is not None:
                 mask = mask.unsqueeze(2).expand(B, 1, g, n, kv_len).reshape(B, 1, g * n, kv_len)
-        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+        kind = self.kernels.get(rows_bucket(q.shape[2]), "sdpa") if self.kernels else "sdpa"
+        out = attend(kind, q, keys, values, mask)
         out = out.reshape(B, self.h, n, self.hd)
         return self.o_proj.forward(out.transpose(1, 2).reshape(B, n, self.h * self.hd))
 
@@ -685,7 +747,8 @@ class Transformer(nn.Module):
                 mod.matvec = on
 
     def choose_kernels(self, rows: tuple[int, ...] = PROBE_ROWS) -> dict[tuple[int, int], dict[int, str]]:
-        """Time each distinct weight shape's kernels at each row count and use the fastest (CPU only).
+        """Time each distinct weight shape's kernels at each row count and use the fastest (CPU only); the same for
+        the attention kernels (:func:`fastest_attention`) at each count of queries per KV head.
 
         Cached per (device, dtype, shape, rows, threads), so a second model of the same
         shapes, or a second call, costs nothing. Returns {(out, in): {rows: kernel}}.
@@ -711,6 +774,9 @@ class Transformer(nn.Module):
                 mod.free_copies()
                 for kind in set(mod.kernels.values()) & set(COPY_KERNELS):
                     mod.weight_copy(kind)  # made now, not inside the first timed pass
+            elif isinstance(mod, Attention):
+                # queries per KV head: a bucket's representative count (GQA's g query heads share one KV head)
+                mod.kernels = {r: fastest_attention(mod.kv, r, mod.hd, self.dtype, self.device) for r in rows}
         self.auto_kernels = False
         return chosen
 

@@ -222,7 +222,7 @@ def test_the_decode_path_choice_times_each_path_it_names(monkeypatch):
 
     def step_s(m, context=64, repeats=5):
         m.setup_cache(1, context + 8)
-        one_row = {lin.kernels.get(1, "gemm") for lin in m.modules() if hasattr(lin, "kernels")}
+        one_row = {lin.kernels.get(1, "gemm") for lin in m.modules() if isinstance(lin, Linear)}
         seen.append(one_row)
         return 4e-3 if len(seen) == 1 else fake[next(iter(one_row))]  # (the per-shape choice: slowest here)
 
@@ -231,7 +231,7 @@ def test_the_decode_path_choice_times_each_path_it_names(monkeypatch):
     assert len(seen) == 3 and seen[0]  # the per-shape choice, made before the first timing, then the two paths
     assert seen[1] == {"mv"} and seen[2] == {"gemm"}  # each timed as named
     assert use is False and "a one-row matrix product" in why.split("uses ")[1].split(" for ")[0]
-    assert {lin.kernels.get(1) for lin in model.modules() if hasattr(lin, "kernels")} == {"gemm"}
+    assert {lin.kernels.get(1) for lin in model.modules() if isinstance(lin, Linear)} == {"gemm"}
 
 
 @pytest.mark.skipif(not models.onednn_available(), reason="this torch build has no oneDNN")
@@ -284,3 +284,67 @@ def test_the_packed_kernel_in_bf16_equals_the_linear_product_to_bf16_rounding() 
         assert out.dtype == torch.bfloat16 and out.shape == ref.shape
         # bf16 keeps 8 significant bits: one rounding of the output (2^-8 relative) and of the accumulation order
         torch.testing.assert_close(out.float(), ref, rtol=2**-7, atol=2**-7)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_both_attention_kernels_compute_the_same_attention(dtype: torch.dtype) -> None:
+    """One query and five (causal, tree-shaped) over keys sliced from a longer cache, as the model slices its own."""
+    torch.manual_seed(0)
+    cache_k, cache_v = torch.randn(2, 4, 64, 16).to(dtype), torch.randn(2, 4, 64, 16).to(dtype)
+    keys, values = cache_k[:, :, :40], cache_v[:, :, :40]
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    for n in (1, 5):
+        q = torch.randn(2, 4, n, 16).to(dtype)
+        mask = None if n == 1 else (torch.rand(2, 1, n, 40) < 0.7) | torch.eye(n, 40, dtype=torch.bool).roll(35, 1)
+        ref = F.scaled_dot_product_attention(q.float(), keys.float(), values.float(), attn_mask=mask)
+        for kind in ("sdpa", "matmul"):
+            out = models.attend(kind, q, keys, values, mask)
+            assert out.dtype == dtype and out.shape == ref.shape
+            torch.testing.assert_close(out.float(), ref, rtol=tol, atol=tol, msg=kind)
+
+
+def test_choose_kernels_picks_an_attention_kernel_per_query_bucket_and_the_logits_stay(monkeypatch) -> None:
+    monkeypatch.setattr(models, "_KERNEL_CHOICE", {})
+    monkeypatch.setattr(models, "_ATTENTION_CHOICE", {})
+    asked = []
+
+    def pick(kv, queries, hd, dtype, device, repeats=3):
+        asked.append(queries)
+        return "matmul" if queries <= 2 else "sdpa"
+
+    monkeypatch.setattr(models, "fastest_attention", pick)
+    torch.manual_seed(0)
+    m = Transformer(SPEC, dtype="fp32")
+    m.choose_kernels()
+    attn = [x for x in m.modules() if isinstance(x, models.Attention)]
+    assert all(a.kernels == {1: "matmul", 2: "matmul", 5: "sdpa", 64: "sdpa"} for a in attn)
+    assert sorted(set(asked)) == [1, 2, 5, 64]
+    ref = Transformer(SPEC, dtype="fp32", matvec=False)
+    ref.load_state_dict(m.state_dict())
+    tokens = torch.randint(0, SPEC.vocab_size, (2, 3))
+    for n in (1, 3):  # one token (matmul) and three (sdpa), over a prefix
+        outs = []
+        for model in (m, ref):
+            model.setup_cache(2, 16)
+            model.cache.rollback([4, 6])
+            with torch.inference_mode():
+                outs.append(model(tokens[:, :n]))
+        torch.testing.assert_close(outs[0], outs[1], rtol=1e-4, atol=1e-4)
+
+
+def test_the_attention_probe_times_both_kernels_once_per_shape(monkeypatch) -> None:
+    monkeypatch.setattr(models, "_ATTENTION_CHOICE", {})
+    monkeypatch.setattr(models, "ATTENTION_PROBE_CONTEXT", 32)
+    seen = []
+    real = models.attend
+
+    def spy(kind, q, keys, values, mask):
+        seen.append((kind, q.shape[2], keys.is_contiguous()))
+        return real(kind, q, keys, values, mask)
+
+    monkeypatch.setattr(models, "attend", spy)
+    first = models.fastest_attention(2, 5, 16, torch.float32, torch.device("cpu"), repeats=1)
+    assert first in ("sdpa", "matmul")
+    assert {k for k, _, _ in seen} == {"sdpa", "matmul"} and all(n == 5 and not c for _, n, c in seen)
+    count = len(seen)
+    assert models.fastest_attention(2, 5, 16, torch.float32, torch.device("cpu")) == first and len(seen) == count
