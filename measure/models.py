@@ -157,11 +157,12 @@ def run_linear(
     ``weight_t`` the weight's transpose stored contiguous: made here when not given) or "packed" (oneDNN's
     inner product over ``packed``, the weight reordered once by :func:`pack_weight`: made here when not given).
 
-    Why "packed": on an AMD EPYC (Zen 5, AVX-512 with bf16 dot products, 2 threads) a one-row bf16 product
-    streamed a 6144 x 1024 weight at 26-29 GB/s packed against 16-18 through F.linear and oneDNN on the plain
-    weight (which oneDNN reorders on every call), 10-12 through torch.mv, and was the fastest bf16 kernel at 2,
-    5 and 64 rows too (ad-hoc medians of interleaved rounds over 200 MB of weights, 2026-12-02). In fp32,
-    where oneDNN reads the plain weight as it is, packing gained nothing there.
+    Why "packed": eager oneDNN reorders a plain weight into its blocked layout inside every product (the
+    "onednn" kernel pays that each call); packed once, as inductor's freezing pass does, the reorder is gone. On
+    an AMD EPYC (Zen 5, AVX-512 with bf16 dot products) one- and two-row products with the x4 target's weights,
+    streamed from memory at 1 and 2 threads, ran packed at 10-39 GB/s of weight in bf16 against 4-17 through
+    every other kernel, and at 14-42 in fp32 against 6-26 (medians, benchmarks/bench_linear_kernels.py,
+    BENCHMARKS.md); the x16 bf16 one-token step went from 98 to 45-53 ms.
 
     Why "transposed": one thread's matrix-vector kernels (MKL's and oneDNN's) streamed a 6144 x 1024
     fp32 weight from memory at 11.8-13.6 GB/s on an AMD EPYC (Zen 3, AVX2) and its stored transpose at
@@ -361,7 +362,7 @@ class Linear(nn.Linear):
     """nn.Linear whose CPU inference passes use the kernel measured fastest for their row count.
 
     ``kernels`` maps a row bucket (:func:`rows_bucket`: 1, 2, 5 or 64 rows) to "gemm",
-    "mv", "transposed", "onednn", "split" or "bmm" (:func:`run_linear`); empty, or under autograd, it is
+    "mv", "transposed", "onednn", "packed", "split" or "bmm" (:func:`run_linear`); empty, or under autograd, it is
     F.linear. ``Transformer`` fills it by timing each weight shape once (:func:`fastest_linear`).
     ``matvec`` is the one-token choice alone (``set_matvec``). "transposed" and "packed" (``COPY_KERNELS``)
     read a copy of the weight (:meth:`weight_copy`: as many bytes again per kind, for the layers that chose
