@@ -252,9 +252,9 @@ def measured_hardware(
             "copy_bandwidth_GB_per_s": copy_bw / 1e9,
             "read_bandwidth_GB_per_s": results["read"].value / 1e9,
             "date": _dt.datetime.now().isoformat(timespec="seconds"),
-            "method": "specroof measure bench: bandwidth = a one-row product streaming a matrix beyond the LLC through "
-            "the harness's kernel for it (copy/read also given); best matmul over verify shapes per dtype, same kernels; 1-element add for dispatch; GEMM memory/compute "
-            "overlap at the ridge; medians",
+            "method": "specroof measure bench: bandwidth = a one-row product streaming a matrix beyond the LLC "
+            "through the harness's kernel for it (copy/read also given); best matmul over verify shapes per dtype, "
+            "same kernels; 1-element add for dispatch; memory/compute overlap at the ridge; medians",
             "device": str(info["name"]),
             # the measured figures include the software that ran them: this profile is (this device, this engine)
             "engine": HARNESS_ENGINE + f", torch {torch.__version__}",
