@@ -162,6 +162,20 @@ def test_scalar_pass_seconds_over_engines_and_tp_equal_the_array_path(array_path
                 assert chain == pytest.approx(float(np.cumsum(steps)[-1]), rel=REL, abs=0)
 
 
+def _numpy_has_simd_transcendentals() -> bool:
+    """Whether numpy runs expm1/log1p through its own AVX-512 loops here rather than the C library's (which the
+    scalar path calls through :mod:`math`): on a Zen 5 EPYC (AVX-512) 114 of 3304 values at gamma 1 came out
+    1-2 ulps apart, on AVX2 machines none."""
+    try:
+        from numpy._core._multiarray_umath import __cpu_features__
+    except ImportError:  # another numpy layout: assume the loops may be its own
+        return True
+    return bool(__cpu_features__.get("AVX512_SKX", False))
+
+
+_SIMD_TRANSCENDENTALS = _numpy_has_simd_transcendentals()
+
+
 def test_scalar_expected_tokens_is_the_array_formula_to_the_bit():
     rng = np.random.default_rng(11)
     alphas = np.concatenate([rng.random(3000), 1.0 - rng.random(300) * 1e-7, [0.0, 0.5, 1.0, 1e-300]])
@@ -169,7 +183,10 @@ def test_scalar_expected_tokens_is_the_array_formula_to_the_bit():
         fast = np.array([expected_tokens_scalar(float(a), g) for a in alphas])
         # to the bit against what a scalar call gave before (the array formula on 0-d arrays) ...
         one_by_one = np.array([float(expected_tokens(np.asarray(a), np.asarray(g))) for a in alphas])
-        assert np.array_equal(fast, one_by_one), g
+        if _SIMD_TRANSCENDENTALS:  # numpy's own expm1/log1p loops: the same formula, the last 2 bits may differ
+            np.testing.assert_allclose(fast, one_by_one, rtol=2 * np.finfo(float).eps, atol=0, err_msg=str(g))
+        else:
+            assert np.array_equal(fast, one_by_one), g
         # ... and to rounding against a sweep (numpy's vector power does not square by multiplying)
         np.testing.assert_allclose(fast, expected_tokens(alphas, np.full(alphas.shape, g)), rtol=1e-15, atol=0)
         assert type(expected_tokens(0.8, g)) is np.float64  # the array path's 0-d answer is a numpy scalar too
