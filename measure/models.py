@@ -421,8 +421,8 @@ class Linear(nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kernels and x.device.type == "cpu":
             kind = self.kernels.get(rows_bucket(x.numel() // self.in_features), "gemm")
-            # oneDNN's op has no backward, and the transposed copy is no view of the weight: a pass that
-            # builds a graph keeps F.linear
+            # oneDNN's op has no backward, and the copies (transposed, packed) are no views of the weight: a pass
+            # that builds a graph keeps F.linear
             if (
                 kind in ("onednn", *COPY_KERNELS)
                 and torch.is_grad_enabled()
