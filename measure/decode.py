@@ -447,7 +447,8 @@ def cost_model_of(drafter: Any) -> Any:
     layer count, ``"prompt-lookup"`` or a :class:`Drafter` (which says itself).
     """
     if isinstance(drafter, Transformer):
-        return DraftModel(drafter.spec)
+        # its first step re-feeds the committed tokens it keeps (as_drafter runs it as a DraftModelDrafter)
+        return DraftModel(drafter.spec, first_pass_tokens=DraftModelDrafter.keep)
     if isinstance(drafter, (int, np.integer)) and not isinstance(drafter, bool):
         # this implementation's verify pass recomputes every layer: price exactly that
         return EarlyExit(int(drafter), reuse_kv=False)

@@ -292,11 +292,31 @@ class _SmallModel:
 
 @dataclass(frozen=True)
 class DraftModel(_SmallModel):
-    """A separate small draft model: gamma autoregressive steps, its own weights and KV cache."""
+    """A separate small draft model: gamma autoregressive steps, its own weights and KV cache.
+
+    ``first_pass_tokens``: tokens the first step of a round feeds the draft (1: the pending token alone). An
+    implementation that re-feeds committed tokens its draft cache does not hold pays for them in that pass:
+    specroof's harness re-feeds two each round (the pending token and the one before it, whose draft KV was
+    written from a draft the target may have rejected), and its first draft step is a 2-token pass.
+    """
+
+    first_pass_tokens: int = 1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if isinstance(self.first_pass_tokens, bool) or not isinstance(self.first_pass_tokens, (int, np.integer)):
+            raise SpecroofError(f"first_pass_tokens must be a whole number (got {self.first_pass_tokens!r})")
+        if self.first_pass_tokens < 1:
+            raise SpecroofError(f"first_pass_tokens must be at least 1 (got {self.first_pass_tokens})")
 
     def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
         _check_smaller(self.spec, ctx.target)
-        return _steps(ctx, self.spec, gamma, batch, context)
+        steps = _steps(ctx, self.spec, gamma, batch, context)
+        if self.first_pass_tokens == 1:
+            return steps
+        # the first step's pass runs first_pass_tokens tokens in place of one (none where gamma is 0)
+        extra = ctx.pass_s(self.spec, batch, self.first_pass_tokens, context) - ctx.pass_s(self.spec, batch, 1, context)
+        return np.asarray(steps + np.where(np.asarray(gamma) > 0, extra, 0.0))
 
     def tree_passes(self, ctx: Ctx, widths: Sequence[int], context: int) -> tuple[ModelSpec, Sequence[int], int]:
         _check_smaller(self.spec, ctx.target)
@@ -1291,8 +1311,9 @@ _CHAIN_PLANS: dict[tuple[int, int, int], tuple[Pricing, ModelSpec, ModelSpec, Ch
 def chain_plan(pricing: Pricing, target: ModelSpec, drafter: Any) -> ChainPlan | None:
     """The :class:`ChainPlan` of a :class:`DraftModel` drafting for ``target`` under ``pricing``, built once per
     (pricing, target, draft model) object; None for any other drafter, an abstract model, a draft model not smaller
-    than the target (the round formula raises that) and where a scalar pricer steps aside."""
-    if type(drafter) is not DraftModel:
+    than the target (the round formula raises that), one whose first pass re-feeds tokens (the array path prices
+    it) and where a scalar pricer steps aside."""
+    if type(drafter) is not DraftModel or drafter.first_pass_tokens != 1:
         return None
     spec = drafter.spec
     key = (id(pricing), id(target), id(spec))

@@ -308,3 +308,29 @@ def test_recommend_reads_the_plan_table_it_is_given_and_agrees_with_planning_afr
                 assert read.row == fresh.row and read.reason == fresh.reason
     with pytest.raises(SpecroofError, match="no row for"):
         recommend("h100-sxm-80gb", T8, D1, 0.75, batch=2, context=512, table=table, **kw)
+
+
+def test_a_draft_that_re_feeds_tokens_pays_for_them_in_its_first_pass():
+    """DraftModel(first_pass_tokens=k): gamma one-token steps with the first one a k-token pass, nothing at gamma 0;
+    the harness's draft model (which re-feeds two committed tokens a round) is priced so."""
+    from roofline.drafters import DraftModel
+    from roofline.passtime import pass_time
+
+    target, draft = get_model("llama-2-7b"), get_model("llama-68m")
+    plain, refed = DraftModel(draft), DraftModel(draft, first_pass_tokens=2)
+    from roofline.pricing import pricing_of
+
+    hw = pricing_of("a100-sxm-80gb")  # one pricing for the speedups and the passes they are made of
+    for g in (1, 4):
+        a = speedup(hw, target, plain, 0.7, g, batch=4, context=512)
+        b = speedup(hw, target, refed, 0.7, g, batch=4, context=512)
+        extra = float(pass_time(draft, hw, 4, 2, 512).t_step_s) - float(pass_time(draft, hw, 4, 1, 512).t_step_s)
+        assert extra > 0
+        assert float(b.t_draft_s) == pytest.approx(float(a.t_draft_s) + extra, rel=1e-12)
+        assert float(b.t_verify_s) == float(a.t_verify_s) and float(b.speedup) < float(a.speedup)
+    gs = np.array([0, 1, 3])
+    a, b = speedup(hw, target, plain, 0.7, gs), speedup(hw, target, refed, 0.7, gs)
+    assert float(b.t_draft_s[0]) == float(a.t_draft_s[0]) == 0.0 and np.all(b.t_draft_s[1:] > a.t_draft_s[1:])
+    for bad in (0, 1.5, True):
+        with pytest.raises(SpecroofError, match="first_pass_tokens"):
+            DraftModel(draft, first_pass_tokens=bad)
