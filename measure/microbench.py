@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from measure.device import describe, device_memory, match_profile
-from measure.models import TORCH_DTYPES, prepared_linear
+from measure.device import describe, match_profile
+from measure.models import TORCH_DTYPES, copies_fit, prepared_linear
 from measure.timing import Timing, cpu_threads, time_fn
 from roofline.engine import HARNESS_ENGINE
 from roofline.errors import SpecroofError
@@ -166,8 +166,7 @@ def _product(w: torch.Tensor, rows: int) -> Callable[[torch.Tensor], torch.Tenso
     (:func:`measure.models.prepared_linear`): the ceilings measured are the ones its passes can reach. A copy of
     ``w`` (a kernel that reads a transposed or packed one) only where it takes at most a quarter of the memory
     available."""
-    _, available = device_memory(w.device)
-    return prepared_linear(w, rows, copies=available is None or w.numel() * w.element_size() <= available / 4)
+    return prepared_linear(w, rows, copies=copies_fit(w.numel() * w.element_size(), w.device))
 
 
 def dispatch_overhead(device: str | torch.device = "cpu", repeats: int = 200) -> Measurement:

@@ -123,6 +123,21 @@ def pack_weight(weight: torch.Tensor) -> torch.Tensor:
 COPY_KERNELS = ("transposed", "packed")
 
 
+def make_copy(kind: str, weight: torch.Tensor) -> torch.Tensor:
+    """The copy of ``weight`` the ``COPY_KERNELS`` kernel ``kind`` reads: "transposed", the transpose stored
+    contiguous (in_features x out_features); "packed", the weight in oneDNN's layout (:func:`pack_weight`)."""
+    return weight.t().contiguous() if kind == "transposed" else pack_weight(weight)
+
+
+def copies_fit(weight_bytes: float, device: torch.device, kinds: int = 1) -> bool:
+    """Whether ``kinds`` copies of ``weight_bytes`` of weights (a layer's per copy kernel) may be kept: while they
+    take at most a quarter of the memory still available (or it cannot be told)."""
+    from measure.device import device_memory
+
+    _, available = device_memory(device)
+    return available is None or kinds * weight_bytes <= available / 4
+
+
 #: output features per product of the "split" kernel (a block of the weight's rows)
 SPLIT_ROWS = 1024
 #: output features per batch entry of the "bmm" kernel
@@ -349,13 +364,10 @@ def prepared_linear(weight: torch.Tensor, rows: int, copies: bool = True) -> Cal
     kind = fastest_linear(
         weight, None, rows_bucket(rows), stream_bytes=weight.numel() * weight.element_size(), copies=copies
     )
-    if kind == "transposed":
-        wt = weight.t().contiguous()
-        return lambda x: run_linear(kind, x, weight, None, wt)
+    copy = make_copy(kind, weight) if kind in COPY_KERNELS else None
     if kind == "packed":
-        packed = pack_weight(weight)
-        return lambda x: run_linear(kind, x, weight, None, packed=packed)
-    return lambda x: run_linear(kind, x, weight, None)
+        return lambda x: run_linear(kind, x, weight, None, packed=copy)
+    return lambda x: run_linear(kind, x, weight, None, copy)
 
 
 class Linear(nn.Linear):
@@ -386,9 +398,7 @@ class Linear(nn.Linear):
         if held is None or held[0] != key:
             # an ordinary tensor even when first asked for inside inference mode (it may be used outside it)
             with torch.inference_mode(False), torch.no_grad():
-                w = self.weight.detach()
-                made = w.t().contiguous() if kind == "transposed" else pack_weight(w)
-            held = self._copies[kind] = (key, made)
+                held = self._copies[kind] = (key, make_copy(kind, self.weight.detach()))
         return held[1]
 
     def weight_t(self) -> torch.Tensor:
@@ -758,12 +768,8 @@ class Transformer(nn.Module):
         if self.device.type != "cpu" or self.embed_tokens.weight.is_meta:
             return chosen
         stream = self.stream_bytes()
-        from measure.device import device_memory
-
-        # a layer that chooses a kernel of COPY_KERNELS keeps a copy of its weight per such kernel: allowed while a
-        # copy of every weight per kind would take at most a quarter of the memory still available
-        _, available = device_memory(self.device)
-        copies = available is None or len(COPY_KERNELS) * self.weight_bytes() <= available / 4
+        # a layer that chooses a kernel of COPY_KERNELS keeps a copy of its weight per such kernel
+        copies = copies_fit(self.weight_bytes(), self.device, kinds=len(COPY_KERNELS))
         for mod in self.modules():
             if isinstance(mod, Linear):
                 shape = (mod.out_features, mod.in_features)
