@@ -86,7 +86,10 @@ class SpecCheck:
     def noise(self) -> dict[str, float]:
         """How noisy the machine was: the bracketing probes' disagreement (median and max, relative)."""
         s = self.speedups.get("probe_spread", pd.Series(dtype=float))
-        return {"probe_spread_median": float(s.median()), "probe_spread_max": float(s.max())} if len(s) else {}
+        out = {"probe_spread_median": float(s.median()), "probe_spread_max": float(s.max())} if len(s) else {}
+        if self.summary.get("sweep_drift") is not None:  # the target sweep's reference point, visit to visit
+            out["sweep_drift"] = float(self.summary["sweep_drift"])
+        return out
 
 
 def predicted_block_s(
@@ -548,9 +551,10 @@ def spec_check(
     )
     step_done("decoding_runs")
     from measure.store import RESULTS
-    from measure.sweep import read_sweep_rows
+    from measure.sweep import read_sweep_rows, sweep_drift
 
-    df = pool_visits(read_sweep_rows(folder / "sweep-target" / RESULTS))
+    target_visits = read_sweep_rows(folder / "sweep-target" / RESULTS)
+    df = pool_visits(target_visits)
     fitted = fit(df, target_model.spec, apriori_hw, statistic=statistic)
     fitted.write_toml(folder / "fitted-profile.toml")
     draft_hw: dict[str, Hardware] = {}
@@ -568,6 +572,7 @@ def spec_check(
     spec_df = mark_unexplained_noise(spec_df, measured.attrs.get("load", {}))
     spec_df.drop(columns=["curve"]).to_csv(folder / "speedup.csv", index=False)
     summary["fit_params"] = fitted.params
+    summary["sweep_drift"] = sweep_drift(target_visits).get("drift")
     step_done("fit_and_predict")
     check = SpecCheck(choice, apriori_hw, fitted, draft_fit, df, table, summary, spec_df, plan, pair_info, decode_path)
     payload = {

@@ -142,7 +142,8 @@ def _is_oom(exc: BaseException) -> bool:
 #: bumped when a change to the harness would make old timings incomparable with new ones
 HARNESS_VERSION = "sweep-v2"
 
-#: a point stops being revisited once a visit improves its minimum by less than this (relative)
+#: a point stops being revisited once a visit improves its minimum by less than this (relative), unless
+#: the reference point has since got faster by more than this
 CONVERGED = 0.02
 
 
@@ -191,8 +192,13 @@ def sweep(
     ``repeats`` passes per visit, and pools each point's samples: on a shared, noisy
     machine a slow period then spreads over many points instead of spoiling a
     contiguous block. A point is not visited again once a visit improved its minimum
-    by less than 2% (it has converged). ``budget`` (seconds or a :class:`Budget`)
-    stops further visits once spent; the first visit of every point always runs.
+    by less than 2% (it has converged), unless the machine has since got faster: the
+    cheapest point (the reference) opens every visit and is always revisited, and a
+    reference minimum more than 2% below the one it had at a point's last visit
+    reopens that point, so every minimum is taken from the machine's fastest period
+    and not from the state it was in when its point happened to converge.
+    ``budget`` (seconds or a :class:`Budget`) stops further visits once spent; the
+    first visit of every point always runs.
 
     With ``out``, every visit is a row of ``results.csv``, written and fsync'd as it
     completes; ``resume`` continues a saved sweep of the same model, dtype and device
@@ -410,22 +416,27 @@ def _sweep_points(
         too_big = _too_big_now(spec, dt, rows, dev)
         history: dict[int, list[dict[str, Any]]] = {i: [] for i in range(len(points))}
         keys = [tuple(str(r[k]) for k in KEY) for r, _, _ in points]
+        # every visit in the order it was measured (a saved sweep's rows are in that order): (point, minimum)
+        log: list[tuple[int, float]] = []
         for v in visits:
             k = tuple(str(v.get(kk)) for kk in KEY)
             if k in keys:
                 history[keys.index(k)].append(v)
+                log.append((keys.index(k), _visit_min(v)))
+        ref = reference_point(rows)
         unit = [(warmup + repeats) * (t if np.isfinite(t) else 1e-3) for _, _, t in points]
         todo_visits = sum(max(0, (rounds if rounds > 1 else 1) - len(history[i])) for i in range(len(points)))
         bar = WorkBar(sum(unit) * max(1, todo_visits / max(1, len(points))), f"verify sweep {name} {dt}", progress)
         try:
             for r in range(rounds):
                 order = rng.permutation(len(points)) if rounds > 1 else np.arange(len(points))
-                for i in order.tolist():
+                order = [ref, *(i for i in order.tolist() if i != ref)]  # the reference opens every visit
+                for i in order:
                     row, tokens, t_pred = points[i]
                     h = history[i]
                     if len(h) > r or (h and h[-1]["status"] != "ok"):
                         continue  # saved by an earlier run, or failed (an OOM does not heal)
-                    if len(h) >= 2 and _converged(h):
+                    if i != ref and len(h) >= 2 and _converged(h) and not sped_up_since(log, i, ref):
                         continue
                     if h and bud.expired():
                         continue  # every point has its first visit; the budget says stop
@@ -435,6 +446,7 @@ def _sweep_points(
                         visit = _measure_visit(runner, row, tokens, tree, dev, warmup if not h else 1, repeats, threads)
                     out = {**row, "visit": len(h), **visit, "device": str(dev), "t_predicted_s": t_pred}
                     h.append(out)
+                    log.append((i, _visit_min(out)))
                     if store is not None:
                         store.append(out)
                     bar.update(unit[i], f"{sum(len(x) > 0 for x in history.values())}/{len(points)} points")
@@ -477,6 +489,67 @@ def _converged(h: list[dict[str, Any]]) -> bool:
     if len(mins) < 2:
         return False
     return min(mins[:-1]) <= mins[-1] * (1 + CONVERGED) and min(mins) >= min(mins[:-1]) / (1 + CONVERGED)
+
+
+def _visit_min(v: dict[str, Any]) -> float:
+    """A visit's minimum time, NaN where it did not measure (an ``oom`` row)."""
+    try:
+        t = float(v.get("t_min_s", np.nan))
+    except (TypeError, ValueError):
+        return float("nan")
+    return t if v.get("status", "ok") == "ok" else float("nan")
+
+
+def reference_point(rows: Sequence[dict[str, Any]]) -> int:
+    """The sweep's reference: its cheapest point (fewest tokens, then shortest context), revisited every round.
+
+    Cheap, so revisiting it costs little; one-token and memory bound, so it follows the
+    memory bandwidth, the rate that drifts most on a shared machine.
+    """
+    return min(
+        range(len(rows)), key=lambda i: (rows[i]["batch"] * rows[i]["new_tokens"], rows[i]["context"], rows[i]["batch"])
+    )
+
+
+def sped_up_since(log: Sequence[tuple[int, float]], point: int, ref: int, tol: float = CONVERGED) -> bool:
+    """Whether the machine got faster since ``point``'s last visit: the reference's minimum fell by more than ``tol``.
+
+    ``log`` holds every visit in the order measured, as (point index, minimum time).
+    The reference's minimum "then" is its best up to the point's last visit (its first
+    visit, if it had none before); "now" is its best so far.
+    """
+    last = max((p for p, (j, _) in enumerate(log) if j == point), default=None)
+    ref_t = [(p, t) for p, (j, t) in enumerate(log) if j == ref and np.isfinite(t)]
+    if last is None or not ref_t:
+        return False
+    then = [t for p, t in ref_t if p <= last] or [ref_t[0][1]]
+    now = min(t for _, t in ref_t)
+    return now < min(then) / (1 + tol)
+
+
+def sweep_drift(visits: pd.DataFrame) -> dict[str, float]:
+    """How far the machine's speed moved over a sweep: the reference point's per-visit minima.
+
+    ``visits`` is a sweep's per-visit rows (``results.csv``). Returns ``drift`` (the
+    largest visit minimum over the smallest, less 1) and ``visits``, per dtype the
+    worst; empty where the reference was visited fewer than twice.
+    """
+    if visits.empty or "visit" not in visits.columns:
+        return {}
+    ok = visits[visits.get("status", "ok") == "ok"]
+    out: dict[str, float] = {}
+    for _, g in ok.groupby([c for c in ("model", "dtype") if c in ok.columns], sort=False):
+        pts = g.drop_duplicates([k for k in KEY if k in g.columns])
+        ref = pts.iloc[reference_point(pts.to_dict(orient="records"))]
+        mask = np.ones(len(g), dtype=bool)
+        for k in ("batch", "new_tokens", "context"):
+            mask &= g[k].to_numpy() == ref[k]
+        t = g.loc[mask, "t_min_s"].to_numpy(dtype=float)
+        if len(t) >= 2 and float(t.min()) > 0:
+            d = float(t.max() / t.min() - 1)
+            if d >= out.get("drift", -1.0):
+                out = {"drift": d, "visits": float(len(t))}
+    return out
 
 
 def _measure_visit(

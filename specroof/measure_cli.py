@@ -375,7 +375,13 @@ def cmd_measure_spec(args: argparse.Namespace) -> int:
     text = (
         f"fit MAPE {check.fitted.mape:.1%} (a-priori {payload['apriori_mape']:.1%}); largest speedup error "
         f"{pct(payload.get('speedup_error_max'))}{quiet_words}; bracketing probes disagreed by "
-        f"{noise.get('probe_spread_median', 0):.1%} (median), {noise.get('probe_spread_max', 0):.1%} (worst)\n"
+        f"{noise.get('probe_spread_median', 0):.1%} (median), {noise.get('probe_spread_max', 0):.1%} (worst)"
+        + (
+            f"; the sweep's reference pass ranged {noise['sweep_drift']:.1%} visit to visit"
+            if "sweep_drift" in noise
+            else ""
+        )
+        + "\n"
         + shown.round(3).to_string(index=False)
         + f"\nwritten to {out} in {payload['seconds']:.0f} s"
     )

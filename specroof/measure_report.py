@@ -239,7 +239,15 @@ def _speculation_part(w: ReportWriter, check: SpecCheck) -> str:
         "bracket each speculative run; <code>speedup_predicted</code> is the roofline with the fitted profile and "
         "the acceptance measured in the same rounds. "
         f"The bracketing baseline runs disagreed by {_pct(noise.get('probe_spread_median'))} (median) and "
-        f"{_pct(noise.get('probe_spread_max'))} (worst): the machine's noise during this run. A row whose speedup "
+        f"{_pct(noise.get('probe_spread_max'))} (worst): the machine's noise during this run"
+        + (
+            f"; the verify sweep's reference pass (its cheapest point, timed before every block) ranged "
+            f"{_pct(noise.get('sweep_drift'))} from its fastest visit to its slowest, and every point was "
+            "re-timed whenever that pass got faster"
+            if noise.get("sweep_drift") is not None
+            else ""
+        )
+        + ". A row whose speedup "
         "exceeds tokens per round x step time / verify time, which no round can beat, is flagged as noise and its "
         "measured speedup left blank; a row whose baselines disagreed by more than its error, or whose error "
         f"exceeds {ERROR_LIMIT:.0%} while the machine was noisy, is marked in the noise column (with why) and left out of the "

@@ -65,6 +65,8 @@ def test_offline_pair_check_under_two_busy_loops(tmp_path):
     assert sum(pay["steps_s"].values()) == pytest.approx(pay["seconds"], rel=0.02)
     assert set(pay["steps_s"]) >= {"setup", "microbenchmarks", "decoding_runs", "fit_and_predict"}
     assert pay["microbench_set"] == "short"  # a 15 s budget cannot afford the full microbenchmarks
+    # the sweep's drift is reported where its reference point was timed more than once
+    assert pay["noise"].get("sweep_drift", 0.0) >= 0.0
 
 
 def _rows(**cols):
