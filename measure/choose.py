@@ -68,6 +68,32 @@ def matmul_rate(dtype: str, device: torch.device, m: int = 32, k: int = 1024, n:
     return 2.0 * m * k * n / t.min_s
 
 
+def matmul_rates(device: torch.device, dtypes: tuple[str, ...] = ("fp32", "bf16"), rounds: int = 3) -> dict[str, float]:
+    """:func:`matmul_rate` of each dtype, the best of ``rounds`` interleaved timings.
+
+    Interleaved so that a slow moment of a shared machine falls on both dtypes, not on
+    one: timed once each, a burst of another process's memory traffic during fp32's
+    product made an AVX2 EPYC's fp32 look slower (15 GFLOP/s, against 45-53 in the
+    runs before) than its emulated bf16 (18).
+    """
+    best = dict.fromkeys(dtypes, 0.0)
+    for _ in range(max(1, rounds)):
+        for d in dtypes:
+            best[d] = max(best[d], matmul_rate(d, device))
+    return best
+
+
+#: CPU flags (x86 ``flags``, Arm ``Features``) that name bf16 arithmetic units
+BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
+
+
+def bf16_units(isa: list[str] | None) -> bool | None:
+    """Whether the CPU has bf16 arithmetic units, from its flags; None where they could not be read."""
+    if isa is None:
+        return None
+    return any(f in BF16_FLAGS for f in isa)
+
+
 def stream_rate(device: torch.device, nbytes: int, dtype: str = "fp32") -> float:
     """Bytes/s at which a one-row product streams a ``dtype`` matrix of ``nbytes`` (the decode ceiling), through the
     kernel the harness's model runs for it (:func:`measure.models.prepared_linear`)."""
@@ -113,20 +139,41 @@ def choose_threads(device: torch.device, share: float = 0.8) -> tuple[int, str]:
     return cores, f"Threads: {cores} ({rates[cores] / rates[1]:.1f}x one thread's speed)."
 
 
-def choose_dtype(rates: dict[str, float], kind: str) -> tuple[str, str]:
-    """The dtype to measure in, and the reason, from per-dtype matmul rates (FLOP/s)."""
+def choose_dtype(rates: dict[str, float], kind: str, units: bool | None = None) -> tuple[str, str]:
+    """The dtype to measure in, and the reason, from per-dtype matmul rates (FLOP/s).
+
+    ``units`` (:func:`bf16_units`): whether the CPU's flags name bf16 units. Where they
+    say none, bf16 is emulated whatever one timing says, and fp32 is chosen; where they
+    cannot be read, the faster dtype is (bf16 on a tie: it halves the bytes).
+    """
     if kind == "cuda":
         return "bf16", "bf16: the dtype GPUs serve LLMs in (tensor cores)."
     fp32, bf16 = rates.get("fp32", 0.0), rates.get("bf16", 0.0)
+    rates_text = f"{bf16 / 1e9:.0f} GFLOP/s against fp32's {fp32 / 1e9:.0f}"
+    if units is False:
+        return "fp32", (
+            f"fp32: this CPU's flags name no bf16 units, so bf16 is emulated (its matrix products ran at {rates_text} "
+            "here) and a bf16 model would measure the emulation, not the hardware."
+        )
     if bf16 >= fp32:
-        return "bf16", (
-            f"bf16: its matrix products run at {bf16 / 1e9:.0f} GFLOP/s against fp32's {fp32 / 1e9:.0f} "
-            "(this CPU has bf16 units), and it halves the bytes each pass streams."
+        has = "this CPU has bf16 units" if units else "faster than fp32 here"
+        return (
+            "bf16",
+            f"bf16: its matrix products run at {rates_text} ({has}), and it halves the bytes each pass streams.",
         )
     return "fp32", (
-        f"fp32: bf16 matrix products run at only {bf16 / 1e9:.0f} GFLOP/s here against fp32's {fp32 / 1e9:.0f} "
-        "(no bf16 units: bf16 is emulated), so a bf16 model would measure the emulation, not the hardware."
+        f"fp32: bf16 matrix products run at only {rates_text} here"
+        + (" although the CPU has bf16 units" if units else " (bf16 is emulated or slow here)")
+        + ", so a bf16 model would be the slower measurement."
     )
+
+
+def cpu_bf16_units(device: torch.device) -> bool | None:
+    """:func:`bf16_units` of the CPU ``device`` runs on (None for other devices, or flags not read)."""
+    if device.type != "cpu":
+        return None
+    isa = describe(device).get("isa")
+    return bf16_units(list(isa)) if isa is not None else None
 
 
 def choose_width(
@@ -183,8 +230,8 @@ def probe_and_choose(
         reasons.append(why_threads)
     else:
         threads = None
-    rates = {d: matmul_rate(d, dev) for d in ("fp32", "bf16")}
-    chosen, why = choose_dtype(rates, dev.type)
+    rates = matmul_rates(dev)
+    chosen, why = choose_dtype(rates, dev.type, bf16_units(info.get("isa")) if dev.type == "cpu" else None)
     reasons.insert(0, why)
     if dtype is not None and dtype != chosen:
         reasons = [f"{dtype}: asked for (the probe would have chosen {why})"]

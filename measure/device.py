@@ -85,8 +85,14 @@ def _cpu_info() -> dict[str, Any]:
         if m:
             info["name"] = m.group(1).strip()
         info["vendor"] = (re.search(r"^vendor_id\s*:\s*(.+)$", text, re.M) or [None, ""])[1].strip()
-        flags = (re.search(r"^flags\s*:\s*(.+)$", text, re.M) or [None, ""])[1].split()
-        info["isa"] = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_int8") if f in flags]
+        # x86 names its extensions in "flags", Arm in "Features" (where "bf16" is its bf16 arithmetic)
+        flags = (re.search(r"^(?:flags|Features)\s*:\s*(.+)$", text, re.M) or [None, ""])[1].split()
+        if flags:
+            info["isa"] = [
+                f
+                for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_int8", "asimd", "sve", "bf16")
+                if f in flags
+            ]
     except OSError:
         pass
     caches = _cpu_caches()

@@ -222,10 +222,9 @@ def fastest_dtype(device: torch.device) -> tuple[str, str]:
     thread of this project's EPYC, measured by :func:`measure.choose.matmul_rate`): the engine
     terms are host terms, and a bf16 model would add the emulation to every pass.
     """
-    from measure.choose import choose_dtype, matmul_rate
+    from measure.choose import choose_dtype, cpu_bf16_units, matmul_rates
 
-    rates = {d: matmul_rate(d, device) for d in ("fp32", "bf16")}
-    return choose_dtype(rates, device.type)
+    return choose_dtype(matmul_rates(device), device.type, cpu_bf16_units(device))
 
 
 #: two-sided confidence of the interval a measured figure carries

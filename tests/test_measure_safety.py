@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 
 import measure.sweep as sweeps  # noqa: E402
 from measure.budget import Budget  # noqa: E402
-from measure.choose import choose_dtype, choose_width  # noqa: E402
+from measure.choose import bf16_units, choose_dtype, choose_width  # noqa: E402
 from measure.fit import fit  # noqa: E402
 from measure.pair import PairConfig  # noqa: E402
 from measure.store import FolderLock, SweepStore, read_results  # noqa: E402
@@ -115,6 +115,36 @@ def test_dtype_choice_follows_the_rates():
     dt, why = choose_dtype({"fp32": 150e9, "bf16": 870e9}, "cpu")
     assert dt == "bf16" and "870 GFLOP/s" in why
     assert choose_dtype({"fp32": 1e12, "bf16": 1e11}, "cuda")[0] == "bf16"
+
+
+def test_dtype_choice_trusts_the_cpu_flags_over_one_timing():
+    # an AVX2 EPYC whose fp32 product was timed during another process's burst: its flags still say emulated
+    dt, why = choose_dtype({"fp32": 15e9, "bf16": 18e9}, "cpu", units=False)
+    assert dt == "fp32" and "no bf16 units" in why and "18 GFLOP/s" in why
+    dt, why = choose_dtype({"fp32": 65e9, "bf16": 242e9}, "cpu", units=True)
+    assert dt == "bf16" and "has bf16 units" in why
+    # flags unread: the timing decides, and the reason claims nothing about the hardware
+    dt, why = choose_dtype({"fp32": 15e9, "bf16": 18e9}, "cpu", units=None)
+    assert dt == "bf16" and "units" not in why
+    assert bf16_units(["avx2"]) is False and bf16_units(["avx2", "avx512f", "avx512_bf16"]) is True
+    assert bf16_units(["asimd", "sve", "bf16"]) is True and bf16_units(None) is None
+
+
+def test_matmul_rates_interleave_and_keep_each_dtypes_best(monkeypatch):
+    import measure.choose as ch
+
+    # fp32's first timing falls in a slow moment; interleaved rounds give it its real rate back
+    script = iter([15e9, 18e9, 50e9, 17e9, 48e9, 18e9])
+    order = []
+
+    def fake(dtype, device):
+        order.append(dtype)
+        return next(script)
+
+    monkeypatch.setattr(ch, "matmul_rate", fake)
+    rates = ch.matmul_rates(torch.device("cpu"))
+    assert rates == {"fp32": 50e9, "bf16": 18e9}
+    assert order == ["fp32", "bf16"] * 3
 
 
 def test_width_choice_fits_the_time_per_token():
