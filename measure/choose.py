@@ -124,17 +124,19 @@ def choose_threads(device: torch.device, share: float = 0.8) -> tuple[int, str]:
     if cores == 1:
         return 1, "Threads: 1 (the only core)."
     old = torch.get_num_threads()
-    rates = {}
+    rates = {cores: 0.0, 1: 0.0}
     try:
-        for n in (cores, 1):
-            torch.set_num_threads(n)
-            rates[n] = max(matmul_rate("fp32", device) for _ in range(2))
+        # interleaved, best of three each: a slow moment then falls on both counts, not on one
+        for _ in range(3):
+            for n in (cores, 1):
+                torch.set_num_threads(n)
+                rates[n] = max(rates[n], matmul_rate("fp32", device))
     finally:
         torch.set_num_threads(old)
     if rates[1] >= share * rates[cores]:
         return 1, (
             f"Threads: 1, not {cores}: one thread ran a matrix product at {rates[1] / rates[cores]:.0%} of the speed "
-            f"of {cores} (another process is busy here), and a single thread is not held up by a shared core."
+            f"of {cores} (a core is busy with other work here), and a single thread is not held up by a shared core."
         )
     return cores, f"Threads: {cores} ({rates[cores] / rates[1]:.1f}x one thread's speed)."
 

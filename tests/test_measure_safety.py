@@ -323,3 +323,20 @@ def test_measure_cli_checks_outputs_before_measuring(tmp_path, capsys):
         code = main([*argv, *([] if given else ["--out", str(tmp_path / "o")])])
         err = capsys.readouterr().err
         assert code == 2 and msg in err and "Traceback" not in err, (argv, err)
+
+
+def test_thread_choice_interleaves_its_timings(monkeypatch):
+    import measure.choose as ch
+
+    monkeypatch.setattr(ch.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    calls = {"n": 0}
+
+    def fake(dtype, device):
+        calls["n"] += 1
+        two = torch.get_num_threads() == 2
+        # the first all-cores timing lands in another process's burst; the later ones run at twice one thread
+        return (9e9 if calls["n"] == 1 else 20e9) if two else 10e9
+
+    monkeypatch.setattr(ch, "matmul_rate", fake)
+    n, why = ch.choose_threads(torch.device("cpu"))
+    assert n == 2 and "2.0x" in why and calls["n"] == 6
