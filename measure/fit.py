@@ -146,6 +146,34 @@ class FitResult:
             )
         return None
 
+    def residuals_by_rows(self) -> pd.DataFrame:
+        """The fit's signed relative error grouped by the row counts the harness runs one kernel for.
+
+        One row per range of pass rows (batch x new tokens: 1, 2, 3-16, more), with
+        ``points``, ``err_mean`` (signed: above 0, the fit prices those passes high) and
+        ``err_max_abs``. The harness picks a kernel per range (:func:`measure.models.rows_bucket`),
+        and the fitted roofline has one bandwidth and one FLOP rate for every pass wider
+        than one token: where the ranges' errors have opposite signs, that is the model's
+        shape missing, not the machine's noise.
+        """
+        from measure.models import ROWS_RANGES, rows_bucket
+
+        t = self.table
+        rows = (t["batch"] * t["new_tokens"]).to_numpy(dtype=int)
+        bucket = np.array([rows_bucket(int(r)) for r in rows])
+        out = []
+        for b in sorted(set(bucket.tolist())):
+            e = t["err_fitted"].to_numpy(dtype=float)[bucket == b]
+            out.append(
+                {
+                    "rows": ROWS_RANGES[b],
+                    "points": int(e.size),
+                    "err_mean": float(e.mean()),
+                    "err_max_abs": float(np.abs(e).max()),
+                }
+            )
+        return pd.DataFrame(out)
+
     def write_toml(self, path: str | Path) -> Path:
         """Write the fitted profile: the starting profile's blocks plus a ``[measured]`` block with provenance."""
         m = self.hardware.measured

@@ -105,6 +105,10 @@ def rows_bucket(rows: int) -> int:
     return rows if rows <= 2 else (5 if rows <= 16 else 64)
 
 
+#: the rows of a pass each probed row count's kernel choice covers (:func:`rows_bucket`), as the page names them
+ROWS_RANGES = {1: "1", 2: "2", 5: "3-16", 64: ">16"}
+
+
 def onednn_available() -> bool:
     """Whether this torch build has oneDNN's inner-product op (what inductor's CPU freezing path calls)."""
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")

@@ -573,6 +573,7 @@ def spec_check(
     spec_df.drop(columns=["curve"]).to_csv(folder / "speedup.csv", index=False)
     summary["fit_params"] = fitted.params
     summary["sweep_drift"] = sweep_drift(target_visits).get("drift")
+    summary["fit_residuals_by_rows"] = fitted.residuals_by_rows().to_dict(orient="records")
     step_done("fit_and_predict")
     check = SpecCheck(choice, apriori_hw, fitted, draft_fit, df, table, summary, spec_df, plan, pair_info, decode_path)
     payload = {
@@ -583,6 +584,7 @@ def spec_check(
         "crossover_predicted": [k["crossover_predicted"] for k in summary["crossover"]],
         "fit_params": fitted.params,
         "draft_fit_mape": draft_fit.mape if draft_fit is not None else None,
+        "fit_residuals_by_rows": summary["fit_residuals_by_rows"],
         "speedup": spec_df.to_dict(orient="records"),
         "speedup_error_max": float(spec_df["rel_error"].abs().max()) if len(spec_df) else None,
         "speedup_error_max_wall": float(spec_df["rel_error_wall"].abs().max()) if len(spec_df) else None,

@@ -382,6 +382,13 @@ def cmd_measure_spec(args: argparse.Namespace) -> int:
             else ""
         )
         + "\n"
+        + (
+            "fit error by pass rows (batch x new tokens): "
+            + ", ".join(f"{r['rows']}: {r['err_mean']:+.0%}" for r in payload.get("fit_residuals_by_rows") or [])
+            + "\n"
+            if payload.get("fit_residuals_by_rows")
+            else ""
+        )
         + shown.round(3).to_string(index=False)
         + f"\nwritten to {out} in {payload['seconds']:.0f} s"
     )

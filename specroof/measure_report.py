@@ -191,6 +191,15 @@ def _sweep_part(w: ReportWriter, check: SpecCheck) -> str:
         f"of the predicted pass time: a-priori (microbenchmark ceilings only) {_pct(s['apriori_mape'])}, after "
         f"fitting the profile to these passes {_pct(check.fitted.mape)}.</p>"
     )
+    by_rows = s.get("fit_residuals_by_rows") or []
+    if len(by_rows) > 1:
+        parts = ", ".join(f"{r['rows']}: {r['err_mean']:+.0%} ({r['points']} points)" for r in by_rows)
+        body += (
+            "<p>The fit's mean signed error by the rows of a pass (batch x new tokens; the harness runs one kernel "
+            f"per range, the fitted roofline one rate for every pass wider than one token): {parts}. Noise spreads "
+            "errors of both signs within every range; a range whose mean is far from zero while the others' are "
+            "near it is a kernel whose rate the one rate misses (above 0: the fit prices those passes high).</p>"
+        )
     fp = check.fitted.params
     if "gemv_bandwidth_bytes_per_s" in fp and fp["gemv_bandwidth_bytes_per_s"] < 0.9 * fp["bandwidth_bytes_per_s"]:
         body += (
