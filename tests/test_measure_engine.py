@@ -375,10 +375,14 @@ def test_the_default_dtype_is_the_devices_fastest(monkeypatch):
     import measure.choose as choose
 
     monkeypatch.setattr(choose, "matmul_rate", lambda d, dev: {"fp32": 18e9, "bf16": 10e9}[d])
+    monkeypatch.setattr(choose, "cpu_bf16_units", lambda dev: None)  # flags unread: the timings decide
     dtype, why = ef.fastest_dtype(torch.device("cpu"))
     assert dtype == "fp32" and "emulated" in why
     monkeypatch.setattr(choose, "matmul_rate", lambda d, dev: {"fp32": 18e9, "bf16": 60e9}[d])
+    monkeypatch.setattr(choose, "cpu_bf16_units", lambda dev: True)  # a CPU whose flags name bf16 units
     assert ef.fastest_dtype(torch.device("cpu"))[0] == "bf16"
+    monkeypatch.setattr(choose, "cpu_bf16_units", lambda dev: False)  # no units: a faster timing is not believed
+    assert ef.fastest_dtype(torch.device("cpu"))[0] == "fp32"
 
 
 class _CountingFramework(_FakeFramework):
