@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -416,14 +417,13 @@ def _sweep_points(
         too_big = _too_big_now(spec, dt, rows, dev)
         history: dict[int, list[dict[str, Any]]] = {i: [] for i in range(len(points))}
         keys = [tuple(str(r[k]) for k in KEY) for r, _, _ in points]
-        # every visit in the order it was measured (a saved sweep's rows are in that order): (point, minimum)
-        log: list[tuple[int, float]] = []
+        ref = reference_point(rows)
+        watch = ReferenceWatch(ref)  # fed every visit in the order measured (a saved sweep's rows are in that order)
         for v in visits:
             k = tuple(str(v.get(kk)) for kk in KEY)
             if k in keys:
                 history[keys.index(k)].append(v)
-                log.append((keys.index(k), _visit_min(v)))
-        ref = reference_point(rows)
+                watch.record(keys.index(k), _visit_min(v))
         unit = [(warmup + repeats) * (t if np.isfinite(t) else 1e-3) for _, _, t in points]
         todo_visits = sum(max(0, (rounds if rounds > 1 else 1) - len(history[i])) for i in range(len(points)))
         bar = WorkBar(sum(unit) * max(1, todo_visits / max(1, len(points))), f"verify sweep {name} {dt}", progress)
@@ -436,7 +436,7 @@ def _sweep_points(
                     h = history[i]
                     if len(h) > r or (h and h[-1]["status"] != "ok"):
                         continue  # saved by an earlier run, or failed (an OOM does not heal)
-                    if i != ref and len(h) >= 2 and _converged(h) and not sped_up_since(log, i, ref):
+                    if i != ref and len(h) >= 2 and _converged(h) and not watch.sped_up_since(i):
                         continue
                     if h and bud.expired():
                         continue  # every point has its first visit; the budget says stop
@@ -446,7 +446,7 @@ def _sweep_points(
                         visit = _measure_visit(runner, row, tokens, tree, dev, warmup if not h else 1, repeats, threads)
                     out = {**row, "visit": len(h), **visit, "device": str(dev), "t_predicted_s": t_pred}
                     h.append(out)
-                    log.append((i, _visit_min(out)))
+                    watch.record(i, _visit_min(out))
                     if store is not None:
                         store.append(out)
                     bar.update(unit[i], f"{sum(len(x) > 0 for x in history.values())}/{len(points)} points")
@@ -511,20 +511,32 @@ def reference_point(rows: Sequence[dict[str, Any]]) -> int:
     )
 
 
-def sped_up_since(log: Sequence[tuple[int, float]], point: int, ref: int, tol: float = CONVERGED) -> bool:
-    """Whether the machine got faster since ``point``'s last visit: the reference's minimum fell by more than ``tol``.
+class ReferenceWatch:
+    """The sweep's reference point, watched: its best minimum so far, and what that was at each point's last visit.
 
-    ``log`` holds every visit in the order measured, as (point index, minimum time).
-    The reference's minimum "then" is its best up to the point's last visit (its first
-    visit, if it had none before); "now" is its best so far.
+    :meth:`record` every visit in the order measured; :meth:`sped_up_since` then says
+    whether the machine got faster since a point's last visit (the reference's best fell
+    by more than ``tol`` below its best "then": at the point's last visit, or at the
+    reference's first visit for a point visited before it). Constant time per visit.
     """
-    last = max((p for p, (j, _) in enumerate(log) if j == point), default=None)
-    ref_t = [(p, t) for p, (j, t) in enumerate(log) if j == ref and np.isfinite(t)]
-    if last is None or not ref_t:
-        return False
-    then = [t for p, t in ref_t if p <= last] or [ref_t[0][1]]
-    now = min(t for _, t in ref_t)
-    return now < min(then) / (1 + tol)
+
+    def __init__(self, ref: int, tol: float = CONVERGED) -> None:
+        self.ref, self.tol = ref, tol
+        self.best = math.inf
+        self.then: dict[int, float] = {}
+
+    def record(self, point: int, t_min: float) -> None:
+        if point == self.ref and math.isfinite(t_min) and t_min < self.best:
+            if not math.isfinite(self.best):  # its first visit: "then" of the points visited before it
+                self.then = {p: t_min for p in self.then}
+            self.best = t_min
+        self.then[point] = self.best
+
+    def sped_up_since(self, point: int) -> bool:
+        then = self.then.get(point)
+        if then is None or not math.isfinite(self.best):
+            return False
+        return self.best < then / (1 + self.tol)
 
 
 def sweep_drift(visits: pd.DataFrame) -> dict[str, float]:

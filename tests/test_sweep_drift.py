@@ -27,20 +27,28 @@ def test_reference_is_the_cheapest_point():
     assert sweeps.reference_point(rows) == 2
 
 
+def _sped_up(log, point, ref):
+    w = sweeps.ReferenceWatch(ref)
+    for p, t in log:
+        w.record(p, t)
+    return w.sped_up_since(point)
+
+
 def test_sped_up_since_compares_the_reference_then_and_now():
     # point 1 last visited at position 3, when the reference's best was 10.0
     log = [(0, 10.0), (1, 20.0), (0, 10.1), (1, 20.1)]
-    assert not sweeps.sped_up_since(log, 1, 0)
-    assert not sweeps.sped_up_since([*log, (0, 9.9)], 1, 0)  # 1% faster: within the tolerance
-    assert sweeps.sped_up_since([*log, (0, 9.0)], 1, 0)  # 10% faster: reopen
-    assert not sweeps.sped_up_since([*log, (0, 12.0)], 1, 0)  # slower: the old minimum stands
+    assert not _sped_up(log, 1, 0)
+    assert not _sped_up([*log, (0, 9.9)], 1, 0)  # 1% faster: within the tolerance
+    assert _sped_up([*log, (0, 9.0)], 1, 0)  # 10% faster: reopen
+    assert not _sped_up([*log, (0, 12.0)], 1, 0)  # slower: the old minimum stands
     # a visit after the speed-up is judged against the reference as it was then
-    assert not sweeps.sped_up_since([*log, (0, 9.0), (1, 18.0)], 1, 0)
+    assert not _sped_up([*log, (0, 9.0), (1, 18.0)], 1, 0)
     # a point never visited, or no reference measured: nothing to say
-    assert not sweeps.sped_up_since(log, 2, 0)
-    assert not sweeps.sped_up_since([(1, 20.0), (0, float("nan"))], 1, 0)
+    assert not _sped_up(log, 2, 0)
+    assert not _sped_up([(1, 20.0), (0, float("nan"))], 1, 0)
     # the reference's first visit stands for "then" when the point came before it
-    assert sweeps.sped_up_since([(1, 20.0), (0, 10.0), (0, 8.0)], 1, 0)
+    assert _sped_up([(1, 20.0), (0, 10.0), (0, 8.0)], 1, 0)
+    assert not _sped_up([(1, 20.0), (0, 10.0), (0, 9.9)], 1, 0)
 
 
 def _scripted(monkeypatch, speed):
@@ -76,7 +84,7 @@ def test_a_steady_machine_still_converges(monkeypatch):
 def test_without_the_reference_rule_the_slow_minima_would_stay(monkeypatch):
     # the counterfactual the rule exists for: a machine that slows, then speeds up past its first state
     _scripted(monkeypatch, lambda n: 1.0 if n <= 6 else 0.7)
-    monkeypatch.setattr(sweeps, "sped_up_since", lambda *a, **k: False)
+    monkeypatch.setattr(sweeps.ReferenceWatch, "sped_up_since", lambda self, point: False)
     df = sweeps.sweep(TINY, rounds=6, **GRID)
     t = df.set_index("new_tokens")["t_min_s"]
     assert t.loc[1] == pytest.approx(0.7e-3) and t.loc[4] == pytest.approx(4e-3)  # the ratio is off by the drift
