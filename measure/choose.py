@@ -174,8 +174,7 @@ def cpu_bf16_units(device: torch.device) -> bool | None:
     """:func:`bf16_units` of the CPU ``device`` runs on (None for other devices, or flags not read)."""
     if device.type != "cpu":
         return None
-    isa = describe(device).get("isa")
-    return bf16_units(list(isa)) if isa is not None else None
+    return bf16_units(describe(device).get("isa"))
 
 
 def choose_width(
@@ -233,7 +232,7 @@ def probe_and_choose(
     else:
         threads = None
     rates = matmul_rates(dev)
-    chosen, why = choose_dtype(rates, dev.type, bf16_units(info.get("isa")) if dev.type == "cpu" else None)
+    chosen, why = choose_dtype(rates, dev.type, bf16_units(info.get("isa")))  # (a GPU's choice ignores the flags)
     reasons.insert(0, why)
     if dtype is not None and dtype != chosen:
         reasons = [f"{dtype}: asked for (the probe would have chosen {why})"]

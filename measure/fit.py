@@ -159,11 +159,11 @@ class FitResult:
         from measure.models import ROWS_RANGES, rows_bucket
 
         t = self.table
-        rows = (t["batch"] * t["new_tokens"]).to_numpy(dtype=int)
-        bucket = np.array([rows_bucket(int(r)) for r in rows])
+        bucket = np.array([rows_bucket(int(r)) for r in (t["batch"] * t["new_tokens"]).to_numpy(dtype=int)])
+        err = t["err_fitted"].to_numpy(dtype=float)
         out = []
         for b in sorted(set(bucket.tolist())):
-            e = t["err_fitted"].to_numpy(dtype=float)[bucket == b]
+            e = err[bucket == b]
             out.append(
                 {
                     "rows": ROWS_RANGES[b],

@@ -552,11 +552,9 @@ def sweep_drift(visits: pd.DataFrame) -> dict[str, float]:
     out: dict[str, float] = {}
     for _, g in ok.groupby([c for c in ("model", "dtype") if c in ok.columns], sort=False):
         pts = g.drop_duplicates([k for k in KEY if k in g.columns])
-        ref = pts.iloc[reference_point(pts.to_dict(orient="records"))]
-        mask = np.ones(len(g), dtype=bool)
-        for k in ("batch", "new_tokens", "context"):
-            mask &= g[k].to_numpy() == ref[k]
-        t = g.loc[mask, "t_min_s"].to_numpy(dtype=float)
+        shape = ["batch", "new_tokens", "context"]
+        ref = pts.iloc[reference_point(pts.to_dict(orient="records"))][shape]
+        t = g.loc[(g[shape] == ref).all(axis=1), "t_min_s"].to_numpy(dtype=float)
         if len(t) >= 2 and float(t.min()) > 0:
             d = float(t.max() / t.min() - 1)
             if d >= out.get("drift", -1.0):
