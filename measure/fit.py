@@ -152,9 +152,9 @@ class FitResult:
         One row per range of pass rows (batch x new tokens: 1, 2, 3-16, more), with
         ``points``, ``err_mean`` (signed: above 0, the fit prices those passes high) and
         ``err_max_abs``. The harness picks a kernel per range (:func:`measure.models.rows_bucket`),
-        and the fitted roofline has one bandwidth and one FLOP rate for every pass wider
-        than one token: where the ranges' errors have opposite signs, that is the model's
-        shape missing, not the machine's noise.
+        and the fit gives each range with points its own streaming rate but one FLOP rate to
+        all of them: where the ranges' errors have opposite signs, that is the model's shape
+        missing, not the machine's noise.
         """
         from measure.models import ROWS_RANGES, rows_bucket
 
@@ -199,8 +199,10 @@ def fit(
     """Fit bandwidth, FLOP/s per dtype and overheads to the measured verify passes in ``sweep_df``.
 
     Where the sweep has one-token and longer passes, one-token passes get their own
-    bandwidth (matrix-vector kernels); where the context varies, the attention
-    products get their own FLOP/s. Both are :class:`roofline.timemodel.TimeModel`
+    bandwidth (matrix-vector kernels), and so does each range of a few rows the harness
+    runs its own kernel for (2, 3-16: ``measure.models.ROWS_TOPS``) where the sweep has
+    two points or more in it and wider ones beside; where the context varies, the
+    attention products get their own FLOP/s. All are :class:`roofline.timemodel.TimeModel`
     refinements a datasheet profile does not have.
 
     ``spec`` may be a dict from the sweep's ``model`` names to specs: sweeping models
@@ -256,6 +258,22 @@ def fit(
         x0l.append(np.log(bw0))
         lol.append(np.log(bw0 / 3))
         hil.append(np.log(bw0 * 2.5))
+    # The harness runs one kernel per range of pass rows (measure.models.rows_bucket), and a few-row kernel
+    # streams at a rate of its own (on a Zen 3 EPYC, 2-row fp32 passes were priced 17-32% high by one rate for
+    # every pass wider than one token, in five sweeps): each range with two points or more, below wider ones
+    # that pin the bandwidth, gets its own rate, as one-token passes get the gemv rate.
+    from measure.models import ROWS_RANGES, ROWS_TOPS, rows_bucket
+
+    ranges: list[int] = []
+    lo_rows = 1
+    for top in ROWS_TOPS:
+        if int(((tokens > lo_rows) & (tokens <= top)).sum()) >= 2 and bool((tokens > top).any()):
+            ranges.append(top)
+            names.append(f"log_rows_bw_{top}")
+            x0l.append(np.log(bw0))
+            lol.append(np.log(bw0 / 3))
+            hil.append(np.log(bw0 * 2.5))
+        lo_rows = top
     if attn:
         names.append("log_attn_flops")
         x0l.append(np.log(peak0[0] / 4))
@@ -279,6 +297,7 @@ def fit(
             bandwidth_bytes_per_s=float(np.exp(x[0])),
             peak_flop_per_s={d: float(np.exp(x[1 + i])) for i, d in enumerate(dtypes)},
             gemv_bandwidth_bytes_per_s=float(np.exp(x[at["log_gemv_bw"]])) if gemv else None,
+            rows_bandwidth_bytes_per_s=tuple((top, float(np.exp(x[at[f"log_rows_bw_{top}"]]))) for top in ranges),
             attention_flop_per_s=float(np.exp(x[at["log_attn_flops"]])) if attn else None,
             matmul_half_tokens=float(x[at["half_tokens"]]),
             overlap=float(x[at["overlap"]]),
@@ -312,6 +331,9 @@ def fit(
     }
     if gemv:
         params["gemv_bandwidth_bytes_per_s"] = float(np.exp(x[at["log_gemv_bw"]]))
+    rows_bw = {top: float(np.exp(x[at[f"log_rows_bw_{top}"]])) for top in ranges}
+    for top, rate in rows_bw.items():
+        params[f"bandwidth_bytes_per_s_rows_{ROWS_RANGES[rows_bucket(top)]}"] = rate
     if attn:
         params["attention_flop_per_s"] = float(np.exp(x[at["log_attn_flops"]]))
     measured = Measured(
@@ -321,6 +343,7 @@ def fit(
         layer_overhead_s=params["layer_overhead_s"],
         matmul_half_tokens=params["matmul_half_tokens"],
         gemv_bandwidth_bytes_per_s=params.get("gemv_bandwidth_bytes_per_s"),
+        rows_bandwidth_bytes_per_s=rows_bw,
         attention_flop_per_s=params.get("attention_flop_per_s"),
         overlap=params["overlap"],
         provenance={"method": "least squares on relative error", "points": len(df)},

@@ -68,6 +68,9 @@ class Measured:
     #: share of the shorter of an operator's memory and compute time hidden under the longer
     #: (1: the roofline's max, GPUs; 0: they add up, as on CPUs whose cores both stream and compute)
     overlap: float | None = None
+    #: bytes/s of passes of a few rows, by range: {max rows: rate}, each range the rows above the
+    #: next smaller key (above one) up to its own (a harness's kernel per row range; TimeModel's field)
+    rows_bandwidth_bytes_per_s: dict[int, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -206,11 +209,13 @@ class Hardware:
             bw = self.bandwidth_bytes_per_s * self.efficiency_memory * engine.bandwidth_fraction
         attn = self.measured.attention_flop_per_s if self.measured is not None else None
         gemv = self.measured.gemv_bandwidth_bytes_per_s if self.measured is not None else None
+        rows_bw = tuple(sorted(self.measured.rows_bandwidth_bytes_per_s.items())) if self.measured is not None else ()
         e = engine
         return TimeModel(
             bandwidth_bytes_per_s=bw,
             peak_flop_per_s=peaks,
             gemv_bandwidth_bytes_per_s=gemv or None,
+            rows_bandwidth_bytes_per_s=rows_bw,
             attention_flop_per_s=attn or None,
             matmul_half_tokens=self.matmul_half_tokens,
             overlap=self.overlap,
@@ -488,6 +493,7 @@ def _measured_block(where: str, block: dict[str, Any]) -> Measured:
     known = {
         "bandwidth_GB_per_s",
         "gemv_bandwidth_GB_per_s",
+        "rows_bandwidth_GB_per_s",
         "attention_TFLOP_per_s",
         "pass_overhead_us",
         "layer_overhead_us",
@@ -506,6 +512,20 @@ def _measured_block(where: str, block: dict[str, Any]) -> Measured:
         gemv = _num(w, "gemv_bandwidth_GB_per_s", block["gemv_bandwidth_GB_per_s"]) * _GB
     if "attention_TFLOP_per_s" in block:
         attn = _num(w, "attention_TFLOP_per_s", block["attention_TFLOP_per_s"]) * 1e12
+    rows_bw: dict[int, float] = {}
+    ranges = block.get("rows_bandwidth_GB_per_s", {})
+    if not isinstance(ranges, dict):
+        raise SpecroofError(
+            f"{w}: 'rows_bandwidth_GB_per_s' must be a table of max rows = GB/s, e.g. {{ \"2\" = 11.5 }} (got {ranges!r})"
+        )
+    for key, value in ranges.items():
+        top = str(key).strip()
+        if not top.isdigit() or int(top) < 2:
+            raise SpecroofError(
+                f"{w}: a key of 'rows_bandwidth_GB_per_s' is the max rows of its range, a whole number >= 2 "
+                f"(one-token passes are gemv_bandwidth_GB_per_s's; got {key!r})"
+            )
+        rows_bw[int(top)] = _num(f"{w} (passes of up to {top} rows)", "rows_bandwidth_GB_per_s", value) * _GB
     peaks = _compute_block(f"{w}.compute", block.get("compute", {}))
     pass_over = None
     if "pass_overhead_us" in block:
@@ -517,7 +537,7 @@ def _measured_block(where: str, block: dict[str, Any]) -> Measured:
     if half < 0:
         raise SpecroofError(f"{w}: field 'matmul_half_tokens' must be >= 0 (got {half})")
     provenance = {k: v for k, v in block.items() if k not in known}  # the rest is provenance
-    return Measured(bw, peaks, pass_over, layer_over, half, provenance, gemv, attn, overlap)
+    return Measured(bw, peaks, pass_over, layer_over, half, provenance, gemv, attn, overlap, rows_bw)
 
 
 # -- writing profiles ---------------------------------------------------------
@@ -570,6 +590,8 @@ def measured_data(m: Measured) -> dict[str, Any]:
         out["bandwidth_GB_per_s"] = m.bandwidth_bytes_per_s / _GB
     if m.gemv_bandwidth_bytes_per_s is not None:
         out["gemv_bandwidth_GB_per_s"] = m.gemv_bandwidth_bytes_per_s / _GB
+    if m.rows_bandwidth_bytes_per_s:
+        out["rows_bandwidth_GB_per_s"] = {str(k): v / _GB for k, v in sorted(m.rows_bandwidth_bytes_per_s.items())}
     if m.attention_flop_per_s is not None:
         out["attention_TFLOP_per_s"] = m.attention_flop_per_s / 1e12
     if m.pass_overhead_s is not None:

@@ -38,7 +38,7 @@ from roofline.errors import SpecroofError, check_min
 from roofline.hardware import Hardware
 from roofline.model import ModelSpec, get_model
 from roofline.pricing import DEFAULT_CONTEXT, Pricing, pricing_of
-from roofline.timemodel import ATTENTION_OPERATORS, combine
+from roofline.timemodel import ATTENTION_OPERATORS, combine, memory_regime
 
 HardwareLike = Pricing | Hardware | str
 
@@ -206,6 +206,11 @@ def _scalar_times(
     gemv = tm.gemv_bandwidth_bytes_per_s
     if gemv is not None and gemv != tm.bandwidth_bytes_per_s and tokens == 1:
         bw = gemv * tp
+    elif tokens > 1:
+        for top, rate in tm.rows_bandwidth_bytes_per_s:
+            if tokens <= top:
+                bw = rate * tp
+                break
     factor = tm.weight_bytes_factor.get(weight_dtype, 1.0)
     w, kr, kw, a = terms.bytes_weights, terms.bytes_kv_read, terms.bytes_kv_write, terms.bytes_act
     total = [wi + ri + vi + ai for wi, ri, vi, ai in zip(w, kr, kw, a, strict=True)]
@@ -263,13 +268,17 @@ def _scalar_times(
 
 def memory_rates(tm: Any, wdt: str, tp: int) -> list[tuple[float, float]]:
     """(bytes/s for the bytes other than weights, seconds per weight byte) of many-token passes, then of one-token
-    passes (matrix-vector: they may stream at the gemv rate): TimeModel.operator_times' rates, resolved once."""
+    passes (matrix-vector: they may stream at the gemv rate), then of each range of ``rows_bandwidth_bytes_per_s``:
+    TimeModel.operator_times' rates, resolved once, in :func:`roofline.timemodel.memory_regime`'s order."""
+    gemv = tm.gemv_bandwidth_bytes_per_s
+    base = tm.bandwidth_bytes_per_s
     rates = []
-    for one_token in (False, True):
-        bw = tm.bandwidth_bytes_per_s * tp
-        gemv = tm.gemv_bandwidth_bytes_per_s
-        if one_token and gemv is not None and gemv != tm.bandwidth_bytes_per_s:
-            bw = gemv * tp
+    for rate in (
+        base,
+        gemv if gemv is not None and gemv != base else base,
+        *(r for _, r in tm.rows_bandwidth_bytes_per_s),
+    ):
+        bw = rate * tp
         factor = tm.weight_bytes_factor.get(wdt, 1.0)
         if tm.weights_link_bytes_per_s is not None:
             per_w = factor / (tm.weights_link_bytes_per_s * tp)
@@ -324,12 +333,15 @@ class _Pricer:
 
     __slots__ = ("terms", "knots", "icpt", "slope", "embed_w", "embed_t", "moe", "mlp_w", "mlp_e", "n_experts",
                  "k_share", "n_attn", "attn_t", "attn_l", "attn_c", "attn_scaled", "vocab", "half", "overlap", "fixed",
-                 "comm_0", "comm_t", "host", "step_s", "step_per_seq", "step_overlap")  # fmt: skip
+                 "comm_0", "comm_t", "host", "step_s", "step_per_seq", "step_overlap", "tops")  # fmt: skip
 
     def __init__(self, spec: ModelSpec, pr: Pricing, tp: int, lin: LinearTerms) -> None:
         tm, e, wdt = pr.time_model, pr.time_model.engine, pr.stored_weight_dtype
         kv_extra = 1.0 / e.kv_bandwidth_fraction - 1.0 if e is not None and e.kv_bandwidth_fraction != 1.0 else 0.0
         regimes = memory_rates(tm, wdt, tp)
+        # the max rows of the ranges with rates of their own (memory_regime): empty, the usual case, keeps a
+        # pass's regime the one-token test alone
+        self.tops = tuple(top for top, _ in tm.rows_bandwidth_bytes_per_s)
         peak = tm.peak(pr.dtype)
         peak_tp = peak * tp
         attn_rate = tm.attention_flop_per_s
@@ -363,15 +375,15 @@ class _Pricer:
                   for j, (_, per_w) in enumerate(regimes)]  # fmt: skip
         self.knots, self.icpt, self.slope = ([t[j] for t in tables] for j in range(3))
         self.embed_w = [rows_w[embed] * per_w for _, per_w in regimes] if embed >= 0 else None
-        self.embed_t = [per_t_s[j][embed] for j in range(2)] if embed >= 0 else [0.0, 0.0]
+        self.embed_t = [per_t_s[j][embed] for j in range(len(regimes))] if embed >= 0 else [0.0] * len(regimes)
         self.moe = moe
         if moe:
             self.mlp_w = [(w[mlp] * r[1], per_t_s[j][mlp], f_t[mlp] / peak_tp) for j, r in enumerate(regimes)]
             self.mlp_e = [touched_w[mlp] * r[1] for r in regimes]  # seconds per distinct expert
         self.n_attn = len(attn)
         a0 = attn[0] if attn else 0
-        self.attn_t = [per_t[a0] / r[0] for r in regimes] if attn else [0.0, 0.0]
-        self.attn_l = [per_l[a0] / r[0] * (1.0 + kv_extra) for r in regimes] if attn else [0.0, 0.0]
+        self.attn_t = [per_t[a0] / r[0] for r in regimes] if attn else [0.0] * len(regimes)
+        self.attn_l = [per_l[a0] / r[0] * (1.0 + kv_extra) for r in regimes] if attn else [0.0] * len(regimes)
         self.attn_c = f_p[a0] / ((attn_rate * tp) if attn_own else peak_tp) if attn else 0.0  # type: ignore[operator]
         self.attn_scaled = not attn_own
         self.vocab = float(vocab)
@@ -396,7 +408,7 @@ class _Pricer:
 
     def rest(self, T: float) -> float:
         """Seconds of every operator but the attention products at T tokens."""
-        k = 1 if T == 1.0 else 0
+        k = 1 if T == 1.0 else (memory_regime(T, self.tops) if self.tops else 0)
         i = bisect.bisect_right(self.knots[k], T)
         total = self.icpt[k][i] + self.slope[k][i] * T
         if self.embed_w is not None:  # the embedding reads min(T, vocab) rows and computes nothing
@@ -411,7 +423,7 @@ class _Pricer:
         """Seconds of the attention products (scores and values, the same cost each)."""
         if not self.n_attn:
             return 0.0
-        k = 1 if T == 1.0 else 0
+        k = 1 if T == 1.0 else (memory_regime(T, self.tops) if self.tops else 0)
         comp = pairs * self.attn_c
         if self.half and self.attn_scaled:
             comp = comp * (1.0 + self.half / T)
@@ -434,7 +446,7 @@ class _Pricer:
         T, Bf = float(B * n), float(B)
         t = self.rest(T)
         if self.n_attn:
-            k = 1 if T == 1.0 else 0
+            k = 1 if T == 1.0 else (memory_regime(T, self.tops) if self.tops else 0)
             comp = Bf * (n * float(L) + vis) * self.attn_c
             if self.half and self.attn_scaled:
                 comp = comp * (1.0 + self.half / T)
@@ -484,7 +496,7 @@ class _Pricer:
                 rest = rests.get(w)
                 if rest is None:
                     rest = rests[w] = self.rest(T)
-                k = 1 if T == 1.0 else 0
+                k = 1 if T == 1.0 else (memory_regime(T, self.tops) if self.tops else 0)
                 pairs_new, mem_new, per_cached = w * (w + 1) / 2.0, T * self.attn_t[k], self.attn_l[k]
                 scale, comm, prev = (1.0 + half / T) if half else 1.0, comm_0 + comm_t * T, w
             comp = Bf * (w * float(c) + pairs_new) * per_pair
@@ -506,7 +518,7 @@ class _Pricer:
             return total
         # the common case (full overlap, no host floor or step time) written out: finish(rest + attention) per step,
         # the same operations in the same order
-        k = 1 if Bf == 1.0 else 0
+        k = 1 if Bf == 1.0 else (memory_regime(Bf, self.tops) if self.tops else 0)
         n_attn, mem_t, mem_l, per_pair = self.n_attn, Bf * self.attn_t[k], self.attn_l[k], self.attn_c
         scale = 1.0 + self.half / Bf if self.half and self.attn_scaled else 0.0
         fixed, comm = self.fixed, self.comm_0 + self.comm_t * Bf
@@ -804,7 +816,7 @@ class _StepPricer:
 
     __slots__ = ("operators", "k", "mats", "half", "scaled", "overlap", "fixed", "seconds", "vocab", "n_experts",
                  "k_share", "moe", "nl", "d_ab", "ridge", "weights_bytes", "kv_per_token", "capacity", "dtype", "wdt",
-                 "mlp_matrices", "n_moe", "n_shared")  # fmt: skip
+                 "mlp_matrices", "n_moe", "n_shared", "tops")  # fmt: skip
 
     def __init__(self, spec: ModelSpec, pr: Pricing, tp: int, pricer: _Pricer) -> None:
         tm, e, wdt = pr.time_model, pr.time_model.engine, pr.stored_weight_dtype
@@ -834,7 +846,7 @@ class _StepPricer:
             totals = np.stack([mem.sum(1), (comp * scaled).sum(1), (comp * ~scaled).sum(1), flops.sum(1),
                                (w + kr + kw + a).sum(1)], axis=1)  # fmt: skip
             self.mats.append(np.ascontiguousarray(np.concatenate([flops, w, kr, kw, a, mem, comp, totals], axis=1)))
-        self.operators, self.k = names, k
+        self.operators, self.k, self.tops = names, k, pricer.tops
         self.half, self.scaled, self.overlap = tm.matmul_half_tokens, scaled.astype(float), tm.overlap
         self.fixed = float(tm.overhead_s(nl) if pr.overhead_s is None else pr.overhead_s)
         self.seconds = pricer.seconds
@@ -852,7 +864,7 @@ class _StepPricer:
         T, Bf = float(B * n), float(B)
         touched = self.n_experts * (1.0 - self.k_share**T) if self.moe else 0.0
         v = np.array((1.0, T, Bf * (n * float(L) + vis), Bf * L, T if T < self.vocab else self.vocab, touched))
-        out = v.dot(self.mats[T == 1.0])
+        out = v.dot(self.mats[1 if T == 1.0 else (memory_regime(T, self.tops) if self.tops else 0)])
         k = self.k
         # views of the one result (slices cost less than a reshape and its rows)
         flops, w, kr, kw, a = out[:k], out[k : 2 * k], out[2 * k : 3 * k], out[3 * k : 4 * k], out[4 * k : 5 * k]

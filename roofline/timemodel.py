@@ -34,6 +34,18 @@ Array = npt.NDArray[np.float64]
 ATTENTION_OPERATORS = ("attn_scores", "attn_values")
 
 
+def memory_regime(tokens: float, tops: tuple[int, ...]) -> int:
+    """Which of a time model's streaming rates a pass of ``tokens`` rows reads at: 1 for one row (the gemv
+    rate), 2 + j for the j-th range of ``rows_bandwidth_bytes_per_s`` (its max rows ``tops``), 0 past them all
+    (the bandwidth). The order :func:`roofline.passtime.memory_rates` lists the rates in."""
+    if tokens == 1.0:
+        return 1
+    for j, top in enumerate(tops):
+        if tokens <= top:
+            return 2 + j
+    return 0
+
+
 def combine(op_mem: Array, op_comp: Array, overlap: float = 1.0) -> Array:
     """Operator time from its memory and compute time: max + (1 - overlap) x min.
 
@@ -59,6 +71,11 @@ class TimeModel:
     peak_flop_per_s: Mapping[str, float]
     #: one-token passes run matrix-vector kernels, which may stream at another rate
     gemv_bandwidth_bytes_per_s: float | None = None
+    #: passes of a few rows (tokens) whose kernels stream at rates of their own: ``((max rows, bytes/s), ...)``
+    #: in ascending max rows, each entry the passes of more rows than the entry before (than one, for the
+    #: first: one-token passes are the gemv rate's) up to its own; wider passes stream at the bandwidth. A
+    #: harness that picks a kernel per range of rows gets one rate per range from its fit
+    rows_bandwidth_bytes_per_s: tuple[tuple[int, float], ...] = ()
     #: the attention products' own throughput (None: the dtype's peak)
     attention_flop_per_s: float | None = None
     #: compute time x (1 + half / tokens): small products do not fill the matrix units
@@ -94,6 +111,11 @@ class TimeModel:
     def operator_times(self, cost: PassCost, dtype: str, tp: int = 1) -> tuple[Array, Array]:
         """Per-operator memory and compute seconds of ``cost``: the roofline's two sides, before combining."""
         bw: Any = self.bandwidth_bytes_per_s * tp
+        if self.rows_bandwidth_bytes_per_s:
+            lo = 1
+            for top, rate in self.rows_bandwidth_bytes_per_s:
+                bw = np.where((cost.tokens > lo) & (cost.tokens <= top), rate * tp, bw)
+                lo = top
         if (
             self.gemv_bandwidth_bytes_per_s is not None
             and self.gemv_bandwidth_bytes_per_s != self.bandwidth_bytes_per_s

@@ -196,11 +196,20 @@ def _sweep_part(w: ReportWriter, check: SpecCheck) -> str:
         parts = ", ".join(f"{r['rows']}: {r['err_mean']:+.0%} ({r['points']} points)" for r in by_rows)
         body += (
             "<p>The fit's mean signed error by the rows of a pass (batch x new tokens; the harness runs one kernel "
-            f"per range, the fitted roofline one rate for every pass wider than one token): {parts}. Noise spreads "
-            "errors of both signs within every range; a range whose mean is far from zero while the others' are "
-            "near it is a kernel whose rate the one rate misses (above 0: the fit prices those passes high).</p>"
+            f"per range, and the fit gives each range with points its own streaming rate but one FLOP rate to all "
+            f"of them): {parts}. Noise spreads errors of both signs within every range; a range whose mean is far "
+            "from zero while the others' are near it is a kernel the fitted rates miss (above 0: the fit prices "
+            "those passes high).</p>"
         )
     fp = check.fitted.params
+    ranged = [(k.rsplit("_rows_", 1)[1], v) for k, v in fp.items() if k.startswith("bandwidth_bytes_per_s_rows_")]
+    if ranged:
+        rates = ", ".join(f"{rows} rows {v / 1e9:.1f} GB/s" for rows, v in ranged)
+        body += (
+            f"<p>Fitted weight-streaming rates by the rows of a pass: 1 row "
+            f"{fp.get('gemv_bandwidth_bytes_per_s', fp['bandwidth_bytes_per_s']) / 1e9:.1f} GB/s, {rates}, wider "
+            f"{fp['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s (each range's kernel, as the harness picks it).</p>"
+        )
     if "gemv_bandwidth_bytes_per_s" in fp and fp["gemv_bandwidth_bytes_per_s"] < 0.9 * fp["bandwidth_bytes_per_s"]:
         body += (
             f"<p>On this device a one-token pass streams weights at {fp['gemv_bandwidth_bytes_per_s'] / 1e9:.0f} GB/s, "

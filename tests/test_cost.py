@@ -201,3 +201,32 @@ def test_measured_refinements_change_the_step_time_as_documented(tmp_path):
     p.write_text(p.read_text().replace("overlap = 0.25", "overlap = 1.5"))
     with pytest.raises(Exception, match="overlap"):
         load_hardware(str(p))
+
+
+def test_rows_bandwidth_prices_each_range_of_rows_at_its_rate_and_round_trips(tmp_path):
+    from roofline.hardware import Measured, load_hardware, write_profile
+    from roofline.passtime import step_time
+
+    base = load_hardware("h100-sxm-80gb")
+    bw = base.bandwidth()
+    # passes of 1, 2, 3, 16, 17 and 512 tokens (batch 1): one row each range's edge and past it
+    cost = forward_cost(L8B, 1, np.array([1, 2, 3, 16, 17, 512]), 1024, weight_dtype="bf16")
+    plain = step_time(cost, base)
+    m = Measured(gemv_bandwidth_bytes_per_s=bw / 2, rows_bandwidth_bytes_per_s={2: bw / 4, 16: bw / 8})
+    ranged = step_time(cost, base.replace(measured=m))
+    # memory time scales with 1 / rate: 1 row at the gemv rate, 2 rows at the first range's, 3-16 at the second's,
+    # wider passes at the bandwidth
+    np.testing.assert_allclose(ranged.t_memory_s / plain.t_memory_s, [2, 4, 8, 8, 1, 1], rtol=1e-12)
+    # the TOML block holds them as a table of max rows, and reads back
+    p = tmp_path / "r.toml"
+    write_profile(base.replace(measured=m), p)
+    assert "[measured.rows_bandwidth_GB_per_s]" in p.read_text()
+    back = load_hardware(str(p))
+    assert back.measured.rows_bandwidth_bytes_per_s == pytest.approx({2: bw / 4, 16: bw / 8})
+    np.testing.assert_allclose(step_time(cost, back).t_step_s, ranged.t_step_s, rtol=1e-12)
+    text = p.read_text()
+    for line, broken, words in (("2 = ", "1 = 5.0", "whole number >= 2"), ("16 = ", "16 = -3.0", "must be positive")):
+        start = text.index("\n" + line) + 1
+        p.write_text(text[:start] + broken + text[text.index("\n", start) :])
+        with pytest.raises(SpecroofError, match=words):
+            load_hardware(str(p))

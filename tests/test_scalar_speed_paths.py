@@ -376,15 +376,18 @@ def test_a_named_profile_is_looked_up_by_its_file_and_mtime(tmp_path):
         pricing_of("no-such-gpu-anywhere")
 
 
-@pytest.mark.parametrize(("overlap", "host"), [(1.0, False), (0.35, False), (1.0, True)])
-def test_chains_levels_and_passes_under_every_time_model_branch_equal_the_array_path(overlap, host, array_path):
+@pytest.mark.parametrize(("overlap", "host", "rows"), [(1.0, False, False), (0.35, False, False), (1.0, True, False),
+                                                  (1.0, False, True), (0.35, True, True)])  # fmt: skip
+def test_chains_levels_and_passes_under_every_time_model_branch_equal_the_array_path(overlap, host, rows, array_path):
     """The pricer's written-out loops (a chain's steps, a tree's levels) and its piecewise-linear sum of the operators
-    outside attention under a measured profile's terms: gemv bandwidth, the attention rate, small-matmul saturation
-    and partial overlap, a per-step host time, one and two devices."""
+    outside attention under a measured profile's terms: gemv bandwidth, rates per range of rows (2, 3-16), the
+    attention rate, small-matmul saturation and partial overlap, a per-step host time, one and two devices."""
+    ranges = ((2, 2.6e12), (16, 2.9e12)) if rows else ()
     for engine, tp in itertools.product((None, "serving", "vllm"), (1, 2)):
         pr = dataclasses.replace(Pricing.of("h100-sxm-80gb", engine=engine, tp=tp))  # a copy: its own time model
         tm = dataclasses.replace(pr.time_model, gemv_bandwidth_bytes_per_s=2.1e12, attention_flop_per_s=3.0e14,
-                                 matmul_half_tokens=7.0, overlap=overlap)  # fmt: skip
+                                 matmul_half_tokens=7.0, overlap=overlap,
+                                 rows_bandwidth_bytes_per_s=ranges)  # fmt: skip
         if host:  # a host floor per pass that short passes hit, and a step time per sequence (in series or not)
             e = tm.engine or engine_mod.load_engine("serving")
             e = dataclasses.replace(e, host_step_s=3e-5, host_step_per_seq_s=2e-6, step_overlap=engine == "vllm")
@@ -393,19 +396,26 @@ def test_chains_levels_and_passes_under_every_time_model_branch_equal_the_array_
         for name in ("llama-3.1-8b", "mixtral-8x7b", "llama-68m"):
             spec = get_model(name)
             assert passtime.scalar_pricer(spec, pr, tp) is not None
-            for b, c, g, widths in ((1, 1024, 6, [1, 4, 4, 4]), (3, 0, 1, [2]), (16, 1500, 9, [10, 10, 10, 1])):
+            for b, c, g, widths in ((1, 1024, 6, [1, 4, 4, 4]), (3, 0, 1, [2]), (16, 1500, 9, [10, 10, 10, 1]),
+                                    (2, 64, 3, [1, 8, 8])):  # fmt: skip
                 chain = passtime.chain_seconds(spec, pr, b, c, g, tp)
                 levels = passtime.levels_seconds(spec, pr, widths, b, c, tp)
                 one = passtime.pass_seconds(spec, pr, b, 7, c)
+                two = passtime.pass_time(spec, pr, b, 2, c)  # the step pricer's table for 2 b rows
                 with array_path():
                     steps = passtime.pass_seconds(spec, pr, np.array([b]), 1, c + np.arange(g))
                     starts = c + np.concatenate([[0], np.cumsum(widths)[:-1]])
                     per_level = passtime.pass_seconds(spec, pr, b, np.array(widths), starts)
                     slow = passtime.pass_seconds(spec, pr, np.array([b]), np.array([7]), np.array([c]))
+                    slow_two = passtime.pass_time(spec, pr, b, 2, c)
                 where = (engine, tp, name, b, c)
                 assert chain == pytest.approx(float(np.cumsum(steps)[-1]), rel=REL, abs=0), where
                 assert levels == pytest.approx(float(np.sum(per_level)), rel=REL, abs=0), where
                 assert float(one) == pytest.approx(float(slow[0]), rel=REL, abs=0), where
+                for f in ("t_step_s", "t_memory_s", "t_compute_s", "op_memory_s", "op_time_s"):
+                    np.testing.assert_allclose(np.asarray(getattr(two, f), dtype=float).ravel(),
+                                               np.asarray(getattr(slow_two, f), dtype=float).ravel(), rtol=REL,
+                                               atol=0, err_msg=f"{where} {f}")  # fmt: skip
 
 
 # -- tree rounds: the tree plan and the tree's cached levels against the array path ------------------------------------
