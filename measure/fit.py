@@ -199,9 +199,10 @@ def fit(
     """Fit bandwidth, FLOP/s per dtype and overheads to the measured verify passes in ``sweep_df``.
 
     Where the sweep has one-token and longer passes, one-token passes get their own
-    bandwidth (matrix-vector kernels), and so does each range of a few rows the harness
+    bandwidth (matrix-vector kernels), and so may each range of a few rows the harness
     runs its own kernel for (2, 3-16: ``measure.models.ROWS_TOPS``) where the sweep has
-    two points or more in it and wider ones beside; where the context varies, the
+    two points or more in it and wider ones beside, if Akaike's criterion keeps the rate
+    (the data must support it beyond their noise); where the context varies, the
     attention products get their own FLOP/s. All are :class:`roofline.timemodel.TimeModel`
     refinements a datasheet profile does not have.
 
@@ -258,22 +259,6 @@ def fit(
         x0l.append(np.log(bw0))
         lol.append(np.log(bw0 / 3))
         hil.append(np.log(bw0 * 2.5))
-    # The harness runs one kernel per range of pass rows (measure.models.rows_bucket), and a few-row kernel
-    # streams at a rate of its own (on a Zen 3 EPYC, 2-row fp32 passes were priced 17-32% high by one rate for
-    # every pass wider than one token, in five sweeps): each range with two points or more, below wider ones
-    # that pin the bandwidth, gets its own rate, as one-token passes get the gemv rate.
-    from measure.models import ROWS_RANGES, ROWS_TOPS, rows_bucket
-
-    ranges: list[int] = []
-    lo_rows = 1
-    for top in ROWS_TOPS:
-        if int(((tokens > lo_rows) & (tokens <= top)).sum()) >= 2 and bool((tokens > top).any()):
-            ranges.append(top)
-            names.append(f"log_rows_bw_{top}")
-            x0l.append(np.log(bw0))
-            lol.append(np.log(bw0 / 3))
-            hil.append(np.log(bw0 * 2.5))
-        lo_rows = top
     if attn:
         names.append("log_attn_flops")
         x0l.append(np.log(peak0[0] / 4))
@@ -289,15 +274,16 @@ def fit(
     lo = np.array([*lol, 0.0, 0.0])
     hi = np.array([*hil, 0.5 * t_min, layer_cap])
     x0 = np.clip(x0, lo, np.nextafter(hi, -np.inf))
-    at = {n: i for i, n in enumerate(names)}
+    base_at = {n: i for i, n in enumerate(names)}
 
-    def model_of(x: np.ndarray) -> TimeModel:
-        """The fit's parameter vector as the time model every prediction uses."""
+    def model_of(x: np.ndarray, ranges: Sequence[int]) -> TimeModel:
+        """The fit's parameter vector as the time model every prediction uses (``ranges``' rates at its end)."""
+        at = base_at
         return TimeModel(
             bandwidth_bytes_per_s=float(np.exp(x[0])),
             peak_flop_per_s={d: float(np.exp(x[1 + i])) for i, d in enumerate(dtypes)},
             gemv_bandwidth_bytes_per_s=float(np.exp(x[at["log_gemv_bw"]])) if gemv else None,
-            rows_bandwidth_bytes_per_s=tuple((top, float(np.exp(x[at[f"log_rows_bw_{top}"]]))) for top in ranges),
+            rows_bandwidth_bytes_per_s=tuple((top, float(np.exp(x[len(names) + j]))) for j, top in enumerate(ranges)),
             attention_flop_per_s=float(np.exp(x[at["log_attn_flops"]])) if attn else None,
             matmul_half_tokens=float(x[at["half_tokens"]]),
             overlap=float(x[at["overlap"]]),
@@ -305,21 +291,51 @@ def fit(
             layer_overhead_s=float(x[at["layer_overhead"]]),
         )
 
-    def predict(x: np.ndarray) -> np.ndarray:
-        tm = model_of(x)
+    def predict(x: np.ndarray, ranges: Sequence[int]) -> np.ndarray:
+        tm = model_of(x, ranges)
         pred = np.empty(len(df))
         for d in dtypes:
             for idx, c in costs[d]:
                 pred[idx] = tm.pass_seconds(c, d)
         return pred
 
-    def residuals(x: np.ndarray) -> np.ndarray:
-        pull = 0.05 * np.array([x[at["pass_overhead"]], max_layers * x[at["layer_overhead"]]]) / t_min
-        return np.concatenate([(predict(x) - t) / t, pull])
+    def solve(ranges: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Least squares on relative error with a streaming rate of its own for each range of ``ranges``."""
+        k = len(ranges)
+        start = np.concatenate([x0, np.full(k, np.log(bw0))])
+        bounds = (
+            np.concatenate([lo, np.full(k, np.log(bw0 / 3))]),
+            np.concatenate([hi, np.full(k, np.log(bw0 * 2.5))]),
+        )
 
-    res = least_squares(residuals, x0, bounds=(lo, hi), x_scale="jac", max_nfev=4000)
-    x = res.x
-    pred = predict(x)
+        def residuals(x: np.ndarray) -> np.ndarray:
+            pull = 0.05 * np.array([x[base_at["pass_overhead"]], max_layers * x[base_at["layer_overhead"]]]) / t_min
+            return np.concatenate([(predict(x, ranges) - t) / t, pull])
+
+        x = least_squares(residuals, start, bounds=bounds, x_scale="jac", max_nfev=4000).x
+        return x, predict(x, ranges)
+
+    # The harness runs one kernel per range of pass rows (measure.models.rows_bucket), and a few-row kernel may
+    # stream at a rate of its own (on a Zen 3 EPYC the fit with one rate for every pass wider than one token priced
+    # the 2-row passes 17-32% high in five sweeps). A range with two points or more, below wider passes that pin
+    # the bandwidth, gets its own rate where Akaike's criterion says the data support it: n ln(SSR) must drop by
+    # more than 2 for the one parameter more, so a noisy sweep (a small draft model's) is not given rates that
+    # only follow its noise. Ranges are tried in order, each kept or not given those kept before.
+    from measure.models import ROWS_RANGES, ROWS_TOPS, rows_bucket
+
+    def ssr(pred: np.ndarray) -> float:
+        return max(float((((pred - t) / t) ** 2).sum()), 1e-300)
+
+    ranges: list[int] = []
+    x, pred = solve(ranges)
+    lo_rows = 1
+    for top in ROWS_TOPS:
+        if int(((tokens > lo_rows) & (tokens <= top)).sum()) >= 2 and bool((tokens > top).any()):
+            x_r, pred_r = solve([*ranges, top])
+            if len(t) * np.log(ssr(pred_r) / ssr(pred)) + 2.0 < 0.0:
+                ranges, x, pred = [*ranges, top], x_r, pred_r
+        lo_rows = top
+    at = base_at
     err = (pred - t) / t
     params = {
         "bandwidth_bytes_per_s": float(np.exp(x[0])),
@@ -331,7 +347,7 @@ def fit(
     }
     if gemv:
         params["gemv_bandwidth_bytes_per_s"] = float(np.exp(x[at["log_gemv_bw"]]))
-    rows_bw = {top: float(np.exp(x[at[f"log_rows_bw_{top}"]])) for top in ranges}
+    rows_bw = {top: float(np.exp(x[len(names) + j])) for j, top in enumerate(ranges)}
     for top, rate in rows_bw.items():
         params[f"bandwidth_bytes_per_s_rows_{ROWS_RANGES[rows_bucket(top)]}"] = rate
     if attn:
@@ -351,7 +367,13 @@ def fit(
     fitted = dataclasses.replace(hw, name=f"{hw.name} (fitted)", measured=measured)
     table = df.assign(t_fitted_s=pred, err_fitted=err)
     return FitResult(
-        fitted, params, float(np.mean(np.abs(err))), float(np.max(np.abs(err))), len(df), table, len(names)
+        fitted,
+        params,
+        float(np.mean(np.abs(err))),
+        float(np.max(np.abs(err))),
+        len(df),
+        table,
+        len(names) + len(ranges),
     )
 
 
