@@ -67,6 +67,16 @@ def test_offline_pair_check_under_two_busy_loops(tmp_path):
     assert pay["microbench_set"] == "short"  # a 15 s budget cannot afford the full microbenchmarks
     # the sweep's drift is reported where its reference point was timed more than once
     assert pay["noise"].get("sweep_drift", 0.0) >= 0.0
+    # the page names the fitted streaming rate of each row range the fit kept, beside the one-row and wide ones
+    import dataclasses
+
+    from specroof.measure_report import _sweep_part
+    from specroof.report import ReportWriter
+
+    params = {**check.fitted.params, "bandwidth_bytes_per_s_rows_2": 9.04e9}
+    ranged = dataclasses.replace(check, fitted=dataclasses.replace(check.fitted, params=params))
+    page = _sweep_part(ReportWriter(tmp_path / "page"), ranged)
+    assert "2 rows 9.0 GB/s" in page and "Fitted weight-streaming rates by the rows of a pass" in page
 
 
 def _rows(**cols):
