@@ -274,11 +274,10 @@ def fit(
     lo = np.array([*lol, 0.0, 0.0])
     hi = np.array([*hil, 0.5 * t_min, layer_cap])
     x0 = np.clip(x0, lo, np.nextafter(hi, -np.inf))
-    base_at = {n: i for i, n in enumerate(names)}
+    at = {n: i for i, n in enumerate(names)}
 
     def model_of(x: np.ndarray, ranges: Sequence[int]) -> TimeModel:
         """The fit's parameter vector as the time model every prediction uses (``ranges``' rates at its end)."""
-        at = base_at
         return TimeModel(
             bandwidth_bytes_per_s=float(np.exp(x[0])),
             peak_flop_per_s={d: float(np.exp(x[1 + i])) for i, d in enumerate(dtypes)},
@@ -309,7 +308,7 @@ def fit(
         )
 
         def residuals(x: np.ndarray) -> np.ndarray:
-            pull = 0.05 * np.array([x[base_at["pass_overhead"]], max_layers * x[base_at["layer_overhead"]]]) / t_min
+            pull = 0.05 * np.array([x[at["pass_overhead"]], max_layers * x[at["layer_overhead"]]]) / t_min
             return np.concatenate([(predict(x, ranges) - t) / t, pull])
 
         x = least_squares(residuals, start, bounds=bounds, x_scale="jac", max_nfev=4000).x
@@ -335,7 +334,6 @@ def fit(
             if len(t) * np.log(ssr(pred_r) / ssr(pred)) + 2.0 < 0.0:
                 ranges, x, pred = [*ranges, top], x_r, pred_r
         lo_rows = top
-    at = base_at
     err = (pred - t) / t
     params = {
         "bandwidth_bytes_per_s": float(np.exp(x[0])),

@@ -108,8 +108,8 @@ def rows_bucket(rows: int) -> int:
 #: the rows of a pass each probed row count's kernel choice covers (:func:`rows_bucket`), as the page names them
 ROWS_RANGES = {1: "1", 2: "2", 5: "3-16", 64: ">16"}
 #: the max rows of each probed range between one row and the widest (:func:`rows_bucket`'s bounds): where
-#: the sweep has points in one, the fit gives its kernels a streaming rate of their own
-#: (``TimeModel.rows_bandwidth_bytes_per_s``), as one-token passes have the gemv rate
+#: the sweep has points in one and the data support it, the fit gives its kernels a streaming rate of their
+#: own (``TimeModel.rows_bandwidth_bytes_per_s``), as one-token passes have the gemv rate
 ROWS_TOPS = (2, 16)
 
 
