@@ -100,17 +100,19 @@ def sign_half(sin: torch.Tensor) -> torch.Tensor:
 PROBE_ROWS = (1, 2, 5, 64)
 
 
-def rows_bucket(rows: int) -> int:
-    """The probed row count whose kernel choice applies to a pass of ``rows`` rows."""
-    return rows if rows <= 2 else (5 if rows <= 16 else 64)
-
-
-#: the rows of a pass each probed row count's kernel choice covers (:func:`rows_bucket`), as the page names them
-ROWS_RANGES = {1: "1", 2: "2", 5: "3-16", 64: ">16"}
 #: the max rows of each probed range between one row and the widest (:func:`rows_bucket`'s bounds): where
 #: the sweep has points in one and the data support it, the fit gives its kernels a streaming rate of their
 #: own (``TimeModel.rows_bandwidth_bytes_per_s``), as one-token passes have the gemv rate
 ROWS_TOPS = (2, 16)
+
+
+def rows_bucket(rows: int) -> int:
+    """The probed row count whose kernel choice applies to a pass of ``rows`` rows."""
+    return rows if rows <= ROWS_TOPS[0] else (5 if rows <= ROWS_TOPS[1] else 64)
+
+
+#: the rows of a pass each probed row count's kernel choice covers (:func:`rows_bucket`), as the page names them
+ROWS_RANGES = {1: "1", 2: "2", 5: "3-16", 64: ">16"}
 
 
 def onednn_available() -> bool:

@@ -422,8 +422,9 @@ def _sweep_points(
         for v in visits:
             k = tuple(str(v.get(kk)) for kk in KEY)
             if k in keys:
-                history[keys.index(k)].append(v)
-                watch.record(keys.index(k), _visit_min(v))
+                j = keys.index(k)
+                history[j].append(v)
+                watch.record(j, _visit_min(v))
         unit = [(warmup + repeats) * (t if np.isfinite(t) else 1e-3) for _, _, t in points]
         todo_visits = sum(max(0, (rounds if rounds > 1 else 1) - len(history[i])) for i in range(len(points)))
         bar = WorkBar(sum(unit) * max(1, todo_visits / max(1, len(points))), f"verify sweep {name} {dt}", progress)

@@ -206,11 +206,10 @@ def _scalar_times(
     gemv = tm.gemv_bandwidth_bytes_per_s
     if gemv is not None and gemv != tm.bandwidth_bytes_per_s and tokens == 1:
         bw = gemv * tp
-    elif tokens > 1:
-        for top, rate in tm.rows_bandwidth_bytes_per_s:
-            if tokens <= top:
-                bw = rate * tp
-                break
+    elif tm.rows_bandwidth_bytes_per_s:  # a range's own rate (memory_regime: 2 + its index; 0 past them all)
+        k = memory_regime(float(tokens), tuple(top for top, _ in tm.rows_bandwidth_bytes_per_s))
+        if k >= 2:
+            bw = tm.rows_bandwidth_bytes_per_s[k - 2][1] * tp
     factor = tm.weight_bytes_factor.get(weight_dtype, 1.0)
     w, kr, kw, a = terms.bytes_weights, terms.bytes_kv_read, terms.bytes_kv_write, terms.bytes_act
     total = [wi + ri + vi + ai for wi, ri, vi, ai in zip(w, kr, kw, a, strict=True)]

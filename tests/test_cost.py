@@ -230,3 +230,19 @@ def test_rows_bandwidth_prices_each_range_of_rows_at_its_rate_and_round_trips(tm
         p.write_text(text[:start] + broken + text[text.index("\n", start) :])
         with pytest.raises(SpecroofError, match=words):
             load_hardware(str(p))
+
+
+def test_rows_bandwidth_prices_an_abstract_models_scalar_pass_as_the_array_path():
+    # an abstract model (one operator) has no step pricer: its scalar passes take the plain-float path
+    from roofline.hardware import Measured, load_hardware
+    from roofline.model import ModelSpec
+    from roofline.passtime import pass_time
+
+    base = load_hardware("h100-sxm-80gb")
+    bw = base.bandwidth()
+    hw = base.replace(measured=Measured(gemv_bandwidth_bytes_per_s=bw / 2, rows_bandwidth_bytes_per_s={2: bw / 4}))
+    spec = ModelSpec.from_params(13e9)
+    for n in (1, 2, 3, 64):
+        one = pass_time(spec, hw, 1, n, 1024)
+        arr = pass_time(spec, hw, np.array([1]), np.array([n]), np.array([1024]))
+        assert float(one.t_step_s) == pytest.approx(float(arr.t_step_s[0]), rel=1e-12), n

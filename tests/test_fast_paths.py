@@ -106,13 +106,13 @@ def test_scalar_tree_pass_matches_the_array_path():
 
 
 def _measured_terms(**options):
-    """An H100 Pricing whose time model has a measured profile's terms (gemv bandwidth, attention rate,
-    small-matmul saturation, partial overlap). A copy: Pricing.of hands out shared, cached objects, and only the
-    copy's cached time model is replaced."""
+    """An H100 Pricing whose time model has a measured profile's terms (gemv bandwidth, rates for passes of 2 and
+    3-16 rows, attention rate, small-matmul saturation, partial overlap). A copy: Pricing.of hands out shared,
+    cached objects, and only the copy's cached time model is replaced."""
     pr = dataclasses.replace(Pricing.of("h100-sxm-80gb", **options))
     pr.__dict__["time_model"] = dataclasses.replace(
         pr.time_model, gemv_bandwidth_bytes_per_s=2.1e12, attention_flop_per_s=3.0e14, matmul_half_tokens=7.0,
-        overlap=0.35,
+        overlap=0.35, rows_bandwidth_bytes_per_s=((2, 2.6e12), (16, 2.9e12)),
     )  # fmt: skip
     return pr
 
