@@ -154,8 +154,10 @@ def test_choose_kernels_makes_the_copies_its_choice_reads(monkeypatch: pytest.Mo
     monkeypatch.setattr(models, "_KERNEL_CHOICE", {})
     monkeypatch.setattr(
         models,
-        "fastest_linear",
-        lambda w, b, rows, repeats=3, stream_bytes=0, copies=True: "transposed" if rows == 1 and copies else "gemm",
+        "fastest_linears",
+        lambda w, b, rows, repeats=3, stream_bytes=0, copies=True: {
+            r: "transposed" if r == 1 and copies else "gemm" for r in rows
+        },
     )
     m = Transformer(SPEC, dtype="fp32")
     m.choose_kernels()

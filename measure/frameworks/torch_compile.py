@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from measure.frameworks.torch_eager import generate as generate  # noqa: PLC0414 -- the same loops, compiled layers
-from measure.models import COPY_KERNELS, PROBE_ROWS, Linear, Transformer, fastest_linear
+from measure.models import COPY_KERNELS, PROBE_ROWS, Linear, Transformer, fastest_linears
 
 NAME = "torch-compile"
 
@@ -49,7 +49,7 @@ def _traceable_linears(model: Transformer) -> None:
     if model.auto_kernels and model.device.type == "cpu" and not model.lm_head.weight.is_meta:
         head = model.lm_head
         stream = model.stream_bytes()
-        head.kernels = {r: fastest_linear(head.weight, head.bias, r, stream_bytes=stream) for r in PROBE_ROWS}
+        head.kernels = fastest_linears(head.weight, head.bias, PROBE_ROWS, stream_bytes=stream)
         for kind in set(head.kernels.values()) & set(COPY_KERNELS):
             head.weight_copy(kind)  # made now, not inside the first timed pass
     model.auto_kernels = False  # setup_cache must not choose the layers' kernels again
