@@ -393,6 +393,8 @@ def fastest_linears(
                 for kd, f in calls.items():
                     best[kd] = min(best[kd], time_fn(f, warmup=0, repeats=1).min_s * per_byte[kd])
                 calls = still_in_race(calls, best)
+                if len(calls) == 1:  # the others cannot win: timing the leader again changes nothing
+                    break
             # ties go to F.linear: the one kernel family that also runs training and every device
             out[r] = _KERNEL_CHOICE[keys[r]] = min(
                 best, key=lambda kd: (best[kd] * (1.0 if kd == "gemm" else 1.02), kd)
