@@ -37,7 +37,7 @@ import numpy.typing as npt
 from numpy.typing import ArrayLike
 
 from roofline.closed_forms import expected_tokens, expected_tokens_curve
-from roofline.errors import SpecroofError, as_array, check_min, check_range
+from roofline.errors import INT_LIMIT, SpecroofError, as_array, check_min, check_range
 from roofline.trees import SiblingRankAcceptance
 
 Array = npt.NDArray[np.float64]
@@ -110,6 +110,14 @@ def check_mean_accepted(
     D + 1 (one path is accepted); where speculation is priced a round must beat plain
     decoding's one token (``speculative=True``: mean > 1 strictly).
     """
+    if (
+        type(mean) is float
+        and 1.0 <= mean < math.inf
+        and not (speculative and mean == 1.0)
+        and (gamma is None or (type(gamma) is int and 1 <= gamma <= INT_LIMIT and mean <= gamma + 1 + 1e-9))
+        and (depth is None or (type(depth) is int and 1 <= depth <= INT_LIMIT and mean <= depth + 1 + 1e-9))
+    ):
+        return mean  # a valid float and whole-number bounds (a scalar call's case): every check below passes
     if isinstance(mean, np.ndarray) and mean.ndim == 0:
         mean = float(mean)
     if not (isinstance(mean, (int, float, np.floating, np.integer)) and math.isfinite(float(mean))):

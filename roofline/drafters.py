@@ -1220,7 +1220,7 @@ class TreePlan:
             t_draft = summed if summed is not None else _levels(self.dctx, spec, widths, batch, c)
         else:
             t_draft = float(self.drafter.tree_draft_time(self.dctx, list(lv.widths), batch, context))
-        return t_draft, float(self.pricer.seconds(batch, n + 1, context, _tree_visible(lv))), self.host
+        return t_draft, self.pricer.seconds(batch, n + 1, context, _tree_visible(lv)), self.host
 
 
 #: the tree_draft_time methods that price ``_tree_levels(ctx, self.tree_passes(...), batch)``

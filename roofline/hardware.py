@@ -627,6 +627,12 @@ def _builtin_paths() -> dict[str, Path]:
     return {Path(p.name).stem: Path(str(p)) for p in root.iterdir() if p.name.endswith(".toml")}
 
 
+@functools.cache
+def builtin_profile_dir() -> str:
+    """The folder of the built-in profiles, as the paths :func:`profile_path` gives for their names are spelt."""
+    return str(resources.files("hardware_profiles"))
+
+
 def load_profile_file(path: str | Path) -> Hardware:
     """Load and validate one profile TOML file."""
     p = Path(path)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -332,7 +332,7 @@ class _Pricer:
 
     __slots__ = ("terms", "knots", "icpt", "slope", "embed_w", "embed_t", "moe", "mlp_w", "mlp_e", "n_experts",
                  "k_share", "n_attn", "attn_t", "attn_l", "attn_c", "attn_scaled", "vocab", "half", "overlap", "fixed",
-                 "comm_0", "comm_t", "host", "step_s", "step_per_seq", "step_overlap", "tops")  # fmt: skip
+                 "comm_0", "comm_t", "host", "step_s", "step_per_seq", "step_overlap", "tops", "rests")  # fmt: skip
 
     def __init__(self, spec: ModelSpec, pr: Pricing, tp: int, lin: LinearTerms) -> None:
         tm, e, wdt = pr.time_model, pr.time_model.engine, pr.stored_weight_dtype
@@ -399,6 +399,7 @@ class _Pricer:
         self.step_overlap = has_step and bool(e.step_overlap)  # type: ignore[union-attr]
         if not has_step:
             self.step_s = -1.0  # no per-step host term
+        self.rests: dict[float, float] = {}
 
     def _op(self, mem: float, comp: float) -> float:
         if self.overlap >= 1.0:
@@ -406,7 +407,13 @@ class _Pricer:
         return max(mem, comp) + (1.0 - self.overlap) * min(mem, comp)
 
     def rest(self, T: float) -> float:
-        """Seconds of every operator but the attention products at T tokens."""
+        """Seconds of every operator but the attention products at T tokens.
+
+        Kept per T (``rests``, which the hot loops read first): it is a function of T alone for this pricer, and the
+        few token counts a decode step, a chain's draft steps and a tree's levels run at come back call after call."""
+        hit = self.rests.get(T)
+        if hit is not None:
+            return hit
         k = 1 if T == 1.0 else (memory_regime(T, self.tops) if self.tops else 0)
         i = bisect.bisect_right(self.knots[k], T)
         total = self.icpt[k][i] + self.slope[k][i] * T
@@ -416,6 +423,9 @@ class _Pricer:
             touched = self.n_experts * (1.0 - self.k_share**T)
             w, t, c = self.mlp_w[k]
             total += self._op(w + touched * self.mlp_e[k] + T * t, (T + self.half) * c)
+        if len(self.rests) > 1024:  # a sweep over many token counts: keep the table small
+            self.rests.clear()
+        self.rests[T] = total
         return total
 
     def attention(self, T: float, cached: float, pairs: float) -> float:
@@ -443,7 +453,9 @@ class _Pricer:
 
         ``finish(rest + attention)`` written out (the same operations in the same order: a call costs more here)."""
         T, Bf = float(B * n), float(B)
-        t = self.rest(T)
+        t = self.rests.get(T)
+        if t is None:
+            t = self.rest(T)
         if self.n_attn:
             k = 1 if T == 1.0 else (memory_regime(T, self.tops) if self.tops else 0)
             comp = Bf * (n * float(L) + vis) * self.attn_c
@@ -468,16 +480,13 @@ class _Pricer:
         None unless every width is a whole number >= 1 and the last level ends within ``max_context`` (checked in
         the loop: the array path validates and names anything else)."""
         Bf, c = float(B), L
-        rests: dict[int, float] = {}
         out = []
         if not self.n_attn or self.overlap < 1.0 or self.host > 0 or self.step_s >= 0.0:
             for w in widths:
                 if type(w) is not int or w < 1:
                     return None
                 T = float(B * w)
-                rest = rests.get(w)
-                if rest is None:
-                    rest = rests[w] = self.rest(T)
+                rest = self.rest(T)
                 pairs = Bf * (w * float(c) + w * (w + 1) / 2.0)
                 out.append(self.finish(rest + self.attention(T, Bf * c, pairs), T, Bf))
                 c += w
@@ -485,31 +494,43 @@ class _Pricer:
         # the common case (full overlap, no host floor or step time) written out: finish(rest + attention) per level,
         # the same operations in the same order (as in chain), the loop's constants in locals
         n_attn, per_pair, half = self.n_attn, self.attn_c, self.half if self.attn_scaled else 0.0
-        fixed, comm_0, comm_t = self.fixed, self.comm_0, self.comm_t
-        prev, rest, pairs_new, scale, mem_new, per_cached, comm = 0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0
+        fixed, comm_0, comm_t, rests = self.fixed, self.comm_0, self.comm_t, self.rests
+        rest, pairs_new, scale, mem_new, per_cached, comm = 0.0, 0.0, 1.0, 0.0, 0.0, 0.0
+        prev: int | None = None
+        # array_sum adds fewer than 8 values one after another from 0.0: so does the loop, with no list to build
+        few, total = len(widths) < 8, 0.0
         for w in widths:
-            if type(w) is not int or w < 1:
-                return None
-            if w != prev:  # a run of equal widths (EAGLE-2/3's top-k levels): its terms of w alone, once per run
+            # a run of one width (EAGLE-2/3's top-k levels): checked, and its terms of w alone found, once per run; the
+            # same int object stands for the run (an equal float width is another object: checked, and refused)
+            if w is not prev:
+                if type(w) is not int or w < 1:
+                    return None
                 T = float(B * w)
-                rest = rests.get(w)
-                if rest is None:
-                    rest = rests[w] = self.rest(T)
+                hit = rests.get(T)
+                rest = self.rest(T) if hit is None else hit
                 k = 1 if T == 1.0 else (memory_regime(T, self.tops) if self.tops else 0)
                 pairs_new, mem_new, per_cached = w * (w + 1) / 2.0, T * self.attn_t[k], self.attn_l[k]
                 scale, comm, prev = (1.0 + half / T) if half else 1.0, comm_0 + comm_t * T, w
-            comp = Bf * (w * float(c) + pairs_new) * per_pair
+            fc = float(c)  # the double that Bf * c converts c to, made once for both products
+            comp = Bf * (w * fc + pairs_new) * per_pair
             if half:
                 comp = comp * scale
-            mem = mem_new + Bf * c * per_cached
-            out.append(rest + n_attn * (mem if mem >= comp else comp) + fixed + comm)
+            mem = mem_new + Bf * fc * per_cached
+            if few:
+                total += rest + n_attn * (mem if mem >= comp else comp) + fixed + comm
+            else:
+                out.append(rest + n_attn * (mem if mem >= comp else comp) + fixed + comm)
             c += w
-        return array_sum(out) if c <= max_context else None
+        if c > max_context:
+            return None
+        return total if few else array_sum(out)
 
     def chain(self, B: int, L: int, g: int) -> float:
         """``g`` one-token passes at contexts L, L + 1, ..., summed in order (a chain's draft steps)."""
         Bf = float(B)
-        rest = self.rest(Bf)
+        rest = self.rests.get(Bf)
+        if rest is None:
+            rest = self.rest(Bf)
         if not self.n_attn or self.overlap < 1.0 or self.host > 0 or self.step_s >= 0.0:
             total = 0.0
             for c in range(L, L + g):
@@ -716,16 +737,20 @@ def pass_time(
     (``context`` + new tokens) fit in the devices' memory (a pass that does not fit is
     still priced: the flag is the warning).
     """
-    pr = pricing_of(
-        hardware,
-        dtype=dtype,
-        weight_dtype=weight_dtype,
-        kv_dtype=kv_dtype,
-        efficiency=efficiency,
-        overhead_s=overhead_s,
-        tp=tp,
-        engine=engine,
-    )
+    no_option = dtype is None and weight_dtype is None and kv_dtype is None and efficiency is None and tp is None
+    if type(hardware) is Pricing and no_option and overhead_s is None and engine is None:
+        pr = hardware  # pricing_of's answer to a Pricing and no option (a scalar call's case), without its keywords
+    else:
+        pr = pricing_of(
+            hardware,
+            dtype=dtype,
+            weight_dtype=weight_dtype,
+            kv_dtype=kv_dtype,
+            efficiency=efficiency,
+            overhead_s=overhead_s,
+            tp=tp,
+            engine=engine,
+        )
     spec = get_model(spec)
     one = scalar_config(spec, batch, new_tokens, context, tree)
     if one is not None:
@@ -813,9 +838,9 @@ class _StepPricer:
     :meth:`_Pricer.seconds`, the float pass_seconds and speedup use. Built only where
     :func:`scalar_pricer` would be and for concrete models (``step_pricer``)."""
 
-    __slots__ = ("operators", "k", "mats", "half", "scaled", "overlap", "fixed", "seconds", "vocab", "n_experts",
-                 "k_share", "moe", "nl", "d_ab", "ridge", "weights_bytes", "kv_per_token", "capacity", "dtype", "wdt",
-                 "mlp_matrices", "n_moe", "n_shared", "tops")  # fmt: skip
+    __slots__ = ("k", "mats", "half", "scaled", "overlap", "seconds", "vocab", "n_experts", "k_share", "moe",
+                 "d_ab", "weights_bytes", "kv_per_token", "capacity", "n_shared", "tops", "rows", "cost_fields",
+                 "step_fields")  # fmt: skip
 
     def __init__(self, spec: ModelSpec, pr: Pricing, tp: int, pricer: _Pricer) -> None:
         tm, e, wdt = pr.time_model, pr.time_model.engine, pr.stored_weight_dtype
@@ -845,17 +870,27 @@ class _StepPricer:
             totals = np.stack([mem.sum(1), (comp * scaled).sum(1), (comp * ~scaled).sum(1), flops.sum(1),
                                (w + kr + kw + a).sum(1)], axis=1)  # fmt: skip
             self.mats.append(np.ascontiguousarray(np.concatenate([flops, w, kr, kw, a, mem, comp, totals], axis=1)))
-        self.operators, self.k, self.tops = names, k, pricer.tops
+        self.k, self.tops = k, pricer.tops
         self.half, self.scaled, self.overlap = tm.matmul_half_tokens, scaled.astype(float), tm.overlap
-        self.fixed = float(tm.overhead_s(nl) if pr.overhead_s is None else pr.overhead_s)
         self.seconds = pricer.seconds
-        self.vocab, self.moe, self.nl, self.d_ab = float(vocab), moe, nl, d * ab
+        self.vocab, self.moe, self.d_ab = float(vocab), moe, d * ab
         self.n_experts, self.k_share = float(s.n_experts), (1.0 - s.k / s.n_experts if moe else 0.0)
-        self.ridge = peak / tm.bandwidth_bytes_per_s
         self.weights_bytes = 0.0 if pr.offloaded else s.total_params * wb
         self.kv_per_token = s.kv_elements_per_token * kb
-        self.capacity, self.dtype, self.wdt = pr.memory_bytes, pr.dtype, wdt
-        self.mlp_matrices, self.n_moe, self.n_shared = s.mlp_matrices, s.n_moe_layers, s.n_shared
+        self.capacity, self.n_shared = pr.memory_bytes, s.n_shared
+        # the seven per-operator rows of a result (slices made once cost less than slices made per call, or a reshape)
+        self.rows = tuple(slice(i * k, (i + 1) * k) for i in range(7))
+        # the results' fields that no configuration changes, in field order: a pass copies them and sets the rest
+        # (a dict display of every field costs twice that)
+        self.cost_fields = dict.fromkeys(f.name for f in fields(PassCost)) | {
+            "operators": names, "compute_dtype": pr.dtype, "n_layers": nl, "weight_dtype": wdt,
+            "vocab_size": int(vocab), "mlp_matrices": s.mlp_matrices, "n_moe_layers": s.n_moe_layers,
+            "experts_touched": 0.0, "kv_replicated": False,
+        }  # fmt: skip
+        self.step_fields = dict.fromkeys(f.name for f in fields(StepTime)) | {
+            "operators": names, "overhead_s": float(tm.overhead_s(nl) if pr.overhead_s is None else pr.overhead_s),
+            "ridge": peak / tm.bandwidth_bytes_per_s,
+        }  # fmt: skip
 
     def step_time(self, B: int, n: int, L: int, vis: float) -> StepTime:
         """What :func:`pass_time` returns for ``B`` sequences of ``n`` new tokens (``vis`` visible pairs among them)
@@ -864,11 +899,9 @@ class _StepPricer:
         touched = self.n_experts * (1.0 - self.k_share**T) if self.moe else 0.0
         v = np.array((1.0, T, Bf * (n * float(L) + vis), Bf * L, T if T < self.vocab else self.vocab, touched))
         out = v.dot(self.mats[1 if T == 1.0 else (memory_regime(T, self.tops) if self.tops else 0)])
-        k = self.k
-        # views of the one result (slices cost less than a reshape and its rows)
-        flops, w, kr, kw, a = out[:k], out[k : 2 * k], out[2 * k : 3 * k], out[3 * k : 4 * k], out[4 * k : 5 * k]
-        op_mem, op_comp = out[5 * k : 6 * k], out[6 * k : 7 * k]
-        j = 7 * k  # the totals: numpy scalars, as the array path's reductions give
+        s_flops, s_w, s_kr, s_kw, s_a, s_mem, s_comp = self.rows  # views of the one result
+        op_mem, op_comp = out[s_mem], out[s_comp]
+        j = 7 * self.k  # the totals: numpy scalars, as the array path's reductions give
         t_comp = out[j + 1] + out[j + 2]
         if self.half:  # small matmuls do not saturate the compute ceiling
             op_comp = op_comp * (1.0 + (self.half / T) * self.scaled)
@@ -880,28 +913,25 @@ class _StepPricer:
         # the total is the scalar pricer's float, so pass_time, pass_seconds and speedup give one number to the bit
         t = self.seconds(B, n, L, vis)
         memory = self.weights_bytes + B * (L + n) * self.kv_per_token
-        cost = frozen(
-            PassCost,
-            {
-                "operators": self.operators, "flops": flops, "bytes_weights": w, "bytes_kv_read": kr,
-                "bytes_kv_write": kw, "bytes_act": a, "batch": np.array(B), "new_tokens": np.array(n),
-                "context": np.array(L), "compute_dtype": self.dtype, "n_layers": self.nl,
-                "allreduce_bytes": T * self.d_ab, "weight_dtype": self.wdt, "vocab_size": int(self.vocab),
-                "mlp_matrices": self.mlp_matrices, "n_moe_layers": self.n_moe,
-                "experts_touched": touched + self.n_shared if self.moe else 0.0, "kv_replicated": False,
-            },
-        )  # fmt: skip
-        result: StepTime = frozen(
-            StepTime,
-            {
-                "operators": self.operators, "op_memory_s": op_mem, "op_compute_s": op_comp, "op_time_s": op_t,
-                "t_memory_s": out[j], "t_compute_s": t_comp, "overhead_s": self.fixed,
-                "t_step_s": np.asarray(t), "tokens": np.int64(B * n), "intensity": out[j + 3] / out[j + 4],
-                "ridge": self.ridge, "memory_bytes": np.asarray(memory), "fits_in_memory": np.asarray(memory <= self.capacity),
-                "cost": cost,
-            },
-        )  # fmt: skip
+        c = self.cost_fields.copy()
+        c["flops"], c["bytes_weights"], c["bytes_kv_read"], c["bytes_kv_write"], c["bytes_act"] = (
+            out[s_flops], out[s_w], out[s_kr], out[s_kw], out[s_a])  # fmt: skip
+        c["batch"], c["new_tokens"], c["context"] = np.array(B), np.array(n), np.array(L)
+        c["allreduce_bytes"] = T * self.d_ab
+        if self.moe:
+            c["experts_touched"] = touched + self.n_shared
+        f = self.step_fields.copy()
+        f["op_memory_s"], f["op_compute_s"], f["op_time_s"], f["t_memory_s"], f["t_compute_s"] = (
+            op_mem, op_comp, op_t, out[j], t_comp)  # fmt: skip
+        # an np.int64 times a Python int is an np.int64: cheaper than the np.int64 constructor
+        f["t_step_s"], f["tokens"], f["intensity"] = np.asarray(t), _INT64_ONE * (B * n), out[j + 3] / out[j + 4]
+        f["memory_bytes"], f["fits_in_memory"] = np.asarray(memory), np.asarray(memory <= self.capacity)
+        f["cost"] = frozen(PassCost, c)
+        result: StepTime = frozen(StepTime, f)
         return result
+
+
+_INT64_ONE = np.int64(1)
 
 
 _STEP_PRICERS: dict[tuple[int, int, int], tuple[ModelSpec, Pricing, Any, _StepPricer]] = {}

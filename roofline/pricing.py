@@ -26,6 +26,7 @@ import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from time import monotonic
 from typing import Any
 
 from roofline.dtypes import (
@@ -40,7 +41,7 @@ from roofline.dtypes import (
 )
 from roofline.engine import Engine, load_engine
 from roofline.errors import SpecroofError
-from roofline.hardware import Hardware, load_hardware, profile_path
+from roofline.hardware import Hardware, builtin_profile_dir, load_hardware, profile_path
 from roofline.measured_engine import MeasuredEngine
 from roofline.timemodel import TimeModel
 
@@ -331,10 +332,14 @@ def pricing_of(hardware: Pricing | Hardware | str | Path, **options: Any) -> Pri
 
 _PLAIN = (str, int, float, bool, type(None))
 
-#: profile name or path (with the options, where any is set) -> (the file load_hardware reads, its mtime, the Pricing): a Pricing asked for by
-#: name is found again with one stat of its file, not load_hardware's path resolution and Pricing.of's keyword
-#: handling on every call; a rewritten file gets a new Pricing, as there
-_NAMED: dict[Any, tuple[str, int, Pricing]] = {}
+#: seconds a built-in profile's file is trusted unchanged between two stats of it (see ``_named``)
+BUILTIN_RECHECK_S = 0.5
+
+#: profile name or path (with the options, where any is set) -> (the file load_hardware reads, its mtime, the Pricing,
+#: the monotonic time until which that mtime is trusted: -inf for a path the caller gave): a Pricing asked for by name
+#: is found again without load_hardware's path resolution and Pricing.of's keyword handling on every call; a
+#: rewritten file gets a new Pricing, as there
+_NAMED: dict[Any, tuple[str, int, Pricing, float]] = {}
 
 
 def _stamp(path: str) -> int:
@@ -346,14 +351,24 @@ def _stamp(path: str) -> int:
 
 def _named(text: str, key: Any, options: dict[str, Any]) -> Pricing:
     """``Pricing.of(text, **options)`` (options at None left out) for plain options, looked up by ``key`` (the text,
-    with the options where any is set) and the profile file's mtime."""
+    with the options where any is set) and the profile file's mtime.
+
+    A stat costs about 3 us where system calls are slow (a sandboxed VM), a fifth of a scalar call's budget (issue
+    #27), so a built-in profile asked for by name (a file of the package's ``hardware_profiles/``, rewritten only by
+    editing the package) has its mtime read at most every ``BUILTIN_RECHECK_S`` seconds; a profile the caller gave
+    by path is theirs to rewrite at any moment, and the next call must see it: one stat per call."""
     hit = _NAMED.get(key)
     if hit is not None:
-        path, stamp, pr = hit
+        path, stamp, pr, trusted_until = hit
+        now = monotonic()
+        if now < trusted_until:
+            return pr
         if _stamp(path) == stamp:
+            if trusted_until != -math.inf:  # a built-in profile, unchanged: trusted for another interval
+                _NAMED[key] = (path, stamp, pr, now + BUILTIN_RECHECK_S)
             return pr
     # the file load_hardware reads (a name once resolved to a built-in profile stays it while that file is
-    # unchanged: one stat per call, not two)
+    # unchanged)
     try:
         path = str(profile_path(text))
     except SpecroofError:  # an unknown name: Pricing.of says so
@@ -363,7 +378,9 @@ def _named(text: str, key: Any, options: dict[str, Any]) -> Pricing:
     if stamp != -1:
         if len(_NAMED) > 512:
             _NAMED.clear()
-        _NAMED[key] = (path, stamp, pr)
+        # a name that resolved to a built-in profile, not a path the caller gave (even to one of those files)
+        builtin = not text.endswith(".toml") and os.path.dirname(path) == builtin_profile_dir()
+        _NAMED[key] = (path, stamp, pr, monotonic() + BUILTIN_RECHECK_S if builtin else -math.inf)
     return pr
 
 

@@ -376,6 +376,46 @@ def test_a_named_profile_is_looked_up_by_its_file_and_mtime(tmp_path):
         pricing_of("no-such-gpu-anywhere")
 
 
+def test_a_builtin_profile_name_reads_its_mtime_at_most_every_recheck_interval(tmp_path, monkeypatch):
+    """A built-in profile asked for by name has its file's mtime read at most every BUILTIN_RECHECK_S seconds, and a
+    rewrite is seen at the next check; a profile given by path (a built-in one's file too) is checked on every call."""
+    import roofline.pricing as pricing
+    from roofline.hardware import profile_path
+
+    clock, stats, moved = [1000.0], [], {}
+    real = pricing._stamp
+
+    def stamp(path):
+        stats.append(path)
+        return moved.get(path, real(path))
+
+    monkeypatch.setattr(pricing, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(pricing, "_stamp", stamp)
+    monkeypatch.setattr(pricing, "_NAMED", {})
+    first = pricing.pricing_of("h100-sxm-80gb")
+    builtin = str(profile_path("h100-sxm-80gb"))
+    assert stats == [builtin]  # the first call reads it
+    assert all(pricing.pricing_of("h100-sxm-80gb") is first for _ in range(3)) and len(stats) == 1
+    clock[0] += pricing.BUILTIN_RECHECK_S
+    assert pricing.pricing_of("h100-sxm-80gb") is first and len(stats) == 2  # due: read again, unchanged
+    assert pricing.pricing_of("h100-sxm-80gb") is first and len(stats) == 2  # trusted for another interval
+    moved[builtin] = real(builtin) + 1  # the package's file rewritten
+    clock[0] += pricing.BUILTIN_RECHECK_S - 0.01
+    pricing.pricing_of("h100-sxm-80gb")
+    assert len(stats) == 2  # not due yet
+    clock[0] += 0.01
+    pricing.pricing_of("h100-sxm-80gb")
+    assert pricing._NAMED["h100-sxm-80gb"][1] == moved[builtin]  # due: the new version is the one kept
+    src = tmp_path / "mine.toml"
+    src.write_text(profile_path("h100-sxm-80gb").read_text())
+    for path in (str(src), builtin):  # given by path: one stat per call, whatever the clock says
+        pricing.pricing_of(path)
+        before = len(stats)
+        pricing.pricing_of(path)
+        pricing.pricing_of(path)
+        assert stats[before:] == [path, path]
+
+
 @pytest.mark.parametrize(("overlap", "host", "rows"), [(1.0, False, False), (0.35, False, False), (1.0, True, False),
                                                   (1.0, False, True), (0.35, True, True)])  # fmt: skip
 def test_chains_levels_and_passes_under_every_time_model_branch_equal_the_array_path(overlap, host, rows, array_path):
@@ -416,6 +456,26 @@ def test_chains_levels_and_passes_under_every_time_model_branch_equal_the_array_
                     np.testing.assert_allclose(np.asarray(getattr(two, f), dtype=float).ravel(),
                                                np.asarray(getattr(slow_two, f), dtype=float).ravel(), rtol=REL,
                                                atol=0, err_msg=f"{where} {f}")  # fmt: skip
+
+
+def test_scalar_tree_levels_check_every_run_of_widths(array_path):
+    """levels_seconds takes whole-number widths >= 1 only (the array path names anything else), wherever the bad one
+    stands: a run of one width is checked once, by its object (an equal float, a bool or a 0 is checked and refused);
+    eight levels and more are summed as numpy sums them."""
+    spec, pr = get_model("llama-3.1-8b"), Pricing.of("h100-sxm-80gb")
+    assert passtime.levels_seconds(spec, pr, [1, 10, 10], 1, 1024, 1) is not None
+    for widths in ([0, 1], [1, 0], [1, 10, 10.0], [1, 1, True], [1, -1, -1], [1.0], [2, 2, 0]):
+        assert passtime.levels_seconds(spec, pr, widths, 1, 1024, 1) is None, widths
+    shared = [1] + [300] * 3  # one int object for the run
+    apart = [1, *(int(text) for text in ("300", "300", "300"))]  # equal ints, each its own object
+    assert apart[1] is not apart[2]
+    assert passtime.levels_seconds(spec, pr, shared, 2, 512, 1) == passtime.levels_seconds(spec, pr, apart, 2, 512, 1)
+    for widths in ([1] + [4] * 6, [1] + [4] * 7, [1] + [4] * 11, [3, 1, 3, 1, 3, 1, 3, 1, 3]):
+        levels = passtime.levels_seconds(spec, pr, widths, 2, 900, 1)
+        with array_path():
+            starts = 900 + np.concatenate([[0], np.cumsum(widths)[:-1]])
+            per_level = passtime.pass_seconds(spec, pr, 2, np.array(widths), starts)
+        assert levels == pytest.approx(float(np.sum(per_level)), rel=REL, abs=0), widths
 
 
 # -- tree rounds: the tree plan and the tree's cached levels against the array path ------------------------------------
