@@ -37,7 +37,7 @@ from roofline.engine import Engine
 from roofline.errors import SpecroofError, check_min
 from roofline.hardware import Hardware
 from roofline.model import ModelSpec, get_model
-from roofline.pricing import DEFAULT_CONTEXT, Pricing, pricing_of
+from roofline.pricing import DEFAULT_CONTEXT, Pricing, pricing_for, pricing_of
 from roofline.timemodel import ATTENTION_OPERATORS, combine, memory_regime
 
 HardwareLike = Pricing | Hardware | str
@@ -737,20 +737,7 @@ def pass_time(
     (``context`` + new tokens) fit in the devices' memory (a pass that does not fit is
     still priced: the flag is the warning).
     """
-    no_option = dtype is None and weight_dtype is None and kv_dtype is None and efficiency is None and tp is None
-    if type(hardware) is Pricing and no_option and overhead_s is None and engine is None:
-        pr = hardware  # pricing_of's answer to a Pricing and no option (a scalar call's case), without its keywords
-    else:
-        pr = pricing_of(
-            hardware,
-            dtype=dtype,
-            weight_dtype=weight_dtype,
-            kv_dtype=kv_dtype,
-            efficiency=efficiency,
-            overhead_s=overhead_s,
-            tp=tp,
-            engine=engine,
-        )
+    pr = pricing_for(hardware, dtype, weight_dtype, kv_dtype, efficiency, overhead_s, tp, engine)
     spec = get_model(spec)
     one = scalar_config(spec, batch, new_tokens, context, tree)
     if one is not None:

@@ -40,7 +40,7 @@ from roofline.gamma_policies import HeuristicSchedule, PolicyRun, simulate_polic
 from roofline.hardware import Hardware
 from roofline.model import ModelSpec, get_model
 from roofline.passtime import pass_seconds
-from roofline.pricing import DEFAULT_CONTEXT, Pricing, pricing_of
+from roofline.pricing import DEFAULT_CONTEXT, Pricing, pricing_for
 
 
 @dataclass(frozen=True)
@@ -169,11 +169,7 @@ def predict_speedup(
     EAGLE and Medusa use their own trees and MTP its module count when neither ``gamma``
     nor ``tree`` is given; any other chain drafter needs ``gamma``.
     """
-    no_option = engine is None and dtype is None and weight_dtype is None and kv_dtype is None and tp is None
-    if type(hardware) is Pricing and no_option:
-        pr = hardware  # pricing_of's answer to a Pricing and no option (a scalar call's case), without its keywords
-    else:
-        pr = pricing_of(hardware, engine=engine, dtype=dtype, weight_dtype=weight_dtype, kv_dtype=kv_dtype, tp=tp)
+    pr = pricing_for(hardware, dtype, weight_dtype, kv_dtype, tp=tp, engine=engine)
     spec, d = get_model(target), as_drafter(drafter)
     B, L = scalar_count(batch, 1), scalar_count(context, 0)  # a valid count as it is; anything else checked here
     if B is None:

@@ -58,7 +58,7 @@ from roofline.hardware import Hardware
 from roofline.model import ModelSpec, get_model
 from roofline.passtime import memory_footprint, pass_seconds, scalar_pricer
 from roofline.predict import PredictedSpeedup, alpha_for_heuristic, predict_speedup, speedup_by_engine
-from roofline.pricing import DEFAULT_CONTEXT, Pricing, pricing_of, replace_hardware
+from roofline.pricing import DEFAULT_CONTEXT, Pricing, pricing_for, pricing_of, replace_hardware
 
 #: with the closed forms (roofline.closed_forms), the drafters (roofline.drafters) and the prediction from a
 #: measured acceptance (roofline.predict), re-exported here
@@ -260,20 +260,7 @@ def speedup(
     passes with another profile (e.g. one fitted to the draft model's own sweep: a model
     that sits in cache runs in another regime than the memory-bound target).
     """
-    no_option = engine is None and dtype is None and weight_dtype is None and kv_dtype is None and tp is None
-    if type(hardware) is Pricing and no_option and efficiency is None and overhead_s is None:
-        pr = hardware  # pricing_of's answer to a Pricing and no option (a scalar call's case), without its keywords
-    else:
-        pr = pricing_of(
-            hardware,
-            engine=engine,
-            dtype=dtype,
-            weight_dtype=weight_dtype,
-            kv_dtype=kv_dtype,
-            tp=tp,
-            efficiency=efficiency,
-            overhead_s=overhead_s,
-        )
+    pr = pricing_for(hardware, dtype, weight_dtype, kv_dtype, efficiency, overhead_s, tp, engine)
     spec = get_model(target)
     d = as_drafter(drafter)
     if type(alpha_or_curve) is float and not curve and draft_hardware is None and type(round_overhead_s) is float:
