@@ -94,17 +94,19 @@ def bf16_units(isa: list[str] | None) -> bool | None:
     return any(f in BF16_FLAGS for f in isa)
 
 
-def stream_probe_bytes(device: torch.device, llc_bytes: int | None) -> int:
-    """Bytes of the matrix the probe streams: well beyond the last-level cache on a CPU."""
-    return int(max(4 * (llc_bytes or 0), 256 << 20)) if device.type == "cpu" else 1 << 30
-
-
 def stream_rate(device: torch.device, nbytes: int, dtype: str = "fp32") -> float:
     """Bytes/s at which a one-row product streams a ``dtype`` matrix of ``nbytes`` (the decode ceiling), through the
-    kernel the harness's model runs for it (:func:`measure.microbench.weight_stream`)."""
-    from measure.microbench import weight_stream
+    kernel the harness's model runs for it (:func:`measure.models.prepared_linear`)."""
+    from measure.models import prepared_linear
 
-    return weight_stream(device, nbytes, dtype).value
+    k = 4096
+    td = TORCH_DTYPES[dtype]
+    size = torch.finfo(td).bits // 8
+    w = torch.full((max(1, nbytes // (size * k)), k), 0.01, device=device, dtype=td)
+    x = torch.full((1, k), 0.5, device=device, dtype=td)
+    product = prepared_linear(w, 1)
+    t = time_fn(lambda: product(x), warmup=1, repeats=5, device=device)
+    return w.numel() * size / t.min_s
 
 
 def choose_threads(device: torch.device, share: float = 0.8) -> tuple[int, str]:
@@ -235,7 +237,7 @@ def probe_and_choose(
     if dtype is not None and dtype != chosen:
         reasons = [f"{dtype}: asked for (the probe would have chosen {why})"]
         chosen = dtype
-    stream = stream_rate(dev, stream_probe_bytes(dev, llc), chosen)
+    stream = stream_rate(dev, int(max(4 * (llc or 0), 256 << 20)) if dev.type == "cpu" else 1 << 30, chosen)
     base = PairConfig().target_spec()
     w = (
         width

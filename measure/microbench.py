@@ -67,25 +67,6 @@ def bandwidth(
     }
 
 
-def weight_stream(
-    device: str | torch.device = "cpu", nbytes: int | None = None, dtype: str = "fp32", repeats: int = 5
-) -> Measurement:
-    """Bytes/s at which a one-row product streams a ``dtype`` matrix of ``nbytes`` (the decode ceiling), through the
-    kernel the harness's model runs for it (:func:`measure.models.prepared_linear`); the fastest of ``repeats``."""
-    from measure.models import prepared_linear
-
-    dev = torch.device(device)
-    k = 4096
-    td = TORCH_DTYPES[dtype]
-    size = torch.finfo(td).bits // 8
-    w = torch.full((max(1, int(nbytes or _default_bytes(dev)) // (size * k)), k), 0.01, device=dev, dtype=td)
-    x = torch.full((1, k), 0.5, device=dev, dtype=td)
-    product = prepared_linear(w, 1)
-    t = time_fn(lambda: product(x), warmup=1, repeats=repeats, device=dev)
-    nbytes_w = w.numel() * size
-    return Measurement(f"{dtype} weight streaming", nbytes_w / t.min_s, "B/s", t, {"weight_bytes": nbytes_w})
-
-
 def matmul_flops(
     dtype: str,
     device: str | torch.device = "cpu",
@@ -234,9 +215,15 @@ def run_all(
 
 
 def measured_hardware(
-    results: dict[str, Measurement], device: str | torch.device = "cpu", base: Hardware | None = None
+    results: dict[str, Measurement],
+    device: str | torch.device = "cpu",
+    base: Hardware | None = None,
+    stream_bytes_per_s: float | None = None,
 ) -> Hardware:
-    """A hardware profile: the datasheet blocks of ``base`` (if any) plus a ``[measured]`` block of ``results``."""
+    """A hardware profile: the datasheet blocks of ``base`` (if any) plus a ``[measured]`` block of ``results``.
+
+    ``stream_bytes_per_s``: the weight-streaming rate measured elsewhere (the device probe's), where ``results``
+    has no overlap benchmark to read it from."""
     info = describe(device)
     copy_bw = results["copy"].value
     # The memory ceiling of a verify pass is the rate a matrix product streams its weights (one row
@@ -246,8 +233,8 @@ def measured_hardware(
     if "overlap" in results:
         ov = results["overlap"].detail
         stream_bw = ov["weight_bytes"] / ov["t1_s"]
-    elif "stream" in results:  # the short set's: the probe's one-row streaming pass, timed again (its kernel cached)
-        stream_bw = results["stream"].value
+    elif stream_bytes_per_s is not None:
+        stream_bw = stream_bytes_per_s
     compute = {k.split("_")[1]: m.value for k, m in results.items() if k.startswith("matmul_")}
     if base is None:  # no datasheet: the achieved figures stand in for the ceilings, and say so
         base = Hardware(

@@ -256,7 +256,7 @@ def mark_unexplained_noise(df: pd.DataFrame, load: dict[str, Any]) -> pd.DataFra
 
 
 def apriori_profile(
-    path: Path, dev: Any, dtype: str, nbytes: int | None, short: bool, llc_bytes: int | None = None
+    path: Path, dev: Any, dtype: str, nbytes: int | None, short: bool, stream_bytes_per_s: float | None = None
 ) -> Hardware:
     """Microbenchmark ``dev`` into the a-priori profile at ``path``; ``short``: the quick set (see SHORT_MICROBENCH_BELOW_S).
 
@@ -264,11 +264,12 @@ def apriori_profile(
     the best matmul rate of ``dtype``, dispatch) with fewer repetitions, and leaves the memory/compute overlap at
     the roofline's assumption (full): the overlap benchmark times four products of its own matrix, each through a
     kernel chosen by timing every candidate, and took 3.3 of the short set's 5.4 s on an AVX2 EPYC beside a busy
-    core, while the fit to the verify sweeps measures the overlap anyway. Its streaming pass is the device probe's
-    (same matrix, so its kernel choice is cached: only the timing runs again). Each figure is noisier, and the
-    a-priori error on the page is that of a quicker look.
+    core, while the fit to the verify sweeps measures the overlap anyway. Its streaming rate is
+    ``stream_bytes_per_s``, the device probe's (the same one-row pass through the harness's kernel), or measured
+    here the same way where no probe ran. Each figure is noisier, and the a-priori error on the page is that of a
+    quicker look.
     """
-    from measure.choose import stream_probe_bytes
+    from measure.choose import stream_rate
     from measure.device import describe, match_profile
     from measure.microbench import (
         bandwidth,
@@ -276,7 +277,6 @@ def apriori_profile(
         matmul_flops,
         measure_profile,
         measured_hardware,
-        weight_stream,
     )
     from roofline.hardware import write_profile
 
@@ -286,11 +286,11 @@ def apriori_profile(
     mm = matmul_flops(dtype, dev, repeats=3, cap_s=0.3)
     results[f"matmul_{dtype}"] = mm
     results["dispatch"] = dispatch_overhead(dev, repeats=50)
-    results["stream"] = weight_stream(dev, stream_probe_bytes(dev, llc_bytes), dtype)
+    stream = stream_bytes_per_s if stream_bytes_per_s is not None else stream_rate(dev, nbytes or 256 << 20, dtype)
     match = match_profile(describe(dev))
     base = load_hardware(match) if match else None
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_profile(measured_hardware(results, dev, base), path)
+    write_profile(measured_hardware(results, dev, base, stream_bytes_per_s=stream), path)
     return load_hardware(str(path))
 
 
@@ -495,7 +495,9 @@ def spec_check(
             say(f"microbenchmarks (a-priori profile{', short set' if short else ''}) ...")
             llc = choice.llc_bytes if choice is not None else None
             nbytes = int(max(4 * llc, (64 << 20) if short else (256 << 20))) if llc else None
-            apriori_hw = apriori_profile(path, dev, dtype, nbytes, short, llc)
+            apriori_hw = apriori_profile(
+                path, dev, dtype, nbytes, short, choice.stream_bytes_per_s if choice is not None else None
+            )
             microbench_set = "short" if short else "full"
     step_done("microbenchmarks")
     # The a-priori roofline misses the host cost of each of this harness's passes (Python, dispatch), which

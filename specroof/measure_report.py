@@ -137,7 +137,13 @@ def _time_part(check: SpecCheck, budget: float, quick: bool) -> str:
     short = pay.get("microbench_set") == "short"
     if quick or short:
         left = (["16 new tokens per sequence (32 on the full page)"] if quick else []) + (
-            ["the short microbenchmark set (fewer repetitions: a noisier a-priori profile)"] if short else []
+            [
+                "the short microbenchmark set (fewer repetitions, and no overlap benchmark: the a-priori column "
+                "assumes compute fully hides weight streaming, the roofline's own assumption, so it is further off "
+                "than the full page's on a CPU, where the two add; the fit measures the overlap)"
+            ]
+            if short
+            else []
         )
         body += (
             f"<p class='note'>{'--quick' if quick else 'A short budget'}: "
