@@ -43,6 +43,9 @@ finish round and block boundaries) instead of (rounds x requests) arrays, and a 
 over a few requests finds each one's finish round by searching its own token counts. Each of these
 is the same arithmetic as the array form (integers, or the same float operations elementwise), so a
 run's numbers do not depend on them; the tests run both forms.
+
+Asked for (``marks=``), a run notes the moments its server stood empty, with its running totals:
+where :mod:`roofline.serving.split` splices runs of a long run's chunks simulated in parallel.
 """
 
 from __future__ import annotations
@@ -165,6 +168,38 @@ class RunResult:
     #: loop iterations: runs of decode-only rounds advanced at once, and steps with prefill chunks
     decode_runs: int = 0
     prefill_steps: int = 0
+    #: the moments the server stood empty, when asked for (``simulate_run(..., marks=)``): where a run can be spliced
+    idle: IdleMarks | None = None
+    #: the pieces it was simulated in (:mod:`roofline.serving.split`; 1: whole)
+    chunks: int = 1
+
+
+@dataclass(frozen=True)
+class IdleMarks:
+    """The moments a run's server stood empty, waiting for request ``request[m]`` (local index) to arrive.
+
+    Everything before such a moment is over (every earlier request finished, no KV held), so what follows
+    depends only on the requests from ``request[m]`` on and the random numbers drawn: two runs empty before the
+    same arrival can be spliced there (:mod:`roofline.serving.split`). ``totals[m]`` are the run's running totals
+    at that moment (:data:`MARK_TOTALS`), ``max_kv[m]`` and ``max_tokens[m]`` the maxima over the stretch since the
+    previous mark, and ``itl[j]`` the ITL histogram so far at the marks of request ``j`` inside the asked windows.
+    """
+
+    request: IntArray
+    totals: FloatArray
+    max_kv: FloatArray
+    max_tokens: IntArray
+    itl: dict[int, npt.NDArray[np.int64]]
+    #: the maxima over the stretch after the last mark, to the run's end
+    tail_max_kv: float = 0.0
+    tail_max_tokens: int = 0
+
+
+#: the running totals an idle mark keeps, in the order of :attr:`IdleMarks.totals`
+MARK_TOTALS = (
+    "busy_s", "batch_seconds", "kv_block_seconds", "rounds", "draft_tokens", "accepted_tokens", "decode_runs",
+    "prefill_steps",
+)  # fmt: skip
 
 
 class _Gaps:
@@ -292,12 +327,16 @@ def simulate_run(
     cfg: SchedulerConfig,
     rng: np.random.Generator,
     first_token_s: FloatArray | None = None,
+    marks: tuple[tuple[int, int], ...] | None = None,
 ) -> RunResult:
     """Run the scheduler over the workload ``w`` until every request has finished.
 
     ``first_token_s`` (a decode server behind separate prefill servers) says the requests arrive
     prefilled: their prompt's KV is in the cache they bring, their first token was emitted at
     that time, and they join the batch without a prefill chunk.
+
+    ``marks`` (windows ``[a, b)`` of request indices) asks for :class:`IdleMarks` in the result: the totals at
+    every moment the server stood empty, and the ITL histogram at those before a request inside a window.
     """
     N = w.n
     arr, inp, out = w.arrival_s, w.input_tokens, w.output_tokens
@@ -419,10 +458,26 @@ def simulate_run(
         t = np.array([prices.decode_seconds(g, b, mean_ctx) for g in range(top + 1)])
         return int(np.argmax(e / t))
 
+    mark_at: list[int] = []
+    mark_totals: list[tuple[float, ...]] = []
+    mark_kv: list[float] = []
+    mark_tokens: list[int] = []
+    mark_itl: dict[int, npt.NDArray[np.int64]] = {}
+
     while done < N:
         if n_arrived < N and arr_l[n_arrived] <= now:
             n_arrived = bisect.bisect_right(arr_l, now)
         if running.size == 0 and not requeued and nxt >= n_arrived:
+            if marks is not None:  # the server stands empty: a moment the run can be spliced at
+                mark_at.append(nxt)
+                mark_totals.append(
+                    (busy, batch_s, kv_s, rounds, drafted, accepted, decode_runs, prefill_steps)
+                )  # fmt: skip
+                mark_kv.append(max_kv)  # the maxima over the stretch since the last mark, which start again
+                mark_tokens.append(max_tokens_seen)
+                max_kv, max_tokens_seen = 0.0, 0
+                if any(a <= nxt < b for a, b in marks):
+                    mark_itl[nxt] = itl.counts().copy()
             now = max(now, arr_l[nxt])  # idle until the next arrival
             cold = True  # the next step starts after a wait
             continue
@@ -790,6 +845,19 @@ def simulate_run(
     if not math.isfinite(float(np.max(finish))) or np.any(kv != tot):
         # invariants, not input errors: every request finishes, having emitted exactly its output
         raise AssertionError("serving simulation ended with unfinished or overrun requests")
+    idle = None
+    if marks is not None:
+        idle = IdleMarks(
+            np.asarray(mark_at, dtype=np.int64),
+            np.asarray(mark_totals, dtype=float).reshape(len(mark_at), len(MARK_TOTALS)),
+            np.asarray(mark_kv),
+            np.asarray(mark_tokens, dtype=np.int64),
+            mark_itl,
+            max_kv,
+            max_tokens_seen,
+        )
+        max_kv = max([max_kv, *mark_kv])  # (the maxima started again at every mark)
+        max_tokens_seen = max([max_tokens_seen, *mark_tokens])
     return RunResult(
         requests,
         itl.counts(),
@@ -805,4 +873,5 @@ def simulate_run(
         sampler.trace(),
         decode_runs,
         prefill_steps,
+        idle,
     )

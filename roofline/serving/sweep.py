@@ -21,6 +21,7 @@ from roofline.errors import SpecroofError
 from roofline.gamma_policies import GammaPolicy
 from roofline.hardware import Hardware
 from roofline.model import ModelSpec, get_model
+from roofline.serving import split
 from roofline.serving.disaggregated import simulate_disaggregated
 from roofline.serving.metrics import check_slo, goodput, latency_columns, speculation_stops_paying_at_rate
 from roofline.serving.policies import ServingPolicy, parse_policy
@@ -83,6 +84,12 @@ def _one(args: tuple[Any, ...]) -> RunResult:
     return simulate_run(w, prices, policy, alphas, cfg, np.random.default_rng(seed))
 
 
+def _task(task: tuple[int, bool, Any]) -> RunResult:
+    """A whole run (a job's arguments) or, flagged, one chunk of a cut run (:func:`roofline.serving.split.chunk_args`)."""
+    _, chunk, args = task
+    return split.run_chunk(args) if chunk else _one(args)
+
+
 def _pools(text: str | tuple[int, int]) -> tuple[int, int]:
     """(prefill servers, decode servers) from ``"P:D"`` or a pair."""
     try:
@@ -115,6 +122,7 @@ def merge_runs(runs: list[RunResult], replicas: int) -> RunResult:
         trace=runs[0].trace,  # the first server's: every server sees the same share of the traffic
         decode_runs=sum(r.decode_runs for r in runs),
         prefill_steps=sum(r.prefill_steps for r in runs),
+        chunks=sum(r.chunks for r in runs),
     )
 
 
@@ -338,13 +346,41 @@ def simulate(
         if on_run is not None:
             on_run(len(done), len(jobs), labels[len(done) - 1])
 
-    if workers > 1 and len(jobs) > 1:
-        with ProcessPoolExecutor(max_workers=min(workers, len(jobs), os.cpu_count() or 1)) as ex:
-            for r in ex.map(_one, jobs):  # (in the jobs' order, each as soon as it and those before it are done)
-                finished(r)
+    # with processes to spare, a long run at light load is cut where its server stood empty and its pieces run
+    # in parallel (roofline.serving.split); a run near saturation, or any run with one worker, runs whole
+    plans = [
+        split.plan(*job[:6]) if workers > 1 and job[6] is None else None  # (not the disaggregated pools)
+        for job in jobs
+    ]
+    tasks: list[tuple[int, bool, Any]] = []
+    for ji, (job, starts) in enumerate(zip(jobs, plans, strict=True)):
+        if starts is None:
+            tasks.append((ji, False, job))
+        else:
+            tasks.extend((ji, True, split.chunk_args(*job[:6], starts, c)) for c in range(len(starts)))
+    pieces: list[RunResult] = []
+
+    def collected(ji: int, r: RunResult) -> None:
+        pieces.append(r)
+        starts = plans[ji]
+        if starts is None:
+            finished(r)
+        elif len(pieces) == len(starts):
+            w = jobs[ji][0]
+            whole = split.splice(pieces, starts, w.arrival_s, jobs[ji][4].trace_points)
+            finished(whole if whole is not None else _one(jobs[ji]))  # (no handover in a window: run it whole)
+        else:
+            return
+        pieces.clear()
+
+    if workers > 1 and len(tasks) > 1:
+        with ProcessPoolExecutor(max_workers=min(workers, len(tasks), os.cpu_count() or 1)) as ex:
+            # (in the tasks' order, each as soon as it and those before it are done)
+            for t, r in zip(tasks, ex.map(_task, tasks), strict=True):
+                collected(t[0], r)
     else:
-        for j in jobs:
-            finished(_one(j))
+        for t in tasks:
+            collected(t[0], _task(t))
     merged: dict[tuple[str, float], list[RunResult]] = {}
     for (name, rate, _), r in zip(keys, done, strict=True):
         merged.setdefault((name, rate), []).append(r)
@@ -377,5 +413,7 @@ def simulate(
         "replicas": replicas,
         "disaggregate": None if disagg is None else f"{disagg[0]}:{disagg[1]}",
         "ep": ep,
+        # pieces each (policy, rate) point was simulated in: 1 whole, more when cut where its server stood empty
+        "chunks": {f"{name}@{rate:g}": r.chunks for (name, rate), r in results.items()},
     }
     return ServingResult(pd.concat(frames, ignore_index=True), pd.DataFrame(rows), traces, settings)

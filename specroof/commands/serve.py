@@ -327,7 +327,13 @@ def add_parser(sub: Any) -> None:
         help="time added to the first prefill step after the server idled (an engine's cold start)",
     )
     p.add_argument("--seed", type=bounded_int(0, 2**31 - 1), default=0)
-    p.add_argument("--workers", type=bounded_int(1, 256), default=1, help="processes for the (rate, policy) points")
+    p.add_argument(
+        "--workers",
+        type=bounded_int(1, 256),
+        default=1,
+        help="processes for the (rate, policy) points, and for the pieces of a long run at light load, cut where its "
+        "server stood empty (docs/cost-model.md, section 26)",
+    )
     _add_engine(p)
     p.add_argument("--plot", type=plot_path, help="write latency-vs-throughput curves here (.png, .svg, .pdf)")
     _add_json(p)
