@@ -375,9 +375,10 @@ def simulate(
 
     if workers > 1 and len(tasks) > 1:
         with ProcessPoolExecutor(max_workers=min(workers, len(tasks), os.cpu_count() or 1)) as ex:
-            # (in the tasks' order, each as soon as it and those before it are done)
-            for t, r in zip(tasks, ex.map(_task, tasks), strict=True):
-                collected(t[0], r)
+            # whole runs first, the chunks after them: the small tasks fill the processes' ends (longest first)
+            futures = {i: ex.submit(_task, tasks[i]) for i in sorted(range(len(tasks)), key=lambda i: tasks[i][1])}
+            for i, t in enumerate(tasks):  # (collected in the tasks' order, each as soon as it is done)
+                collected(t[0], futures[i].result())
     else:
         for t in tasks:
             collected(t[0], _task(t))
