@@ -17,9 +17,11 @@ LIGHT = dict(input_len="uniform:128-1024", output_len="uniform:16-256")
 
 @pytest.fixture
 def small_chunks(monkeypatch):
-    """Chunks of 500 requests, handed over within 200, decided by a pilot of 200: cuts in runs of a few thousand."""
+    """Chunks of 500 requests, handed over within 200 (at most), decided by a pilot of 200: cuts in runs of a few
+    thousand."""
     monkeypatch.setattr(split, "CHUNK_REQUESTS", 500)
     monkeypatch.setattr(split, "WINDOW_REQUESTS", 200)
+    monkeypatch.setattr(split, "MIN_WINDOW_REQUESTS", 100)
     monkeypatch.setattr(split, "PILOT_REQUESTS", 200)
 
 
@@ -35,10 +37,10 @@ def _setup(n, rate, policy, seed=3):
 
 
 def _cut(w, prices, pol, alpha, cfg, seed=5):
-    starts = split.plan(w, prices, pol, alpha, cfg, seed)
-    assert starts is not None and len(starts) >= 3
-    runs = [split.run_chunk(split.chunk_args(w, prices, pol, alpha, cfg, seed, starts, c)) for c in range(len(starts))]
-    return split.splice(runs, starts, w.arrival_s, cfg.trace_points), starts
+    cut = split.plan(w, prices, pol, alpha, cfg, seed)
+    assert cut is not None and len(cut.starts) >= 3 and 100 <= cut.window <= 200
+    runs = [split.run_chunk(split.chunk_args(w, prices, pol, alpha, cfg, seed, cut, c)) for c in range(len(cut.starts))]
+    return split.splice(runs, cut, w.arrival_s, cfg.trace_points), cut
 
 
 def test_marks_are_the_arrivals_that_find_the_server_empty(prices):
@@ -59,7 +61,7 @@ def test_a_plain_run_cut_at_empty_moments_is_the_unsplit_run(prices, small_chunk
     run, so the cut run is the unsplit one, request for request (its totals up to rounding)."""
     w, pol, alpha, cfg = _setup(2600, 4.0, "off")
     whole = simulate_run(w, prices, pol, alpha, cfg, np.random.default_rng(0))
-    cut, starts = _cut(w, prices, pol, alpha, cfg)
+    cut, _ = _cut(w, prices, pol, alpha, cfg)
     assert cut is not None
     pd.testing.assert_frame_equal(cut.requests, whole.requests, check_exact=True)
     assert np.array_equal(cut.itl_counts, whole.itl_counts)
@@ -118,3 +120,15 @@ def test_no_handover_in_a_window_runs_the_point_whole(small_chunks, monkeypatch)
     for x, y in zip(a[:2], one[:2], strict=True):
         pd.testing.assert_frame_equal(x, y, check_exact=True)
     assert a[2].to_dict() == one[2].to_dict() == {"off@4": 1, "static:3@4": 1}
+
+
+def test_the_window_is_wider_where_the_server_stands_empty_less_often(prices, monkeypatch):
+    monkeypatch.setattr(split, "CHUNK_REQUESTS", 500)
+    monkeypatch.setattr(split, "PILOT_REQUESTS", 400)
+    cuts = {}
+    for policy in ("off", "static:3"):  # the draft shortens each request's stay: the server empties more often
+        w, pol, alpha, cfg = _setup(1200, 4.0, policy)
+        cuts[policy] = split.plan(w, prices, pol, alpha, cfg, 5)
+    off, spec = cuts["off"], cuts["static:3"]
+    assert off is not None and spec is not None and off.starts == spec.starts == (0, 500)
+    assert split.MIN_WINDOW_REQUESTS <= spec.window < off.window <= split.WINDOW_REQUESTS

@@ -6,7 +6,7 @@ it waits for the next arrival), what follows depends only on the requests still 
 random numbers drawn from then on: the run starts afresh there (a regeneration point). So:
 
 1. the requests are cut into chunks of :data:`CHUNK_REQUESTS`; each chunk is simulated from an empty
-   server, with a random stream of its own, and :data:`WINDOW_REQUESTS` requests past its end;
+   server, with a random stream of its own, and a window of requests past its end (:func:`plan`);
 2. the first request before whose arrival both a chunk and the next stood empty is the splice: the
    chunk's requests and totals up to it, the next chunk's from it on (the totals and ITL histograms are
    running sums taken at those moments: :class:`roofline.serving.scheduler.IdleMarks`).
@@ -23,6 +23,9 @@ that stood empty before fewer than :data:`MIN_IDLE_SHARE` of their arrivals rege
 """
 
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -42,14 +45,26 @@ FloatArray = np.ndarray
 
 #: requests per chunk (a run is cut only when it has at least two)
 CHUNK_REQUESTS = 10_000
-#: requests a chunk runs past its end, within which it must meet the next chunk at an empty server
-WINDOW_REQUESTS = 1_000
+#: requests a chunk runs past its end, within which it must meet the next chunk at an empty server: WINDOW_SCALE
+#: over the pilot's share of arrivals that found the server empty (the mean gap between such arrivals is one over
+#: it; the handovers measured took 2.6-7 such gaps), within [MIN_WINDOW_REQUESTS, WINDOW_REQUESTS]
+WINDOW_SCALE = 20.0
+MIN_WINDOW_REQUESTS = 200
+WINDOW_REQUESTS = 2_000
 #: requests of the pilot that decides whether a run is cut
 PILOT_REQUESTS = 1_000
 #: the share of the pilot's arrivals that must find the server empty
 MIN_IDLE_SHARE = 0.01
 #: stream tags of the pilot's and the chunks' random numbers (apart from the unsplit run's own seed)
 _PILOT_STREAM, _CHUNK_STREAM = 17, 29
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Where a run is cut: the first request of each chunk, and the requests each runs past its end."""
+
+    starts: tuple[int, ...]
+    window: int
 
 
 def plan(
@@ -59,8 +74,8 @@ def plan(
     alpha: FloatArray,
     cfg: SchedulerConfig,
     seed: int,
-) -> list[int] | None:
-    """The first request of each chunk when the run is worth cutting, else None (see the module docstring)."""
+) -> Plan | None:
+    """Where to cut the run when it is worth cutting, else None (see the module docstring)."""
     if w.n < 2 * CHUNK_REQUESTS:
         return None
     idx = np.arange(PILOT_REQUESTS)
@@ -68,12 +83,14 @@ def plan(
         w.subset(idx), prices, policy, alpha[idx], cfg, np.random.default_rng([seed, _PILOT_STREAM]), marks=()
     )
     assert pilot.idle is not None
-    if pilot.idle.request.size < MIN_IDLE_SHARE * PILOT_REQUESTS:
+    share = pilot.idle.request.size / PILOT_REQUESTS
+    if share < MIN_IDLE_SHARE:
         return None
     starts = list(range(0, w.n, CHUNK_REQUESTS))
     if w.n - starts[-1] < CHUNK_REQUESTS // 2:
         starts.pop()  # a short last chunk joins the one before
-    return starts
+    window = min(WINDOW_REQUESTS, max(MIN_WINDOW_REQUESTS, math.ceil(WINDOW_SCALE / share)))
+    return Plan(tuple(starts), window)
 
 
 def chunk_args(
@@ -83,16 +100,17 @@ def chunk_args(
     alpha: FloatArray,
     cfg: SchedulerConfig,
     seed: int,
-    starts: list[int],
+    cut: Plan,
     c: int,
 ) -> tuple:
     """The arguments of :func:`run_chunk` for chunk ``c``: its requests and the window past its end."""
+    starts = cut.starts
     s = starts[c]
     nxt = starts[c + 1] if c + 1 < len(starts) else w.n
-    end = min(w.n, nxt + WINDOW_REQUESTS)
+    end = min(w.n, nxt + cut.window)
     windows = []
     if c > 0:
-        windows.append((0, WINDOW_REQUESTS))  # where the chunk before may hand over
+        windows.append((0, cut.window))  # where the chunk before may hand over
     if c + 1 < len(starts):
         windows.append((nxt - s, end - s))  # where it may hand over to the next
     idx = np.arange(s, end)
@@ -128,9 +146,10 @@ def _thin(trace: Trace, size: int) -> Trace:
     return Trace(trace.time_s[keep], trace.batch[keep], trace.kv_utilisation[keep])
 
 
-def splice(runs: list[RunResult], starts: list[int], arrival_s: FloatArray, trace_points: int) -> RunResult | None:
+def splice(runs: list[RunResult], cut: Plan, arrival_s: FloatArray, trace_points: int) -> RunResult | None:
     """The chunks' runs as one run (requests renumbered, totals between the splices), or None where a chunk and
     the next never stood empty together inside the window."""
+    starts = cut.starts
     cuts: list[int] = []  # global request of each handover
     for c in range(len(runs) - 1):
         j = _handover(runs[c], runs[c + 1], starts[c + 1] - starts[c])

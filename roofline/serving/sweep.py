@@ -353,21 +353,21 @@ def simulate(
         for job in jobs
     ]
     tasks: list[tuple[int, bool, Any]] = []
-    for ji, (job, starts) in enumerate(zip(jobs, plans, strict=True)):
-        if starts is None:
+    for ji, (job, cut) in enumerate(zip(jobs, plans, strict=True)):
+        if cut is None:
             tasks.append((ji, False, job))
         else:
-            tasks.extend((ji, True, split.chunk_args(*job[:6], starts, c)) for c in range(len(starts)))
+            tasks.extend((ji, True, split.chunk_args(*job[:6], cut, c)) for c in range(len(cut.starts)))
     pieces: list[RunResult] = []
 
     def collected(ji: int, r: RunResult) -> None:
         pieces.append(r)
-        starts = plans[ji]
-        if starts is None:
+        cut = plans[ji]
+        if cut is None:
             finished(r)
-        elif len(pieces) == len(starts):
+        elif len(pieces) == len(cut.starts):
             w = jobs[ji][0]
-            whole = split.splice(pieces, starts, w.arrival_s, jobs[ji][4].trace_points)
+            whole = split.splice(pieces, cut, w.arrival_s, jobs[ji][4].trace_points)
             finished(whole if whole is not None else _one(jobs[ji]))  # (no handover in a window: run it whole)
         else:
             return
