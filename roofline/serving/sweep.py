@@ -216,7 +216,10 @@ def simulate(
     to the first prefill step after the server idled (a cold start: :mod:`roofline.serving.prices`);
     ``kv_capacity_tokens`` defaults to what
     fits in ``memory_fraction`` of the device after weights, drafter and activations.
-    ``workers`` > 1 runs the (policy, rate, server) runs in that many processes. ``replicas`` > 1
+    ``workers`` > 1 runs the (policy, rate, server) runs in that many processes, and cuts a run of 20,000
+    requests or more whose server often stands empty (light load) into chunks simulated in parallel and spliced
+    where it stood empty (:mod:`roofline.serving.split`: the same distribution, other random numbers; the
+    summary's ``settings["chunks"]`` says how each point ran). ``replicas`` > 1
     serves the traffic from that many identical servers behind a round-robin load balancer
     (request i goes to server i mod replicas); each server is priced as ``hardware`` with ``tp``.
     ``disaggregate="P:D"`` runs prefill on P servers and decoding on D others, the prompt's KV
