@@ -207,3 +207,17 @@ def test_a_signed_host_line_is_taken_from_the_flags_and_a_negative_cold_start_is
     assert code == 0 and json.loads(out)["settings"]["round_host_s"] == pytest.approx(-3e-4)
     code, _, err = run(*BASE, *SHORT, "--rate", "1", "--idle-start-us", "-5")
     assert code == 2 and ">= 0" in err
+
+
+def test_workers_cut_a_long_light_run_and_the_page_says_so(run, monkeypatch):
+    import roofline.serving.split as split
+
+    monkeypatch.setattr(split, "CHUNK_REQUESTS", 300)
+    monkeypatch.setattr(split, "WINDOW_REQUESTS", 150)
+    monkeypatch.setattr(split, "PILOT_REQUESTS", 150)
+    argv = [a if a != "60" else "900" for a in BASE]
+    code, out, _ = run(*argv, *SHORT, "--rate", "2", "--policy", "static:3", "--workers", "2")
+    assert code == 0
+    assert "Cut where the server stood empty" in out and "static:3@2 in 3 chunks" in out
+    code, out, _ = run(*argv, *SHORT, "--rate", "2", "--policy", "static:3")  # one worker: whole
+    assert code == 0 and "Cut where" not in out

@@ -211,6 +211,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     table[[c for c in table.columns if c.endswith("_ms")]] *= 1e3
     table = table.sort_values(["rate_req_s", "policy"]).round(3)
     lines += ["", table.to_string(index=False), "", TERMS.format(metric=args.metric)]
+    cut = {k: n for k, n in st.get("chunks", {}).items() if n > 1}
+    if cut:
+        lines.append(
+            "Cut where the server stood empty and simulated in parallel (same distribution, other random numbers; "
+            "docs/cost-model.md, section 26): " + ", ".join(f"{k} in {n} chunks" for k, n in cut.items()) + "."
+        )
     if args.plot:
         lines.append(f"plot: {args.plot}")
     emit(args, payload, "\n".join(lines))
