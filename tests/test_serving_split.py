@@ -132,3 +132,13 @@ def test_the_window_is_wider_where_the_server_stands_empty_less_often(prices, mo
     off, spec = cuts["off"], cuts["static:3"]
     assert off is not None and spec is not None and off.starts == spec.starts == (0, 500)
     assert split.MIN_WINDOW_REQUESTS <= spec.window < off.window <= split.WINDOW_REQUESTS
+
+
+def test_each_replica_is_cut_on_its_own_and_disaggregated_pools_run_whole(small_chunks):
+    kw = dict(hardware=HW, target=TARGET, drafter=DRAFT, engine="serving", acceptance=0.75, policy=["static:3"],
+              rates=[4.0], requests=2600, workers=2, **LIGHT)  # fmt: skip
+    r = simulate(replicas=2, **kw)
+    assert r.settings["chunks"] == {"static:3@4": 6}  # 1,300 requests per server: chunks of 500, 500 and 300
+    assert r.requests["request"].tolist() == list(range(2600))
+    d = simulate(disaggregate="1:1", **kw)
+    assert d.settings["chunks"] == {"static:3@4": 1}
