@@ -5,7 +5,8 @@ times and a summary per (policy, rate); ``speculation_stops_paying_at_rate`` rea
 a policy stops beating plain decoding. One file per idea: ``workload`` (arrivals and
 lengths), ``policies`` (how much each step speculates), ``prices`` (step-price tables from
 the one time model), ``scheduler`` (the continuous-batching loop), ``metrics``
-(percentiles, goodput), ``disaggregated`` (separate prefill and decode servers) and ``sweep``
+(percentiles, goodput), ``disaggregated`` (separate prefill and decode servers), ``split`` (one long
+light-load run cut where its server stood empty, its chunks simulated in parallel) and ``sweep``
 (the points of a run, replicas behind a balancer). The formulas are in
 docs/cost-model.md, section "Serving under load".
 """
