@@ -32,16 +32,8 @@ import pandas as pd
 
 from roofline.serving.policies import ServingPolicy
 from roofline.serving.prices import StepPrices
-from roofline.serving.scheduler import (
-    MARK_TOTALS,
-    RunResult,
-    SchedulerConfig,
-    Trace,
-    simulate_run,
-)
+from roofline.serving.scheduler import MARK_TOTALS, FloatArray, RunResult, SchedulerConfig, Trace, simulate_run
 from roofline.serving.workload import Workload
-
-FloatArray = np.ndarray
 
 #: requests per chunk (a run is cut only when it has at least two)
 CHUNK_REQUESTS = 10_000
