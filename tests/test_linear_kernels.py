@@ -91,7 +91,9 @@ def test_model_defaults_to_the_probed_kernels_and_keeps_its_logits() -> None:
             outs.append((prefill, m(tokens[:, 5:])))
     assert not auto.auto_kernels  # chosen at setup_cache
     lin = auto.layers[0].self_attn.wqkv
-    assert set(lin.kernels) == {1, 2, 5, 64} and lin.kernels[1] in kinds(1) and lin.kernels[5] in kinds(5)
+    n_out = lin.weight.shape[0]  # (128 output features: the batched product over 64-feature blocks is a candidate)
+    assert set(lin.kernels) == {1, 2, 5, 64}
+    assert lin.kernels[1] in kinds(1, n_out) and lin.kernels[5] in kinds(5, n_out)
     for a, b in zip(outs[0], outs[1], strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
 
