@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 from measure.decode import autoregressive_generate  # noqa: E402
 from measure.models import Transformer  # noqa: E402
 from measure.serve import serve  # noqa: E402
-from measure.serve_check import _verdicts, latency_summary, with_pass_overhead  # noqa: E402
+from measure.serve_check import _verdicts, latency_summary, requests_per_run, with_pass_overhead  # noqa: E402
 from roofline import SpecroofError  # noqa: E402
 from roofline.hardware import Hardware, Measured  # noqa: E402
 from roofline.model import ModelSpec  # noqa: E402
@@ -221,3 +221,19 @@ def test_the_engine_host_terms_are_read_back_from_rounds_priced_by_the_fit():
     res = host_residuals(ServeResult(pd.DataFrame(), pd.DataFrame(rows), [], "static:3", 4), hw, SPEC, draft, gamma, 64)
     assert res.prefill_s == pytest.approx(5e-4, rel=1e-6)
     assert idle_start(res) == pytest.approx(3e-3, rel=1e-6)
+
+
+def test_the_replays_share_the_budget_at_each_rates_pace():
+    """n requests at rate r last n / min(r, capacity): the replays predicted that way fill 85% of what is left, less
+    the calibrations; bounds hold at both ends."""
+    rates, cap = [3.0, 9.0, 15.0], 10.0
+    n = requests_per_run(300.0, 4.0, rates, cap, 2, 2)
+    replays_s = n * 2 * 2 * sum(1.0 / min(r, cap) for r in rates)
+    calibrations_s = len(rates) * 2 * 4.0
+    assert replays_s <= 0.85 * 300.0 - calibrations_s < replays_s + 2 * 2 * sum(1.0 / min(r, cap) for r in rates)
+    # the lightest rate no longer prices every run: more requests than that rule gave, from the same budget
+    old = (0.85 * 300.0 / 6 - 4.0) / 2 / (1 / 3.0 + 1 / cap)
+    assert n > 1.5 * old
+    assert requests_per_run(1.0, 4.0, rates, cap, 2, 2) == 8  # nothing left: the floor
+    assert requests_per_run(1e9, 0.0, rates, cap, 2, 2) == 2000  # the cap
+    assert requests_per_run(None, 0.0, [cap], cap, 1, 1) == 300  # unbudgeted: 30 s of replay per run
