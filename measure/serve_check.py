@@ -5,8 +5,9 @@
    joint fit (:func:`measure.fit.fit`, the two depths separate the per-pass from the
    per-layer overhead) on the microbenchmarked profile: the device's fitted profile;
 3. a calibration per policy, a burst (``6 x slots`` requests arriving at once) and a staircase
-   (1, 2, ... ``slots`` requests arriving together, one stair after another:
-   :func:`staircase_arrivals`, so every batch size has rounds of its own): the engine's own
+   (:data:`COLD_PROBES` single requests, then 1, 2, ... ``slots`` requests arriving together, each
+   stair after an idle wait: :func:`staircase_arrivals`, so every batch size has rounds of its own,
+   and the first prefill after a wait its own samples): the engine's own
    host time per decode round beyond the fitted passes (scheduling, acceptance, commit), a
    line in the round's batch through their per-batch median residuals (the engine does
    per-row work; :func:`engine_host_terms`), given to the simulator as ``round_host_s`` and
@@ -124,6 +125,10 @@ class HostResiduals(NamedTuple):
 IDLE_GAP_S = 2e-3
 #: the idle wait before each stair of the staircase calibration (a light load's gaps are of this order)
 STAIR_GAP_S = 0.1
+#: single requests the staircase opens with, each after an idle wait: the engine's cold start measured on the step a
+#: light load's arrivals make (one prompt prefilled alone after a wait), not on the later stairs' multi-prompt
+#: prefills, whose residual also holds the fitted profile's error at that size (a few ms at 3-4 prompts here)
+COLD_PROBES = 3
 
 
 def engine_host_terms(
@@ -175,10 +180,21 @@ def host_residuals(
     resid_pre = pre["t_prefill_s"].to_numpy() - pred_pre
     # a prefill the engine ran alone after waiting for its arrival (not a run's first step: nothing came before)
     timed = "start_s" in s and "end_s" in s
-    gap = (s["start_s"] - s["end_s"].shift()).reindex(pre.index).to_numpy() if timed else np.full(len(pre), np.nan)
+    if timed:
+        # pooled runs each have their own clock, from 0 at their start: where it starts again, the step is a run's
+        # first, and the engine waited idle from 0 to its start (a staircase's first stair; a burst's starts at 0)
+        prev_end = s["end_s"].shift()
+        new_run = ~(s["start_s"] >= prev_end)  # (also the first row: NaN compares false)
+        gap = pd.Series(np.where(new_run, s["start_s"], s["start_s"] - prev_end), index=s.index)
+        gap = gap.reindex(pre.index).to_numpy()
+    else:
+        gap = np.full(len(pre), np.nan)
     cold = (gap > IDLE_GAP_S) & (pre["decode_batch"].to_numpy() == 0)
     prefill_s = float(np.median(resid_pre[~cold] if (~cold).any() else resid_pre))
-    cold_s = float(np.median(resid_pre[cold])) if cold.any() else math.nan
+    # the cold start from single-prompt cold prefills where there are any (:data:`COLD_PROBES`): the step it is
+    # added to at a light load, and the size the warm residual above is mostly made of
+    single = cold & (pre["prefills"].to_numpy() == 1)
+    cold_s = float(np.median(resid_pre[single if single.any() else cold])) if cold.any() else math.nan
     return HostResiduals(med.index.to_numpy(float), med.to_numpy(), cnt.to_numpy(float), prefill_s, cold_s)
 
 
@@ -238,22 +254,25 @@ def acceptance_concentration(requests: pd.DataFrame) -> float | None:
     return None if i == _K_GRID.size - 1 else float(_K_GRID[i])
 
 
-def staircase_arrivals(stair_s: Sequence[float], gap_s: float) -> np.ndarray:
-    """Arrival times of a staircase calibration: stair ``b`` (b = 1, 2, ...) is ``b`` requests arriving together,
-    ``gap_s`` after the stair before it is expected to end (``stair_s[b - 1]``: its expected seconds), the first
-    ``gap_s`` after the start.
+def staircase_arrivals(stair_s: Sequence[float], gap_s: float, sizes: Sequence[int] | None = None) -> np.ndarray:
+    """Arrival times of a staircase calibration: stair ``i`` is ``sizes[i]`` requests arriving together (default:
+    stair ``b`` = 1, 2, ... is ``b`` requests), ``gap_s`` after the stair before it is expected to end
+    (``stair_s[i]``: its expected seconds), the first ``gap_s`` after the start.
 
     A burst of requests arriving at once decodes at the full batch nearly throughout, so its few
     rounds at smaller batches pin the host line's slope poorly, while a light load decodes one or
     two requests at a time; the stairs give every batch size its own run of rounds, each after the
     machine idled (as a light load's prefills come).
     """
+    sizes = list(range(1, len(stair_s) + 1)) if sizes is None else list(sizes)
+    if len(sizes) != len(stair_s) or any(not (isinstance(m, (int, np.integer)) and m >= 1) for m in sizes):
+        raise SpecroofError(f"sizes must be one whole number >= 1 per stair (got {sizes!r} for {len(stair_s)})")
     t = gap_s
     out: list[float] = []
-    for b, d in enumerate(stair_s, start=1):
+    for i, (m, d) in enumerate(zip(sizes, stair_s, strict=True), start=1):
         if not (d >= 0 and math.isfinite(d)):
-            raise SpecroofError(f"stair {b}'s expected seconds must be finite and >= 0 (got {d!r})")
-        out += [t] * b
+            raise SpecroofError(f"stair {i}'s expected seconds must be finite and >= 0 (got {d!r})")
+        out += [t] * int(m)
         t += d + gap_s
     return np.asarray(out)
 
@@ -376,13 +395,15 @@ def serve_check(
 
         first: dict[str, pd.DataFrame] = {}  # each policy's first calibration's steps (burst and staircase)
         stair_out = max(2, round(float(cal_w.output_tokens.mean())))  # one output length: a stair keeps its batch
-        stair_w = synthetic(slots * (slots + 1) // 2, input_len, output_len, seed=seed + 11)
+        stair_sizes = [1] * COLD_PROBES + list(range(1, slots + 1))
+        stair_w = synthetic(sum(stair_sizes), input_len, output_len, seed=seed + 11)
         stair_prompts = _prompts(stair_w, seed + 11)
         sim_terms: dict[str, tuple[float, float, float, float]] = {}  # what the simulator takes from it
 
         def calibrate(p: Any) -> tuple[ServeResult, tuple[float, float, float, float]]:
-            """A calibration of ``p``: a burst (``6 x slots`` requests at once), then a staircase of 1, 2, ...
-            ``slots`` requests (:func:`staircase_arrivals`, spaced by what the burst's rounds and prefills took),
+            """A calibration of ``p``: a burst (``6 x slots`` requests at once), then a staircase of
+            :data:`COLD_PROBES` single requests and 1, 2, ... ``slots`` requests (:func:`staircase_arrivals`,
+            spaced by what the burst's rounds and prefills took),
             and the engine's host terms read off both, pooled with the policy's first calibration (a median over
             all their rounds: one calibration's rounds are few, and the machine drifts): the terms the simulator
             takes (the line and the prefill term, signed, and the first prefill after an idle wait:
@@ -396,12 +417,16 @@ def serve_check(
                 t_round = float(st["t_decode_s"].max())
             per_round = run.mean_tokens_per_round if p.speculates else 1.0
             # a stair's rounds at the full batch's round time (an upper bound) and its prefills, with a margin
-            stair_s = [1.2 * (b * t_pre + math.ceil(stair_out / per_round) * t_round) for b in range(1, slots + 1)]
+            stair_s = [1.2 * (b * t_pre + math.ceil(stair_out / per_round) * t_round) for b in stair_sizes]
+            arrivals = staircase_arrivals(stair_s, STAIR_GAP_S, stair_sizes)
             stairs = serve(
-                target, stair_prompts, staircase_arrivals(stair_s, STAIR_GAP_S), np.full(stair_w.n, stair_out),
-                policy=p, drafter=draft, slots=slots,
-            )  # fmt: skip
-            steps = pd.concat([st, stairs.steps], ignore_index=True)
+                target, stair_prompts, arrivals, np.full(stair_w.n, stair_out), policy=p, drafter=draft, slots=slots
+            )
+            # the single-request probes lend their cold prefills only: their rounds would weigh batch 1 four times
+            # over in the host line, which is the stairs' and the burst's (the probes do not change it)
+            ss = stairs.steps
+            probe_rounds = (ss["start_s"] < arrivals[COLD_PROBES]) & (ss["decode_batch"] > 0)
+            steps = pd.concat([st, ss[~probe_rounds]], ignore_index=True)
             if p.name in first:
                 steps = pd.concat([first[p.name], steps], ignore_index=True)
             else:

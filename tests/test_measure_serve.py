@@ -212,6 +212,7 @@ def test_the_engine_host_terms_are_read_back_from_rounds_priced_by_the_fit():
         r["start_s"] = t
         t = r["end_s"] = t + r["t_decode_s"] + r["t_prefill_s"]
     assert idle_start(host_residuals(run, hw, SPEC, draft, gamma, 64)) == 0.0  # it never waited
+    n_warm = len(rows)
     for m in (1, 2, 1):
         t += 0.05  # idle
         tp = p.prefill_time(m, 16 * m, 0.0, draft=True) + 5e-4 + 3e-3
@@ -221,6 +222,40 @@ def test_the_engine_host_terms_are_read_back_from_rounds_priced_by_the_fit():
     res = host_residuals(ServeResult(pd.DataFrame(), pd.DataFrame(rows), [], "static:3", 4), hw, SPEC, draft, gamma, 64)
     assert res.prefill_s == pytest.approx(5e-4, rel=1e-6)
     assert idle_start(res) == pytest.approx(3e-3, rel=1e-6)
+
+    # cold stairs of 3 and 4 prompts whose priced passes are 9 ms short (the profile's error at that size, not a
+    # cold start): the term is read off the one-prompt cold steps alone, and is unmoved
+    for m in (3, 4, 3, 4):
+        t += 0.05
+        tp = p.prefill_time(m, 16 * m, 0.0, draft=True) + 5e-4 + 3e-3 + 9e-3
+        rows.append(dict(decode_batch=0, decode_context_tokens=0, prefills=m, prefill_tokens=16 * m, t_decode_s=0.0,
+                         t_prefill_s=tp, start_s=t, end_s=t + tp))  # fmt: skip
+        t += tp
+    res = host_residuals(ServeResult(pd.DataFrame(), pd.DataFrame(rows), [], "static:3", 4), hw, SPEC, draft, gamma, 64)
+    assert idle_start(res) == pytest.approx(3e-3, rel=1e-6)
+    # runs pooled one after the other, each on its own clock from 0: a run's first prefill that started some time
+    # into it waited idle (a staircase's first stair) and is cold; one that started at 0 (a burst's) is not
+    tp = p.prefill_time(1, 16, 0.0, draft=True) + 5e-4 + 3e-3
+    alone = dict(decode_batch=0, decode_context_tokens=0, prefills=1, prefill_tokens=16, t_decode_s=0.0, t_prefill_s=tp)
+    t0 = 0.5 * rows[n_warm - 1]["end_s"]  # (before the last pooled step's end: the clock started again)
+    assert t0 > 2e-3
+    fresh = rows[:n_warm] + [{**alone, "start_s": t0, "end_s": t0 + tp}]
+    res = host_residuals(
+        ServeResult(pd.DataFrame(), pd.DataFrame(fresh), [], "static:3", 4), hw, SPEC, draft, gamma, 64
+    )
+    assert idle_start(res) == pytest.approx(3e-3, rel=1e-6)
+    fresh[-1].update(start_s=0.0, end_s=tp)
+    res = host_residuals(
+        ServeResult(pd.DataFrame(), pd.DataFrame(fresh), [], "static:3", 4), hw, SPEC, draft, gamma, 64
+    )
+    assert idle_start(res) == 0.0
+
+    # with no one-prompt cold step, every cold step counts: the multi-prompt ones, 3 + 9 ms
+    multi = rows[:n_warm] + rows[-4:]  # (the first of them still starts long after the warm steps end: idle)
+    res = host_residuals(
+        ServeResult(pd.DataFrame(), pd.DataFrame(multi), [], "static:3", 4), hw, SPEC, draft, gamma, 64
+    )
+    assert idle_start(res) == pytest.approx(12e-3, rel=1e-6)
 
 
 def test_the_replays_share_the_budget_at_each_rates_pace():

@@ -149,3 +149,13 @@ def test_a_figure_is_noisy_where_the_replays_or_the_calibrations_around_them_dis
     alone = compare_figures(reps, fig(11.0))
     assert alone["tpot_p90_calibration_drift"] == 0.0 and not alone["tpot_p90_noisy"]
     assert compare_figures(reps, fig(10.3))["tpot_p50_noisy"]  # an error of 1% under a 3.9% spread
+
+
+def test_a_staircase_may_open_with_single_requests():
+    from measure.serve_check import staircase_arrivals
+
+    t = staircase_arrivals([0.1, 0.1, 0.2], 0.02, sizes=[1, 1, 2])
+    assert t.tolist() == pytest.approx([0.02, 0.14, 0.26, 0.26])
+    for bad in ([1, 2], [1, 0, 2], [1, 1.5, 2]):
+        with pytest.raises(SpecroofError, match="sizes"):
+            staircase_arrivals([0.1, 0.1, 0.2], 0.02, sizes=bad)
