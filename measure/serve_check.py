@@ -27,7 +27,8 @@
 5. TTFT and TPOT p50/p90 of both, their relative errors, and each side's verdict on whether
    speculation pays at each rate (``e2e_p50_s``, the simulator's default); a figure is noisy where
    the replays disagree by more than its error, or the simulator does under the calibration before
-   the replays against the one after them (``*_calibration_drift``).
+   the replays against the one after them (``*_calibration_drift``); and TTFT split by what each arrival
+   found (:func:`ttft_by_arrival`: the share that found the engine idle, and each group's p50).
 """
 
 from __future__ import annotations
@@ -81,6 +82,39 @@ def latency_summary(requests: pd.DataFrame) -> dict[str, float]:
     for m in ("ttft", "tpot", "e2e"):
         for q in (50, 90):
             out[f"{m}_p{q}_s"] = percentile(requests[f"{m}_s"], q)
+    return out
+
+
+def ttft_by_arrival(requests: pd.DataFrame) -> dict[str, float]:
+    """TTFT split by what each arrival found: ``idle_share`` (the share of requests that arrived while no other was
+    in the system, between its arrival and its finish), and the TTFT p50 of those (``ttft_idle_p50_s``) and of the
+    others (``ttft_busy_p50_s``; NaN where a group is empty).
+
+    At a light load the two groups are two modes (a prefill alone, against a wait for the rounds in flight and the
+    next one before it), and the overall p50 falls between them where about half the arrivals find the engine
+    idle: it then moves with that share, which a few percent of service time shifts, more than with either mode.
+    """
+    df = requests.sort_values("arrival_s", kind="stable")
+    a = df["arrival_s"].to_numpy(float)
+    # the latest finish among the requests that arrived before each one (ties: in the order served)
+    before = np.maximum.accumulate(np.concatenate(([-np.inf], df["finish_s"].to_numpy(float)[:-1])))
+    busy = before > a
+    t = df["ttft_s"].to_numpy(float)
+    return {
+        "idle_share": float(np.mean(~busy)) if len(a) else math.nan,
+        "ttft_idle_p50_s": percentile(pd.Series(t[~busy]), 50) if (~busy).any() else math.nan,
+        "ttft_busy_p50_s": percentile(pd.Series(t[busy]), 50) if busy.any() else math.nan,
+    }
+
+
+def found_columns(measured: Sequence[dict[str, float]], simulated: dict[str, float]) -> dict[str, float]:
+    """The table's columns of :func:`ttft_by_arrival`, each side: ``idle_share_measured``,
+    ``ttft_idle_p50_measured_s``, ... (the real side: the mean over its replays)."""
+    out: dict[str, float] = {}
+    for k, v in simulated.items():
+        stem, unit = (k[:-2], "_s") if k.endswith("_s") else (k, "")
+        out[f"{stem}_measured{unit}"] = float(np.mean([m[k] for m in measured]))
+        out[f"{stem}_simulated{unit}"] = v
     return out
 
 
@@ -502,6 +536,7 @@ def serve_check(
                 ss = latency_summary(sq)
                 row: dict[str, Any] = {"rate_req_s": r, "policy": p.name, "requests": w.n, "replays": replays}
                 row.update(compare_figures(each, ss, ends))
+                row.update(found_columns([ttft_by_arrival(x.requests) for x in reps], ttft_by_arrival(sq)))
                 row["tokens_per_round"] = e
                 row["round_host_s"], row["round_host_per_seq_s"], row["prefill_host_s"] = h_round, h_seq, h_pre
                 row["idle_start_s"] = h_idle

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -272,3 +273,49 @@ def test_the_replays_share_the_budget_at_each_rates_pace():
     assert requests_per_run(1.0, 4.0, rates, cap, 2, 2) == 8  # nothing left: the floor
     assert requests_per_run(1e9, 0.0, rates, cap, 2, 2) == 2000  # the cap
     assert requests_per_run(None, 0.0, [cap], cap, 1, 1) == 300  # unbudgeted: 30 s of replay per run
+
+
+def test_ttft_is_split_by_what_each_arrival_found():
+    """Hand-made requests: the first arrives to an idle engine; the second while the first is in the system; the
+    third after both finished (idle again); the fourth with the third still there."""
+    from measure.serve_check import ttft_by_arrival
+
+    df = pd.DataFrame(
+        {
+            "arrival_s": [0.0, 0.5, 3.0, 3.1],
+            "finish_s": [1.0, 2.0, 4.0, 3.5],
+            "ttft_s": [0.1, 0.3, 0.2, 0.5],
+        }
+    ).iloc[[2, 0, 3, 1]]  # (any row order)
+    got = ttft_by_arrival(df)
+    assert got["idle_share"] == pytest.approx(0.5)
+    assert got["ttft_idle_p50_s"] == pytest.approx(0.15)  # 0.1 and 0.2
+    assert got["ttft_busy_p50_s"] == pytest.approx(0.4)  # 0.3 and 0.5
+    # the latest finish before an arrival counts, not the last-arrived one's: C arrives after B left, A still there
+    abc = pd.DataFrame({"arrival_s": [0.0, 1.0, 5.0], "finish_s": [10.0, 2.0, 6.0], "ttft_s": [0.1, 0.2, 0.3]})
+    assert ttft_by_arrival(abc)["idle_share"] == pytest.approx(1 / 3)
+    one = ttft_by_arrival(df.iloc[:1])
+    assert one["idle_share"] == 1.0 and np.isnan(one["ttft_busy_p50_s"])
+
+    # the table's columns, each side (the real: the mean over the replays), named as the page reads them
+    from measure.serve_check import found_columns
+    from specroof.commands.measure_serve import text
+
+    cols = found_columns([got, {**got, "idle_share": 0.7}], one)
+    assert cols["idle_share_measured"] == pytest.approx(0.6) and cols["idle_share_simulated"] == 1.0
+    assert cols["ttft_idle_p50_measured_s"] == pytest.approx(0.15)
+    sides = ("measured", "simulated")
+    names = [("idle_share", ""), ("ttft_idle_p50", "_s"), ("ttft_busy_p50", "_s")]
+    assert set(cols) == {f"{k}_{side}{u}" for k, u in names for side in sides}
+    row = {"rate_req_s": 2.0, "policy": "off", **cols}
+    for m in ("ttft_p50", "ttft_p90", "tpot_p50", "tpot_p90"):
+        row.update({f"{m}_measured_s": 0.01, f"{m}_simulated_s": 0.01, f"{m}_rel_error": 0.0})
+    check = SimpleNamespace(
+        table=pd.DataFrame([row]),
+        verdicts=pd.DataFrame(columns=["rate_req_s", "policy", "pays_measured", "pays_simulated", "agree"]),
+        host_per_round_s={},
+        host_per_seq_s={},
+        settings={"target": "t", "draft": "d", "threads": 1, "slots": 4, "load": {}, "fit_mape": 0.05,
+                  "plain_step_s": 5e-3, "prefill_per_request_s": 8e-3, "capacity_req_s": 20.0, "seconds": 1.0},
+    )  # fmt: skip
+    assert "  2 req/s off: 60% / 100% of arrivals found it idle" in text(check)

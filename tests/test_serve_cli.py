@@ -148,6 +148,15 @@ def test_measure_serve_prints_its_engine_terms_as_flags_specroof_serve_takes():
             for m in ("ttft_p50", "ttft_p90", "tpot_p50", "tpot_p90"):
                 row.update({f"{m}_measured_s": 0.01, f"{m}_simulated_s": 0.011, f"{m}_rel_error": 0.1,
                             f"{m}_noisy": False})  # fmt: skip
+            share = 0.6 if rate == 2.0 else 0.02  # (at 9 req/s nearly every arrival finds the engine busy)
+            row.update(
+                idle_share_measured=share,
+                idle_share_simulated=share + 0.1,
+                ttft_idle_p50_measured_s=0.012,
+                ttft_idle_p50_simulated_s=0.011,
+                ttft_busy_p50_measured_s=0.025,
+                ttft_busy_p50_simulated_s=0.021,
+            )  # fmt: skip (measure.serve_check.found_columns' names)
             rows.append(row)
     check = SimpleNamespace(
         table=pd.DataFrame(rows),
@@ -158,6 +167,11 @@ def test_measure_serve_prints_its_engine_terms_as_flags_specroof_serve_takes():
                   "plain_step_s": 5e-3, "prefill_per_request_s": 8e-3, "capacity_req_s": 20.0, "seconds": 100.0},
     )  # fmt: skip
     out = text(check)
+    found = [x for x in out.splitlines() if "of arrivals found it idle" in x]
+    assert found == [
+        "  2 req/s off: 60% / 70% of arrivals found it idle, TTFT p50 12.0 / 11.0 ms; the others 25.0 / 21.0 ms",
+        "  2 req/s static:3: 60% / 70% of arrivals found it idle, TTFT p50 12.0 / 11.0 ms; the others 25.0 / 21.0 ms",
+    ]
     line = next(x for x in out.splitlines() if x.startswith("this engine's terms for specroof serve"))
     spec = line.split("static:3: ")[1]
     assert spec == "--prefill separate --round-host-us 2300 --round-host-per-seq-us 400 --prefill-host-us 1900 " \

@@ -126,6 +126,18 @@ def text(check: Any) -> str:
     lines += [
         pd.DataFrame(rows).round(2).to_string(index=False),
     ]
+    if "idle_share_measured" in t:
+        # at a light load the TTFT p50 lies between two modes, and follows the share of arrivals that find no one
+        found = [
+            f"  {r['rate_req_s']:g} req/s {r['policy']}: {100 * r['idle_share_measured']:.0f}% / "
+            f"{100 * r['idle_share_simulated']:.0f}% of arrivals found it idle, TTFT p50 "
+            f"{1e3 * r['ttft_idle_p50_measured_s']:.1f} / {1e3 * r['ttft_idle_p50_simulated_s']:.1f} ms; the others "
+            f"{1e3 * r['ttft_busy_p50_measured_s']:.1f} / {1e3 * r['ttft_busy_p50_simulated_s']:.1f} ms"
+            for _, r in t.iterrows()
+            if r["idle_share_measured"] >= 0.05  # (overloaded, every arrival finds the engine busy)
+        ]
+        if found:
+            lines += ["TTFT by what an arrival found the engine doing, real / sim:", *found]
     noisy_cols = [c for c in t.columns if c.endswith("_noisy")]
     if noisy_cols and (int(t.get("replays", pd.Series([1])).max()) > 1 or t[noisy_cols].to_numpy(bool).any()):
         lines.append(
