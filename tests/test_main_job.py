@@ -256,6 +256,24 @@ def test_a_ctrl_c_swallowed_by_a_finalizer_still_stops_the_report(tmp_path):
     assert "second (not run yet)" in (tmp_path / "r" / "index.html").read_text()
 
 
+def test_a_remembered_ctrl_c_in_a_finalizer_prints_no_traceback_and_other_errors_still_do():
+    """A Ctrl-C that lands in a finalizer is remembered and raised at the next boundary: Python's "Exception ignored"
+    traceback for it is left out (the page says "interrupted"); a finalizer's other errors are still reported."""
+    code = (
+        "import weakref, sys\n"
+        "from roofline import interrupts\n"
+        "interrupts.install()\n"
+        "class O: pass\n"
+        "o = O(); weakref.finalize(o, lambda: interrupts._on_sigint(2, None)); del o\n"
+        "print('pending', interrupts._pending)\n"
+        "o = O(); weakref.finalize(o, lambda: 1 / 0); del o\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "pending True" in proc.stdout
+    assert "KeyboardInterrupt" not in proc.stderr
+    assert "ZeroDivisionError" in proc.stderr
+
+
 def test_every_package_is_installed():
     # a package left out of pyproject works in the editable checkout and fails on a fresh machine's plain install
     packages = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
