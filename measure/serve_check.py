@@ -86,8 +86,8 @@ def latency_summary(requests: pd.DataFrame) -> dict[str, float]:
 
 
 def ttft_by_arrival(requests: pd.DataFrame) -> dict[str, float]:
-    """TTFT split by what each arrival found: ``idle_share`` (the share of requests that arrived while no other was
-    in the system, between its arrival and its finish), and the TTFT p50 of those (``ttft_idle_p50_s``) and of the
+    """TTFT split by what each arrival found: ``idle_share`` (the share of requests that arrived after every earlier
+    request had finished: no other in the system), and the TTFT p50 of those (``ttft_idle_p50_s``) and of the
     others (``ttft_busy_p50_s``; NaN where a group is empty).
 
     At a light load the two groups are two modes (a prefill alone, against a wait for the rounds in flight and the
