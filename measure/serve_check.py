@@ -100,10 +100,10 @@ def ttft_by_arrival(requests: pd.DataFrame) -> dict[str, float]:
     before = np.maximum.accumulate(np.concatenate(([-np.inf], df["finish_s"].to_numpy(float)[:-1])))
     busy = before > a
     t = df["ttft_s"].to_numpy(float)
-    return {
+    return {  # (percentile: NaN for an empty group)
         "idle_share": float(np.mean(~busy)) if len(a) else math.nan,
-        "ttft_idle_p50_s": percentile(pd.Series(t[~busy]), 50) if (~busy).any() else math.nan,
-        "ttft_busy_p50_s": percentile(pd.Series(t[busy]), 50) if busy.any() else math.nan,
+        "ttft_idle_p50_s": percentile(t[~busy], 50),
+        "ttft_busy_p50_s": percentile(t[busy], 50),
     }
 
 
@@ -217,10 +217,8 @@ def host_residuals(
     if timed:
         # pooled runs each have their own clock, from 0 at their start: where it starts again, the step is a run's
         # first, and the engine waited idle from 0 to its start (a staircase's first stair; a burst's starts at 0)
-        prev_end = s["end_s"].shift()
-        new_run = ~(s["start_s"] >= prev_end)  # (also the first row: NaN compares false)
-        gap = pd.Series(np.where(new_run, s["start_s"], s["start_s"] - prev_end), index=s.index)
-        gap = gap.reindex(pre.index).to_numpy()
+        start, prev_end = s["start_s"], s["end_s"].shift()
+        gap = (start - prev_end).where(start >= prev_end, start)[pre.index].to_numpy()  # (first row: NaN, a new run)
     else:
         gap = np.full(len(pre), np.nan)
     cold = (gap > IDLE_GAP_S) & (pre["decode_batch"].to_numpy() == 0)

@@ -27,15 +27,15 @@ def _on_sigint(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
+_previous_hook = sys.unraisablehook  # the unraisable hook before install(): what any other finalizer error goes to
+
+
 def _unraisable(unraisable: Any) -> None:
     """``sys.unraisablehook`` while installed: a Ctrl-C a finalizer swallowed is remembered (:func:`check` raises
     it), so it is not reported as an ignored exception; anything else goes to the hook that was there."""
     if isinstance(unraisable.exc_value, KeyboardInterrupt) and _pending:
         return
     _previous_hook(unraisable)
-
-
-_previous_hook = sys.unraisablehook
 
 
 def install() -> None:
