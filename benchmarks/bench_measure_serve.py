@@ -29,13 +29,16 @@ def main() -> None:
     out = text(check)
     print(out)
     t = check.table
-    figs = [c.removesuffix("_rel_error") for c in t.columns if c.endswith("_rel_error") and not c.startswith("e2e")]
+    figs = [f"{m}_p{q}" for m in ("ttft", "tpot") for q in (50, 90)]
     errs = t[[f"{f}_rel_error" for f in figs]].abs().to_numpy()
     noisy = t[[f"{f}_noisy" for f in figs]].to_numpy(bool)
     within = int((errs <= 0.15).sum())
     judged = int((~noisy).sum())
     within_judged = int(((errs <= 0.15) & ~noisy).sum())
     agree = int(check.verdicts["agree"].sum())
+    # the same figures with the simulator at each replay's own speed: the scheduling model's error alone
+    m_errs = t[[f"{f}_speed_matched_rel_error" for f in figs]].abs().to_numpy()
+    m_noisy = t[[f"{f}_speed_matched_noisy" for f in figs]].to_numpy(bool)
     body = (
         f"Load average (1, 5, 15 min) before: {before[0]:.2f}, {before[1]:.2f}, {before[2]:.2f}; "
         f"after: {after[0]:.2f}, {after[1]:.2f}, {after[2]:.2f}.\n\n"
@@ -44,6 +47,10 @@ def main() -> None:
         f"{int(t['replays'].max())} replays of each trace); {errs.size - judged} noisy (the replays, or the simulator under "
         f"the calibrations before and after them, disagreed by more than the error), and of the {judged} others {within_judged} within 15%; "
         f"verdicts agree at {agree} of {len(check.verdicts)} rates. "
+        f"At each replay's own speed (the simulator's prices scaled by what the replay's steps took over them, "
+        f"x{t['replay_speed'].min():.2f}..x{t['replay_speed'].max():.2f}; read off the replay, so not a prediction): "
+        f"{int((m_errs <= 0.15).sum())} of {m_errs.size} within 15%; {int(m_noisy.sum())} noisy (the replays' "
+        f"range exceeds the error), and of the {int((~m_noisy).sum())} others {int(((m_errs <= 0.15) & ~m_noisy).sum())} within 15%. "
         "Real: measure.serve (prefill as its own pass after each decode round, the draft model prefilled too); "
         "simulated: roofline.serving.simulate with max_seqs = slots and prefill='separate' (the decode round, then "
         "one target pass over the newcomers' whole prompts, then the draft model's when speculating), the profile "

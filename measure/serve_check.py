@@ -188,33 +188,39 @@ def engine_host_terms(
     return host_terms(host_residuals(run, hw, target, draft, gamma, max_tokens))
 
 
-def host_residuals(
-    run: ServeResult, hw: Hardware, target: Any, draft: Any, gamma: int, max_tokens: int
-) -> HostResiduals:
-    """The residuals :func:`engine_host_terms` draws its lines through (computed once per burst)."""
-    s = run.steps
+class _PricedSteps(NamedTuple):
+    """A run's decode rounds and prefill steps beside the simulator's price of their passes (seconds; no host
+    terms), and which prefill steps the engine started cold (alone, after waiting idle)."""
+
+    rounds: pd.DataFrame
+    round_passes_s: np.ndarray
+    prefills: pd.DataFrame
+    prefill_passes_s: np.ndarray
+    cold: np.ndarray
+
+
+def _priced_steps(
+    steps: pd.DataFrame, hw: Hardware, target: Any, draft: Any, gamma: int, max_tokens: int
+) -> _PricedSteps:
+    s = steps
     dec = s[s["decode_batch"] > 0]
     pre = s[s["prefills"] > 0]
     if dec.empty or pre.empty:
-        raise SpecroofError("the calibration burst ran no decode round or no prefill")
+        raise SpecroofError("the run has no decode round or no prefill to price")
     top = int(dec["decode_context_tokens"].max() / max(1, dec["decode_batch"].min())) + gamma + 8
     slots = int(max(dec["decode_batch"].max(), pre["prefills"].max()))
     p0 = _prices(hw, target, draft, gamma, slots, max_tokens, max(top, int(pre["prefill_tokens"].max())))
     b = dec["decode_batch"].to_numpy()
     c = dec["decode_context_tokens"].to_numpy() / b
     pred = np.array([float(p0.decode_time(gamma, int(bb), cc)) for bb, cc in zip(b, c, strict=True)])
-    r = pd.DataFrame({"b": b, "resid": dec["t_decode_s"].to_numpy() - pred}).groupby("b")["resid"]
-    med, cnt = r.median(), r.size()
     pred_pre = np.array(
         [
             p0.prefill_time(int(m), int(n), 0.0, draft=gamma > 0)
             for m, n in zip(pre["prefills"], pre["prefill_tokens"], strict=True)
         ]
     )
-    resid_pre = pre["t_prefill_s"].to_numpy() - pred_pre
     # a prefill the engine ran alone after waiting for its arrival (not a run's first step: nothing came before)
-    timed = "start_s" in s and "end_s" in s
-    if timed:
+    if "start_s" in s and "end_s" in s:
         # pooled runs each have their own clock, from 0 at their start: where it starts again, the step is a run's
         # first, and the engine waited idle from 0 to its start (a staircase's first stair; a burst's starts at 0)
         start, prev_end = s["start_s"], s["end_s"].shift()
@@ -222,12 +228,55 @@ def host_residuals(
     else:
         gap = np.full(len(pre), np.nan)
     cold = (gap > IDLE_GAP_S) & (pre["decode_batch"].to_numpy() == 0)
+    return _PricedSteps(dec, pred, pre, pred_pre, cold)
+
+
+def host_residuals(
+    run: ServeResult, hw: Hardware, target: Any, draft: Any, gamma: int, max_tokens: int
+) -> HostResiduals:
+    """The residuals :func:`engine_host_terms` draws its lines through (computed once per burst)."""
+    ps = _priced_steps(run.steps, hw, target, draft, gamma, max_tokens)
+    dec, pre, cold = ps.rounds, ps.prefills, ps.cold
+    b = dec["decode_batch"].to_numpy()
+    r = pd.DataFrame({"b": b, "resid": dec["t_decode_s"].to_numpy() - ps.round_passes_s}).groupby("b")["resid"]
+    med, cnt = r.median(), r.size()
+    resid_pre = pre["t_prefill_s"].to_numpy() - ps.prefill_passes_s
     prefill_s = float(np.median(resid_pre[~cold] if (~cold).any() else resid_pre))
     # the cold start from single-prompt cold prefills where there are any (:data:`COLD_PROBES`): the step it is
     # added to at a light load, and the size the warm residual above is mostly made of
     single = cold & (pre["prefills"].to_numpy() == 1)
     cold_s = float(np.median(resid_pre[single if single.any() else cold])) if cold.any() else math.nan
     return HostResiduals(med.index.to_numpy(float), med.to_numpy(), cnt.to_numpy(float), prefill_s, cold_s)
+
+
+def steps_speed(
+    steps: pd.DataFrame,
+    *,
+    hw: Hardware,
+    target: Any,
+    draft: Any,
+    gamma: int,
+    max_tokens: int,
+    terms: tuple[float, float, float, float],
+) -> float:
+    """How slow the engine ran ``steps`` against the simulator's prices: the seconds its decode rounds and prefill
+    steps took over the simulator's price of the same steps (their passes, and the host ``terms`` it is given:
+    round, per sequence, prefill, idle start). 1.1: the machine ran them 10% slower than those prices say
+    (docs/cost-model.md, section 27)."""
+    ps = _priced_steps(steps, hw, target, draft, gamma, max_tokens)
+    a, per_seq, pre_host, idle = terms
+    b = ps.rounds["decode_batch"].to_numpy()
+    priced = float(np.sum(ps.round_passes_s + a + per_seq * b) + np.sum(ps.prefill_passes_s + pre_host))
+    priced += idle * float(ps.cold.sum())
+    took = float(ps.rounds["t_decode_s"].sum() + ps.prefills["t_prefill_s"].sum())
+    return took / priced
+
+
+def at_speed(w: Workload, f: float) -> Workload:
+    """The trace as a simulator priced ``f`` times slower sees it, on its own clock: arrivals divided by ``f``. A
+    run's events depend on their order and durations only, so the simulator on this trace, its times multiplied by
+    ``f``, is the simulator with every price multiplied by ``f`` on the trace as it is."""
+    return Workload(w.arrival_s / f, w.input_tokens, w.output_tokens)
 
 
 def burst_times(steps: pd.DataFrame, slots: int) -> tuple[float, float]:
@@ -431,15 +480,17 @@ def serve_check(
         stair_w = synthetic(sum(stair_sizes), input_len, output_len, seed=seed + 11)
         stair_prompts = _prompts(stair_w, seed + 11)
         sim_terms: dict[str, tuple[float, float, float, float]] = {}  # what the simulator takes from it
+        first_own: dict[str, pd.DataFrame] = {}  # each policy's first calibration's own steps
 
-        def calibrate(p: Any) -> tuple[ServeResult, tuple[float, float, float, float]]:
+        def calibrate(p: Any) -> tuple[ServeResult, tuple[float, float, float, float], pd.DataFrame]:
             """A calibration of ``p``: a burst (``6 x slots`` requests at once), then a staircase of
             :data:`COLD_PROBES` single requests and 1, 2, ... ``slots`` requests (:func:`staircase_arrivals`,
             spaced by what the burst's rounds and prefills took),
             and the engine's host terms read off both, pooled with the policy's first calibration (a median over
             all their rounds: one calibration's rounds are few, and the machine drifts): the terms the simulator
             takes (the line and the prefill term, signed, and the first prefill after an idle wait:
-            :func:`idle_start`). Returns the burst's run and those four."""
+            :func:`idle_start`). Returns the burst's run, those four, and this calibration's steps (burst and
+            staircase, unpooled: what :func:`steps_speed` reads the machine's speed off)."""
             run = serve(
                 target, cal_prompts, np.zeros(cal_w.n), cal_w.output_tokens, policy=p, drafter=draft, slots=slots
             )
@@ -458,6 +509,7 @@ def serve_check(
             # over in the host line, which is the stairs' and the burst's (the probes do not change it)
             ss = stairs.steps
             probe_rounds = (ss["start_s"] < arrivals[COLD_PROBES]) & (ss["decode_batch"] > 0)
+            own = pd.concat([st, ss], ignore_index=True)
             steps = pd.concat([st, ss[~probe_rounds]], ignore_index=True)
             if p.name in first:
                 steps = pd.concat([first[p.name], steps], ignore_index=True)
@@ -465,11 +517,11 @@ def serve_check(
                 first[p.name] = steps
             pooled = dataclasses.replace(run, steps=steps)
             res = host_residuals(pooled, fitted.hardware, target.spec, draft.spec, p.gamma, max_tokens)
-            return run, (*host_terms(res), idle_start(res))
+            return run, (*host_terms(res), idle_start(res)), own
 
         t_cal = bud.elapsed_s
         for p in pols:
-            run, sim_terms[p.name] = calibrate(p)
+            run, sim_terms[p.name], first_own[p.name] = calibrate(p)
             host[p.name], host_seq[p.name], pre_resid[p.name] = sim_terms[p.name][:3]
             if p.speculates:
                 spread[p.name] = acceptance_concentration(run.requests)
@@ -509,32 +561,55 @@ def serve_check(
                 # the host terms of a calibration run just before this replay and of one just after it, as measure
                 # spec brackets each speculative run with baselines: on a shared machine the engine's speed moves
                 # over seconds (a neighbour starting up slowed every pass ~25%), and the two bracket the replay's
-                before = calibrate(p)[1] if recalibrate else sim_terms[p.name]
+                if recalibrate:
+                    _, before, before_steps = calibrate(p)
+                else:
+                    before, before_steps = sim_terms[p.name], first_own[p.name]
                 # the same trace replayed `replays` times: how far the engine disagrees with itself is the floor
                 # under any error the simulator can be held to
                 reps = [
                     serve(target, prompts, w.arrival_s, w.output_tokens, policy=p, drafter=draft, slots=slots)
                     for _ in range(replays)
                 ]
-                after = calibrate(p)[1] if recalibrate else before
-                h_round, h_seq, h_pre, h_idle = (0.5 * (x + y) for x, y in zip(before, after, strict=True))
+                after, after_steps = calibrate(p)[1:] if recalibrate else (before, before_steps)
+                terms = tuple(0.5 * (x + y) for x, y in zip(before, after, strict=True))
+                h_round, h_seq, h_pre, h_idle = terms
                 run = reps[0]
                 e = float(np.mean([x.mean_tokens_per_round for x in reps])) if p.speculates else math.nan
+                speed = functools.partial(steps_speed, hw=fitted.hardware, target=target.spec, draft=draft.spec,
+                                          gamma=p.gamma, max_tokens=max_tokens)  # fmt: skip
+                # the machine's speed in the calibrations around the replay, against the prices the simulator takes:
+                # a neighbour that slows every pass by a third for minutes moves the passes, which the additive host
+                # terms only partly follow (docs/cost-model.md, section 27)
+                f_cal = 0.5 * (speed(before_steps, terms=terms) + speed(after_steps, terms=terms))
 
                 simulated = functools.partial(
-                    _simulate_trace, fitted.hardware, target.spec, draft.spec, p, e, w, slots, max_tokens, seed,
-                    concentration=spread.get(p.name),
+                    _simulate_trace, fitted.hardware, target.spec, draft.spec, p, e, w=w, slots=slots,
+                    max_tokens=max_tokens, seed=seed, concentration=spread.get(p.name),
                 )  # fmt: skip
-                sq = simulated((h_round, h_seq, h_pre, h_idle))
+                sq = simulated(terms, speed=f_cal)
                 # what the simulator says with each calibration alone: how far the engine's speed moved across the
                 # replay, in the figure's own terms
-                ends = [latency_summary(simulated(t)) for t in (before, after)] if after != before else []
+                ends = (
+                    [
+                        latency_summary(simulated(t, speed=speed(st, terms=t)))
+                        for t, st in ((before, before_steps), (after, after_steps))
+                    ]
+                    if recalibrate
+                    else []
+                )
                 mq = run.requests
                 each = [latency_summary(x.requests) for x in reps]
                 ss = latency_summary(sq)
                 row: dict[str, Any] = {"rate_req_s": r, "policy": p.name, "requests": w.n, "replays": replays}
                 row.update(compare_figures(each, ss, ends))
                 row.update(found_columns([ttft_by_arrival(x.requests) for x in reps], ttft_by_arrival(sq)))
+                row["calibration_speed"] = f_cal
+                # each replay simulated again at the speed it ran (not a prediction: read off the replay itself), to
+                # part the machine's drift from the scheduling model's own error (docs/cost-model.md, section 27)
+                speeds = [speed(x.steps, terms=terms) for x in reps]
+                matched = [latency_summary(simulated(terms, speed=f)) for f in speeds]
+                row.update(speed_matched_figures(each, matched, speeds))
                 row["tokens_per_round"] = e
                 row["round_host_s"], row["round_host_per_seq_s"], row["prefill_host_s"] = h_round, h_seq, h_pre
                 row["idle_start_s"] = h_idle
@@ -606,22 +681,70 @@ def compare_figures(
     return out
 
 
+def speed_matched_figures(
+    replays: Sequence[dict[str, float]], matched: Sequence[dict[str, float]], speeds: Sequence[float]
+) -> dict[str, float | bool]:
+    """Per figure of :data:`METRICS`, the simulator run at each replay's own speed (:func:`steps_speed`) against the
+    replays: ``*_speed_matched_s`` (the mean over the replays of each one's matched simulation), its relative error
+    against the replays' mean, and ``*_speed_matched_noisy`` where the replays' range over their mean exceeds that
+    error; and ``replay_speed`` (the replays' mean speed over the calibrations')."""
+    out: dict[str, float | bool] = {"replay_speed": float(np.mean(speeds))}
+    for k in METRICS:
+        vals = np.array([m[k] for m in replays])
+        mean = float(vals.mean())
+        sim = float(np.mean([m[k] for m in matched]))
+        err = (sim - mean) / mean
+        name = k.removesuffix("_s")
+        out[f"{name}_speed_matched_s"] = sim
+        out[f"{name}_speed_matched_rel_error"] = err
+        out[f"{name}_speed_matched_noisy"] = bool(len(vals) > 1 and np.ptp(vals) / mean > abs(err))
+    return out
+
+
+#: the simulator's per-request columns that are times (seconds on its clock)
+_TIME_COLUMNS = ("arrival_s", "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2e_s")
+
+
 def _simulate_trace(
     hw: Hardware,
     target: Any,
     draft: Any,
     policy: Any,
     tokens_per_round: float,
+    terms: tuple[float, float, float, float],
+    *,
+    speed: float = 1.0,
     w: Workload,
     slots: int,
     max_tokens: int,
     seed: int,
-    terms: tuple[float, float, float, float],
     concentration: float | None,
 ) -> pd.DataFrame:
     """The trace ``w`` through the simulator as the engine runs it (``max_seqs`` = slots, separate prefill), with
     host ``terms`` (round, per sequence, prefill, idle start; signed but the last: the engine's correction to the
-    fitted profile) and the acceptance the replays measured: its requests."""
+    fitted profile), every price ``speed`` times over (:func:`at_speed`) and the acceptance the replays measured:
+    its requests."""
+    q = _simulate_at_unit_speed(
+        hw, target, draft, policy, tokens_per_round, terms, at_speed(w, speed), slots, max_tokens, seed, concentration
+    )
+    if speed != 1.0:
+        q[list(_TIME_COLUMNS)] *= speed
+    return q
+
+
+def _simulate_at_unit_speed(
+    hw: Hardware,
+    target: Any,
+    draft: Any,
+    policy: Any,
+    tokens_per_round: float,
+    terms: tuple[float, float, float, float],
+    w: Workload,
+    slots: int,
+    max_tokens: int,
+    seed: int,
+    concentration: float | None,
+) -> pd.DataFrame:
     return simulate(
         hardware=hw,
         target=target,

@@ -319,3 +319,84 @@ def test_ttft_is_split_by_what_each_arrival_found():
                   "plain_step_s": 5e-3, "prefill_per_request_s": 8e-3, "capacity_req_s": 20.0, "seconds": 1.0},
     )  # fmt: skip
     assert "  2 req/s off: 60% / 100% of arrivals found it idle" in text(check)
+
+
+def _scaled_hardware(f: float) -> Hardware:
+    """A profile whose every pass costs ``f`` times the f = 1 profile's: bandwidth and compute over f, the fixed
+    cost per pass times f."""
+    return Hardware(
+        "cpu-x",
+        "x",
+        1e10 / f,
+        {"fp32": 1e11 / f},
+        measured=Measured(1e10 / f, {"fp32": 1e11 / f}, pass_overhead_s=1e-4 * f),
+    )
+
+
+@pytest.mark.parametrize("policy", ["off", "static:3"])
+def test_the_simulator_at_a_replays_speed_is_the_simulator_with_every_price_scaled(policy):
+    """A run's events depend on their order and durations only: the trace with its arrivals divided by f, simulated
+    at the f = 1 prices, its times then multiplied by f, is the trace as it is at prices f times higher (every pass
+    and every host term): request for request, with speculation's random draws too."""
+    from measure.serve import engine_policy
+    from measure.serve_check import _simulate_trace
+    from roofline.serving import synthetic
+
+    f = 1.37
+    pol = engine_policy(policy)
+    draft = SPEC.replace(n_layers=1, name="draft")
+    w = synthetic(60, 32, "uniform:16-48", seed=3).at_rate(150.0)  # busy and idle stretches both
+    terms = (3e-4, 5e-5, 4e-4, 1e-3)
+    kw = dict(slots=4, max_tokens=4 * 4 + 4 * 32, seed=5, concentration=3.0)
+    slow = _simulate_trace(_scaled_hardware(f), SPEC, draft, pol, 2.4, tuple(f * x for x in terms), w=w, **kw)
+    fast = _simulate_trace(_scaled_hardware(1.0), SPEC, draft, pol, 2.4, terms, speed=f, w=w, **kw)
+    for col in ("arrival_s", "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2e_s"):
+        np.testing.assert_allclose(slow[col].to_numpy(), fast[col].to_numpy(), rtol=1e-9)
+    np.testing.assert_allclose(slow["arrival_s"].to_numpy(), w.arrival_s, rtol=1e-12)  # the trace's own clock
+    plain = _simulate_trace(_scaled_hardware(1.0), SPEC, draft, pol, 2.4, terms, w=w, **kw)
+    assert not np.allclose(slow["ttft_s"], plain["ttft_s"], rtol=1e-3)  # (the speed moves the figures)
+
+
+def test_a_replays_speed_is_what_its_steps_took_over_their_price():
+    """Steps that took 1.25 x (their priced passes + the host terms + the idle start of the cold one): speed 1.25,
+    and 1.0 for the steps as priced; the matched figures' errors are against the replays' mean."""
+    from measure.serve_check import _prices, speed_matched_figures, steps_speed
+
+    hw = _scaled_hardware(1.0)
+    draft = SPEC.replace(n_layers=1, name="draft")
+    gamma, terms = 3, (2e-3, 7e-4, 5e-4, 3e-3)
+    p = _prices(hw, SPEC, draft, gamma, 4, 64, 200)
+    t, rows = 0.05, []  # the first step starts after an idle wait: cold
+    tp = p.prefill_time(2, 32, 0.0, draft=True) + terms[2] + terms[3]
+    rows.append(dict(decode_batch=0, decode_context_tokens=0, prefills=2, prefill_tokens=32, t_decode_s=0.0,
+                     t_prefill_s=tp, start_s=t, end_s=t + tp))  # fmt: skip
+    t += tp
+    for b in (2, 2, 3, 1):
+        td = float(p.decode_time(gamma, b, 40.0)) + terms[0] + terms[1] * b
+        rows.append(dict(decode_batch=b, decode_context_tokens=40 * b, prefills=0, prefill_tokens=0, t_decode_s=td,
+                         t_prefill_s=0.0, start_s=t, end_s=t + td))  # fmt: skip
+        t += td
+
+    def run(scale: float) -> pd.DataFrame:
+        df = pd.DataFrame(rows)
+        df[["t_decode_s", "t_prefill_s"]] *= scale
+        return df
+
+    kw = dict(hw=hw, target=SPEC, draft=draft, gamma=gamma, max_tokens=64)
+    assert steps_speed(run(1.0), terms=terms, **kw) == pytest.approx(1.0, rel=1e-9)
+    assert steps_speed(run(1.25), terms=terms, **kw) == pytest.approx(1.25, rel=1e-9)
+    # without its idle start the cold step is priced short: the speed reads above 1
+    assert steps_speed(run(1.0), terms=(*terms[:3], 0.0), **kw) > 1.0
+
+    fig = dict(ttft_p50_s=0.02, ttft_p90_s=0.04, tpot_p50_s=0.005, tpot_p90_s=0.006, e2e_p50_s=0.2)
+    reps = [fig, {k: 1.2 * v for k, v in fig.items()}]  # the replays: 1.0 and 1.2 x fig, mean 1.1 x
+    out = speed_matched_figures(
+        reps, [{k: 1.0 * v for k, v in fig.items()}, {k: 1.4 * v for k, v in fig.items()}], [1.0, 1.3]
+    )
+    assert out["replay_speed"] == pytest.approx(1.15)
+    assert out["tpot_p50_speed_matched_s"] == pytest.approx(1.2 * 0.005)
+    assert out["tpot_p50_speed_matched_rel_error"] == pytest.approx(1.2 / 1.1 - 1)
+    assert out["tpot_p50_speed_matched_noisy"]  # the replays' range (0.2 / 1.1) exceeds the error (0.09)
+    out = speed_matched_figures(reps, [{k: 1.5 * v for k, v in fig.items()}] * 2, [1.0, 1.0])
+    assert out["ttft_p90_speed_matched_rel_error"] == pytest.approx(1.5 / 1.1 - 1)
+    assert not out["ttft_p90_speed_matched_noisy"]

@@ -147,7 +147,9 @@ def test_measure_serve_prints_its_engine_terms_as_flags_specroof_serve_takes():
                    "prefill_host_s": p, "idle_start_s": c}  # fmt: skip
             for m in ("ttft_p50", "ttft_p90", "tpot_p50", "tpot_p90"):
                 row.update({f"{m}_measured_s": 0.01, f"{m}_simulated_s": 0.011, f"{m}_rel_error": 0.1,
-                            f"{m}_noisy": False})  # fmt: skip
+                            f"{m}_noisy": False, f"{m}_speed_matched_rel_error": -0.04,
+                            f"{m}_speed_matched_noisy": m == "ttft_p90"})  # fmt: skip
+            row["replay_speed"], row["calibration_speed"] = (1.08, 1.02) if rate == 2.0 else (0.97, 1.0)
             share = 0.6 if rate == 2.0 else 0.02  # (at 9 req/s nearly every arrival finds the engine busy)
             row.update(
                 idle_share_measured=share,
@@ -171,6 +173,14 @@ def test_measure_serve_prints_its_engine_terms_as_flags_specroof_serve_takes():
     assert found == [
         "  2 req/s off: 60% / 70% of arrivals found it idle, TTFT p50 12.0 / 11.0 ms; the others 25.0 / 21.0 ms",
         "  2 req/s static:3: 60% / 70% of arrivals found it idle, TTFT p50 12.0 / 11.0 ms; the others 25.0 / 21.0 ms",
+    ]
+    # the simulator at each replay's own speed: a line per rate and policy, its noisy figures marked
+    at = out.splitlines().index(next(x for x in out.splitlines() if x.startswith("at each replay's own speed")))
+    assert out.splitlines()[at + 1 : at + 5] == [
+        "  2 req/s off: the replays ran x1.08 the prices (the calibrations around them x1.02); ttft_p50 -4% ttft_p90 -4%~ tpot_p50 -4% tpot_p90 -4%",
+        "  2 req/s static:3: the replays ran x1.08 the prices (the calibrations around them x1.02); ttft_p50 -4% ttft_p90 -4%~ tpot_p50 -4% tpot_p90 -4%",
+        "  9 req/s off: the replays ran x0.97 the prices (the calibrations around them x1.00); ttft_p50 -4% ttft_p90 -4%~ tpot_p50 -4% tpot_p90 -4%",
+        "  9 req/s static:3: the replays ran x0.97 the prices (the calibrations around them x1.00); ttft_p50 -4% ttft_p90 -4%~ tpot_p50 -4% tpot_p90 -4%",
     ]
     line = next(x for x in out.splitlines() if x.startswith("this engine's terms for specroof serve"))
     spec = line.split("static:3: ")[1]

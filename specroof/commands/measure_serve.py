@@ -138,7 +138,24 @@ def text(check: Any) -> str:
         ]
         if found:
             lines += ["TTFT by what an arrival found the engine doing, real / sim:", *found]
-    noisy_cols = [c for c in t.columns if c.endswith("_noisy")]
+    if "replay_speed" in t:
+        # the scheduling model's own error: the simulator again at each replay's measured speed (not a prediction)
+        lines.append(
+            "at each replay's own speed (what its steps took over the simulator's price of them; read off the replay,"
+            " so not a prediction: what is left is the scheduling model's error, the machine's drift taken out):"
+        )
+        for _, r in t.iterrows():
+            errs = " ".join(
+                f"{m} {100 * r[f'{m}_speed_matched_rel_error']:+.0f}%"
+                + ("~" if bool(r.get(f"{m}_speed_matched_noisy", False)) else "")
+                for m in ("ttft_p50", "ttft_p90", "tpot_p50", "tpot_p90")
+            )
+            cal = f" (the calibrations around them x{r['calibration_speed']:.2f})" if "calibration_speed" in r else ""
+            lines.append(
+                f"  {r['rate_req_s']:g} req/s {r['policy']}: the replays ran x{r['replay_speed']:.2f} the prices{cal}; "
+                + errs
+            )
+    noisy_cols = [c for c in t.columns if c.endswith("_noisy") and "speed_matched" not in c]
     if noisy_cols and (int(t.get("replays", pd.Series([1])).max()) > 1 or t[noisy_cols].to_numpy(bool).any()):
         lines.append(
             "real: the mean of each trace's replays; ~: its replays disagreed by more than the error, or the "
