@@ -55,7 +55,7 @@ def main() -> None:
         "simulated: roofline.serving.simulate with max_seqs = slots and prefill='separate' (the decode round, then "
         "one target pass over the newcomers' whole prompts, then the draft model's when speculating), the profile "
         "fitted here unchanged, round_host_s + round_host_per_seq_s x batch = the engine's host time per decode round "
-        "beyond its priced passes, a line through the per-batch medians of a calibration burst and staircase run before and after each replay (their mean; never the replays), idle_start_s = what the staircase's single-prompt prefills after an idle wait took beyond the others' residual, and the acceptance the real run measured."
+        "beyond its priced passes, a line through the per-batch medians of a calibration burst and staircase run before and after each replay (their mean; never the replays), idle_start_s = what the staircase's single-prompt prefills after an idle wait took beyond the others' residual, every price scaled by the speed those two calibrations ran at against them (calibration_speed: their steps' measured time over the simulator's price of the same steps), and the acceptance the real run measured."
     )
     if not args.no_record:
         record("measure serve: real continuous batching vs the simulator (CPU)", body,

@@ -23,12 +23,17 @@
    (:func:`roofline.serving.simulate`) with ``max_seqs`` = the slots and the engine's loop:
    ``prefill="separate"`` (each iteration's decode round, then one pass of the newcomers' whole
    prompts through the target, then through the draft model when speculating), the fitted
-   profile plus that host term, and the acceptance the real run measured;
+   profile plus that host term, every price scaled by the speed the two calibrations ran at
+   against those prices (:func:`steps_speed`, their mean: ``calibration_speed``), and the
+   acceptance the real run measured;
 5. TTFT and TPOT p50/p90 of both, their relative errors, and each side's verdict on whether
    speculation pays at each rate (``e2e_p50_s``, the simulator's default); a figure is noisy where
    the replays disagree by more than its error, or the simulator does under the calibration before
    the replays against the one after them (``*_calibration_drift``); and TTFT split by what each arrival
-   found (:func:`ttft_by_arrival`: the share that found the engine idle, and each group's p50).
+   found (:func:`ttft_by_arrival`: the share that found the engine idle, and each group's p50);
+6. each replay simulated again at the speed it ran itself (``replay_speed``, ``*_speed_matched_*``:
+   read off the replay, so not a prediction), which parts the machine's drift from the
+   scheduling model's own error.
 """
 
 from __future__ import annotations
