@@ -45,7 +45,7 @@ def main() -> None:
         f"```\n{out}\n```\n\n"
         f"{within} of {errs.size} TTFT/TPOT p50/p90 figures within 15% of the real engine's (the mean of "
         f"{int(t['replays'].max())} replays of each trace); {errs.size - judged} noisy (the replays, or the simulator under "
-        f"the calibrations before and after them, disagreed by more than the error), and of the {judged} others {within_judged} within 15%; "
+        f"the calibrations before and after them, or at the calibrations' speed against the replays' own, disagreed by more than the error), and of the {judged} others {within_judged} within 15%; "
         f"verdicts agree at {agree} of {len(check.verdicts)} rates. "
         f"At each replay's own speed (the simulator's prices scaled by what the replay's steps took over them, "
         f"x{t['replay_speed'].min():.2f}..x{t['replay_speed'].max():.2f}; read off the replay, so not a prediction): "

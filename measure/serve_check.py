@@ -29,7 +29,8 @@
 5. TTFT and TPOT p50/p90 of both, their relative errors, and each side's verdict on whether
    speculation pays at each rate (``e2e_p50_s``, the simulator's default); a figure is noisy where
    the replays disagree by more than its error, or the simulator does under the calibration before
-   the replays against the one after them (``*_calibration_drift``); and TTFT split by what each arrival
+   the replays against the one after them (``*_calibration_drift``), or at the calibrations' speed
+   against the replays' own (``*_speed_gap``); and TTFT split by what each arrival
    found (:func:`ttft_by_arrival`: the share that found the engine idle, and each group's p50);
 6. each replay simulated again at the speed it ran itself (``replay_speed``, ``*_speed_matched_*``:
    read off the replay, so not a prediction), which parts the machine's drift from the
@@ -584,7 +585,7 @@ def serve_check(
                 speed = functools.partial(steps_speed, hw=fitted.hardware, target=target.spec, draft=draft.spec,
                                           gamma=p.gamma, max_tokens=max_tokens)  # fmt: skip
                 # the machine's speed in the calibrations around the replay, against the prices the simulator takes:
-                # a neighbour that slows every pass by a third for minutes moves the passes, which the additive host
+                # a neighbour that slows every pass by 30% for minutes moves the passes, which the additive host
                 # terms only partly follow (docs/cost-model.md, section 27)
                 f_cal = 0.5 * (speed(before_steps, terms=terms) + speed(after_steps, terms=terms))
 
@@ -606,14 +607,15 @@ def serve_check(
                 mq = run.requests
                 each = [latency_summary(x.requests) for x in reps]
                 ss = latency_summary(sq)
-                row: dict[str, Any] = {"rate_req_s": r, "policy": p.name, "requests": w.n, "replays": replays}
-                row.update(compare_figures(each, ss, ends))
-                row.update(found_columns([ttft_by_arrival(x.requests) for x in reps], ttft_by_arrival(sq)))
-                row["calibration_speed"] = f_cal
                 # each replay simulated again at the speed it ran (not a prediction: read off the replay itself), to
                 # part the machine's drift from the scheduling model's own error (docs/cost-model.md, section 27)
                 speeds = [speed(x.steps, terms=terms) for x in reps]
                 matched = [latency_summary(simulated(terms, speed=f)) for f in speeds]
+                row: dict[str, Any] = {"rate_req_s": r, "policy": p.name, "requests": w.n, "replays": replays}
+                at_own = {k: float(np.mean([m[k] for m in matched])) for k in METRICS}
+                row.update(compare_figures(each, ss, ends, at_own))
+                row.update(found_columns([ttft_by_arrival(x.requests) for x in reps], ttft_by_arrival(sq)))
+                row["calibration_speed"] = f_cal
                 row.update(speed_matched_figures(each, matched, speeds))
                 row["tokens_per_round"] = e
                 row["round_host_s"], row["round_host_per_seq_s"], row["prefill_host_s"] = h_round, h_seq, h_pre
@@ -663,12 +665,17 @@ def serve_check(
 
 
 def compare_figures(
-    replays: Sequence[dict[str, float]], simulated: dict[str, float], bracket: Sequence[dict[str, float]] = ()
+    replays: Sequence[dict[str, float]],
+    simulated: dict[str, float],
+    bracket: Sequence[dict[str, float]] = (),
+    at_replay_speed: dict[str, float] | None = None,
 ) -> dict[str, float | bool]:
     """Per figure of :data:`METRICS`: the replays' mean (``*_measured_s``), the simulator's (``*_simulated_s``), its
     relative error, the replays' spread (range over mean), the calibrations' drift (how far the simulator moves
-    between the calibration before the replays and the one after, ``bracket``, over the measured mean) and
-    ``*_noisy``: the spread or the drift exceeds the error it would report (noise, not a result)."""
+    between the calibration before the replays and the one after, ``bracket``, over the measured mean), the speed
+    gap (how far it moves from the calibrations' speed to the speed the replays ran at themselves,
+    ``at_replay_speed``: the machine changed during the replays in a way no calibration saw) and ``*_noisy``: the
+    spread, the drift or the speed gap exceeds the error it would report (noise, not a result)."""
     out: dict[str, float | bool] = {}
     for k in METRICS:
         vals = np.array([m[k] for m in replays])
@@ -676,13 +683,15 @@ def compare_figures(
         err = (simulated[k] - mean) / mean
         spread = float(np.ptp(vals) / mean) if len(replays) > 1 else math.nan
         drift = abs(bracket[0][k] - bracket[1][k]) / mean if len(bracket) == 2 else 0.0
+        gap = abs(simulated[k] - at_replay_speed[k]) / mean if at_replay_speed is not None else 0.0
         name = k.removesuffix("_s")
         out[f"{name}_measured_s"] = mean
         out[f"{name}_simulated_s"] = simulated[k]
         out[f"{name}_rel_error"] = err
         out[f"{name}_replay_spread"] = spread
         out[f"{name}_calibration_drift"] = drift
-        out[f"{name}_noisy"] = bool(spread > abs(err) or drift > abs(err))
+        out[f"{name}_speed_gap"] = gap
+        out[f"{name}_noisy"] = bool(spread > abs(err) or drift > abs(err) or gap > abs(err))
     return out
 
 
@@ -692,7 +701,7 @@ def speed_matched_figures(
     """Per figure of :data:`METRICS`, the simulator run at each replay's own speed (:func:`steps_speed`) against the
     replays: ``*_speed_matched_s`` (the mean over the replays of each one's matched simulation), its relative error
     against the replays' mean, and ``*_speed_matched_noisy`` where the replays' range over their mean exceeds that
-    error; and ``replay_speed`` (the replays' mean speed over the calibrations')."""
+    error; and ``replay_speed`` (the replays' mean speed against the simulator's prices)."""
     out: dict[str, float | bool] = {"replay_speed": float(np.mean(speeds))}
     for k in METRICS:
         vals = np.array([m[k] for m in replays])
@@ -729,35 +738,14 @@ def _simulate_trace(
     host ``terms`` (round, per sequence, prefill, idle start; signed but the last: the engine's correction to the
     fitted profile), every price ``speed`` times over (:func:`at_speed`) and the acceptance the replays measured:
     its requests."""
-    q = _simulate_at_unit_speed(
-        hw, target, draft, policy, tokens_per_round, terms, at_speed(w, speed), slots, max_tokens, seed, concentration
-    )
-    if speed != 1.0:
-        q[list(_TIME_COLUMNS)] *= speed
-    return q
-
-
-def _simulate_at_unit_speed(
-    hw: Hardware,
-    target: Any,
-    draft: Any,
-    policy: Any,
-    tokens_per_round: float,
-    terms: tuple[float, float, float, float],
-    w: Workload,
-    slots: int,
-    max_tokens: int,
-    seed: int,
-    concentration: float | None,
-) -> pd.DataFrame:
-    return simulate(
+    q = simulate(
         hardware=hw,
         target=target,
         drafter=draft if policy.speculates else None,
         acceptance=f"mean:{tokens_per_round}@{policy.gamma}" if policy.speculates else 0.7,
         policy=[policy],
         rates=None,
-        trace=w,
+        trace=at_speed(w, speed),
         dtype="fp32",
         max_seqs=slots,
         max_tokens=max_tokens,
@@ -770,6 +758,9 @@ def _simulate_at_unit_speed(
         idle_start_s=terms[3],
         alpha_concentration=concentration,
     ).requests
+    if speed != 1.0:
+        q[list(_TIME_COLUMNS)] *= speed
+    return q
 
 
 def _verdicts(table: pd.DataFrame, policies: list[str]) -> pd.DataFrame:

@@ -159,7 +159,8 @@ def text(check: Any) -> str:
     if noisy_cols and (int(t.get("replays", pd.Series([1])).max()) > 1 or t[noisy_cols].to_numpy(bool).any()):
         lines.append(
             "real: the mean of each trace's replays; ~: its replays disagreed by more than the error, or the "
-            "simulator did under the calibration before the replays against the one after (noise, not a result)"
+            "simulator did under the calibration before the replays against the one after, or at the calibrations' "
+            "speed against the replays' own (noise, not a result)"
         )
     for _, v in check.verdicts.iterrows():
         lines.append(
