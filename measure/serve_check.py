@@ -269,7 +269,11 @@ def steps_speed(
     steps took over the simulator's price of the same steps (their passes, and the host ``terms`` it is given:
     round, per sequence, prefill, idle start). 1.1: the machine ran them 10% slower than those prices say
     (docs/cost-model.md, section 27)."""
-    ps = _priced_steps(steps, hw, target, draft, gamma, max_tokens)
+    return _speed(_priced_steps(steps, hw, target, draft, gamma, max_tokens), terms)
+
+
+def _speed(ps: _PricedSteps, terms: tuple[float, float, float, float]) -> float:
+    """:func:`steps_speed` of steps already priced (their passes do not depend on the host terms)."""
     a, per_seq, pre_host, idle = terms
     b = ps.rounds["decode_batch"].to_numpy()
     priced = float(np.sum(ps.round_passes_s + a + per_seq * b) + np.sum(ps.prefill_passes_s + pre_host))
@@ -582,12 +586,13 @@ def serve_check(
                 h_round, h_seq, h_pre, h_idle = terms
                 run = reps[0]
                 e = float(np.mean([x.mean_tokens_per_round for x in reps])) if p.speculates else math.nan
-                speed = functools.partial(steps_speed, hw=fitted.hardware, target=target.spec, draft=draft.spec,
-                                          gamma=p.gamma, max_tokens=max_tokens)  # fmt: skip
+                priced = functools.partial(_priced_steps, hw=fitted.hardware, target=target.spec,
+                                           draft=draft.spec, gamma=p.gamma, max_tokens=max_tokens)  # fmt: skip
+                ps_before, ps_after = priced(before_steps), priced(after_steps)  # (priced once, read twice)
                 # the machine's speed in the calibrations around the replay, against the prices the simulator takes:
                 # a neighbour that slows every pass by 30% for minutes moves the passes, which the additive host
                 # terms only partly follow (docs/cost-model.md, section 27)
-                f_cal = 0.5 * (speed(before_steps, terms=terms) + speed(after_steps, terms=terms))
+                f_cal = 0.5 * (_speed(ps_before, terms) + _speed(ps_after, terms))
 
                 simulated = functools.partial(
                     _simulate_trace, fitted.hardware, target.spec, draft.spec, p, e, w=w, slots=slots,
@@ -598,8 +603,8 @@ def serve_check(
                 # replay, in the figure's own terms
                 ends = (
                     [
-                        latency_summary(simulated(t, speed=speed(st, terms=t)))
-                        for t, st in ((before, before_steps), (after, after_steps))
+                        latency_summary(simulated(t, speed=_speed(ps, t)))
+                        for t, ps in ((before, ps_before), (after, ps_after))
                     ]
                     if recalibrate
                     else []
@@ -609,14 +614,15 @@ def serve_check(
                 ss = latency_summary(sq)
                 # each replay simulated again at the speed it ran (not a prediction: read off the replay itself), to
                 # part the machine's drift from the scheduling model's own error (docs/cost-model.md, section 27)
-                speeds = [speed(x.steps, terms=terms) for x in reps]
+                speeds = [_speed(priced(x.steps), terms) for x in reps]
                 matched = [latency_summary(simulated(terms, speed=f)) for f in speeds]
                 row: dict[str, Any] = {"rate_req_s": r, "policy": p.name, "requests": w.n, "replays": replays}
-                at_own = {k: float(np.mean([m[k] for m in matched])) for k in METRICS}
+                own = speed_matched_figures(each, matched, speeds)
+                at_own = {k: float(own[f"{k.removesuffix('_s')}_speed_matched_s"]) for k in METRICS}
                 row.update(compare_figures(each, ss, ends, at_own))
                 row.update(found_columns([ttft_by_arrival(x.requests) for x in reps], ttft_by_arrival(sq)))
                 row["calibration_speed"] = f_cal
-                row.update(speed_matched_figures(each, matched, speeds))
+                row.update(own)
                 row["tokens_per_round"] = e
                 row["round_host_s"], row["round_host_per_seq_s"], row["prefill_host_s"] = h_round, h_seq, h_pre
                 row["idle_start_s"] = h_idle
@@ -702,16 +708,14 @@ def speed_matched_figures(
     replays: ``*_speed_matched_s`` (the mean over the replays of each one's matched simulation), its relative error
     against the replays' mean, and ``*_speed_matched_noisy`` where the replays' range over their mean exceeds that
     error; and ``replay_speed`` (the replays' mean speed against the simulator's prices)."""
+    at_own = {k: float(np.mean([m[k] for m in matched])) for k in METRICS}
+    fig = compare_figures(replays, at_own)  # (no bracket, no gap: the replays' spread alone makes it noisy)
     out: dict[str, float | bool] = {"replay_speed": float(np.mean(speeds))}
     for k in METRICS:
-        vals = np.array([m[k] for m in replays])
-        mean = float(vals.mean())
-        sim = float(np.mean([m[k] for m in matched]))
-        err = (sim - mean) / mean
         name = k.removesuffix("_s")
-        out[f"{name}_speed_matched_s"] = sim
-        out[f"{name}_speed_matched_rel_error"] = err
-        out[f"{name}_speed_matched_noisy"] = bool(len(vals) > 1 and np.ptp(vals) / mean > abs(err))
+        out[f"{name}_speed_matched_s"] = fig[f"{name}_simulated_s"]
+        out[f"{name}_speed_matched_rel_error"] = fig[f"{name}_rel_error"]
+        out[f"{name}_speed_matched_noisy"] = fig[f"{name}_noisy"]
     return out
 
 
