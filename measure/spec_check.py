@@ -84,9 +84,12 @@ class SpecCheck:
 
     @property
     def noise(self) -> dict[str, float]:
-        """How noisy the machine was: the bracketing probes' disagreement (median and max, relative)."""
-        s = self.speedups.get("probe_spread", pd.Series(dtype=float))
-        out = {"probe_spread_median": float(s.median()), "probe_spread_max": float(s.max())} if len(s) else {}
+        """How noisy the machine was: the bracketing probes' and the repetitions' disagreement (median, max)."""
+        out: dict[str, float] = {}
+        for col in ("probe_spread", "rep_spread"):
+            s = self.speedups.get(col, pd.Series(dtype=float)).dropna()
+            if len(s):
+                out |= {f"{col}_median": float(s.median()), f"{col}_max": float(s.max())}
         if self.summary.get("sweep_drift") is not None:  # the target sweep's reference point, visit to visit
             out["sweep_drift"] = float(self.summary["sweep_drift"])
         return out
@@ -205,8 +208,9 @@ OTHERS_LIMIT = 0.5
 def mark_unexplained_noise(df: pd.DataFrame, load: dict[str, Any]) -> pd.DataFrame:
     """Mark ``noisy`` the rows whose |error| exceeds ERROR_LIMIT while the machine was measurably noisy; say why.
 
-    ``measure.specval.mark_noise`` calls a row noisy when its bracketing probes disagreed by more than its
-    error. A loaded machine also shows up as a spread above NOISE_FLOOR that is smaller than a large error, as
+    ``measure.specval.mark_noise`` calls a row noisy when its bracketing probes, or its repetitions, disagreed by
+    more than its error. A loaded machine also shows up as a spread above NOISE_FLOOR that is smaller than a large
+    error, as
     more runnable processes than cores (``load_avg_1m`` above ``cpus``), as other processes' work during the
     session (``others_cores`` above OTHERS_LIMIT: what a load average, lagging by a minute, misses in a short
     check) or as steal: an error above
@@ -231,9 +235,11 @@ def mark_unexplained_noise(df: pd.DataFrame, load: dict[str, Any]) -> pd.DataFra
     if np.isfinite(others) and others > OTHERS_LIMIT:
         busy.append(f"other processes kept {others:.1f} cores busy")
     spread = out["probe_spread"].astype(float)
+    reps = out["rep_spread"].astype(float) if "rep_spread" in out else pd.Series(np.nan, index=out.index)
     err = out["rel_error"].astype(float).abs()
     big = (err > ERROR_LIMIT).to_numpy()
     wide = (spread > NOISE_FLOOR).to_numpy()
+    wide_reps = (reps > NOISE_FLOOR).to_numpy()  # NaN (one repetition) compares False
     noisy = out["noisy"].to_numpy(dtype=bool, copy=True) if "noisy" in out else np.zeros(len(out), bool)
     reasons = []
     for i in range(len(out)):
@@ -242,10 +248,14 @@ def mark_unexplained_noise(df: pd.DataFrame, load: dict[str, Any]) -> pd.DataFra
             why.append(str(out["flag"].iloc[i]))
         if noisy[i] and spread.iloc[i] > max(err.iloc[i], NOISE_FLOOR):
             why.append(f"baselines disagreed by {spread.iloc[i]:.0%}, more than the error")
-        if big[i] and not noisy[i] and (wide[i] or busy):
+        if noisy[i] and reps.iloc[i] > max(err.iloc[i], NOISE_FLOOR):
+            why.append(f"repetitions disagreed by {reps.iloc[i]:.0%}, more than the error")
+        if big[i] and not noisy[i] and (wide[i] or wide_reps[i] or busy):
+            seen = [f"baselines disagreed by {spread.iloc[i]:.0%}"] if wide[i] else []
+            seen += [f"repetitions disagreed by {reps.iloc[i]:.0%}"] if wide_reps[i] else []
             why.append(
                 f"error {err.iloc[i]:.0%} above {ERROR_LIMIT:.0%} while the machine was noisy ("
-                + ", ".join(([f"baselines disagreed by {spread.iloc[i]:.0%}"] if wide[i] else []) + busy)
+                + ", ".join(seen + busy)
                 + ")"
             )
             noisy[i] = True

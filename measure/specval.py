@@ -85,14 +85,24 @@ def machine_load(since: tuple[float, ...] | None = None) -> dict[str, Any]:
             "others_cores": others, "ticks": now}  # fmt: skip
 
 
-def mark_noise(df: pd.DataFrame, spread: str = "probe_spread", error: str = "rel_error") -> pd.DataFrame:
-    """``noisy`` per row: its baselines disagreed by more than the error it reports (and than NOISE_FLOOR).
+def mark_noise(
+    df: pd.DataFrame, spread: str = "probe_spread", error: str = "rel_error", repeats: str = "rep_spread"
+) -> pd.DataFrame:
+    """``noisy`` per row: its baselines, or its repetitions, disagreed by more than the error it reports (and than
+    NOISE_FLOOR).
 
-    A row already flagged (above its physical bound) is noisy too. Such a row keeps its spread
-    and is left out of :func:`error_summary`.
+    The baselines are memory-bound one-token passes, so they miss a change in the machine's arithmetic speed,
+    which moves the wider verify passes of a round (on a shared 2-core EPYC an in-cache matrix product's
+    one-second medians ranged 2x while a weight stream's stayed within 10%: BENCHMARKS.md, "machine noise").
+    The repetitions' own disagreement (``repeats``, where the table has it) catches that. A row already flagged
+    (above its physical bound) is noisy too. Such a row keeps its spreads and is left out of
+    :func:`error_summary`.
     """
     out = df.copy()
-    noisy = np.array(out[spread] > np.maximum(out[error].abs(), NOISE_FLOOR), dtype=bool)
+    bar = np.maximum(out[error].abs(), NOISE_FLOOR)
+    noisy = np.array(out[spread] > bar, dtype=bool)
+    if repeats in out:
+        noisy = noisy | np.array(out[repeats].astype(float) > bar, dtype=bool)  # NaN (one repetition): no evidence
     if "flag" in out:
         noisy = noisy | (out["flag"].astype(str).str.len().to_numpy() > 0)
     out["noisy"] = noisy
@@ -285,7 +295,10 @@ def measure_speedups(
     * ``speedup_end_to_end``: the same with the whole run, tail included.
 
     ``probe_spread`` is how far the two probes around a run disagreed (relative, median
-    over repetitions): the machine's noise during that configuration. ``flag`` marks a
+    over repetitions): the machine's noise during that configuration. ``rep_spread`` is how
+    far the repetitions' own ``speedup_measured`` disagreed ((max - min) / median, each
+    repetition's rounds against its own two probes; NaN with one repetition): the noise
+    the probes cannot see, a change in arithmetic speed that moves wide passes only. ``flag`` marks a
     row whose speedup exceeds its physical bound, mean tokens per round x baseline
     step / verify pass (a round costs at least its verify pass): such a figure is
     noise, not speed; a ``speedup_measured`` above the bound is NaN (the figure stays in
@@ -401,6 +414,27 @@ def _measure_block(
     return out
 
 
+def _bracket_speedup(spec_runs: list[Run], probes: tuple[Run, Run], batch: int, q: float) -> float:
+    """``speedup_measured`` of one repetition alone: its runs' steady rounds against the two probes around them."""
+    steps = [t for p in probes for t in p.step_s]
+    rounds = pd.concat(
+        [_steady_rounds(GenerationResult([], 0.0, 0.0, r.rounds, r.gamma), batch) for r in spec_runs],
+        ignore_index=True,
+    )
+    if not steps or rounds.empty:
+        return float("nan")
+    t_round = float(rounds["t_round_s"].quantile(q))
+    return float(rounds["emitted"].mean() / t_round / (batch / float(np.quantile(steps, q))))
+
+
+def _range(values: list[float]) -> float:
+    """How far repeated measurements of one figure disagreed: (max - min) / median; NaN below two of them."""
+    v = np.asarray([x for x in values if np.isfinite(x)], dtype=float)
+    if len(v) < 2 or np.median(v) <= 0:
+        return float("nan")
+    return float((v.max() - v.min()) / np.median(v))
+
+
 def _steady_of(run: Run, batch: int) -> tuple[int, float]:
     res = GenerationResult([], run.decode_s, 0.0, run.rounds, run.gamma)
     return _steady(res, batch)
@@ -446,8 +480,9 @@ def _summarise(
                 tok, sec = map(sum, zip(*(_steady_of(r, batch) for r in spec_runs), strict=True))
                 acc = per.setdefault(
                     (spec_runs[0].label, spec_runs[0].gamma),
-                    {"wall": [], "e2e": [], "runs": [], "spread": []},
+                    {"wall": [], "e2e": [], "runs": [], "spread": [], "rep": []},
                 )
+                acc["rep"].append(_bracket_speedup(spec_runs, (before, after), batch, q))
                 acc["wall"].append((tok / sec) / base_tps if sec > 0 else np.nan)
                 acc["e2e"].append(sum(r.n_tokens for r in spec_runs) / sum(r.decode_s for r in spec_runs) / base_tps)
                 acc["spread"].append(abs(tpt[0] - tpt[1]) / np.mean(tpt))
@@ -497,6 +532,7 @@ def _summarise(
                         "speedup_end_to_end": float(np.median(acc["e2e"])),
                         "repetitions": len(acc["wall"]),
                         "probe_spread": float(np.median(acc["spread"])),
+                        "rep_spread": _range(acc["rep"]),
                         "flag": flag,
                         "statistic": statistic,
                         "base_ms_measured": 1e3 * t_base,

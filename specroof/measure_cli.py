@@ -360,7 +360,7 @@ def cmd_measure_spec(args: argparse.Namespace) -> int:
     payload = check.summary["payload"]
     spec_df = check.speedups
     cols = ["drafter", "batch", "gamma", "acceptance_rate", "speedup_measured", "speedup_predicted", "rel_error"]
-    cols += [c for c in ("speedup_wall", "flag", "noisy", "probe_spread", "noise") if c in spec_df]
+    cols += [c for c in ("speedup_wall", "flag", "noisy", "probe_spread", "rep_spread", "noise") if c in spec_df]
     shown = spec_df[cols]
     noise = check.noise
 
@@ -376,6 +376,11 @@ def cmd_measure_spec(args: argparse.Namespace) -> int:
         f"fit MAPE {check.fitted.mape:.1%} (a-priori {payload['apriori_mape']:.1%}); largest speedup error "
         f"{pct(payload.get('speedup_error_max'))}{quiet_words}; bracketing probes disagreed by "
         f"{noise.get('probe_spread_median', 0):.1%} (median), {noise.get('probe_spread_max', 0):.1%} (worst)"
+        + (
+            f", repetitions by {noise['rep_spread_median']:.1%} (median), {noise['rep_spread_max']:.1%} (worst)"
+            if "rep_spread_median" in noise
+            else ""
+        )
         + (
             f"; the sweep's reference pass ranged {noise['sweep_drift']:.1%} visit to visit"
             if "sweep_drift" in noise

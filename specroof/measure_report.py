@@ -265,6 +265,13 @@ def _speculation_part(w: ReportWriter, check: SpecCheck) -> str:
         f"The bracketing baseline runs disagreed by {_pct(noise.get('probe_spread_median'))} (median) and "
         f"{_pct(noise.get('probe_spread_max'))} (worst): the machine's noise during this run"
         + (
+            f"; the repetitions' own measured speedups disagreed by {_pct(noise.get('rep_spread_median'))} "
+            f"(median) and {_pct(noise.get('rep_spread_max'))} (worst), which also catches a change in arithmetic "
+            "speed that the memory-bound baselines do not feel"
+            if noise.get("rep_spread_median") is not None
+            else ""
+        )
+        + (
             f"; the verify sweep's reference pass (its cheapest point, timed before every block) ranged "
             f"{_pct(noise.get('sweep_drift'))} from its fastest visit to its slowest, and every point was "
             "re-timed whenever that pass got faster"
@@ -273,7 +280,7 @@ def _speculation_part(w: ReportWriter, check: SpecCheck) -> str:
         )
         + ". A row whose speedup "
         "exceeds tokens per round x step time / verify time, which no round can beat, is flagged as noise and its "
-        "measured speedup left blank; a row whose baselines disagreed by more than its error, or whose error "
+        "measured speedup left blank; a row whose baselines or repetitions disagreed by more than its error, or whose error "
         f"exceeds {ERROR_LIMIT:.0%} while the machine was noisy, is marked in the noise column (with why) and left out of the "
         "best-gamma table below.</p>"
     )
@@ -289,6 +296,7 @@ def _speculation_part(w: ReportWriter, check: SpecCheck) -> str:
         "speedup_wall",
         "repetitions",
         "probe_spread",
+        "rep_spread",
         "flag",
         "noise",
     ]

@@ -167,8 +167,9 @@ def test_fit_warns_when_points_cannot_pin_the_parameters():
     assert res.warning is not None and "only 3 points" in res.warning
 
 
-def _fake_runs(monkeypatch, slow_probe_every: int = 0):
-    """Baseline steps of 50 ms; a speculative round emits gamma + 1 tokens in half the baseline's time for them."""
+def _fake_runs(monkeypatch, slow_probe_every: int = 0, slow_spec_after: int = 0):
+    """Baseline steps of 50 ms; a speculative round emits gamma + 1 tokens in half the baseline's time for them
+    (twice that once ``slow_spec_after`` speculative runs are done, where it is set: the arithmetic slowed)."""
     import measure.specval as sv
     from measure.decode import GenerationResult
 
@@ -185,7 +186,7 @@ def _fake_runs(monkeypatch, slow_probe_every: int = 0):
         calls["n"] += 1
         calls["spec"] += 1
         rounds = n // (gamma + 1)
-        t = (gamma + 1) * 0.05 / 2
+        t = (gamma + 1) * 0.05 / 2 * (2.0 if slow_spec_after and calls["spec"] > slow_spec_after else 1.0)
         rows = [
             {"round": r, "seq": q, "accepted": gamma, "emitted": gamma + 1, "t_draft_s": 0.0, "t_verify_s": t}
             | {"t_accept_s": 0.0, "t_commit_s": 0.0}
@@ -228,6 +229,27 @@ def test_a_speedup_above_its_physical_bound_is_flagged(monkeypatch):
     assert df["speedup_measured"].iloc[0] == pytest.approx(2.0)
     assert df["probe_spread"].iloc[0] > 1.0
     assert np.isfinite(df["probe_spread"]).all()
+
+
+def test_repetitions_that_disagree_make_a_row_noisy_though_its_baselines_agree(monkeypatch):
+    """The arithmetic slows between repetitions while the memory-bound baseline probes do not move: the probes
+    agree, the repetitions' own speedups (2.0, then 1.0) do not, and a row whose error is smaller than that is
+    noise, with why."""
+    from measure.spec_check import mark_unexplained_noise
+    from measure.specval import mark_noise, measure_speedups
+
+    _fake_runs(monkeypatch, slow_spec_after=1)
+    df = measure_speedups(None, {"a": 1}, {1: [[0, 1]]}, [3], max_new_tokens=8, repeats=2)
+    assert df["probe_spread"].iloc[0] == pytest.approx(0.0)
+    assert df["rep_spread"].iloc[0] == pytest.approx((2.0 - 1.0) / 1.5)
+    judged = mark_unexplained_noise(mark_noise(df.assign(rel_error=0.2)), {})
+    assert judged["noisy"].iloc[0] and "repetitions disagreed by 67%" in judged["noise"].iloc[0]
+    # an error larger than the repetitions' disagreement is the model's
+    assert not mark_noise(df.assign(rel_error=0.8))["noisy"].iloc[0]
+    # one repetition: no spread to judge by (NaN), and no row marked for want of one
+    one = measure_speedups(None, {"a": 1}, {1: [[0, 1]]}, [3], max_new_tokens=8, repeats=1)
+    assert np.isnan(one["rep_spread"].iloc[0])
+    assert not mark_noise(one.assign(rel_error=0.2))["noisy"].iloc[0]
 
 
 # a sweep that dies by SIGKILL: after K rows, or in the middle of writing row K (half its bytes on disk)
