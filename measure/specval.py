@@ -297,12 +297,12 @@ def measure_speedups(
 
     ``probe_spread`` is how far the two probes around a run disagreed (relative, median
     over repetitions): the machine's noise during that configuration. ``rep_spread`` is how
-    far the repetitions' own ``speedup_measured`` disagreed ((max - min) / median, each
-    repetition's rounds against its own two probes; NaN with one repetition): the noise
-    the probes cannot see, a change in arithmetic speed that moves wide passes only. ``flag`` marks a
-    row whose speedup exceeds its physical bound, mean tokens per round x baseline
-    step / verify pass (a round costs at least its verify pass): such a figure is
-    noise, not speed; a ``speedup_measured`` above the bound is NaN (the figure stays in
+    far the repetitions' own ``speedup_measured`` disagreed (the median over pairs of them of
+    |a - b| / their mean, each repetition's rounds against its own two probes; NaN with one
+    repetition): the noise the probes cannot see, a change in arithmetic speed that moves wide
+    passes only. ``flag`` marks a row whose speedup exceeds its physical bound, mean tokens per
+    round x baseline step / verify pass (a round costs at least its verify pass): such a figure
+    is noise, not speed; a ``speedup_measured`` above the bound is NaN (the figure stays in
     ``speedup_measured_raw`` beside ``speedup_bound``). The table's ``attrs["load"]`` records
     the load average at the end of the session and the CPU steal over it (``load_avg_1m``,
     ``steal_pct``); :func:`predict_speedups` adds ``noisy``.
@@ -428,12 +428,15 @@ def _bracket_speedup(spec_runs: list[Run], probes: tuple[Run, Run], batch: int, 
     return float(rounds["emitted"].mean() / t_round / (batch / float(np.quantile(steps, q))))
 
 
-def _range(values: list[float]) -> float:
-    """How far repeated measurements of one figure disagreed: (max - min) / median; NaN below two of them."""
-    v = np.asarray([x for x in values if np.isfinite(x)], dtype=float)
-    if len(v) < 2 or np.median(v) <= 0:
+def _pair_spread(values: list[float]) -> float:
+    """How far two repeated measurements of one figure typically disagree: the median over every pair of
+    |a - b| / their mean (NaN below two). The same measure as two bracketing probes' spread, and one that, unlike a
+    range, does not grow with the number of repetitions."""
+    v = np.asarray([x for x in values if np.isfinite(x) and x > 0], dtype=float)
+    if len(v) < 2:
         return float("nan")
-    return float((v.max() - v.min()) / np.median(v))
+    i, j = np.triu_indices(len(v), 1)
+    return float(np.median(np.abs(v[i] - v[j]) / ((v[i] + v[j]) / 2)))
 
 
 def _steady_of(run: Run, batch: int) -> tuple[int, float]:
@@ -533,7 +536,7 @@ def _summarise(
                         "speedup_end_to_end": float(np.median(acc["e2e"])),
                         "repetitions": len(acc["wall"]),
                         "probe_spread": float(np.median(acc["spread"])),
-                        "rep_spread": _range(acc["rep"]),
+                        "rep_spread": _pair_spread(acc["rep"]),
                         "flag": flag,
                         "statistic": statistic,
                         "base_ms_measured": 1e3 * t_base,

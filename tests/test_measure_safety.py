@@ -252,6 +252,17 @@ def test_repetitions_that_disagree_make_a_row_noisy_though_its_baselines_agree(m
     assert not mark_noise(one.assign(rel_error=0.2))["noisy"].iloc[0]
 
 
+def test_the_repetitions_spread_is_the_typical_disagreement_of_two_and_does_not_grow_with_their_number():
+    from measure.specval import _pair_spread
+
+    assert _pair_spread([2.0, 1.0]) == pytest.approx(1.0 / 1.5)  # two: |a - b| / their mean, as two probes'
+    # three at 1.0 and one at 2.0: three of the six pairs agree, so the median pair disagrees by half that much
+    assert _pair_spread([1.0, 1.0, 1.0, 2.0]) == pytest.approx(0.5 * (1.0 / 1.5))
+    steady = [1.0, 1.02, 0.98, 1.01, 0.99] * 4  # more repetitions of the same spread: about the same figure
+    assert _pair_spread(steady) == pytest.approx(_pair_spread(steady[:5]), rel=0.5)
+    assert np.isnan(_pair_spread([1.0])) and np.isnan(_pair_spread([1.0, float("nan")]))
+
+
 # a sweep that dies by SIGKILL: after K rows, or in the middle of writing row K (half its bytes on disk)
 _DYING = """
 import os, signal, sys
