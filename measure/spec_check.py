@@ -209,14 +209,13 @@ def mark_unexplained_noise(df: pd.DataFrame, load: dict[str, Any]) -> pd.DataFra
     """Mark ``noisy`` the rows whose |error| exceeds ERROR_LIMIT while the machine was measurably noisy; say why.
 
     ``measure.specval.mark_noise`` calls a row noisy when its bracketing probes, or its repetitions, disagreed by
-    more than its error. A loaded machine also shows up as a spread above NOISE_FLOOR that is smaller than a large
-    error, as
-    more runnable processes than cores (``load_avg_1m`` above ``cpus``), as other processes' work during the
-    session (``others_cores`` above OTHERS_LIMIT: what a load average, lagging by a minute, misses in a short
-    check) or as steal: an error above
-    ERROR_LIMIT measured then is not the model's to answer for, so it is marked noisy (and left out of the
-    error summary and the best-gamma table) with its spread beside it. A row above the limit on a quiet machine
-    stays unmarked: that is a miss of the model. ``noise`` says why each noisy row is noisy ("" otherwise).
+    more than its error. A loaded machine also shows up as a spread (either) above NOISE_FLOOR that is smaller
+    than a large error, as more runnable processes than cores (``load_avg_1m`` above ``cpus``), as other
+    processes' work during the session (``others_cores`` above OTHERS_LIMIT: what a load average, lagging by a
+    minute, misses in a short check) or as steal: an error above ERROR_LIMIT measured then is not the model's to
+    answer for, so it is marked noisy (and left out of the error summary and the best-gamma table) with its
+    spreads beside it. A row above the limit on a quiet machine stays unmarked: that is a miss of the model.
+    ``noise`` says why each noisy row is noisy ("" otherwise).
     """
     from measure.specval import NOISE_FLOOR
 

@@ -94,9 +94,8 @@ def mark_noise(
     The baselines are memory-bound one-token passes, so they miss a change in the machine's arithmetic speed,
     which moves the wider verify passes of a round (on a shared 2-core EPYC, over a minute, an in-cache matrix
     product's one-second medians ranged 51% and a weight stream's 32%, correlated 0.29: BENCHMARKS.md,
-    "machine noise").
-    The repetitions' own disagreement (``repeats``, where the table has it) catches that. A row already flagged
-    (above its physical bound) is noisy too. Such a row keeps its spreads and is left out of
+    "machine noise"). The repetitions' own disagreement (``repeats``, where the table has it) catches that. A row
+    already flagged (above its physical bound) is noisy too. Such a row keeps its spreads and is left out of
     :func:`error_summary`.
     """
     out = df.copy()
