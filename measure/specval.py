@@ -414,17 +414,12 @@ def _measure_block(
     return out
 
 
-def _bracket_speedup(spec_runs: list[Run], probes: tuple[Run, Run], batch: int, q: float) -> float:
-    """``speedup_measured`` of one repetition alone: its runs' steady rounds against the two probes around them."""
-    steps = [t for p in probes for t in p.step_s]
-    rounds = pd.concat(
-        [_steady_rounds(GenerationResult([], 0.0, 0.0, r.rounds, r.gamma), batch) for r in spec_runs],
-        ignore_index=True,
-    )
-    if not steps or rounds.empty:
+def _quiet_speedup(rounds: pd.DataFrame, t_base: float, batch: int, q: float) -> float:
+    """``speedup_measured`` of steady ``rounds``: their tokens per round over their ``q``-quantile round time, against
+    ``batch`` tokens per baseline step of ``t_base`` seconds; NaN without rounds."""
+    if rounds.empty:
         return float("nan")
-    t_round = float(rounds["t_round_s"].quantile(q))
-    return float(rounds["emitted"].mean() / t_round / (batch / float(np.quantile(steps, q))))
+    return float(rounds["emitted"].mean() / float(rounds["t_round_s"].quantile(q)) / (batch / t_base))
 
 
 def _pair_spread(values: list[float]) -> float:
@@ -436,11 +431,6 @@ def _pair_spread(values: list[float]) -> float:
         return float("nan")
     i, j = np.triu_indices(len(v), 1)
     return float(np.median(np.abs(v[i] - v[j]) / ((v[i] + v[j]) / 2)))
-
-
-def _steady_of(run: Run, batch: int) -> tuple[int, float]:
-    res = GenerationResult([], run.decode_s, 0.0, run.rounds, run.gamma)
-    return _steady(res, batch)
 
 
 def _summarise(
@@ -480,12 +470,21 @@ def _summarise(
                     continue
                 tpt = [p.decode_s / p.n_tokens for p in (before, after)]
                 base_tps = 2.0 / sum(tpt)
-                tok, sec = map(sum, zip(*(_steady_of(r, batch) for r in spec_runs), strict=True))
+                # this repetition's steady rounds: its wall-clock speedup, its own quiet one (against the two
+                # probes around it: the repetitions' spread), and the pooled rows below
+                steady_rounds = pd.concat(
+                    [_steady_rounds(GenerationResult([], 0.0, 0.0, r.rounds, r.gamma), batch) for r in spec_runs],
+                    ignore_index=True,
+                )
+                tok, sec = int(steady_rounds["emitted"].sum()), float(steady_rounds["t_round_s"].sum())
                 acc = per.setdefault(
                     (spec_runs[0].label, spec_runs[0].gamma),
-                    {"wall": [], "e2e": [], "runs": [], "spread": [], "rep": []},
+                    {"wall": [], "e2e": [], "runs": [], "spread": [], "rep": [], "steady": []},
                 )
-                acc["rep"].append(_bracket_speedup(spec_runs, (before, after), batch, q))
+                probe_steps = [t for p in (before, after) for t in p.step_s]
+                if probe_steps:
+                    acc["rep"].append(_quiet_speedup(steady_rounds, float(np.quantile(probe_steps, q)), batch, q))
+                acc["steady"].append(steady_rounds)
                 acc["wall"].append((tok / sec) / base_tps if sec > 0 else np.nan)
                 acc["e2e"].append(sum(r.n_tokens for r in spec_runs) / sum(r.decode_s for r in spec_runs) / base_tps)
                 acc["spread"].append(abs(tpt[0] - tpt[1]) / np.mean(tpt))
@@ -503,12 +502,9 @@ def _summarise(
                 steady = GenerationResult([], 0.0, 0.0, rounds, g)  # the pooled steady rounds, as one run
                 m = steady.metrics()
                 curve = np.nan_to_num(steady.acceptance_curve(), nan=0.0)  # unreached positions: 0
-                per_round = pd.concat(
-                    [_steady_rounds(GenerationResult([], 0.0, 0.0, r.rounds, g), batch) for r in acc["runs"]],
-                    ignore_index=True,
-                )
+                per_round = pd.concat(acc["steady"], ignore_index=True)
                 t = per_round[["t_round_s", "t_draft_s", "t_verify_s", "t_host_s"]].quantile(q)
-                measured = float(per_round["emitted"].mean() / t["t_round_s"] / (batch / t_base))
+                measured = _quiet_speedup(per_round, t_base, batch, q)
                 wall = float(np.nanmedian(acc["wall"]))
                 # a round takes at least its verify pass: no speedup beats tokens per round x step / verify on
                 # the quiet machine; wall-clock ratios carry host work and drift too, so they get more slack
