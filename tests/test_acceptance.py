@@ -394,7 +394,7 @@ def test_import_command_writes_the_file_plan_reads(tmp_path, capsys):
     data = json.loads(out.read_text())
     np.testing.assert_allclose(data["curve"], [0.85, 0.52 / 0.85, 0.33 / 0.52])
     # plan's curve reader takes it as it is, and the vocabulary reads its kind back
-    from specroof.cli import read_curve
+    from specroof.commands.common import read_curve
 
     assert read_curve(str(out)) == pytest.approx(data["curve"])
     assert parse_acceptance(str(out)).tokens_per_round() == pytest.approx(2.7)

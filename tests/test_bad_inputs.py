@@ -416,14 +416,14 @@ def _families():
 
 #: a parseable invocation of every subcommand, and the handler it calls
 COMMANDS = {
-    "hardware list": (["hardware", "list"], "specroof.cli", "cmd_hardware_list"),
-    "hardware show": (["hardware", "show", HW], "specroof.cli", "cmd_hardware_show"),
-    "roofline": (["roofline", "--hardware", HW, "--params", "1e9"], "specroof.cli", "cmd_roofline"),
-    "speedup": (["speedup", "--alpha", "0.8", "--c", "0.05"], "specroof.cli", "cmd_speedup"),
-    "plan": (["plan", "--hardware", HW, "--target", "llama-3.1-8b"], "specroof.cli", "cmd_plan"),
-    "tree": (["tree", "--acceptance-vector", "v.json", "--budget", "4"], "specroof.cli", "cmd_tree"),
-    "validate": (["validate", "published"], "specroof.cli", "cmd_validate_published"),
-    "report": (["report"], "specroof.cli", "cmd_report"),
+    "hardware list": (["hardware", "list"], "specroof.commands.hardware", "cmd_hardware_list"),
+    "hardware show": (["hardware", "show", HW], "specroof.commands.hardware", "cmd_hardware_show"),
+    "roofline": (["roofline", "--hardware", HW, "--params", "1e9"], "specroof.commands.roofline", "cmd_roofline"),
+    "speedup": (["speedup", "--alpha", "0.8", "--c", "0.05"], "specroof.commands.speedup", "cmd_speedup"),
+    "plan": (["plan", "--hardware", HW, "--target", "llama-3.1-8b"], "specroof.commands.plan", "cmd_plan"),
+    "tree": (["tree", "--acceptance-vector", "v.json", "--budget", "4"], "specroof.commands.tree", "cmd_tree"),
+    "validate": (["validate", "published"], "specroof.commands.validate", "cmd_validate_published"),
+    "report": (["report"], "specroof.commands.report", "cmd_report"),
     "measure device": (["measure", "device"], "specroof.measure_cli", "cmd_measure_device"),
     "measure bench": (["measure", "bench"], "specroof.measure_cli", "cmd_measure_bench"),
     "measure sweep": (["measure", "sweep"], "specroof.measure_cli", "cmd_measure_sweep"),
@@ -462,12 +462,12 @@ def test_every_failure_family_of_every_subcommand_is_one_line(command, family, m
 def test_the_os_errors_name_their_file(monkeypatch, capsys):
     import errno
 
-    import specroof.cli as cli
+    import specroof.commands.roofline as command
 
     def fail(args):
         raise OSError(errno.ENOSPC, "No space left on device", "/data/out/results.csv")
 
-    monkeypatch.setattr(cli, "cmd_roofline", fail)
+    monkeypatch.setattr(command, "cmd_roofline", fail)
     _, _, err = _run(COMMANDS["roofline"][0], capsys)
     assert "'/data/out/results.csv'" in err and "free some space" in err
 

@@ -1,1 +1,1 @@
-"""One module per command added since the CLI moved here; each exposes ``add_parser(sub)``."""
+"""One module per command; each exposes ``add_parser(sub)``, and ``specroof.cli`` assembles them."""

@@ -1,0 +1,169 @@
+"""``specroof report``: the main job, the page (``specroof.report``) written section by section."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from roofline import interrupts
+from roofline.errors import SpecroofError
+from specroof.shell import (
+    _add_json,
+    _note,
+    emit,
+    engine_arg,
+)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    import time
+
+    from specroof.report import DEFAULT_PAIRING, analytic_sections, validate_inputs, write_report
+
+    if args.budget is not None and not args.budget > 0:
+        raise SpecroofError(f"--budget must be > 0 seconds (got {args.budget})")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise SpecroofError(f"--out {args.out!r} is a file: the report is a folder (index.html, PNGs, CSVs)")
+    if args.alpha is not None and not 0.0 <= args.alpha < 1.0:
+        raise SpecroofError(f"--alpha must lie in [0, 1) (got {args.alpha})")
+    extra: list[Any] = []
+    measured = not args.skip_measure
+    if measured:
+        import importlib.util
+
+        if importlib.util.find_spec("torch") is None:  # checked without importing: roofline stays torch-free
+            print(
+                "torch is not installed: the measured section is skipped (pip install 'specroof[measure]')",
+                file=sys.stderr,
+            )
+            measured = False
+    if measured:
+
+        def measured_section(w: Any) -> Any:
+            from specroof.measure_report import measurement_section
+
+            return measurement_section(
+                w, quick=args.quick, budget_s=args.budget, progress=not args.json, log=lambda m: _note(args, m)
+            )
+
+        extra.append(("Measured on this device", measured_section))
+    pairing = dict(DEFAULT_PAIRING)
+    for spec in args.drafter or []:  # the drafter grammar: the page compares one draft model and one early exit
+        kind, _, value = spec.partition(":")
+        kind = kind.strip().lower()
+        if kind == "model" and value and args.draft is None:
+            args.draft = value.strip()
+        elif kind == "early-exit" and value.strip().isdigit() and args.early_exit is None:
+            args.early_exit = int(value)
+        else:
+            raise SpecroofError(
+                f"--drafter {spec!r}: the page compares one draft model (model:NAME) and one early exit (early-exit:L), "
+                "each once; price other drafters with specroof plan --drafter SPEC"
+            )
+    if args.target or args.draft or args.alpha is not None or args.early_exit is not None:
+        draft = args.draft or DEFAULT_PAIRING["drafters"][0]
+        exit_layer = args.early_exit if args.early_exit is not None else DEFAULT_PAIRING["drafters"][1]
+        pairing = {
+            "target": args.target or DEFAULT_PAIRING["target"],
+            "drafters": (draft, exit_layer),
+            "acceptance": {
+                f"draft {draft}": args.alpha if args.alpha is not None else 0.75,
+                f"early exit @{exit_layer}": 0.5,
+            },
+        }
+    pairing["engine"] = None if args.engine == "none" else args.engine
+    t0 = time.perf_counter()
+    n_sections = len(analytic_sections()) + len(extra)
+    done = {"n": 0}
+
+    def on_section(sec: Any) -> None:
+        done["n"] += 1
+        state = "FAILED: " + sec.error if sec.error else "done"
+        _note(args, f"[{done['n']}/{n_sections}] {sec.title}: {state} ({time.perf_counter() - t0:.0f} s)")
+
+    validate_inputs(args.hardware, pairing)  # every check before the first line of work is printed
+    _note(args, f"writing {args.out}/index.html section by section ...")
+    try:
+        summary = write_report(args.out, args.hardware, extra, pairing, debug=args.debug, on_section=on_section)
+    except KeyboardInterrupt:
+        interrupts.handled()
+        print(f"\ninterrupted: the finished sections are in {args.out}/index.html", file=sys.stderr)
+        return 130
+    summary["seconds"] = time.perf_counter() - t0
+    how = f"roofline + {pairing['engine']} engine" if pairing["engine"] else "datasheet roofline, no engine"
+    lines = [f"The answer ({how}, batch 1): best strategy and gamma per GPU, and the best draft-tree size"]
+    if "answer" in summary:
+        table = pd.DataFrame(summary["answer"])
+        deploy = [c for c in table.columns if c.startswith("deploy_")]
+        lines.append(table.drop(columns=deploy).round(2).to_string(index=False))
+        if "deploy_vllm" in table:
+            lines.append("deploy the chain answer with vLLM:")
+            lines += [
+                f"  {r['hardware']}: {r['deploy_vllm']}"
+                for _, r in table.iterrows()
+                if isinstance(r["deploy_vllm"], str)
+            ]
+    meas = summary.get("measurement")
+    if meas:
+        lines.append(
+            f"\nmeasured on {meas['device']} ({meas['dtype']}): verify-pass error a-priori {meas['apriori_mape']:.1%}, "
+            f"fitted {meas['fit_mape']:.1%}; best gamma measured here: "
+            + ", ".join(
+                f"{b['drafter']} batch {b['batch']}: {b['gamma']} ({b['speedup_measured']:.2f}x)"
+                for b in meas["best_measured"]
+            )
+        )
+    lines.append(f"\nreport written to {args.out}/index.html in {summary['seconds']:.0f} s")
+    emit(args, summary, "\n".join(lines))
+    if summary["failed"]:
+        names = "; ".join(f"{f['section']} ({f['error']})" for f in summary["failed"])
+        print(f"specroof: error: section(s) failed: {names}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``specroof report``."""
+    from specroof.report import DEFAULT_ENGINE, DEFAULT_GPUS
+
+    p = sub.add_parser(
+        "report", help="the main job: which gamma and tree size per GPU, rooflines, plans, and a measurement here"
+    )
+    p.add_argument("--out", default="specroof-report", help="output folder (default ./specroof-report)")
+    p.add_argument("--hardware", nargs="+", default=list(DEFAULT_GPUS), help="GPUs to cover")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a small measured section: a 12 s budget that counts every step (torch import, microbenchmarks, fit)",
+    )
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help="seconds the measured section may take, every step included (default 60, --quick 12)",
+    )
+    p.add_argument("--skip-measure", action="store_true", help="analytic sections only")
+    p.add_argument("--target", help="target preset for the plans (default llama-3.1-8b)")
+    p.add_argument(
+        "--drafter",
+        action="append",
+        metavar="SPEC",
+        help="model:NAME (the draft model) and/or early-exit:L (the self-drafter), in the drafter grammar",
+    )
+    p.add_argument("--draft", help="same as --drafter model:NAME (default llama-3.2-1b)")
+    p.add_argument("--early-exit", type=int, default=None, help="early-exit layer of the self-drafter (default 8)")
+    p.add_argument("--alpha", type=float, help="acceptance rate of the draft model (default 0.75)")
+    p.add_argument("--debug", action="store_true", help="tracebacks of failed sections on the page")
+    p.add_argument(
+        "--engine",
+        type=lambda text: text if text.strip().lower() == "none" else engine_arg(text),
+        default=DEFAULT_ENGINE,
+        help=f"price the answers as this software runs them (default {DEFAULT_ENGINE}: what deployments run; "
+        "'none' is the datasheet roofline)",
+    )
+    _add_json(p)
+    p.set_defaults(func=cmd_report)

@@ -1,0 +1,238 @@
+"""``specroof roofline``: the cost of one forward pass (bytes, FLOPs, time, bound, crossover K), or a sweep of them."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from roofline.errors import SpecroofError
+from roofline.hardware import load_hardware
+from roofline.model import PRESETS, ModelSpec
+from roofline.passtime import crossover_tokens, memory_footprint, pass_time, weights_only_crossover
+from roofline.units import format_quantity
+from roofline.validation import check_tp
+from specroof.commands.common import (
+    KV_DTYPE_HELP,
+    PLAN_MAX_CELLS,
+    WEIGHT_DTYPE_HELP,
+    apply_weight_only,
+    band_for,
+    model_from_args,
+)
+from specroof.shell import (
+    INT_MAX,
+    _add_engine,
+    _add_json,
+    bounded_int,
+    bounded_int_list,
+    emit,
+    engine_of,
+    finite_float,
+    plot_path,
+)
+
+
+def cmd_roofline(args: argparse.Namespace) -> int:
+    apply_weight_only(args)
+    spec = model_from_args(args)
+    if not spec.is_abstract:
+        check_tp(spec, args.tp)
+    hw = load_hardware(args.hardware)
+    if max(len(args.batch), len(args.tokens), len(args.context)) > 1:
+        return _roofline_sweep(args, spec, hw)
+    batch, tokens, context = args.batch[0], args.tokens[0], args.context[0]
+    st = pass_time(
+        spec,
+        hw,
+        batch,
+        tokens,
+        context,
+        args.dtype,
+        weight_dtype=args.weight_dtype,
+        kv_dtype=args.kv_dtype,
+        tp=args.tp,
+        engine=engine_of(args),
+    )
+    k = int(
+        crossover_tokens(
+            spec,
+            hw,
+            batch,
+            context,
+            args.dtype,
+            weight_dtype=args.weight_dtype,
+            kv_dtype=args.kv_dtype,
+            engine=engine_of(args),
+        )
+    )
+    from roofline.cost import forward_cost
+
+    cost = forward_cost(
+        spec,
+        batch,
+        tokens,
+        context,
+        weight_dtype=args.weight_dtype or args.dtype,
+        kv_dtype=args.kv_dtype,
+        act_dtype=args.dtype,
+    )
+    fp = memory_footprint(
+        spec,
+        batch,
+        context,
+        weight_dtype=args.weight_dtype or args.dtype,
+        kv_dtype=args.kv_dtype,
+        act_dtype=args.dtype,
+        new_tokens=tokens,
+    )
+    payload = {
+        "hardware": hw.id,
+        "model": spec.name,
+        "engine": args.engine or "roofline",
+        "dtype": args.dtype,
+        "weight_dtype": args.weight_dtype or args.dtype,
+        "tp": args.tp,
+        "batch": batch,
+        "new_tokens": tokens,
+        "context": context,
+        "params": spec.total_params,
+        "weight_bytes": float(cost.weight_bytes),
+        "kv_read_bytes": float(cost.kv_read_bytes),
+        "total_bytes": float(cost.total_bytes),
+        "flops": float(cost.total_flops),
+        "t_memory_s": float(st.t_memory_s),
+        "t_compute_s": float(st.t_compute_s),
+        "t_step_s": float(st.t_step_s),
+        "tokens_per_s": float(st.tokens_per_s),
+        "arithmetic_intensity": float(st.intensity),
+        "ridge_flop_per_byte": float(st.ridge),
+        "bound": str(st.bound),
+        "crossover_tokens": k,
+        "weights_only_crossover": weights_only_crossover(spec, hw, args.dtype),
+        "memory_footprint_bytes": float(fp.total_bytes),
+    }
+    capacity = (hw.memory_bytes or float("inf")) * args.tp
+    payload["fits_in_memory"] = bool(fp.total_bytes <= capacity)
+    band = band_for(args.engine, hw, batch=batch, tp=args.tp, weight_dtype=args.weight_dtype)
+    payload["error_band"], payload["error_band_note"] = band
+    table = "\n".join(
+        [
+            f"{spec.name} on {hw.name}, {args.dtype}"
+            + (f" (weights {args.weight_dtype})" if args.weight_dtype else "")
+            + (f", TP{args.tp}" if args.tp > 1 else "")
+            + f", batch {batch}, {tokens} new token(s), context {context}"
+            + (f", engine {args.engine}" if args.engine else " (datasheet roofline, no engine)"),
+            f"  bytes moved        {format_quantity(payload['total_bytes'], 'B')}"
+            f"  (weights {format_quantity(payload['weight_bytes'], 'B')}, KV read {format_quantity(payload['kv_read_bytes'], 'B')})",
+            f"  FLOPs              {format_quantity(payload['flops'], 'FLOP')}",
+            f"  memory time        {format_quantity(payload['t_memory_s'], 's')}",
+            f"  compute time       {format_quantity(payload['t_compute_s'], 's')}",
+            f"  pass time          {format_quantity(payload['t_step_s'], 's')}  ({payload['bound']} bound)",
+            f"  tokens/s           {payload['tokens_per_s']:.1f}  ({band[1]})",
+            f"  intensity          {payload['arithmetic_intensity']:.2f} FLOP/byte (ridge {payload['ridge_flop_per_byte']:.1f})",
+            f"  crossover K        {k} new tokens per sequence stay memory bound",
+            f"  memory footprint   {format_quantity(payload['memory_footprint_bytes'], 'B')}"
+            + (
+                ""
+                if payload["fits_in_memory"]
+                else f"  DOES NOT FIT in {format_quantity(capacity, 'B')}: the figures above are for a GPU that "
+                "does not exist (raise --tp, quantise the weights or shorten the context)"
+            ),
+        ]
+    )
+    if not payload["fits_in_memory"] and not args.json:
+        print(
+            f"specroof: warning: {spec.name} needs {format_quantity(fp.total_bytes, 'B')} "
+            f"(weights + KV) but {hw.name} x{args.tp} holds {format_quantity(capacity, 'B')}",
+            file=sys.stderr,
+        )
+    if args.plot:
+        from roofline.plot import roofline_chart
+
+        fig = roofline_chart(
+            hw,
+            [args.dtype],
+            spec=spec,
+            points=[
+                {
+                    "label": "this pass",
+                    "intensity": payload["arithmetic_intensity"],
+                    "flop_per_s": payload["flops"] / payload["t_step_s"],
+                }
+            ],
+        )
+        fig.savefig(args.plot, dpi=120)
+    emit(args, payload, table)
+    return 0
+
+
+def _roofline_sweep(args: argparse.Namespace, spec: ModelSpec, hw: Any) -> int:
+    """``roofline`` over lists of batch, tokens and context: one vectorised call, one row per configuration."""
+    cells = len(args.batch) * len(args.tokens) * len(args.context)
+    if cells > PLAN_MAX_CELLS:
+        raise SpecroofError(f"{cells:,} configurations, over {PLAN_MAX_CELLS:,}: narrow --batch/--tokens/--context")
+    B, n, L = np.meshgrid(args.batch, args.tokens, args.context, indexing="ij")
+    st = pass_time(
+        spec, hw, B, n, L, args.dtype, weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype, tp=args.tp,
+        engine=engine_of(args),
+    )  # fmt: skip
+    df = pd.DataFrame(
+        {
+            "batch": B.ravel(),
+            "new_tokens": n.ravel(),
+            "context": L.ravel(),
+            "t_memory_s": np.broadcast_to(st.t_memory_s, B.shape).ravel(),
+            "t_compute_s": np.broadcast_to(st.t_compute_s, B.shape).ravel(),
+            "t_step_s": np.broadcast_to(st.t_step_s, B.shape).ravel(),
+            "tokens_per_s": np.broadcast_to(st.tokens_per_s, B.shape).ravel(),
+            "intensity_flop_per_byte": np.broadcast_to(st.intensity, B.shape).ravel(),
+            "bound": np.broadcast_to(st.bound, B.shape).ravel(),
+        }
+    )
+    head = (
+        f"{spec.name} on {hw.name}, {args.dtype}" + (f" (weights {args.weight_dtype})" if args.weight_dtype else "")
+        + (f", engine {args.engine}" if args.engine else " (datasheet roofline, no engine)")
+        + f": {len(df)} configurations (ridge {float(st.ridge):.1f} FLOP/byte)"
+    )  # fmt: skip
+    shown = df.assign(
+        t_step_ms=df["t_step_s"] * 1e3, t_memory_ms=df["t_memory_s"] * 1e3, t_compute_ms=df["t_compute_s"] * 1e3
+    )[["batch", "new_tokens", "context", "t_memory_ms", "t_compute_ms", "t_step_ms", "tokens_per_s", "bound"]]
+    emit(args, {"hardware": hw.id, "model": spec.name, "engine": args.engine or "roofline", "rows": df.to_dict(orient="records")},
+         head + "\n" + shown.to_string(index=False, float_format=lambda v: f"{v:.4g}"))  # fmt: skip
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``specroof roofline``."""
+    p = sub.add_parser("roofline", help="cost of one forward pass: bytes, FLOPs, time, bound, crossover K")
+    p.add_argument("--hardware", required=True, help="profile id, alias or .toml path")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--model", help=f"preset ({', '.join(PRESETS)}) or a config.json path")
+    g.add_argument("--params", type=finite_float, help="abstract model with this many weights, e.g. 13e9")
+    p.add_argument("--dtype", default="fp16", help="compute/activation dtype (default fp16)")
+    p.add_argument("--weight-dtype", default=None, help=WEIGHT_DTYPE_HELP)
+    p.add_argument("--kv-dtype", default=None, help=KV_DTYPE_HELP)
+    p.add_argument(
+        "--batch",
+        type=bounded_int_list(1, INT_MAX),
+        default=[1],
+        help="sequences per pass; a list sweeps (1,4,16, 1-64)",
+    )
+    p.add_argument(
+        "--tokens", type=bounded_int_list(1, INT_MAX), default=[1], help="new tokens per sequence (a list sweeps)"
+    )
+    p.add_argument(
+        "--context",
+        type=bounded_int_list(0, INT_MAX),
+        default=[0],
+        help="tokens already in each KV cache (a list sweeps)",
+    )
+    p.add_argument("--tp", type=bounded_int(1, 1024), default=1, help="tensor-parallel degree")
+    _add_engine(p)
+    p.add_argument("--plot", type=plot_path, default=None, help="write a roofline chart here (.png, .svg, .pdf)")
+    _add_json(p)
+    p.set_defaults(func=cmd_roofline)
