@@ -97,6 +97,11 @@ def section(words: tuple[str, ...], parser: argparse.ArgumentParser, summary: st
         flags = ", ".join(f"`{s}`" for s in action.option_strings) or f"`{action.dest}`"
         if action.required and action.option_strings:
             flags += " (required)"
+        for group in parser._mutually_exclusive_groups:
+            if action in group._group_actions:
+                others = [a.option_strings[0] for a in group._group_actions if a is not action and a.option_strings]
+                names = ", ".join(f"`{o}`" for o in others)
+                flags += f" (this or {names}: one is required)" if group.required else f" (not with {names})"
         rows.append(f"| {flags} | {_value(action)} | {_cell(_default(action))} | {_cell(_help(parser, action))} |")
     if rows:
         out += ["| argument | value | default | what it does |", "|---|---|---|---|", *rows, ""]
