@@ -16,6 +16,7 @@ What counts as an example
   error: a reader copies the whole block, so the whole block must be what is run. Bash blocks without a
   ``specroof`` command (installing, ``bash .ci/run``) are not run here.
 * every fenced ``python`` block. Each runs on its own (a reader copies one block), in a fresh interpreter.
+  ``ruff format`` formats these blocks like the code (CI checks them), so write them as ruff would.
 
 Its expected output is the fenced ``text`` block right after it (only blank lines between): the example's
 stdout. Without one, the example must only run and exit 0.
@@ -375,29 +376,45 @@ def refreshed(expected: list[str], actual: list[str]) -> list[str]:
     return out
 
 
-def update(examples: list[Example], outcomes: dict[str, Outcome]) -> list[str]:
-    """Rewrite the output blocks whose example printed something else; returns the ids rewritten."""
-    changed: list[str] = []
-    by_file: dict[Path, list[Example]] = {}
+def _keyed(examples: list[Example]) -> dict[tuple[str, str, int], Example]:
+    """Examples by (language, code, how many identical ones came before): stable when lines move."""
+    seen: dict[tuple[str, str], int] = {}
+    keyed = {}
     for ex in examples:
-        if ex.output is not None and not ex.options.unchecked and ex.id in outcomes:
-            by_file.setdefault(ex.path, []).append(ex)
-    for path, exs in by_file.items():
+        n = seen[(ex.lang, ex.code)] = seen.get((ex.lang, ex.code), -1) + 1
+        keyed[(ex.lang, ex.code, n)] = ex
+    return keyed
+
+
+def update(examples: list[Example], outcomes: dict[str, Outcome]) -> list[str]:
+    """Rewrite the output blocks whose example printed something else; returns the ids rewritten.
+
+    The file is read again first and each example found by its code, not by its line: examples take minutes
+    and the file may have been edited (or reformatted) meanwhile. An example whose code changed is left alone.
+    """
+    changed: list[str] = []
+    for path in dict.fromkeys(ex.path for ex in examples):
+        ran = {k: ex for k, ex in _keyed([e for e in examples if e.path == path]).items() if ex.id in outcomes}
+        now = _keyed(examples_in(path))
         lines = path.read_text().splitlines()
-        for ex in sorted(exs, key=lambda e: e.line, reverse=True):  # bottom up: earlier spans stay valid
-            assert ex.output is not None
-            out = outcomes[ex.id]
-            if out.returncode != ex.options.exit:
+        todo = []
+        for key, ex in ran.items():
+            out, cur = outcomes[ex.id], now.get(key)
+            if cur is None:
+                print(f"{ex.id}: its code changed while it ran; output not rewritten", file=sys.stderr)
                 continue
-            expected, actual = normalise(ex.output.text), normalise(out.shown)
-            if matches(expected, actual):
+            if cur.output is None or cur.options.unchecked or out.returncode != cur.options.exit:
                 continue
-            pad = " " * ex.output.indent
-            lines[ex.output.start : ex.output.end] = [
-                pad + line if line else line for line in refreshed(expected, actual)
-            ]
-            changed.append(ex.id)
-        path.write_text("\n".join(lines) + "\n")
+            expected, actual = normalise(cur.output.text), normalise(out.shown)
+            if not matches(expected, actual):
+                todo.append((cur, refreshed(expected, actual), ex.id))
+        for cur, new, ident in sorted(todo, key=lambda t: t[0].line, reverse=True):  # bottom up: spans stay valid
+            assert cur.output is not None
+            pad = " " * cur.output.indent
+            lines[cur.output.start : cur.output.end] = [pad + line if line else line for line in new]
+            changed.append(ident)
+        if todo:
+            path.write_text("\n".join(lines) + "\n")
     return changed
 
 
