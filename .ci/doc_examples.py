@@ -440,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     examples = collect(args.files or None)
     if args.list:
         for ex in examples:
-            flags = [k for k, v in vars(ex.options).items() if v not in (False, None, 0)]
+            flags = [k if v is True else f"{k}={v}" for k, v in vars(ex.options).items() if v not in (False, None, 0)]
             out = "checked output" if ex.output is not None and not ex.options.unchecked else "runs"
             print(f"{ex.id:40s} {ex.lang:6s} {out:15s} {' '.join(flags)}")
         return 0
