@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
+from roofline.acceptance_kinds import reused_modules_note, reused_step_limit
 from roofline.drafters import DrafterLike, as_drafter
 from roofline.engine import Engine
 from roofline.errors import SpecroofError, check_min
@@ -71,10 +72,13 @@ def plan(
     ``hardware`` is one or a list of :class:`roofline.pricing.Pricing` objects or profiles
     (priced with ``engine``, ``dtype``, ``weight_dtype``, ``kv_dtype``, ``tp``, ``efficiency``;
     each resolved once). ``drafter`` may be one drafter or a list; ``acceptance`` a scalar
-    alpha or a per-position curve (then gammas beyond its length are skipped), or a dict
-    from drafter name to its own alpha or curve. gamma 0 is plain decoding (strategy
-    'none'). Rows that do not fit in memory stay in the table with ``fits_in_memory``
-    False and are ranked last.
+    alpha or a per-position curve (then gammas beyond its length are skipped), an acceptance
+    kind (:mod:`roofline.acceptance`: a mean measured at G drafts covers gamma up to G), or a
+    dict from drafter name to any of these. A drafter that reuses a module past its own step
+    (an MTP stack) is priced with one rate only up to its modules or the measured drafts; the
+    sentence saying so is in ``table.attrs["notes"]`` (docs/cost-model.md, section 29). gamma 0
+    is plain decoding (strategy 'none'). Rows that do not fit in memory stay in the table with
+    ``fits_in_memory`` False and are ranked last.
     """
     spec = get_model(target)
     g_all = check_min("gammas", np.atleast_1d(np.asarray(gammas)).ravel(), 0, integer=True)
@@ -89,12 +93,28 @@ def plan(
         dtype=dtype, efficiency=efficiency, tp=tp, engine=engine, weight_dtype=weight_dtype, kv_dtype=kv_dtype
     )
     frames = []
+    notes: list[str] = []
     for hw_ in _listify(hardware):
         pr = pricing_of(hw_, **options)
         for d in drafters:
             acc = acceptance[d.name] if isinstance(acceptance, dict) else acceptance
+            measured = None
+            if hasattr(acc, "for_plan"):  # an acceptance kind: what the plan prices, and the drafts it was measured at
+                measured, acc = acc.length, acc.for_plan()
             is_curve = isinstance(acc, (list, tuple, np.ndarray)) and np.ndim(acc) == 1 if curve is None else curve
             g = g_all[g_all <= len(acc)] if is_curve else g_all
+            limit = None if is_curve else reused_step_limit(d, spec)
+            if limit is not None:
+                # one rate is not stretched over a reused module's steps (docs/cost-model.md, section 29): it prices
+                # the modules' own steps, or the steps a mean was measured over (as that many positions of a curve)
+                top = max(limit, measured or 0)
+                if g.size and int(g.max()) > top:
+                    g = g[g <= top]
+                    note = reused_modules_note(d, spec, measured)
+                    if note and note not in notes:
+                        notes.append(note)
+                if top > limit:
+                    acc, is_curve = [float(acc)] * top, True
             if g.size == 0:
                 raise SpecroofError(f"no gamma fits within the acceptance curve's {len(acc)} positions")
             G, BB, LL = np.meshgrid(g, B, L, indexing="ij")
@@ -123,7 +143,9 @@ def plan(
     # the gamma-0 baseline is identical for every drafter: keep one copy
     df = df.drop_duplicates(subset=["hardware", "strategy", "gamma", "batch", "context"])
     df = df.sort_values(["fits_in_memory", "speedup", "gamma"], ascending=[False, False, True], kind="stable")
-    return df[PLAN_COLUMNS].reset_index(drop=True)
+    out = df[PLAN_COLUMNS].reset_index(drop=True)
+    out.attrs["notes"] = notes  # what the plan chose not to price, one sentence each (the CLI prints them)
+    return out
 
 
 @dataclass(frozen=True)
