@@ -93,6 +93,7 @@ def emit_flags(
     drafter: Any,
     draft_model: str | None = None,
     target_model: str | None = None,
+    tp: int | None = None,
 ) -> str:
     """The command line (SGLang, vLLM) or config file (TensorRT-LLM) that deploys ``setting``.
 
@@ -100,7 +101,9 @@ def emit_flags(
     not. ``target`` and ``drafter`` are specroof's names (``llama-3.1-8b``, ``eagle3``);
     ``target_model`` / ``draft_model`` are the checkpoints to load (Hugging Face ids or
     paths), looked up in :data:`TARGET_REPOS` / :data:`DRAFT_REPOS` when not given. An MTP
-    drafter lives in the target's own checkpoint and needs no draft model.
+    drafter lives in the target's own checkpoint and needs no draft model. ``tp`` adds the
+    engine's tensor-parallel flag (SGLang ``--tp-size``, vLLM ``--tensor-parallel-size``,
+    TensorRT-LLM ``--tp_size``), which :func:`read_engine_config` reads back.
     """
     if not isinstance(setting, EngineSetting):
         raise SpecroofError(f"setting must be an EngineSetting (got {type(setting).__name__})")
@@ -121,6 +124,8 @@ def emit_flags(
     method = _METHODS[eng][d_name]
     if eng == "sglang":
         args = ["python", "-m", "sglang.launch_server", "--model-path", model, "--speculative-algorithm", method]
+        if tp is not None:
+            args[5:5] = ["--tp-size", str(tp)]
         if draft is not None:
             args += ["--speculative-draft-model-path", draft]
         for key, value in s.knobs().items():
@@ -134,6 +139,8 @@ def emit_flags(
         if d_name == "prompt-lookup":  # the longest n-gram vLLM matches in the prompt (its docs' example value)
             config["prompt_lookup_max"] = 4
         args = ["vllm", "serve", model, "--speculative-config", json.dumps(config)]
+        if tp is not None:
+            args[3:3] = ["--tensor-parallel-size", str(tp)]
         if s.choices is not None:  # tree drafting runs on vLLM's tree attention backend only
             args += ["--attention-backend", "TREE_ATTN"]
         return shlex.join(args)
@@ -147,7 +154,8 @@ def emit_flags(
         lines += [f"  {k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in s.knobs().items()]
         if draft is not None:
             lines.append(f"  speculative_model: {draft}")
-    head = f"# {shlex.join(['trtllm-serve', model, '--extra_llm_api_options', 'speculative.yaml'])}"
+    serve = ["trtllm-serve", model, *(["--tp_size", str(tp)] if tp is not None else []), "--extra_llm_api_options"]
+    head = f"# {shlex.join([*serve, 'speculative.yaml'])}"
     return "\n".join([head, *lines])
 
 
@@ -687,14 +695,15 @@ def read_engine_config(text: str, *, target: Any = None) -> EngineConfig:
     lines = [ln for ln in t.splitlines() if ln.strip()]
     first = lines[0].strip() if lines else ""
     if "speculative_config:" in t or "decoding_type:" in t:
-        model = None
-        if first.startswith(
-            "#"
-        ):  # the header plan --emit trtllm prints: '# trtllm-serve MODEL --extra_llm_api_options ...'
-            head = shlex.split(first.lstrip("#").strip() or "x")
-            if head and head[0] == "trtllm-serve" and len(head) > 1 and not head[1].startswith("-"):
-                model = head[1]
-        return _trtllm(read_yaml_subset(t), target, "TensorRT-LLM speculative_config (YAML)", notes, model=model)
+        model, tp = None, None
+        # the header plan --emit trtllm prints: '# trtllm-serve MODEL [--tp_size N] --extra_llm_api_options ...'
+        head = shlex.split(first.lstrip("#").strip() or "x") if first.startswith("#") else []
+        if head and head[0] == "trtllm-serve":
+            pos, flags = _flag_map(head[1:], "the trtllm-serve header")
+            model = pos[0] if pos else None
+            tp_raw = _pick(flags, "--tp-size")
+            tp = None if tp_raw is None else _whole("--tp_size", tp_raw)
+        return _trtllm(read_yaml_subset(t), target, "TensorRT-LLM speculative_config (YAML)", notes, model=model, tp=tp)
     try:
         tokens = shlex.split(" ".join(ln.rstrip("\\").strip() for ln in t.splitlines()))
     except ValueError as exc:

@@ -168,3 +168,87 @@ def test_sglangs_documented_example_with_more_draft_tokens_than_topk_times_steps
     c = read_engine_config("--speculative-algorithm EAGLE --speculative-num-steps 3 --speculative-eagle-topk 4 "
                            "--speculative-num-draft-tokens 16")  # fmt: skip
     assert c.setting.n_nodes == 15
+
+
+# -- the same price: emit, read back, price ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm", "trtllm"])
+@pytest.mark.parametrize("batch", [1, 32])
+def test_the_emitted_best_tree_setting_reads_back_to_the_same_price(engine: str, batch: int) -> None:
+    """plan --emit ENGINE searches the engine's knobs (engine_search.plan_engine) and prints the best as flags: those
+    flags, read back and priced, give the number the search chose them by."""
+    from roofline.engine_search import plan_engine
+    from roofline.planner import price_engine_config
+    from roofline.pricing import Pricing
+    from roofline.trees import IIDAcceptance
+
+    pr = Pricing.of("h100-sxm-80gb", engine=engine)
+    acc = IIDAcceptance(0.7)
+    ep = plan_engine(hardware=pr, target=T8B, drafter="eagle3", framework=engine, acceptance=acc, batches=[batch])
+    best = ep.best_settings[0]
+    text = emit_flags(best, target=T8B, drafter="eagle3")
+    config = read_engine_config(text)
+    assert config.setting == best
+    row = price_engine_config(config, pr, acceptance=acc, batch=batch)
+    assert row["speedup"] == pytest.approx(float(ep.best["speedup"].item()), rel=1e-12)
+    # the hardware's name alone builds the same pricing from the configuration (its engine, no TP: one GPU)
+    assert price_engine_config(config, "h100-sxm-80gb", acceptance=0.7, batch=batch)["speedup"] == pytest.approx(
+        row["speedup"], rel=1e-12
+    )
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm", "trtllm"])
+def test_the_emitted_best_chain_reads_back_to_the_plans_price(engine: str) -> None:
+    """A chain drafter's plan --emit deploys the plan's best gamma as the engine's chain: read back, the same price."""
+    from roofline.planner import plan, price_engine_config
+    from roofline.pricing import Pricing
+
+    pr = Pricing.of("h100-sxm-80gb", engine=engine, tp=2)
+    table = plan(pr, T8B, "model:llama-3.2-1b", 0.75, batch=4, gammas=range(0, 9))
+    row = table.iloc[0]
+    g = int(row["gamma"])
+    assert g >= 1
+    text = emit_flags(EngineSetting(engine, g, 1, g + 1), target=T8B, drafter="model",
+                      draft_model="meta-llama/Llama-3.2-1B-Instruct", tp=2)  # fmt: skip
+    config = read_engine_config(text)
+    assert config.tp == 2 and config.drafter == "model:meta-llama/Llama-3.2-1B-Instruct"
+    priced = price_engine_config(config, "h100-sxm-80gb", acceptance=0.75, batch=4)
+    assert priced["speedup"] == pytest.approx(float(row["speedup"]), rel=1e-9)
+
+
+def test_yours_against_the_best_setting_names_the_flags() -> None:
+    from roofline.planner import compare_engine_config
+
+    config = read_engine_config(
+        "python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct --speculative-algorithm EAGLE3 "
+        "--speculative-draft-model-path yuhuili/EAGLE3-LLaMA3.1-Instruct-8B --speculative-num-steps 5 "
+        "--speculative-eagle-topk 4 --speculative-num-draft-tokens 8"
+    )
+    v = compare_engine_config(config, "h100-sxm-80gb", mean_accepted=3.2, batch=64)
+    assert v.yours["expected_tokens"] == pytest.approx(3.2)  # the mean is what the user's setting measured
+    assert v.gain > 1.0 and v.best_setting != config.setting
+    assert v.sentence().startswith("yours (sglang ") and "--speculative-num-steps" in v.flags
+    back = read_engine_config(v.flags)
+    assert back.setting == v.best_setting and back.draft_model == config.draft_model
+    assert v.best["speedup"] == pytest.approx(float(v.table["speedup"].max()))
+    # the best setting read back from its flags and priced on its own gives the figure the verdict quotes
+    from roofline.planner import price_engine_config
+
+    again = price_engine_config(back, "h100-sxm-80gb", acceptance=v.acceptance, batch=64)
+    assert again["speedup"] == pytest.approx(v.best["speedup"], rel=1e-12)
+
+
+def test_a_reused_mtp_module_is_searched_only_as_deep_as_the_acceptance_covers() -> None:
+    from roofline.planner import compare_engine_config, price_engine_config
+
+    text = "vllm serve deepseek-ai/DeepSeek-V3 -tp 8 --quantization fp8 --speculative-config " + (
+        """'{"method": "mtp", "num_speculative_tokens": 3}'"""
+    )
+    config = read_engine_config(text)
+    v = compare_engine_config(config, "h200-sxm-141gb", mean_accepted=2.4, batch=8)
+    assert v.table["num_steps"].max() == 3 and v.notes
+    assert "--tensor-parallel-size 8" in v.flags
+    with pytest.raises(SpecroofError, match="ships 1 MTP module"):
+        price_engine_config(config, "h200-sxm-141gb", acceptance=0.85, batch=8)
+    assert price_engine_config(config, "h200-sxm-141gb", acceptance=[0.85, 0.6, 0.5], batch=8)["speedup"] > 0
