@@ -520,7 +520,12 @@ class SlidingWindowSelfDraft:
     """The target drafts for itself over only the last ``window`` cached tokens (MagicDec/TriForce style).
 
     At long context the KV read dominates a step, so a windowed self-draft is much
-    cheaper than a full step while sharing the target's weights.
+    cheaper than a full step while sharing the target's weights. Every draft step reads the
+    window's cache (a StreamingLLM budget: attention sinks and the most recent tokens,
+    ``window`` in all) and the target's weights, sharded like the target's; the verify pass
+    reads the whole context. The window is a cache of its own (MagicDec keeps the draft's
+    StreamingLLM cache beside the target's: ``draft_cachelens``), so it adds ``batch x
+    min(context, window)`` tokens of KV to the devices (docs/cost-model.md, section 31).
     """
 
     window: int
@@ -540,7 +545,11 @@ class SlidingWindowSelfDraft:
         return _verify(ctx, ctx.target, gamma, batch, context)
 
     def extra_memory_bytes(self, ctx: Ctx, batch: ArrayLike, context: ArrayLike) -> Array:
-        return _no_memory(batch, context)
+        # the window's own cache, heads split over the target's devices like its KV (per device, as speedup adds it)
+        pr = ctx.pricing
+        tokens = np.asarray(batch) * np.minimum(np.asarray(context), self.window)
+        kv = ctx.target.kv_bytes(tokens, dtype_bytes(pr.kv_dtype or pr.dtype))
+        return np.asarray(kv, dtype=float) / pr.tp
 
     def tree_passes(self, ctx: Ctx, widths: Sequence[int], context: int) -> tuple[ModelSpec, Sequence[int], int]:
         return ctx.target, widths, min(context, self.window)

@@ -20,7 +20,7 @@ from roofline.engine import Engine
 from roofline.errors import SpecroofError, check_min
 from roofline.hardware import Hardware
 from roofline.model import ModelSpec, get_model
-from roofline.passtime import crossover_tokens
+from roofline.passtime import crossover_tokens, kv_bound_context
 from roofline.pricing import DEFAULT_CONTEXT, Pricing, pricing_of
 from roofline.speculative import speedup
 
@@ -42,6 +42,7 @@ PLAN_COLUMNS = [
     "speedup",
     "memory_bytes",
     "fits_in_memory",
+    "kv_bound_context",
 ]
 
 
@@ -78,7 +79,9 @@ def plan(
     (an MTP stack) is priced with one rate only up to its modules or the measured drafts; the
     sentence saying so is in ``table.attrs["notes"]`` (docs/cost-model.md, section 29). gamma 0
     is plain decoding (strategy 'none'). Rows that do not fit in memory stay in the table with
-    ``fits_in_memory`` False and are ranked last.
+    ``fits_in_memory`` False and are ranked last. ``kv_bound_context`` is the context from which the row's verify
+    pass (gamma + 1 tokens at its batch) is KV-bound (:func:`roofline.passtime.kv_bound_context`; -1: not within the
+    model's context).
     """
     spec = get_model(target)
     g_all = check_min("gammas", np.atleast_1d(np.asarray(gammas)).ravel(), 0, integer=True)
@@ -96,6 +99,9 @@ def plan(
     notes: list[str] = []
     for hw_ in _listify(hardware):
         pr = pricing_of(hw_, **options)
+        # the context from which each row's verify pass (gamma + 1 tokens at its batch) is KV-bound (section 31)
+        gb = np.unique(np.stack(np.meshgrid(np.maximum(g_all, 0) + 1, B, indexing="ij"), -1).reshape(-1, 2), axis=0)
+        kv_at = dict(zip(map(tuple, gb.tolist()), kv_bound_context(spec, pr, gb[:, 1], gb[:, 0]).tolist(), strict=True))
         for d in drafters:
             acc = acceptance[d.name] if isinstance(acceptance, dict) else acceptance
             measured = None
@@ -136,6 +142,9 @@ def plan(
                     "speedup": np.broadcast_to(r.speedup, G.shape).ravel(),
                     "memory_bytes": np.broadcast_to(r.memory_bytes, G.shape).ravel(),
                     "fits_in_memory": np.broadcast_to(r.fits_in_memory, G.shape).ravel(),
+                    "kv_bound_context": [
+                        kv_at[(int(gg) + 1, int(bb))] for gg, bb in zip(G.ravel(), BB.ravel(), strict=True)
+                    ],
                 }
             )
             frames.append(frame)
