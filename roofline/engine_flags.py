@@ -1,5 +1,6 @@
-"""An engine setting as the launch flags that deploy it: SGLang's server flags, vLLM's ``--speculative-config``
-JSON, TensorRT-LLM's ``speculative_config`` block.
+"""An engine setting as the launch flags that deploy it (:func:`emit_flags`), and back (:func:`read_engine_config`):
+SGLang's server flags, vLLM's ``--speculative-config`` JSON, TensorRT-LLM's ``speculative_config`` block, and the
+whole launch lines around them (docs/cost-model.md, sections 9 and 30).
 
 Option names are the engines' own (read in sgl-project/sglang
 ``python/sglang/srt/server_args.py``; vllm-project/vllm ``vllm/config/speculative.py``;
