@@ -397,11 +397,14 @@ def _sglang(flags: dict[str, str], target: Any, where: str, notes: list[str]) ->
         setting = EngineSetting.sglang(n - 1, 1, n)
     else:
         if all(v is None for v in knobs.values()):
-            arch = "llama" if spec is not None and not spec.is_moe and not spec.is_mla else "other"
-            s, k, n = _SGLANG_AUTO["other" if kind == "model" else arch]
+            # SGLang picks by the target's architecture: LlamaForCausalLM (Llama, Vicuna) gets the tree, the others a
+            # chain; a target it cannot name is taken as one of the others
+            llama = spec is not None and not spec.is_moe and "llama" in (spec.name + (model or "")).lower()
+            s, k, n = _SGLANG_AUTO["llama" if llama and kind != "model" else "other"]
+            which = spec.name if spec is not None else "a target not named"
             notes.append(
-                f"no tree knobs given: SGLang's own choice for this target, steps {s}, topk {k}, draft tokens {n} "
-                "(server_args.py auto_choose_speculative_params)"
+                f"no tree knobs given: SGLang's own choice for {which}, steps {s}, topk {k}, draft tokens {n} "
+                "(server_args.py auto_choose_speculative_params: Llama-architecture targets get (5, 4, 8))"
             )
         else:
             missing = [f"--speculative-{k}" for k, v in knobs.items() if v is None]
