@@ -20,7 +20,7 @@ from roofline.acceptance import (
     VllmDraftRate,
     parse_acceptance,
 )
-from roofline.cost import PassCost, arithmetic_intensity, forward_cost
+from roofline.cost import PassCost, arithmetic_intensity, forward_cost, moe_expert_rows
 from roofline.drafters import (
     DRAFTER_GRAMMAR,
     MTP,
@@ -38,6 +38,7 @@ from roofline.drafters import (
 )
 from roofline.dtypes import DTYPE_BYTES
 from roofline.engine import Engine, list_engines, load_engine
+from roofline.engine_flags import EngineConfig, emit_flags, read_engine_config
 from roofline.error_bands import band_sentence, error_band
 from roofline.errors import SpecroofError
 from roofline.gamma_policies import BatchSchedule, ConfidenceStop, HeuristicSchedule, StaticGamma, compare_policies
@@ -48,6 +49,8 @@ from roofline.passtime import (
     StepTime,
     batch_sweep,
     crossover_tokens,
+    kv_bound_context,
+    kv_share,
     max_batch,
     memory_footprint,
     pass_time,
@@ -55,7 +58,14 @@ from roofline.passtime import (
     step_time,
     weights_only_crossover,
 )
-from roofline.planner import plan, recommend, speculation_stops_paying
+from roofline.planner import (
+    EngineVerdict,
+    compare_engine_config,
+    plan,
+    price_engine_config,
+    recommend,
+    speculation_stops_paying,
+)
 from roofline.pricing import DEFAULT_CONTEXT, Pricing
 from roofline.speculative import (
     PredictedSpeedup,
@@ -92,6 +102,8 @@ __all__ = [
     "Eagle",
     "EarlyExit",
     "Engine",
+    "EngineConfig",
+    "EngineVerdict",
     "Footprint",
     "Hardware",
     "Heads",
@@ -122,25 +134,32 @@ __all__ = [
     "as_drafter",
     "batch_sweep",
     "best_tree_size",
+    "compare_engine_config",
     "compare_policies",
     "crossover_tokens",
+    "emit_flags",
     "expected_tokens",
     "expected_tokens_curve",
     "forward_cost",
     "get_model",
     "ideal_speedup",
+    "kv_bound_context",
+    "kv_share",
     "list_engines",
     "list_hardware",
     "load_engine",
     "load_hardware",
     "max_batch",
     "memory_footprint",
+    "moe_expert_rows",
     "optimal_gamma",
     "optimal_tree",
     "parse_acceptance",
     "pass_time",
     "plan",
     "predict_speedup",
+    "price_engine_config",
+    "read_engine_config",
     "prefill_vs_decode",
     "recommend",
     "round_time",

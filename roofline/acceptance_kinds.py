@@ -142,6 +142,52 @@ def check_mean_accepted(
 # -- the kinds ------------------------------------------------------------------------------------
 
 
+# -- a module reused past its own step ----------------------------------------------------------------------------
+
+
+def reused_step_limit(drafter: Any, target: Any) -> int | None:
+    """Draft steps a drafter covers with a module trained for that step (an MTP stack: its modules, DeepSeek-V3's
+    one); None where drafting is autoregressive by design (a draft model, EAGLE's layer trained on its own features)."""
+    trained = getattr(drafter, "trained_steps", None)
+    return None if trained is None else trained(target)
+
+
+def check_reused_modules(drafter: Any, target: Any, gamma: Any, measured_at: int | None = None) -> None:
+    """Refuse one per-token rate stretched over draft steps whose module is reused (docs/cost-model.md, section 29).
+
+    An MTP module predicts the token one step past the target's last hidden state; the engines chain it past that
+    step on its own output (vLLM ``spec_step_idx % num_mtp_layers``, SGLang's NEXTN), where it was never trained,
+    so its per-position acceptance falls with the step (vLLM warns: "may result in lower acceptance rate"). No
+    published curve of that decay is specroof's to assume: a rate measured on the modules' own steps, or a mean
+    measured at ``measured_at`` drafts, prices chains up to there, and a longer chain needs a per-position curve.
+    """
+    limit = reused_step_limit(drafter, target)
+    if limit is None:
+        return
+    top = max(limit, measured_at or 0)
+    g = int(np.max(gamma)) if np.size(gamma) else 0
+    if g > top:
+        name = getattr(target, "name", "the target")
+        raise SpecroofError(
+            f"one acceptance rate for {g} draft steps of {getattr(drafter, 'name', 'mtp')}: {name} ships {limit} MTP "
+            f"module{'s' if limit > 1 else ''}, reused past step {limit} where its acceptance decays; give a "
+            f"per-position curve (curve:a1,...,a{g}) or a mean measured at gamma {g} (mean:E@{g})"
+        )
+
+
+def reused_modules_note(drafter: Any, target: Any, measured_at: int | None = None) -> str | None:
+    """The sentence a plan prints when it priced a reused-module drafter only up to its modules (or measured steps)."""
+    limit = reused_step_limit(drafter, target)
+    if limit is None:
+        return None
+    top = max(limit, measured_at or 0)
+    return (
+        f"{getattr(drafter, 'name', 'mtp')}: {getattr(target, 'name', 'the target')} ships {limit} MTP "
+        f"module{'s' if limit > 1 else ''}; one per-token rate prices gamma <= {top} only (the engines reuse the "
+        "module past its own step, where acceptance decays): give a per-position curve to price longer chains"
+    )
+
+
 def _fmt(values: Sequence[float] | Array, n: int = 6) -> str:
     v = [f"{float(x):.3f}" for x in list(values)[:n]]
     return "[" + ", ".join(v) + (", ..." if len(values) > n else "") + "]"

@@ -9,6 +9,7 @@ KV write and activations, which is what the roofline and the fit need.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from functools import cached_property
@@ -18,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 from numpy.typing import ArrayLike
+from scipy import special
 
 from roofline.dtypes import activation_dtype, dtype_bytes
 from roofline.errors import SpecroofError, as_array, check_min
@@ -132,6 +134,52 @@ def expected_experts_touched(n_experts: int, experts_per_token: int, tokens: Arr
     return n_experts * (1.0 - (1.0 - experts_per_token / n_experts) ** t)
 
 
+#: MoE kernels whose FLOPs are priced as their tiles run them (docs/cost-model.md, section 28): ``None`` counts the
+#: useful FLOPs only (the pure roofline; Hugging Face's per-expert loop runs each expert on its own tokens);
+#: ``"fused"`` is the fused-MoE kernel of vLLM and SGLang (Triton ``fused_moe``: tokens sorted by expert, each
+#: expert's rows padded to a multiple of the tile's BLOCK_SIZE_M by ``moe_align_block_size``)
+MOE_KERNELS = (None, "fused")
+
+
+def fused_moe_tile_rows(tokens: float, n_experts: int) -> int:
+    """BLOCK_SIZE_M of the fused-MoE kernel for a pass of ``tokens`` tokens: 16 while the pass has no more tokens
+    than the layer has experts, 64 past that (vllm/model_executor/layers/fused_moe/fused_moe.py
+    ``get_default_config``; the tuned per-device tables pick by the same token count)."""
+    return 16 if tokens <= n_experts else 64
+
+
+@functools.lru_cache(maxsize=8192)
+def _padded_rows(tokens: float, n_experts: int, experts_per_token: int) -> float:
+    T = int(tokens)
+    p = experts_per_token / n_experts
+    bm = fused_moe_tile_rows(T, n_experts)
+    # expert e receives X ~ Binomial(T, k / E) tokens and runs ceil(X / bm) tiles of bm rows:
+    # E[ceil(X / bm)] = sum_{j >= 0} P(X > j bm), summed until the tail is below a float's resolution
+    mean, sd = T * p, math.sqrt(T * p * (1.0 - p))
+    top = min(T // bm + 1, int((mean + 12.0 * sd) // bm) + 2)
+    j = np.arange(top + 1, dtype=float) * bm
+    tail = special.bdtrc(np.minimum(j, T), T, p)  # P(X > j bm); 0 once j bm >= T
+    tail = np.where(j >= T, 0.0, tail)
+    return float(n_experts * bm * np.sum(tail))
+
+
+def moe_expert_rows(n_experts: int, experts_per_token: int, tokens: ArrayLike, kernel: str | None = None) -> Any:
+    """Rows the routed experts of one MoE layer run for ``tokens`` tokens: ``tokens x k`` (each token's k experts)
+    for ``kernel`` None, the expected padded rows of the fused-MoE kernel's tiles for ``"fused"``
+    (docs/cost-model.md, section 28). A scalar for a scalar, an array for an array."""
+    if kernel is None:
+        return np.asarray(tokens, dtype=float) * experts_per_token
+    if kernel != "fused":
+        raise SpecroofError(f"moe_kernel must be one of {MOE_KERNELS} (got {kernel!r})")
+    t = np.asarray(tokens, dtype=float)
+    if t.ndim == 0:
+        return np.asarray(_padded_rows(float(t), n_experts, experts_per_token))
+    flat = t.ravel()
+    uniq, inv = np.unique(flat, return_inverse=True)
+    rows = np.array([_padded_rows(float(u), n_experts, experts_per_token) for u in uniq])
+    return rows[inv].reshape(t.shape)
+
+
 #: the largest count the scalar fast path takes as it is (the array path checks the same bound and names it)
 _COUNT_LIMIT = 2**53
 
@@ -212,6 +260,8 @@ class _Shape:
     mla_out: int = 0
     window: int = 0
     n_sliding: int = 0
+    #: routed experts stored apart from the other weights (gpt-oss: MXFP4): their bytes per weight, else 0
+    expert_wb: float = 0.0
 
 
 _SHAPES: dict[int, tuple[ModelSpec, _Shape]] = {}
@@ -235,6 +285,7 @@ def model_shape(spec: ModelSpec) -> _Shape:
         mla_qkv=spec.mla_qkv_params_per_layer if spec.is_mla else 0,
         mla_out=spec.mla_out_params_per_layer if spec.is_mla else 0,
         window=spec.sliding_window, n_sliding=spec.n_sliding_layers,
+        expert_wb=spec.expert_bytes(0.0) if spec.expert_format else 0.0,
     )  # fmt: skip
     if len(_SHAPES) > 256:  # early exit builds a truncated spec per call: keep the table small
         _SHAPES.clear()
@@ -317,7 +368,9 @@ def windowed_keys(s: _Shape, Lf: Any, capped: Any) -> Any:
     return Lf * (s.nl - s.n_sliding) + capped * s.n_sliding
 
 
-def scalar_terms(spec: ModelSpec, B: int, n: int, L: int, vis: float, wb: float, ab: float, kb: float) -> ScalarTerms:
+def scalar_terms(
+    spec: ModelSpec, B: int, n: int, L: int, vis: float, wb: float, ab: float, kb: float, moe_kernel: str | None = None
+) -> ScalarTerms:
     """:func:`forward_cost` for one configuration in plain floats: the same formulas, term by term and in the same
     order, so the numbers are the array path's (``vis``: the new tokens the n new tokens see, summed)."""
     T = float(B * n)
@@ -356,8 +409,15 @@ def scalar_terms(spec: ModelSpec, B: int, n: int, L: int, vis: float, wb: float,
     if s.moe:
         m, k = s.n_moe_layers, s.k
         touched = s.n_experts * (1.0 - (1.0 - k / s.n_experts) ** T)
-        mlp_flops = mlp_flops + 2.0 * T * (k * s.expert + s.shared) * m
-        mlp_w = mlp_w + m * (touched * s.expert + s.shared) * wb
+        if moe_kernel is None:
+            mlp_flops = mlp_flops + 2.0 * T * (k * s.expert + s.shared) * m
+        else:  # the fused kernel's padded tiles (section 28)
+            rows = float(moe_expert_rows(s.n_experts, k, T, moe_kernel))
+            mlp_flops = mlp_flops + 2.0 * (rows * s.expert + T * s.shared) * m
+        if s.expert_wb:  # experts stored in their own format (gpt-oss: MXFP4)
+            mlp_w = mlp_w + m * (touched * s.expert * s.expert_wb + s.shared * wb)
+        else:
+            mlp_w = mlp_w + m * (touched * s.expert + s.shared) * wb
         mlp_act = mlp_act + m * T * (2 * d + k * s.mlp_matrices * s.d_ff_expert) * ab
         f.append(2.0 * T * s.router * m)
         w.append(m * s.router * wb)
@@ -373,8 +433,9 @@ def scalar_terms(spec: ModelSpec, B: int, n: int, L: int, vis: float, wb: float,
 
 #: the variables every count of a standard-attention pass is linear in, the rows of a :class:`LinearTerms` table:
 #: 1, the tokens T = batch x new tokens, the attention pairs batch x (new x context + visible), the cached tokens
-#: batch x context, the embedding's rows min(T, vocab) and a mixture's distinct experts touched
-LINEAR_VARIABLES = ("one", "tokens", "pairs", "cached", "rows", "touched")
+#: batch x context, the embedding's rows min(T, vocab), a mixture's distinct experts touched and the rows its fused
+#: kernel runs (section 28: the padded tiles; zero coefficients when the useful FLOPs are priced)
+LINEAR_VARIABLES = ("one", "tokens", "pairs", "cached", "rows", "touched", "expert_rows")
 
 
 class LinearTerms(NamedTuple):
@@ -389,12 +450,13 @@ class LinearTerms(NamedTuple):
     bytes_act: Array
 
 
-def linear_terms(spec: ModelSpec, wb: float, ab: float, kb: float) -> LinearTerms | None:
+def linear_terms(spec: ModelSpec, wb: float, ab: float, kb: float, moe_kernel: str | None = None) -> LinearTerms | None:
     """:func:`scalar_terms`' formulas with the configuration factored out (docs/cost-model.md, section 2): the
     coefficient table of ``spec`` in weight, activation and KV bytes ``wb``, ``ab``, ``kb``. None under multi-head
     latent attention or sliding-window layers, whose attention terms are other formulas (section 21)."""
+    nv = len(LINEAR_VARIABLES)
     if spec.is_abstract:
-        flops, w, z = np.zeros((6, 1)), np.zeros((6, 1)), np.zeros((6, 1))
+        flops, w, z = np.zeros((nv, 1)), np.zeros((nv, 1)), np.zeros((nv, 1))
         flops[1, 0], w[0, 0] = 2.0 * spec.raw_params, spec.raw_params * wb
         return LinearTerms(ABSTRACT_OPERATORS, flops, w, z, z.copy(), z.copy())
     s = model_shape(spec)
@@ -403,12 +465,16 @@ def linear_terms(spec: ModelSpec, wb: float, ab: float, kb: float) -> LinearTerm
     nl, d, H, KV, hd, moe, vocab = s.nl, s.d, s.H, s.KV, s.hd, s.moe, s.vocab
     names = OPERATORS if moe else _DENSE_OPERATORS
     m = s.n_moe_layers if moe else 0
-    flops, w, kr, kw, a = (np.zeros((6, len(names))) for _ in range(5))
+    flops, w, kr, kw, a = (np.zeros((nv, len(names))) for _ in range(5))
     ix = {name: i for i, name in enumerate(names)}
     flops[1, ix["qkv"]] = 2.0 * d * s.qkv_out * nl
     flops[2, ix["attn_scores"]] = flops[2, ix["attn_values"]] = 2.0 * H * hd * nl
     flops[1, ix["out_proj"]] = 2.0 * H * hd * d * nl
-    flops[1, ix["mlp"]] = 2.0 * s.dense_mlp * s.dense_layers + (2.0 * (s.k * s.expert + s.shared) * m if moe else 0)
+    if moe and moe_kernel is not None:  # the routed experts' FLOPs per row their kernel runs (section 28)
+        flops[1, ix["mlp"]] = 2.0 * s.dense_mlp * s.dense_layers + 2.0 * s.shared * m
+        flops[6, ix["mlp"]] = 2.0 * s.expert * m
+    else:
+        flops[1, ix["mlp"]] = 2.0 * s.dense_mlp * s.dense_layers + (2.0 * (s.k * s.expert + s.shared) * m if moe else 0)
     flops[1, ix["norms"]] = 4.0 * d * (2 * nl + 1)
     flops[1, ix["lm_head"]] = 2.0 * d * vocab
     w[4, ix["embed"]] = d * wb
@@ -429,7 +495,7 @@ def linear_terms(spec: ModelSpec, wb: float, ab: float, kb: float) -> LinearTerm
     if moe:
         flops[1, ix["router"]] = 2.0 * s.router * m
         w[0, ix["router"]] = m * s.router * wb
-        w[5, ix["mlp"]] = m * s.expert * wb
+        w[5, ix["mlp"]] = m * s.expert * (s.expert_wb or wb)
         a[1, ix["mlp"]] += m * (2 * d + s.k * s.mlp_matrices * s.d_ff_expert) * ab
     return LinearTerms(names, flops, w, kr, kw, a)
 
@@ -467,6 +533,7 @@ def forward_cost(
     kv_dtype: str | None = None,
     act_dtype: str | None = None,
     tree: Any = None,
+    moe_kernel: str | None = None,
 ) -> PassCost:
     """Per-operator FLOPs and bytes of one pass of ``new_tokens`` tokens per sequence.
 
@@ -474,7 +541,10 @@ def forward_cost(
     :class:`roofline.trees.Tree` or an array of node depths) replaces the causal
     chain: ``new_tokens`` becomes the node count and each node attends to its
     ancestors only. ``kv_dtype``/``act_dtype`` default to ``weight_dtype`` (or fp16
-    for integer/4-bit weights).
+    for integer/4-bit weights). ``moe_kernel`` (:data:`MOE_KERNELS`) prices a mixture's routed
+    experts as that kernel runs them: ``"fused"`` counts the FLOPs of its padded tiles
+    (docs/cost-model.md, section 28). Routed experts a checkpoint stores in a format of their
+    own (``ModelSpec.expert_format``) take that format's bytes.
     """
     spec = get_model(spec)
     wb = dtype_bytes(weight_dtype)
@@ -482,9 +552,11 @@ def forward_cost(
     kv_dtype = kv_dtype or act_dtype
     ab, kb = dtype_bytes(act_dtype), dtype_bytes(kv_dtype)
 
+    if moe_kernel not in MOE_KERNELS:
+        raise SpecroofError(f"moe_kernel must be one of {MOE_KERNELS} (got {moe_kernel!r})")
     one = scalar_config(spec, batch, new_tokens, context, tree)
     if one is not None:  # one configuration: plain floats, no per-operator array arithmetic
-        return scalar_terms(spec, *one, wb, ab, kb).to_cost(act_dtype, weight_dtype)
+        return scalar_terms(spec, *one, wb, ab, kb, moe_kernel).to_cost(act_dtype, weight_dtype)
     B = check_min("batch", batch, 1, integer=True)
     L = check_min("context", context, 0, integer=True)
     if tree is not None:
@@ -574,8 +646,16 @@ def forward_cost(
         m = spec.n_moe_layers
         k = spec.experts_per_token
         touched = expected_experts_touched(spec.n_experts, k, T)
-        mlp_flops = mlp_flops + 2.0 * T * (k * spec.expert_params + spec.shared_expert_params) * m
-        mlp_w = mlp_w + m * (touched * spec.expert_params + spec.shared_expert_params) * wb
+        if moe_kernel is None:
+            mlp_flops = mlp_flops + 2.0 * T * (k * spec.expert_params + spec.shared_expert_params) * m
+        else:  # the fused kernel's padded tiles (section 28)
+            rows = moe_expert_rows(spec.n_experts, k, T, moe_kernel)
+            mlp_flops = mlp_flops + 2.0 * (rows * spec.expert_params + T * spec.shared_expert_params) * m
+        if spec.expert_format:  # experts stored in their own format (gpt-oss: MXFP4)
+            ewb = spec.expert_bytes(wb)
+            mlp_w = mlp_w + m * (touched * spec.expert_params * ewb + spec.shared_expert_params * wb)
+        else:
+            mlp_w = mlp_w + m * (touched * spec.expert_params + spec.shared_expert_params) * wb
         mlp_act = mlp_act + m * T * (2 * d + k * spec.mlp_matrices * spec.d_ff_expert) * ab
         router_f = 2.0 * T * spec.router_params * m
         router_w = m * spec.router_params * wb

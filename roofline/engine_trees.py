@@ -111,8 +111,8 @@ class EngineSetting:
     TensorRT-LLM ``dynamic_tree_max_topK``; 1 for chains; for a vLLM tree, its widest
     branching). ``num_draft_tokens``: tokens in the verify pass, the pending token
     included (SGLang's count; vLLM ``num_speculative_tokens + 1``; TensorRT-LLM
-    ``max_total_draft_tokens + 1``). ``choices``: a vLLM static tree as rank paths.
-    Every engine's own constraints are checked here, so a setting that exists is one the
+    ``max_total_draft_tokens + 1``). ``choices``: a static tree as rank paths (vLLM's
+    ``speculative_token_tree``, TensorRT-LLM's ``eagle_choices``). Every engine's own constraints are checked here, so a setting that exists is one the
     engine accepts.
     """
 
@@ -131,12 +131,26 @@ class EngineSetting:
         if n < 2:
             raise SpecroofError(f"num_draft_tokens must be >= 2: the pending token and at least one draft (got {n})")
         if self.choices is not None:
-            if self.framework != "vllm":
+            if self.framework == "sglang":
                 raise SpecroofError(
-                    f"a rank-path tree is a vLLM speculative_token_tree; {self.framework} builds its own"
+                    "a rank-path tree is a vLLM speculative_token_tree or TensorRT-LLM eagle_choices; "
+                    "SGLang builds its own from --speculative-eagle-topk"
                 )
-            paths = _closed_paths("speculative_token_tree", self.choices)
+            knob = "speculative_token_tree" if self.framework == "vllm" else "eagle_choices"
+            paths = _closed_paths(knob, self.choices)
             branch = level_branching(paths)
+            if self.framework == "trtllm":
+                # TensorRT-LLM drafts a static tree level by level, whatever its shape (EagleDecodingConfig
+                # eagle_choices): only its depth (max_draft_len) and node count follow from the paths
+                object.__setattr__(self, "choices", paths)
+                widest = max(sum(1 for q in paths if q[:-1] == p) for p in [(), *paths])
+                if (s, k, n) != (max(len(p) for p in paths), widest, len(paths) + 1):
+                    raise SpecroofError(
+                        f"a TensorRT-LLM eagle_choices tree of {len(paths)} nodes has max_draft_len = its depth, "
+                        f"topk = its widest branching and num_draft_tokens = nodes + 1 (got {s}, {k}, {n}): "
+                        "build it with EngineSetting.trtllm(choices=...)"
+                    )
+                return
             if branch is None:
                 raise SpecroofError(
                     "speculative_token_tree must give every node of a level the same top-c children (vLLM drafts "
@@ -194,10 +208,27 @@ class EngineSetting:
 
     @classmethod
     def trtllm(
-        cls, max_draft_len: int, dynamic_tree_max_topK: int | None = None, max_total_draft_tokens: int | None = None
+        cls,
+        max_draft_len: int | None = None,
+        dynamic_tree_max_topK: int | None = None,
+        max_total_draft_tokens: int | None = None,
+        *,
+        choices: Sequence[Sequence[int]] | None = None,
     ) -> EngineSetting:
-        """``max_draft_len`` alone (linear), or EAGLE-2's dynamic tree with ``dynamic_tree_max_topK`` and
-        ``max_total_draft_tokens`` (default K x max_draft_len, as TensorRT-LLM defaults it)."""
+        """``max_draft_len`` alone (linear), EAGLE-2's dynamic tree with ``dynamic_tree_max_topK`` and
+        ``max_total_draft_tokens`` (default K x max_draft_len, as TensorRT-LLM defaults it), or a static tree
+        ``choices`` (``eagle_choices``: rank paths; ``max_draft_len`` must then be its depth when given)."""
+        if choices is not None:
+            paths = _closed_paths("eagle_choices", choices)
+            depth = max(len(p) for p in paths)
+            if max_draft_len is not None and max_draft_len != depth:
+                raise SpecroofError(
+                    f"max_draft_len ({max_draft_len}) must equal the eagle_choices tree's depth {depth}"
+                )
+            if dynamic_tree_max_topK is not None or max_total_draft_tokens is not None:
+                raise SpecroofError("eagle_choices is a static tree: drop use_dynamic_tree and its knobs")
+            widest = max(sum(1 for q in paths if q[:-1] == p) for p in [(), *paths])
+            return cls("trtllm", depth, widest, len(paths) + 1, paths)
         s = _positive("max_draft_len", max_draft_len)
         if dynamic_tree_max_topK is None:
             if max_total_draft_tokens not in (None, s):
@@ -246,6 +277,8 @@ class EngineSetting:
             if self.choices is not None:
                 out["speculative_token_tree"] = str(list(self.choices))
             return out
+        if self.choices is not None:
+            return {"max_draft_len": self.num_steps, "eagle_choices": [list(p) for p in self.choices]}
         if self.topk == 1:
             return {"max_draft_len": self.num_steps}
         return {

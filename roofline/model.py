@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from roofline.dtypes import WEIGHT_FORMAT_GRAMMAR, dtype_bytes
 from roofline.errors import SpecroofError, check_choice
 from roofline.validation import check_quantity
 
@@ -87,9 +88,24 @@ class ModelSpec:
     attn_sinks: bool = False
     out_bias: bool = False
     moe_bias: bool = False
+    #: multi-token-prediction modules the checkpoint ships (config.json ``num_nextn_predict_layers``: DeepSeek-V3/R1
+    #: 1, Kimi K2 0); None: not known (an ``mtp`` drafter is then priced as one module per draft step)
+    mtp_modules: int | None = None
+    #: how the checkpoint stores its routed experts when they are quantised apart from the other weights (gpt-oss:
+    #: ``mxfp4``, 4-bit E2M1 values with an 8-bit scale per 32: 4.25 bits); "" stores them like the other weights.
+    #: Any weight dtype or format (:data:`EXPERT_FORMATS`, :func:`roofline.dtypes.weight_format`)
+    expert_format: str = ""
 
     def __post_init__(self) -> None:
         check_choice("mlp_kind", self.mlp_kind, MLP_KINDS)
+        if self.mtp_modules is not None and (
+            isinstance(self.mtp_modules, bool) or not isinstance(self.mtp_modules, int) or self.mtp_modules < 0
+        ):
+            raise SpecroofError(
+                f"ModelSpec {self.name!r}: mtp_modules must be a whole number >= 0 (got {self.mtp_modules!r})"
+            )
+        if self.expert_format:
+            expert_bytes_per_weight(self.expert_format)  # an unknown format names the choices
         if self.raw_params != 0:
             check_quantity(f"ModelSpec {self.name!r}: raw_params", self.raw_params, "params")
         check_quantity(f"ModelSpec {self.name!r}: max_context", self.max_context, "context")
@@ -242,6 +258,23 @@ class ModelSpec:
         return self.mlp_matrices * self.d_model * self.d_ff_expert + bias
 
     @property
+    def routed_expert_params(self) -> float:
+        """Weights of every routed expert of every MoE layer (what ``expert_format`` stores)."""
+        return float(self.n_moe_layers * self.n_experts * self.expert_params)
+
+    def weight_bytes(self, bytes_per_weight: float) -> float:
+        """Bytes of all weights when they take ``bytes_per_weight`` each, the routed experts at ``expert_format``'s
+        bytes when the checkpoint stores them apart (gpt-oss: 4.25-bit experts beside bf16 attention)."""
+        if not self.expert_format:
+            return self.total_params * bytes_per_weight
+        routed = self.routed_expert_params
+        return (self.total_params - routed) * bytes_per_weight + routed * expert_bytes_per_weight(self.expert_format)
+
+    def expert_bytes(self, bytes_per_weight: float) -> float:
+        """Bytes per routed-expert weight: ``expert_format``'s, else the other weights' ``bytes_per_weight``."""
+        return expert_bytes_per_weight(self.expert_format) if self.expert_format else bytes_per_weight
+
+    @property
     def shared_expert_params(self) -> int:
         """Weights of all shared (always-on) experts of one layer."""
         return self.n_shared_experts * self.mlp_matrices * self.d_model * (self.d_ff_shared or self.d_ff_expert)
@@ -328,8 +361,28 @@ class ModelSpec:
             "vocab_size": self.vocab_size,
             "n_experts": self.n_experts,
             "experts_per_token": self.experts_per_token,
+            "expert_format": self.expert_format or None,
+            "mtp_modules": self.mtp_modules,
             "max_context": self.max_context,
         }
+
+
+#: names checkpoints give their expert formats, as the formats of :func:`roofline.dtypes.weight_format`: MXFP4 is
+#: 4-bit E2M1 values sharing an 8-bit E8M0 scale per 32 (OCP Microscaling spec v1.0: 4 + 8 / 32 = 4.25 bits);
+#: NVFP4 shares an 8-bit E4M3 scale per 16 (4.5 bits; NVIDIA's Blackwell FP4 format, plus a per-tensor fp32 scale)
+EXPERT_FORMATS = {"mxfp4": "bits:4.25", "nvfp4": "bits:4.5"}
+
+
+def expert_bytes_per_weight(fmt: str) -> float:
+    """Stored bytes per weight of an expert format (``mxfp4``, ``nvfp4``, ``fp8``, ``int4,group:32``, ...)."""
+    name = fmt.strip().lower() if isinstance(fmt, str) else fmt
+    try:
+        return dtype_bytes(EXPERT_FORMATS.get(name, name))
+    except SpecroofError:
+        raise SpecroofError(
+            f"expert_format {fmt!r} must be one of {', '.join(EXPERT_FORMATS)} or a weight format "
+            f"({WEIGHT_FORMAT_GRAMMAR})"
+        ) from None
 
 
 #: each config.json field's kind in :data:`roofline.validation.RANGES` (others: "width")
@@ -418,6 +471,7 @@ def _from_hf_dict(cfg: dict[str, Any], name: str | None) -> ModelSpec:
             out_bias=bool(cfg.get("attention_bias", True)),
             qkv_bias=bool(cfg.get("attention_bias", True)),
             moe_bias=True,  # GptOssExperts' gate_up/down biases and the router's bias
+            mtp_modules=0,  # openai's checkpoints ship no multi-token-prediction module
         )
         types = cfg.get("layer_types")
         if types is None:  # transformers' GptOssConfig default: even layers slide, odd layers are full
@@ -450,7 +504,13 @@ def _from_hf_dict(cfg: dict[str, Any], name: str | None) -> ModelSpec:
             d_ff_expert=req("moe_intermediate_size"),
             n_shared_experts=int(cfg.get("n_shared_experts") or 0),
             n_dense_layers=int(cfg.get("first_k_dense_replace") or 0),
+            mtp_modules=int(cfg.get("num_nextn_predict_layers") or 0),
         )
+    quant = cfg.get("quantization_config")
+    if isinstance(quant, dict) and fields.get("n_experts"):
+        method = str(quant.get("quant_method", "")).lower()
+        if method in EXPERT_FORMATS:  # gpt-oss: MXFP4 experts, the attention, router and embeddings in bf16
+            fields["expert_format"] = method
     return ModelSpec(**fields)
 
 
@@ -473,11 +533,12 @@ def _mla(
     dense: int,
     *,
     q_lora: int,
+    mtp: int = 0,
 ) -> ModelSpec:
     return ModelSpec(
         name, L, d, H, H, 192, ff, vocab, max_context=ctx, n_experts=E, experts_per_token=k, d_ff_expert=ff_e,
         n_shared_experts=shared, n_dense_layers=dense, kv_lora_rank=512, q_lora_rank=q_lora, qk_rope_head_dim=64,
-        v_head_dim=128,
+        v_head_dim=128, mtp_modules=mtp,
     )  # fmt: skip
 
 
@@ -485,7 +546,7 @@ def _gpt_oss(name: str, L: int, E: int) -> ModelSpec:
     return ModelSpec(
         name, L, 2880, 64, 8, 64, 2880, 201088, max_context=131072, n_experts=E, experts_per_token=4,
         d_ff_expert=2880, qkv_bias=True, out_bias=True, attn_sinks=True, moe_bias=True, sliding_window=128,
-        n_sliding_layers=L // 2,
+        n_sliding_layers=L // 2, mtp_modules=0, expert_format="mxfp4",
     )  # fmt: skip
 
 
@@ -516,11 +577,13 @@ PRESETS: dict[str, ModelSpec] = {
         _llama("llama-160m", 12, 768, 12, 12, 3072, 32000, 2048),
         # multi-head latent attention + DeepSeekMoE (config.json of deepseek-ai/DeepSeek-V3, -R1, -V2-Lite and
         # moonshotai/Kimi-K2-Instruct on the Hugging Face hub); head_dim = qk_nope 128 + qk_rope 64
-        _mla("deepseek-v3", 61, 7168, 128, 18432, 129280, 163840, 256, 8, 2048, 1, 3, q_lora=1536),
-        _mla("deepseek-r1", 61, 7168, 128, 18432, 129280, 163840, 256, 8, 2048, 1, 3, q_lora=1536),
+        # num_nextn_predict_layers: DeepSeek-V3/R1 ship one MTP module, Kimi K2 and V2-Lite none
+        _mla("deepseek-v3", 61, 7168, 128, 18432, 129280, 163840, 256, 8, 2048, 1, 3, q_lora=1536, mtp=1),
+        _mla("deepseek-r1", 61, 7168, 128, 18432, 129280, 163840, 256, 8, 2048, 1, 3, q_lora=1536, mtp=1),
         _mla("deepseek-v2-lite", 27, 2048, 16, 10944, 102400, 163840, 64, 6, 1408, 2, 1, q_lora=0),
         _mla("kimi-k2", 61, 7168, 64, 18432, 163840, 131072, 384, 8, 2048, 1, 1, q_lora=1536),
-        # alternating sliding (window 128) and full attention, sinks, biased MoE (openai/gpt-oss-20b, -120b)
+        # alternating sliding (window 128) and full attention, sinks, biased MoE with MXFP4 experts (config.json
+        # quantization_config: quant_method mxfp4, modules_to_not_convert the attention, router, embedding and head)
         _gpt_oss("gpt-oss-20b", 24, 32),
         _gpt_oss("gpt-oss-120b", 36, 128),
     )

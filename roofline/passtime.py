@@ -28,6 +28,7 @@ from roofline.cost import (
     frozen,
     linear_terms,
     model_shape,
+    moe_expert_rows,
     scalar_config,
     scalar_count,
     scalar_terms,
@@ -50,6 +51,8 @@ __all__ = [
     "batch_sweep",
     "combine",
     "crossover_tokens",
+    "kv_bound_context",
+    "kv_share",
     "max_batch",
     "memory_footprint",
     "pass_time",
@@ -191,6 +194,21 @@ def _step_time(cost: PassCost, pr: Pricing, memory_bytes: Array | None = None) -
     )
 
 
+#: engines whose MoE layers run the fused-MoE kernel (tokens sorted by expert, rows padded to its tiles): vLLM's and
+#: SGLang's Triton ``fused_moe``; TensorRT-LLM's grouped GEMMs tile the same way (docs/cost-model.md, section 28)
+FUSED_MOE_ENGINES = ("vllm", "sglang", "trtllm", "serving")
+
+
+def moe_kernel_of(pr: Pricing) -> str | None:
+    """The MoE kernel a pricing's engine runs (roofline.cost.MOE_KERNELS): ``"fused"`` under a serving engine (a
+    versioned profile ``vllm-0.10`` counts as ``vllm``), None for the pure roofline and the eager engines."""
+    e = pr.engine
+    if e is None:
+        return None
+    name = str(e.measured.get("framework", "") if e.measured else e.name).strip().lower()
+    return "fused" if name.split("-")[0].split("_")[0] in FUSED_MOE_ENGINES else None
+
+
 def _scalar_times(
     terms: ScalarTerms, pr: Pricing, tp: int, weight_dtype: str
 ) -> tuple[list[float], list[float], list[float], float, float] | None:
@@ -330,8 +348,8 @@ class _Pricer:
     result agrees with the array path to a few units in the last place, not to the bit).
     """
 
-    __slots__ = ("terms", "knots", "icpt", "slope", "embed_w", "embed_t", "moe", "mlp_w", "mlp_e", "n_experts",
-                 "k_share", "n_attn", "attn_t", "attn_l", "attn_c", "attn_scaled", "vocab", "half", "overlap", "fixed",
+    __slots__ = ("terms", "knots", "icpt", "slope", "embed_w", "embed_t", "moe", "mlp_w", "mlp_e", "mlp_r", "n_experts",
+                 "n_experts_int", "k", "moe_kernel", "k_share", "n_attn", "attn_t", "attn_l", "attn_c", "attn_scaled", "vocab", "half", "overlap", "fixed",
                  "comm_0", "comm_t", "host", "step_s", "step_per_seq", "step_overlap", "tops", "rests")  # fmt: skip
 
     def __init__(self, spec: ModelSpec, pr: Pricing, tp: int, lin: LinearTerms) -> None:
@@ -352,12 +370,14 @@ class _Pricer:
         w, rows_w, touched_w = (lin.bytes_weights[j].tolist() for j in (0, 4, 5))
         per_t = (lin.bytes_act[1] + lin.bytes_kv_write[1]).tolist()
         per_l = lin.bytes_kv_read[3].tolist()
-        f_t, f_p = lin.flops[1].tolist(), lin.flops[2].tolist()
+        f_t, f_p, f_r = lin.flops[1].tolist(), lin.flops[2].tolist(), lin.flops[6].tolist()
         s = None if spec.is_abstract else model_shape(spec)
         nl, vocab, moe = (s.nl, s.vocab, s.moe) if s is not None else (0, 0, False)
         d_ab = s.d * dtype_bytes(pr.dtype) if s is not None else 0.0
         self.n_experts = float(s.n_experts) if s is not None else 0.0
         self.k_share = 1.0 - s.k / s.n_experts if s is not None and moe else 0.0
+        self.n_experts_int, self.k = (s.n_experts, s.k) if s is not None and moe else (0, 0)
+        self.moe_kernel = moe_kernel_of(pr) if moe else None
         sampling = (e.sampling_passes if e is not None else 0.0) if vocab and "lm_head" in names else 0.0
         attn = [i for i, name in enumerate(names) if name in ATTENTION_OPERATORS]
         head = names.index("lm_head") if "lm_head" in names else -1
@@ -379,6 +399,7 @@ class _Pricer:
         if moe:
             self.mlp_w = [(w[mlp] * r[1], per_t_s[j][mlp], f_t[mlp] / peak_tp) for j, r in enumerate(regimes)]
             self.mlp_e = [touched_w[mlp] * r[1] for r in regimes]  # seconds per distinct expert
+            self.mlp_r = f_r[mlp] / peak_tp  # compute seconds per row the fused kernel runs (0: useful FLOPs only)
         self.n_attn = len(attn)
         a0 = attn[0] if attn else 0
         self.attn_t = [per_t[a0] / r[0] for r in regimes] if attn else [0.0] * len(regimes)
@@ -422,7 +443,11 @@ class _Pricer:
         if self.moe:  # a mixture's MLP streams the distinct experts its tokens touch
             touched = self.n_experts * (1.0 - self.k_share**T)
             w, t, c = self.mlp_w[k]
-            total += self._op(w + touched * self.mlp_e[k] + T * t, (T + self.half) * c)
+            comp = (T + self.half) * c
+            if self.moe_kernel is not None:  # the routed experts' padded tiles (section 28)
+                rows = float(moe_expert_rows(self.n_experts_int, self.k, T, self.moe_kernel))
+                comp += rows * self.mlp_r * (1.0 + self.half / T)
+            total += self._op(w + touched * self.mlp_e[k] + T * t, comp)
         if len(self.rests) > 1024:  # a sweep over many token counts: keep the table small
             self.rests.clear()
         self.rests[T] = total
@@ -566,7 +591,7 @@ def scalar_pricer(spec: ModelSpec, pr: Pricing, tp: int) -> _Pricer | None:
     if (e is not None and e.launches) or (tp > 1 and tm.interconnect_bytes_per_s is None):
         return None
     wb, ab, kb = dtype_bytes(pr.stored_weight_dtype), dtype_bytes(pr.dtype), dtype_bytes(pr.kv_dtype or pr.dtype)
-    lin = linear_terms(spec, wb, ab, kb)
+    lin = linear_terms(spec, wb, ab, kb, moe_kernel_of(pr))
     if lin is None:  # latent or sliding attention: the table's attention terms are standard full attention's
         return None
     pricer = _Pricer(spec, pr, tp, lin)
@@ -651,8 +676,9 @@ def _scalar_terms(
     if one is None:
         return None
     return scalar_terms(
-        spec, *one, dtype_bytes(pr.stored_weight_dtype), dtype_bytes(pr.dtype), dtype_bytes(pr.kv_dtype or pr.dtype)
-    )
+        spec, *one, dtype_bytes(pr.stored_weight_dtype), dtype_bytes(pr.dtype), dtype_bytes(pr.kv_dtype or pr.dtype),
+        moe_kernel_of(pr),
+    )  # fmt: skip
 
 
 def pass_cost(
@@ -673,6 +699,7 @@ def pass_cost(
         kv_dtype=pr.kv_dtype,
         act_dtype=pr.dtype,
         tree=tree,
+        moe_kernel=moe_kernel_of(pr),
     )
 
 
@@ -706,7 +733,7 @@ def pass_seconds(
 
 def device_memory(spec: ModelSpec, pr: Pricing, batch: ArrayLike, tokens_cached: ArrayLike) -> Array:
     """Bytes the target needs on the devices: its weights (unless offloaded) and the KV of ``tokens_cached`` per sequence."""
-    weights = 0.0 if pr.offloaded else spec.total_params * dtype_bytes(pr.stored_weight_dtype)
+    weights = 0.0 if pr.offloaded else spec.weight_bytes(dtype_bytes(pr.stored_weight_dtype))
     kv = spec.kv_bytes(np.asarray(batch) * np.asarray(tokens_cached), dtype_bytes(pr.kv_dtype or pr.dtype))
     return np.asarray(weights + kv, dtype=float)
 
@@ -773,9 +800,7 @@ def _scalar_step_time(
     op_mem, op_comp, op_time = block[5], block[6], block[7]
     # device_memory's sum in plain numbers (its order of operations, so the same bytes)
     sh = model_shape(spec) if not spec.is_abstract else None
-    weights = (
-        0.0 if pr.offloaded else (sh.total_params if sh else spec.total_params) * dtype_bytes(pr.stored_weight_dtype)
-    )
+    weights = 0.0 if pr.offloaded else spec.weight_bytes(dtype_bytes(pr.stored_weight_dtype))
     cached = terms.batch * (terms.context + terms.new_tokens)
     kv = cached * (sh.kv_elements_per_token if sh else 0) * dtype_bytes(pr.kv_dtype or pr.dtype)
     memory = float(weights + kv)
@@ -817,15 +842,15 @@ class _StepPricer:
 
     Each per-operator FLOP count, byte count and memory or compute second of a standard-attention pass is a
     sum of constants times the pass's variables (1, T = batch x new tokens, attention pairs, cached tokens,
-    embedding rows min(T, vocab), distinct experts touched): the table :func:`roofline.cost.linear_terms` (the one
-    :class:`_Pricer` reads) priced at :func:`_scalar_times`' rates (docs/cost-model.md, sections 2 and 6). So a
-    (6, 7 n_operators + 5) matrix per memory regime holds every row and the totals, and a pass is one
+    embedding rows min(T, vocab), distinct experts touched, the rows a fused-MoE kernel runs): the table
+    :func:`roofline.cost.linear_terms` (the one :class:`_Pricer` reads) priced at :func:`_scalar_times`' rates
+    (docs/cost-model.md, sections 2, 6 and 28). So a (7, 7 n_operators + 5) matrix per memory regime holds every row and the totals, and a pass is one
     vector-matrix product and a maximum, not a Python loop per operator (every term is non-negative: the
     regrouped sums agree with the array path to a few units in the last place). The pass's total is
     :meth:`_Pricer.seconds`, the float pass_seconds and speedup use. Built only where
     :func:`scalar_pricer` would be and for concrete models (``step_pricer``)."""
 
-    __slots__ = ("k", "mats", "half", "scaled", "overlap", "seconds", "vocab", "n_experts", "k_share", "moe",
+    __slots__ = ("k", "mats", "half", "scaled", "overlap", "seconds", "vocab", "n_experts", "k_share", "moe", "moe_rows",
                  "d_ab", "weights_bytes", "kv_per_token", "capacity", "n_shared", "tops", "rows", "cost_fields",
                  "step_fields")  # fmt: skip
 
@@ -834,7 +859,7 @@ class _StepPricer:
         wb, ab, kb = dtype_bytes(wdt), dtype_bytes(pr.dtype), dtype_bytes(pr.kv_dtype or pr.dtype)
         s = model_shape(spec)
         nl, d, moe, vocab = s.nl, s.d, s.moe, s.vocab
-        # per variable (1, T, pairs, cached, rows, touched) and operator: the scalar pricer's table (cost.linear_terms)
+        # per variable (1, T, pairs, cached, rows, touched, expert rows) and operator: the scalar pricer's table
         lin = pricer.terms
         names, k = lin.operators, len(lin.operators)
         flops, w, kr, kw, a = lin.flops, lin.bytes_weights, lin.bytes_kv_read, lin.bytes_kv_write, lin.bytes_act
@@ -862,7 +887,10 @@ class _StepPricer:
         self.seconds = pricer.seconds
         self.vocab, self.moe, self.d_ab = float(vocab), moe, d * ab
         self.n_experts, self.k_share = float(s.n_experts), (1.0 - s.k / s.n_experts if moe else 0.0)
-        self.weights_bytes = 0.0 if pr.offloaded else s.total_params * wb
+        kernel = moe_kernel_of(pr) if moe else None
+        # the rows the routed experts' kernel runs (section 28), a variable of the table only for the fused kernel
+        self.moe_rows = (lambda T: float(moe_expert_rows(s.n_experts, s.k, T, kernel))) if kernel else None
+        self.weights_bytes = 0.0 if pr.offloaded else spec.weight_bytes(wb)
         self.kv_per_token = s.kv_elements_per_token * kb
         self.capacity, self.n_shared = pr.memory_bytes, s.n_shared
         # the seven per-operator rows of a result (slices made once cost less than slices made per call, or a reshape)
@@ -884,7 +912,8 @@ class _StepPricer:
         over ``L`` cached: every field filled, the numbers the array path's :func:`_step_time` gives within 1e-12."""
         T, Bf = float(B * n), float(B)
         touched = self.n_experts * (1.0 - self.k_share**T) if self.moe else 0.0
-        v = np.array((1.0, T, Bf * (n * float(L) + vis), Bf * L, T if T < self.vocab else self.vocab, touched))
+        rows = self.moe_rows(T) if self.moe_rows is not None else 0.0
+        v = np.array((1.0, T, Bf * (n * float(L) + vis), Bf * L, T if T < self.vocab else self.vocab, touched, rows))
         out = v.dot(self.mats[1 if T == 1.0 else (memory_regime(T, self.tops) if self.tops else 0)])
         s_flops, s_w, s_kr, s_kw, s_a, s_mem, s_comp = self.rows  # views of the one result
         op_mem, op_comp = out[s_mem], out[s_comp]
@@ -946,7 +975,7 @@ def weights_only_crossover(spec: ModelSpec | str, hardware: HardwareLike, dtype:
     """The back-of-the-envelope K = t_memory / t_compute_per_token, counting weights only (a float)."""
     pr = pricing_of(hardware, dtype=dtype)
     spec, hw = get_model(spec), pr.hardware
-    t_mem = spec.total_params * dtype_bytes(pr.stored_weight_dtype) / hw.bandwidth()
+    t_mem = spec.weight_bytes(dtype_bytes(pr.stored_weight_dtype)) / hw.bandwidth()
     t_tok = 2.0 * spec.active_params / hw.peak(pr.dtype)
     return t_mem / t_tok
 
@@ -1000,6 +1029,93 @@ def crossover_tokens(
     return lo
 
 
+def kv_share(
+    spec: ModelSpec | str,
+    hardware: HardwareLike,
+    batch: ArrayLike = 1,
+    new_tokens: ArrayLike = 1,
+    context: ArrayLike = DEFAULT_CONTEXT,
+    dtype: str | None = None,
+    *,
+    weight_dtype: str | None = None,
+    kv_dtype: str | None = None,
+    efficiency: bool | None = None,
+    engine: Engine | str | None = None,
+    tp: int | None = None,
+) -> Array:
+    """The share of a pass's time its attention operators take: reading the cached K and V (at the engine's paged
+    rate) and scoring the new tokens against them (docs/cost-model.md, section 31). At 0.5 and above the pass is
+    *KV-bound*: a verify pass of ``new_tokens`` costs about what a one-token step costs, since both read the cache
+    once. Priced like :func:`pass_time`; broadcasts over batch, new tokens and context."""
+    pr = pricing_of(
+        hardware, dtype=dtype, weight_dtype=weight_dtype, kv_dtype=kv_dtype, efficiency=efficiency, engine=engine, tp=tp
+    )
+    return _kv_share(get_model(spec), pr, batch, new_tokens, context)
+
+
+def _kv_share(spec: ModelSpec, pr: Pricing, batch: ArrayLike, new_tokens: ArrayLike, context: ArrayLike) -> Array:
+    B = check_min("batch", batch, 1, integer=True)
+    n = check_min("new_tokens", new_tokens, 1, integer=True)
+    L = check_min("context", context, 0, integer=True)
+    B, n, L = np.broadcast_arrays(B, n, L)
+    st = _step_time(pass_cost(spec, pr, B, n, L), pr)
+    attn = np.isin(np.asarray(st.operators), ATTENTION_OPERATORS)
+    return np.asarray(np.sum(st.op_time_s[attn], axis=0) / st.t_step_s, dtype=float)
+
+
+def kv_bound_context(
+    spec: ModelSpec | str,
+    hardware: HardwareLike,
+    batch: ArrayLike = 1,
+    new_tokens: ArrayLike = 1,
+    dtype: str | None = None,
+    *,
+    weight_dtype: str | None = None,
+    kv_dtype: str | None = None,
+    efficiency: bool | None = None,
+    engine: Engine | str | None = None,
+    tp: int | None = None,
+) -> npt.NDArray[np.int64]:
+    """The context (cached tokens per sequence) from which a pass of ``new_tokens`` per sequence at ``batch`` is
+    KV-bound: its attention operators take at least half of its time (:func:`kv_share`; docs/cost-model.md,
+    section 31). -1 where the pass stays weight-bound up to the model's context; 0 where it is KV-bound on an empty
+    cache. The attention's time grows with the context and nothing else does, so the crossover is found exactly on
+    the integer grid by bisection, vectorised over batch x new tokens. A verify pass of gamma + 1 tokens past this
+    context reads the cache once for all its tokens: speculation's verify costs about a plain step."""
+    pr = pricing_of(
+        hardware, dtype=dtype, weight_dtype=weight_dtype, kv_dtype=kv_dtype, efficiency=efficiency, engine=engine, tp=tp
+    )
+    spec = get_model(spec)
+    return _kv_bound_context(spec, pr, batch, new_tokens)
+
+
+def _kv_bound_context(spec: ModelSpec, pr: Pricing, batch: ArrayLike, new_tokens: ArrayLike) -> npt.NDArray[np.int64]:
+    B = check_min("batch", batch, 1, integer=True)
+    n = check_min("new_tokens", new_tokens, 1, integer=True)
+    B, n = np.broadcast_arrays(B, n)
+    if spec.is_abstract:  # weights only: no cache to read
+        return np.full(B.shape, -1, dtype=np.int64)
+    cap = spec.max_context - n
+    if np.any(cap < 0):
+        raise SpecroofError(f"new_tokens exceeds {spec.name}'s max context of {spec.max_context} tokens")
+
+    def bound(L: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+        return _kv_share(spec, pr, B, n, L) >= 0.5
+
+    at_zero = bound(np.zeros(B.shape, dtype=np.int64))
+    at_cap = bound(cap.astype(np.int64))
+    lo = np.zeros(B.shape, dtype=np.int64)  # invariant: not KV-bound at lo (where a crossover is searched)
+    hi = cap.astype(np.int64)  # invariant: KV-bound at hi
+    active = ~at_zero & at_cap
+    while np.any(active & (hi - lo > 1)):
+        mid = (lo + hi) // 2
+        ok = bound(np.where(active, mid, lo))
+        step = active & (hi - lo > 1)
+        hi = np.where(step & ok, mid, hi)
+        lo = np.where(step & ~ok, mid, lo)
+    return np.where(at_zero, 0, np.where(at_cap, hi, -1)).astype(np.int64)
+
+
 # -- memory, batch and phase sweeps -------------------------------------------
 
 
@@ -1038,7 +1154,7 @@ def memory_footprint(
         fp: Footprint = frozen(
             Footprint,
             {
-                "weights_bytes": sh.total_params * dtype_bytes(weight_dtype),
+                "weights_bytes": spec.weight_bytes(dtype_bytes(weight_dtype)),
                 "kv_bytes": np.float64(b * (c + k) * sh.kv_elements_per_token * dtype_bytes(kv_dtype)),
                 "activation_bytes": np.float64(b * k * 2 * widest * dtype_bytes(act_dtype)),
             },
@@ -1047,7 +1163,7 @@ def memory_footprint(
     B = check_min("batch", batch, 1, integer=True)
     L = check_min("context", context, 0, integer=True)
     n = check_min("new_tokens", new_tokens, 1, integer=True)
-    weights = spec.total_params * dtype_bytes(weight_dtype)
+    weights = spec.weight_bytes(dtype_bytes(weight_dtype))
     kv = spec.kv_bytes(B * (L + n), dtype_bytes(kv_dtype))
     widest = max(spec.d_model, spec.mlp_matrices * max(spec.d_ff, spec.d_ff_expert), spec.vocab_size)
     act = B * n * 2 * widest * dtype_bytes(act_dtype) if not spec.is_abstract else 0.0 * B

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from roofline.acceptance_kinds import check_mean_accepted
+from roofline.acceptance_kinds import check_mean_accepted, check_reused_modules
 from roofline.closed_forms import expected_tokens
 from roofline.cost import frozen, scalar_count
 from roofline.drafters import (
@@ -228,6 +228,8 @@ def predict_speedup(
                 f"gamma (draft tokens per round) is required for the chain drafter {d.name!r}: give gamma= or tree="
             )
         g = int(check_min("gamma", gamma, 1, integer=True))
+        if mean_accepted is None:  # one rate over a reused MTP module's steps is refused (section 29)
+            check_reused_modules(d, spec, g)
         E = float(mean_accepted) if mean_accepted is not None else float(expected_tokens(float(alpha or 0.0), g))
         E = check_mean_accepted(E, gamma=g, speculative=False)
         # n-gram drafting verifies only the requests whose n-gram matched: the round's tokens are their share

@@ -25,6 +25,7 @@ import numpy.typing as npt
 import pandas as pd
 from numpy.typing import ArrayLike
 
+from roofline.acceptance_kinds import check_reused_modules
 from roofline.closed_forms import (
     acceptance_rate,
     break_even_alpha,
@@ -263,6 +264,12 @@ def speedup(
     pr = pricing_for(hardware, dtype, weight_dtype, kv_dtype, efficiency, overhead_s, tp, engine)
     spec = get_model(target)
     d = as_drafter(drafter)
+    if (
+        gamma is not None
+        and getattr(d, "modules_for", None) is not None
+        and not (curve or (curve is None and isinstance(alpha_or_curve, (list, tuple))))
+    ):  # one rate over a reused MTP module's steps is refused (docs/cost-model.md, section 29)
+        check_reused_modules(d, spec, gamma)
     if type(alpha_or_curve) is float and not curve and draft_hardware is None and type(round_overhead_s) is float:
         # one configuration of a draft model's chain, every input valid: the plan's floats (the checks below pass)
         g1, b1, c1 = scalar_count(gamma, 0), scalar_count(batch, 1), scalar_count(context, 0)

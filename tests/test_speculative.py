@@ -211,7 +211,7 @@ def test_every_drafter_kind_prices_and_reports_memory():
         (Heads(4), True),
         (ParallelBlock(get_model(D1)), True),
         (PromptLookup(), False),
-        (SlidingWindowSelfDraft(256), False),
+        (SlidingWindowSelfDraft(256), True),  # its StreamingLLM cache of 256 tokens, beside the target's (section 31)
     ):
         r = speedup("h100-sxm-80gb", T8, d, 0.7, np.arange(0, 6), batch=1, context=2048)
         assert np.all(np.isfinite(r.speedup)) and float(r.speedup[0]) == 1.0
