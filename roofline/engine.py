@@ -492,3 +492,12 @@ def load_engine(engine: Engine | str | Path | None) -> Engine | None:
     if not shipped.exists():
         raise SpecroofError(f"unknown engine {engine!r}: choose one of {', '.join(list_engines())} or give a TOML path")
     return _load_file(str(shipped))
+
+
+def engine_group(engine: Engine | str | None) -> str:
+    """The engine a band is kept for: a versioned profile is its engine (``vllm-0.12`` -> ``vllm``, ``sglang-spec-v2``
+    -> ``sglang``), an alias what it stands for (``eager`` -> ``hf``, ``serving`` -> ``vllm``), none ``roofline``."""
+    if engine is None:
+        return "roofline"
+    name = engine.name.split("@")[0] if isinstance(engine, Engine) else canonical_engine(str(engine)) or ""
+    return name.split("-")[0] if name.startswith(("vllm-", "sglang-")) else name

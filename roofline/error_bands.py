@@ -24,18 +24,13 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from roofline.engine import Engine, canonical_engine
+from roofline.engine import Engine, canonical_engine, engine_group
 from roofline.hardware import Hardware, load_hardware
+from roofline.published import batch_bucket, context_class
 
 #: engines that share one set of fitted terms, and so one set of residuals
 FAMILY = {"vllm": "serving", "sglang": "serving", "trtllm": "serving", "vllm-0.12": "serving", "vllm-0.14": "serving",
           "sglang-spec-v2": "serving"}  # fmt: skip
-
-#: the batch buckets a band is kept per (issue 47): one sequence, a few, a serving batch, a large one
-BATCH_BUCKETS = ((1, 1, "1"), (2, 16, "2-16"), (17, 64, "17-64"), (65, 10**9, ">64"))
-
-#: contexts above this many tokens are "long" (>8k) for a band
-LONG_CONTEXT = 8192
 
 #: the share of a group's held-out rows its band covers (the claim every band sentence states)
 COVERAGE = 0.8
@@ -72,29 +67,6 @@ class ErrorBand:
     #: the GPU's achievable ceilings are its family's estimate, not its own measurement (wider than shown)
     estimated_ceiling: bool
     description: str
-
-
-def batch_bucket(batch: Any) -> str:
-    """The batch bucket of ``batch`` sequences: ``1``, ``2-16``, ``17-64`` or ``>64``."""
-    b = int(batch)
-    for lo, hi, name in BATCH_BUCKETS:
-        if lo <= b <= hi:
-            return name
-    raise ValueError(f"batch must be >= 1 (got {batch!r})")
-
-
-def context_class(context: Any) -> str:
-    """``<=8k`` or ``>8k`` tokens of context."""
-    return ">8k" if int(context) > LONG_CONTEXT else "<=8k"
-
-
-def engine_group(engine: Engine | str | None) -> str:
-    """The engine a band is kept for: a versioned profile is its engine (``vllm-0.12`` -> ``vllm``, ``sglang-spec-v2``
-    -> ``sglang``), an alias what it stands for (``eager`` -> ``hf``, ``serving`` -> ``vllm``), none ``roofline``."""
-    if engine is None:
-        return "roofline"
-    name = engine.name.split("@")[0] if isinstance(engine, Engine) else canonical_engine(str(engine)) or ""
-    return name.split("-")[0] if name.startswith(("vllm-", "sglang-")) else name
 
 
 def is_moe(model: Any) -> bool:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from roofline.engine import Engine, canonical_engine, load_engine
+from roofline.engine import Engine, canonical_engine, engine_group, load_engine
 from roofline.errors import SpecroofError
 from roofline.hardware import FLOAT_DTYPES, activation_dtype
 from roofline.passtime import pass_time
@@ -435,6 +435,27 @@ def error_summary(table: pd.DataFrame) -> pd.DataFrame:
     return s.reset_index()
 
 
+#: the batch buckets a band is kept per (issue 47): one sequence, a few, a serving batch, a large one
+BATCH_BUCKETS = ((1, 1, "1"), (2, 16, "2-16"), (17, 64, "17-64"), (65, 10**9, ">64"))
+
+#: contexts above this many tokens are "long" (>8k) for a band
+LONG_CONTEXT = 8192
+
+
+def batch_bucket(batch: Any) -> str:
+    """The batch bucket of ``batch`` sequences: ``1``, ``2-16``, ``17-64`` or ``>64``."""
+    b = int(batch)
+    for lo, hi, name in BATCH_BUCKETS:
+        if lo <= b <= hi:
+            return name
+    raise ValueError(f"batch must be >= 1 (got {batch!r})")
+
+
+def context_class(context: Any) -> str:
+    """``<=8k`` or ``>8k`` tokens of context."""
+    return ">8k" if int(context) > LONG_CONTEXT else "<=8k"
+
+
 #: issue 47's bounds on a validation summary: calibration rows' median |error| per engine and batch bucket, and the
 #: held-out rows'
 BUCKET_BOUNDS = {"calibration": 0.10, "validation": 0.15}
@@ -451,8 +472,6 @@ def bucket_summary(table: pd.DataFrame, kinds: tuple[str, ...] | None = BUCKET_K
     kind). ``engine`` is the engine a row's profile is a version of (``vllm-0.12`` is ``vllm``); rows without an
     error (not modelled, or anchoring an implied acceptance) are left out. The table ``specroof validate published``
     prints beside its per-kind summary."""
-    from roofline.error_bands import batch_bucket, engine_group
-
     t = table.dropna(subset=["error_engine"])
     if kinds is not None:
         t = t[t["kind"].isin(kinds)]
