@@ -1160,7 +1160,7 @@ class RoundTime:
 
     t_draft_s: Array
     t_verify_s: Array
-    t_round_host_s: float
+    t_round_host_s: Any  # seconds: a float, or an array over batch where the engine prices per sequence
 
     @property
     def t_round_s(self) -> Array:
@@ -1176,8 +1176,9 @@ def _scalar(x: ArrayLike) -> int:
 
 
 def draft_pricing(pricing: Pricing, drafter: Any) -> Pricing:
-    """The pricing of the draft passes: with the target's weights offloaded, a drafter's own weights stay on the device."""
-    return pricing.on_device() if owns_weights(drafter) else pricing
+    """The pricing of the draft passes: with the target's weights offloaded, a drafter's own weights stay on the device;
+    under an engine that runs the drafts inside the verify pass's step, without the per-step host time."""
+    return (pricing.on_device() if owns_weights(drafter) else pricing).draft_passes
 
 
 def draft_tp(pricing: Pricing, drafter: Any) -> int:
@@ -1219,7 +1220,7 @@ def round_time(
     pricing = pricing if isinstance(pricing, Pricing) else pricing_of(pricing)
     ctx = Ctx.of(target, pricing)
     dctx = Ctx.of(target, draft if draft is not None else draft_pricing(pricing, d), draft_tp(pricing, d))
-    host = pricing.round_host_s + round_overhead_s
+    host = pricing.round_host_at(batch) + round_overhead_s
     if isinstance(shape, Tree):
         lv = shape.levels()
         if hasattr(d, "tree_draft_time_of"):  # a drafter whose cost depends on which nodes have children (Hydra)
@@ -1272,7 +1273,7 @@ class TreePlan:
     def __init__(self, pricing: Pricing, target: ModelSpec, drafter: Any, pricer: Any) -> None:
         self.drafter = drafter
         self.dctx = Ctx.of(target, draft_pricing(pricing, drafter), draft_tp(pricing, drafter))
-        self.pricer, self.max_context, self.host = pricer, target.max_context, pricing.round_host_s
+        self.pricer, self.max_context, self.host = pricer, target.max_context, pricing.round_host_at
         self.of_tree = hasattr(drafter, "tree_draft_time_of")
         # a drafter whose tree_draft_time is _tree_levels of its tree_passes (not one a subclass replaced) says which
         # passes it drafts; the draft model's scalar pricer is then held here, found again by the model object
@@ -1308,7 +1309,7 @@ class TreePlan:
             t_draft = summed if summed is not None else _levels(self.dctx, spec, widths, batch, c)
         else:
             t_draft = float(self.drafter.tree_draft_time(self.dctx, list(lv.widths), batch, context))
-        return t_draft, self.pricer.seconds(batch, n + 1, context, _tree_visible(lv)), self.host
+        return t_draft, self.pricer.seconds(batch, n + 1, context, _tree_visible(lv)), self.host(batch)
 
 
 #: the tree_draft_time methods that price ``_tree_levels(ctx, self.tree_passes(...), batch)``
@@ -1365,7 +1366,7 @@ class ChainPlan:
     def __init__(self, pricing: Pricing, target: ModelSpec, drafter: DraftModel, t_pricer: Any, d_pricer: Any) -> None:
         self.target, self.draft = t_pricer, d_pricer
         self.target_context, self.draft_context = target.max_context, drafter.spec.max_context
-        self.host = pricing.round_host_s
+        self.host = pricing.round_host_at
         wb = dtype_bytes(pricing.stored_weight_dtype)
         s, sd = model_shape(target), model_shape(drafter.spec)
         self.weights_bytes = target.weight_bytes(wb)
@@ -1389,7 +1390,7 @@ class ChainPlan:
             self.target.seconds(batch, 1, context, 1.0),
             self.draft.chain(batch, context, gamma),
             self.target.seconds(batch, n, context, n * (n + 1) / 2.0),
-            self.host + round_overhead_s,
+            self.host(batch) + round_overhead_s,
         )
 
 

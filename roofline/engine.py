@@ -27,6 +27,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from roofline.errors import SpecroofError
 
 ENGINE_DIR = Path(__file__).resolve().parents[1] / "engine_profiles"
@@ -104,6 +106,21 @@ class Engine:
     #: whether a draft model's or EAGLE/MTP layer's passes are sharded over the target's tensor-parallel devices
     #: (vLLM, SGLang, TensorRT-LLM, gpt-fast) or run whole on one device (Hugging Face); ``[speculative]``
     draft_tensor_parallel: bool = False
+    #: ``[speculative]`` terms of a round at batch (docs/cost-model.md, section 32). Whether the per-step host time
+    #: hides under the device in a speculative round (None: as in plain decoding, ``step_overlap``): SGLang's
+    #: overlap scheduler is switched off for EAGLE before its spec v2, so the step it hides under plain decoding
+    #: shows in every round
+    spec_step_overlap: bool | None = None
+    #: host seconds per speculative round per running sequence (the per-request accept/commit loop on the host)
+    round_per_seq_s: float = 0.0
+    #: the draft passes run inside one engine step (a serving engine's worker): the per-step host time is paid
+    #: once per round, with the verify pass, not once per draft pass as a generate loop pays it
+    draft_in_step: bool = False
+    #: the engine's default cap on running requests while it speculates (SGLang's EAGLE: 48); 0: none
+    spec_max_running: int = 0
+    #: eager engines: the per-kernel host cost measured across hosts, (lowest, highest) seconds; a prediction's
+    #: host-speed band (:meth:`host_speed_span`), not a fitted value; None: not an eager engine or no range
+    host_launch_range_s: tuple[float, float] | None = None
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
     #: an engine fitted on the user's machine (``specroof measure engine``): its ``[measured]`` provenance (framework
     #: and version, torch, device, host CPU, date, command, the hardware profile it was fitted against)
@@ -129,6 +146,7 @@ class Engine:
             "host_step_s",
             "host_step_per_seq_s",
             "sampling_passes",
+            "round_per_seq_s",
         ):
             if getattr(self, key) < 0:
                 raise SpecroofError(f"engine {self.name!r}: {key} must be >= 0 (got {getattr(self, key)})")
@@ -140,6 +158,21 @@ class Engine:
                 )
         if self.launches and self.host_launch_s <= 0:
             raise SpecroofError(f"engine {self.name!r}: launches are counted but host_launch_s is {self.host_launch_s}")
+        if (
+            isinstance(self.spec_max_running, bool)
+            or not isinstance(self.spec_max_running, int)
+            or not (0 <= self.spec_max_running <= 1_000_000)
+        ):
+            raise SpecroofError(
+                f"engine {self.name!r}: max_running_requests must be a whole number >= 0 (got {self.spec_max_running!r})"
+            )
+        if self.host_launch_range_s is not None:
+            lo, hi = self.host_launch_range_s
+            if not (math.isfinite(lo) and math.isfinite(hi) and 0 < lo <= hi):
+                raise SpecroofError(
+                    f"engine {self.name!r}: launch_us_range must be two finite costs, lowest first, > 0 "
+                    f"(got {lo * 1e6:g}, {hi * 1e6:g} us)"
+                )
         for dt, r in self.weight_bandwidth_ratio.items():
             if dt not in QUANTISED_WEIGHTS or not 0.0 < r <= 1.0:
                 raise SpecroofError(f"engine {self.name!r}: weight bandwidth ratio for {dt!r} must be in (0, 1]")
@@ -170,6 +203,53 @@ class Engine:
     def describe(self) -> str:
         return f"{self.name}: {self.description}" if self.description else self.name
 
+    # -- the terms of a speculative round at batch (docs/cost-model.md, section 32) -------------------------
+
+    def step_host_s(self, batch: Any) -> Any:
+        """The per-step host time at ``batch`` running sequences: ``step_us + batch x step_per_seq_us``."""
+        return self.host_step_s + self.host_step_per_seq_s * np.asarray(batch, dtype=float)
+
+    @property
+    def step_hidden_only_when_plain(self) -> bool:
+        """The per-step host time hides under the device in plain decoding but not while speculating."""
+        return self.step_overlap and self.spec_step_overlap is False
+
+    def round_host_s(self, batch: Any) -> Any:
+        """Host seconds of one speculative round of ``batch`` sequences outside its passes.
+
+        ``round + batch x round_per_seq``, plus the per-step host time where plain decoding hides it and a round
+        does not (SGLang's EAGLE worker before spec v2): the verify pass is priced as plain decoding prices a
+        pass, ``max(device, step)``, which is the device's time wherever the overlap scheduler pays, so the step
+        is added here once, as the round runs it after the device. A round that overlaps its host work with the
+        device (``[speculative] step_overlap = true``: vLLM 0.14's async scheduling, SGLang's spec v2) hides its
+        round terms as well: 0.
+        """
+        if self.spec_step_overlap is True:
+            return np.zeros(np.shape(batch)) if np.ndim(batch) else 0.0
+        t = self.round_s + self.round_per_seq_s * np.asarray(batch, dtype=float)
+        if self.step_hidden_only_when_plain:
+            t = t + self.step_host_s(batch)
+        return t
+
+    def for_draft_passes(self) -> Engine:
+        """The engine the draft passes of a round are priced under: without the per-step host time where the
+        drafts run inside the step that the verify pass already pays for (``draft_in_step``)."""
+        if not self.draft_in_step or not (self.host_step_s or self.host_step_per_seq_s):
+            return self
+        return dataclasses.replace(self, host_step_s=0.0, host_step_per_seq_s=0.0)
+
+    def spec_batch(self, batch: int) -> int:
+        """The sequences a speculative round runs when ``batch`` are submitted: the engine's cap, if it has one."""
+        return min(int(batch), self.spec_max_running) if self.spec_max_running else int(batch)
+
+    def host_speed_span(self) -> tuple[float, float] | None:
+        """(lowest, highest) of the per-kernel host cost over the central one the engine prices with: how much
+        faster or slower a host-bound eager pass runs on the hosts measured (None: no range)."""
+        if self.host_launch_range_s is None or not self.host_launch_s:
+            return None
+        lo, hi = self.host_launch_range_s
+        return lo / self.host_launch_s, hi / self.host_launch_s
+
 
 #: TOML table -> {key in the file (unit in the name): Engine field, scale to SI}
 _LAYOUT: dict[str, dict[str, tuple[str, float]]] = {
@@ -191,6 +271,16 @@ _LAYOUT: dict[str, dict[str, tuple[str, float]]] = {
     },
     "collectives": {"allreduce_latency_us": ("allreduce_latency_s", 1e-6)},
 }
+
+
+#: ``[speculative]`` flags -> Engine field (true/false in the file)
+_SPECULATIVE_FLAGS = {
+    "draft_tensor_parallel": "draft_tensor_parallel",
+    "step_overlap": "spec_step_overlap",
+    "draft_in_step": "draft_in_step",
+}
+#: every key a ``[speculative]`` table may hold besides its source
+_SPECULATIVE_KEYS = (*_SPECULATIVE_FLAGS, "round_per_seq_us", "max_running_requests")
 
 
 #: what every ``[measured]`` block of a measured engine profile must say (strings)
@@ -245,10 +335,19 @@ def engine_from_dict(data: Mapping[str, Any], where: str = "engine") -> Engine:
                     raise SpecroofError(f"{where}: [host] step_overlap must be true or false (got {value!r})")
                 kw["step_overlap"] = value
                 continue
+            if table == "host" and key == "launch_us_range":
+                if (
+                    not isinstance(value, list)
+                    or len(value) != 2
+                    or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+                ):
+                    raise SpecroofError(f"{where}: [host] launch_us_range must be [lowest, highest] us (got {value!r})")
+                kw["host_launch_range_s"] = (float(value[0]) * 1e-6, float(value[1]) * 1e-6)
+                continue
             if key not in keys:
                 raise SpecroofError(
                     f"{where}: unknown key {key!r} in [{table}] (known: {', '.join(keys)}"
-                    + (", step_overlap" if table == "host" else "")
+                    + (", step_overlap, launch_us_range" if table == "host" else "")
                     + ", source)"
                 )
             if not isinstance(value, (int, float)) or isinstance(value, bool):
@@ -275,14 +374,24 @@ def engine_from_dict(data: Mapping[str, Any], where: str = "engine") -> Engine:
     for key, value in spec.items():
         if key == "source":
             sources["speculative"] = str(value)
-        elif key == "draft_tensor_parallel":
+        elif key in _SPECULATIVE_FLAGS:
             if not isinstance(value, bool):
+                raise SpecroofError(f"{where}: [speculative] {key} must be true or false (got {value!r})")
+            kw[_SPECULATIVE_FLAGS[key]] = value
+        elif key == "round_per_seq_us":
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                raise SpecroofError(f"{where}: [speculative] round_per_seq_us must be a number (got {value!r})")
+            kw["round_per_seq_s"] = float(value) * 1e-6
+        elif key == "max_running_requests":
+            if not isinstance(value, int) or isinstance(value, bool):
                 raise SpecroofError(
-                    f"{where}: [speculative] draft_tensor_parallel must be true or false (got {value!r})"
+                    f"{where}: [speculative] max_running_requests must be a whole number (got {value!r})"
                 )
-            kw["draft_tensor_parallel"] = value
+            kw["spec_max_running"] = value
         else:
-            raise SpecroofError(f"{where}: unknown key {key!r} in [speculative] (known: draft_tensor_parallel, source)")
+            raise SpecroofError(
+                f"{where}: unknown key {key!r} in [speculative] (known: {', '.join(_SPECULATIVE_KEYS)}, source)"
+            )
     wo = data.get("weight_only", {})
     ratio, factor = {}, {}
     for key, value in wo.items():
@@ -323,9 +432,18 @@ def engine_data(engine: Engine) -> dict[str, Any]:
     out["weight_only"] = wo
     if engine.measured:
         out["measured"] = dict(engine.measured)
-    out["speculative"] = {"draft_tensor_parallel": engine.draft_tensor_parallel} | (
-        {"source": engine.sources["speculative"]} if "speculative" in engine.sources else {}
-    )
+    spec: dict[str, Any] = {"draft_tensor_parallel": engine.draft_tensor_parallel}
+    if engine.spec_step_overlap is not None:
+        spec["step_overlap"] = engine.spec_step_overlap
+    if engine.draft_in_step:
+        spec["draft_in_step"] = True
+    if engine.round_per_seq_s:
+        spec["round_per_seq_us"] = engine.round_per_seq_s * 1e6
+    if engine.spec_max_running:
+        spec["max_running_requests"] = engine.spec_max_running
+    if engine.host_launch_range_s is not None:
+        out["host"]["launch_us_range"] = [v * 1e6 for v in engine.host_launch_range_s]
+    out["speculative"] = spec | ({"source": engine.sources["speculative"]} if "speculative" in engine.sources else {})
     return out
 
 
@@ -374,3 +492,12 @@ def load_engine(engine: Engine | str | Path | None) -> Engine | None:
     if not shipped.exists():
         raise SpecroofError(f"unknown engine {engine!r}: choose one of {', '.join(list_engines())} or give a TOML path")
     return _load_file(str(shipped))
+
+
+def engine_group(engine: Engine | str | None) -> str:
+    """The engine a band is kept for: a versioned profile is its engine (``vllm-0.12`` -> ``vllm``, ``sglang-spec-v2``
+    -> ``sglang``), an alias what it stands for (``eager`` -> ``hf``, ``serving`` -> ``vllm``), none ``roofline``."""
+    if engine is None:
+        return "roofline"
+    name = engine.name.split("@")[0] if isinstance(engine, Engine) else canonical_engine(str(engine)) or ""
+    return name.split("-")[0] if name.startswith(("vllm-", "sglang-")) else name

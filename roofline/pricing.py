@@ -29,6 +29,8 @@ from pathlib import Path
 from time import monotonic
 from typing import Any
 
+import numpy as np
+
 from roofline.dtypes import (
     DEFAULT_DTYPE,
     DTYPE_BYTES,
@@ -192,6 +194,26 @@ class Pricing:
     def round_host_s(self) -> float:
         """Host seconds per speculative round outside the passes (the engine's; 0 for the pure roofline)."""
         return self.engine.round_s if self.engine is not None else 0.0
+
+    def round_host_at(self, batch: Any) -> Any:
+        """Host seconds of a speculative round of ``batch`` sequences outside its passes: the engine's per-round,
+        per-sequence and (where a round does not hide it) per-step host time (:meth:`Engine.round_host_s`)."""
+        e = self.engine
+        if e is None:
+            return 0.0
+        if not (e.round_per_seq_s or e.step_hidden_only_when_plain or e.spec_step_overlap is True):
+            return e.round_s
+        t = e.round_host_s(batch)
+        return float(t) if np.ndim(t) == 0 else t
+
+    @cached_property
+    def draft_passes(self) -> Pricing:
+        """The pricing of a round's draft passes: this one, without the per-step host time where the engine runs
+        the drafts inside the step the verify pass pays for (:meth:`Engine.for_draft_passes`); built once."""
+        e = self.engine
+        if e is None or e.for_draft_passes() is e:
+            return self
+        return self.with_(engine=e.for_draft_passes())
 
     @property
     def engine_name(self) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from roofline.engine import Engine, canonical_engine, load_engine
+from roofline.engine import Engine, canonical_engine, engine_group, load_engine
 from roofline.errors import SpecroofError
 from roofline.hardware import FLOAT_DTYPES, activation_dtype
 from roofline.passtime import pass_time
@@ -41,8 +41,19 @@ KINDS = ("decode", "quantised", "tp", "speculative", "batched", "prefill", "serv
 SERIES_FIELDS = ("model", "tp", "drafter", "drafter_vocab", "speculating", "acceptance", "input_len", "output_len",
                  "requests", "prefill", "max_tokens", "max_seqs", "weight_dtype")  # fmt: skip
 
-#: engines whose device terms are the compiled engine's and whose serving terms are fitted together
-SERVING_FAMILY = ("vllm", "sglang", "trtllm")
+#: engines whose device terms are the compiled engine's and whose serving terms are fitted together (every version)
+SERVING_FAMILY = ("vllm", "vllm-0.12", "vllm-0.14", "sglang", "sglang-spec-v2", "trtllm")
+
+#: fitted parameters that belong to one engine and its versions (the first word of the name: ``vllm-0.12`` is a
+#: ``vllm``), not to the whole serving family: a scheduler's host time is its own (docs/cost-model.md, section 32)
+OWN_PARAMETERS = frozenset({"host_step_s", "round_s"})
+
+
+def engine_base(name: str) -> str:
+    """The engine a versioned profile is a version of: ``vllm-0.12`` -> ``vllm``, ``sglang-spec-v2`` -> ``sglang``."""
+    name = str(name).split("@")[0]
+    return name.split("-")[0] if name.startswith(("vllm-", "sglang-")) else name
+
 
 #: how many more calibration rows than free parameters a fit needs (vllm: one, set when its serving sources named three
 #: rows; Splitwise's prefill rows have since added four)
@@ -66,9 +77,12 @@ FIT_PARAMETERS: dict[str, dict[str, tuple[float, float, float]]] = {
         "host_step_s": (0.0, 1e-3, 0.05),
         "round_s": (0.0, 2e-3, 0.05),
     },
+    # the serving family's device rates, and vLLM's own per-step and per-round host time (its versions share them)
     "vllm": {
         "kv_bandwidth_fraction": (0.1, 0.8, 1.0),
         "compute_fraction": (0.2, 0.8, 1.0),
+        "host_step_s": (0.0, 5e-4, 5e-3),
+        "round_s": (0.0, 5e-4, 5e-3),
     },
 }
 
@@ -114,6 +128,8 @@ def load_published(folder: str | Path | None = None) -> pd.DataFrame:
                 "published_speedup": r.get("speedup"),
                 "published_ttft_s": r.get("ttft_s"),
                 "not_modelled": r.get("not_modelled", ""),
+                "date": str(r.get("date", data.get("date", ""))),
+                "engine_version": str(r.get("engine_version", data.get("engine_version", ""))),
             }
             _check_row(path, i, row)
             rows.append(row)
@@ -258,26 +274,39 @@ def predict_row(row: pd.Series | dict[str, Any], engine: Engine | str | None) ->
     gamma = r["gamma"]
     gamma = None if gamma is None or (isinstance(gamma, float) and math.isnan(gamma)) else gamma
     gamma = gamma if gamma in (None, "heuristic") else int(gamma)
+    eng = load_engine(engine) if isinstance(engine, str) else engine
+    # an engine that caps the requests it runs while speculating (SGLang's EAGLE: 48) runs that many of the batch
+    spec_batch = eng.spec_batch(batch) if eng is not None else batch
     kw: dict[str, Any] = dict(
         hardware=r["hardware"],
         target=r["model"],
         drafter=r["drafter"],
         gamma=gamma,
         tree=r["tree"] if isinstance(r["tree"], str) else None,
-        engine=engine,
+        engine=eng,
         context=r["context"],
         dtype=act,
         weight_dtype=wdt,
         tp=r["tp"],
+        batch=spec_batch,
     )
     ma = r["mean_accepted"]
     if ma is None or (isinstance(ma, float) and math.isnan(ma)):
         # no acceptance published: price the round once (at one token per round) and report what E the figure implies
         p = predict_speedup(mean_accepted=1.0, **kw)
-        return {"predicted": float("nan"), "implied_mean_accepted": r["published_tokens_per_s"] * p.t_round_s}
+        return {
+            "predicted": float("nan"),
+            "implied_mean_accepted": r["published_tokens_per_s"] * p.t_round_s / spec_batch,
+        }
     p = predict_speedup(mean_accepted=float(ma), **kw)
+    speedup_ = p.speedup
+    if spec_batch != batch:
+        # the plain decoding it is compared with runs the whole batch
+        base = pass_time(r["model"], r["hardware"], batch, 1, r["context"], act, weight_dtype=wdt, tp=r["tp"],
+                         engine=eng)  # fmt: skip
+        speedup_ = p.tokens_per_s * float(base.t_step_s[()]) / batch
     if r["published_speedup"] is not None and not pd.isna(r["published_speedup"]):
-        return {"predicted": p.speedup}
+        return {"predicted": speedup_}
     return {"predicted": p.tokens_per_s}
 
 
@@ -326,6 +355,7 @@ def validation_table(rows: pd.DataFrame | None = None, engines: dict[str, Engine
                 "source": sv["source"], "use": r["use"], "kind": "serving", "hardware": r["hardware"],
                 "engine": r["engine"], "batch": 1,
                 "setup": f"{r['model']} TP{r['tp']} {r['series']}: {r['policy']} at {sv['rate_req_s']:g} req/s",
+                "model": r["model"], "context": 0,
                 "metric": sv["metric"], "published": sv["published"], "roofline": sv["roofline"],
                 "engine_aware": sv["engine_aware"], "error_roofline": sv["error_roofline"],
                 "error_engine": sv["error_engine"], "implied_mean_accepted": np.nan,
@@ -341,6 +371,8 @@ def validation_table(rows: pd.DataFrame | None = None, engines: dict[str, Engine
             "engine": r["engine"],
             "batch": int(r["batch"]),
             "setup": _setup(r),
+            "model": r["model"],
+            "context": int(r["context"]),
             "metric": metric,
             "published": float(published),
             "roofline": np.nan,
@@ -403,6 +435,148 @@ def error_summary(table: pd.DataFrame) -> pd.DataFrame:
     return s.reset_index()
 
 
+#: the batch buckets a band is kept per (issue 47): one sequence, a few, a serving batch, a large one
+BATCH_BUCKETS = ((1, 1, "1"), (2, 16, "2-16"), (17, 64, "17-64"), (65, 10**9, ">64"))
+
+#: contexts above this many tokens are "long" (>8k) for a band
+LONG_CONTEXT = 8192
+
+
+def batch_bucket(batch: Any) -> str:
+    """The batch bucket of ``batch`` sequences: ``1``, ``2-16``, ``17-64`` or ``>64``."""
+    b = int(batch)
+    for lo, hi, name in BATCH_BUCKETS:
+        if lo <= b <= hi:
+            return name
+    raise ValueError(f"batch must be >= 1 (got {batch!r})")
+
+
+def context_class(context: Any) -> str:
+    """``<=8k`` or ``>8k`` tokens of context."""
+    return ">8k" if int(context) > LONG_CONTEXT else "<=8k"
+
+
+#: issue 47's bounds on a validation summary: calibration rows' median |error| per engine and batch bucket, and the
+#: held-out rows'
+BUCKET_BOUNDS = {"calibration": 0.10, "validation": 0.15}
+
+
+#: the kinds issue 47's per-bucket bounds speak of: decoding and speculation at a batch (prefill, quantised and TP
+#: rows keep their per-kind summary; a serving row's batch is its simulator's, not one number)
+BUCKET_KINDS = ("decode", "batched", "speculative")
+
+
+def bucket_summary(table: pd.DataFrame, kinds: tuple[str, ...] | None = BUCKET_KINDS) -> pd.DataFrame:
+    """Median and max |error| per (use, engine, batch bucket), engine-aware beside roofline-only, and whether the
+    median keeps :data:`BUCKET_BOUNDS` (10% calibration, 15% held out), over the rows of ``kinds`` (None: every
+    kind). ``engine`` is the engine a row's profile is a version of (``vllm-0.12`` is ``vllm``); rows without an
+    error (not modelled, or anchoring an implied acceptance) are left out. The table ``specroof validate published``
+    prints beside its per-kind summary."""
+    t = table.dropna(subset=["error_engine"])
+    if kinds is not None:
+        t = t[t["kind"].isin(kinds)]
+    if t.empty:
+        return pd.DataFrame()
+    t = t.assign(
+        engine=t["engine"].map(engine_group),
+        bucket=t["batch"].map(batch_bucket),
+        abs_roofline=t["error_roofline"].abs(),
+        abs_engine=t["error_engine"].abs(),
+    )
+    s = t.groupby(["use", "engine", "bucket"]).agg(
+        rows=("published", "size"),
+        median_abs_error_roofline=("abs_roofline", "median"),
+        median_abs_error_engine=("abs_engine", "median"),
+        max_abs_error_engine=("abs_engine", "max"),
+    )
+    s = s.reset_index()
+    s["within_bound"] = s["median_abs_error_engine"] <= s["use"].map(BUCKET_BOUNDS)
+    return s
+
+
+#: a series' batch trend must hold within this share (issue 47): its speedup at batch b over its speedup at batch 1
+TREND_TOLERANCE = 0.10
+
+#: what makes speculative rows one series: everything but the batch
+SERIES_KEYS = ("file", "hardware", "engine", "model", "weight_dtype", "tp", "drafter", "gamma", "tree", "context")
+
+
+def batch_trends(rows: pd.DataFrame | None = None, engines: dict[str, Engine] | None = None) -> pd.DataFrame:
+    """The batch trend of every speculative series: its speedup at batch b over its speedup at batch 1, published
+    against predicted, and their ratio's error (issue 47: within :data:`TREND_TOLERANCE` on calibration series).
+
+    A series is the speculative rows of one file that differ only in batch (:data:`SERIES_KEYS`) and include batch 1.
+    A row's published speedup is its ``speedup``, or its ``tokens_per_s`` over its series' plain decoding at the same
+    batch (a ``decode``/``batched`` row of the file with the same model, hardware, engine and batch). A row without a
+    published acceptance takes the tokens per round that reproduce the series' batch-1 row (the anchor), so a series
+    tests what changes with batch at one acceptance; ``implied_mean_accepted`` is what each row's own figure implies.
+    """
+    df = load_published() if rows is None else rows
+    spec = df[(df["kind"] == "speculative") & (df["not_modelled"] == "")].copy()
+    out = []
+    if spec.empty:
+        return pd.DataFrame()
+    # the series' keys as text (a missing gamma or tree is NaN, which no group matches)
+    keys = {k: spec[k].map(lambda v: "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v))
+            for k in SERIES_KEYS}  # fmt: skip
+    for key, g in spec.groupby([keys[k] for k in SERIES_KEYS], sort=False):
+        if g["batch"].nunique() < 2 or 1 not in set(g["batch"]):
+            continue
+        eng_name = str(g["engine"].iloc[0])
+        eng = (engines or {}).get(eng_name) or load_engine(eng_name)
+        recs = []
+        for _, r in g.sort_values("batch").iterrows():
+            rec = dict(zip(SERIES_KEYS, key, strict=True)) | {"use": r["use"], "batch": int(r["batch"])}
+            rec["published_speedup"] = _series_speedup(df, r)
+            recs.append((r, rec))
+        anchor_r, anchor = recs[0]
+        e_anchor = _row_mean_accepted(anchor_r, eng)
+        for r, rec in recs:
+            e_row = _row_mean_accepted(r, eng)
+            e = float(r["mean_accepted"]) if _is_given(r["mean_accepted"]) else e_anchor
+            pred = predict_row({**dict(r), "mean_accepted": e, "published_speedup": 1.0}, eng)["predicted"]
+            rec["mean_accepted"] = e
+            rec["implied_mean_accepted"] = e_row
+            rec["predicted_speedup"] = pred
+            out.append(rec)
+    t = pd.DataFrame(out)
+    if t.empty:
+        return t
+    base = t[t["batch"] == 1].set_index(list(SERIES_KEYS))
+    t = t.set_index(list(SERIES_KEYS))
+    t["published_trend"] = t["published_speedup"] / base["published_speedup"].reindex(t.index).to_numpy()
+    t["predicted_trend"] = t["predicted_speedup"] / base["predicted_speedup"].reindex(t.index).to_numpy()
+    t["trend_error"] = t["predicted_trend"] / t["published_trend"] - 1.0
+    t["implied_acceptance_drift"] = (
+        t["implied_mean_accepted"] / base["implied_mean_accepted"].reindex(t.index).to_numpy() - 1.0
+    )
+    return t.reset_index()
+
+
+def _series_speedup(df: pd.DataFrame, r: pd.Series) -> float:
+    """A speculative row's published speedup: its own, or its tokens/s over the same file's plain row at its batch."""
+    if _is_given(r["published_speedup"]):
+        return float(r["published_speedup"])
+    plain = df[
+        (df["file"] == r["file"]) & df["kind"].isin(("decode", "batched")) & (df["model"] == r["model"])
+        & (df["hardware"] == r["hardware"]) & (df["engine"] == r["engine"]) & (df["batch"] == r["batch"])
+    ]  # fmt: skip
+    if plain.empty or not _is_given(r["published_tokens_per_s"]):
+        return float("nan")
+    return float(r["published_tokens_per_s"]) / float(plain["published_tokens_per_s"].iloc[0])
+
+
+def _row_mean_accepted(r: pd.Series, eng: Engine | None) -> float:
+    """The tokens per round a row publishes, or the ones that reproduce its published speedup under ``eng``."""
+    if _is_given(r["mean_accepted"]):
+        return float(r["mean_accepted"])
+    one = predict_row({**dict(r), "mean_accepted": 1.0, "published_speedup": 1.0}, eng)["predicted"]
+    pub = (
+        _series_speedup(load_published(), r) if not _is_given(r["published_speedup"]) else float(r["published_speedup"])
+    )
+    return float(pub / one) if one > 0 and np.isfinite(pub) else float("nan")
+
+
 def _with(engine: Engine, name: str, value: float) -> Engine:
     """``engine`` with one fitted parameter set (``weight_bandwidth_ratio.<dtype>`` for a quantised rate)."""
     if name.startswith("weight_bandwidth_ratio."):
@@ -453,13 +627,16 @@ def calibrate(engine: Engine | str, rows: pd.DataFrame | None = None) -> tuple[E
         return e
 
     def engine_of(e: Engine, row_engine: str) -> Engine:
-        # a row of another engine of the family takes the fitted terms on top of its own profile
+        # a row of another engine of the family takes the fitted terms on top of its own profile: the shared ones
+        # always, an engine's own host terms only for its versions
         other = load_engine(row_engine)
         assert other is not None
         if other.name == e.name:
             return e
+        same = engine_base(other.name) == engine_base(e.name)
         for n in names:
-            other = _with(other, n, _get(e, n))
+            if n not in OWN_PARAMETERS or same:
+                other = _with(other, n, _get(e, n))
         return other
 
     def residuals(x: np.ndarray) -> np.ndarray:
@@ -499,7 +676,8 @@ def write_fitted(engine: Engine, folder: str | Path | None = None) -> list[Path]
         target = load_engine(path)
         assert target is not None
         for param in FIT_PARAMETERS[engine.name]:
-            target = _with(target, param, _get(engine, param))
+            if param not in OWN_PARAMETERS or engine_base(name) == engine_base(engine.name):
+                target = _with(target, param, _get(engine, param))
         path.write_text(tomli_w.dumps(_readable(engine_data(target))))
         written.append(path)
     _load_file.cache_clear()

@@ -235,9 +235,11 @@ def test_every_published_file_names_its_source_and_use():
     cal_sources = set(rows.loc[rows["use"] == "calibration", "file"])
     # the only calibration sources the issues name: gpt-fast, Spec-Bench's A100 Vicuna-7B rows, SGLang's documentation
     # rows for the H100, torchao's vLLM rows for the H100 in bf16, and Splitwise's compute-bound DGX-H100 prefill times
-    # (the one named TTFT source prefill is calibrated on; its short-prompt and A100 rows are validation)
+    # (the one named TTFT source prefill is calibrated on; its short-prompt and A100 rows are validation); and the
+    # sources issue 47 gathered for the serving engines' host terms (vLLM pull requests #17202, #29334 and #16035)
     assert cal_sources == {
-        "gpt_fast.toml", "spec_bench_a100.toml", "sglang_docs_h100.toml", "torchao_vllm.toml", "splitwise_dgx_prefill.toml"
+        "gpt_fast.toml", "spec_bench_a100.toml", "sglang_docs_h100.toml", "torchao_vllm.toml", "splitwise_dgx_prefill.toml",
+        "vllm_pr17202_mtbench_h100.toml", "vllm_pr29334_frspec_a100.toml", "vllm_pr16035_eagle_h100.toml",
     }  # fmt: skip
     tao = rows[rows["file"] == "torchao_vllm.toml"]
     assert set(tao.loc[tao["use"] == "calibration", "weight_dtype"]) == {"bf16"}

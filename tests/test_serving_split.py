@@ -58,8 +58,10 @@ def test_marks_are_the_arrivals_that_find_the_server_empty(prices):
 
 def test_a_plain_run_cut_at_empty_moments_is_the_unsplit_run(prices, small_chunks):
     """Plain decoding draws no random numbers: from an empty server the pieces take the very steps of the whole
-    run, so the cut run is the unsplit one, request for request (its totals up to rounding)."""
-    w, pol, alpha, cfg = _setup(2600, 4.0, "off")
+    run, so the cut run is the unsplit one, request for request (its totals up to rounding). At 3.5 req/s: since
+    vLLM's per-step host time (docs/cost-model.md, section 32) a plain step costs more, and at 4 req/s this workload
+    leaves the server empty too seldom for a cut within the test's 200-request windows."""
+    w, pol, alpha, cfg = _setup(2600, 3.5, "off")
     whole = simulate_run(w, prices, pol, alpha, cfg, np.random.default_rng(0))
     cut, _ = _cut(w, prices, pol, alpha, cfg)
     assert cut is not None

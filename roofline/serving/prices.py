@@ -397,15 +397,24 @@ def step_prices(
     draft = np.zeros((G, b_grid.size, l_grid.size))
     verify = np.zeros((G, b_grid.size, l_grid.size))
     verify[0] = target[:, 0, :]
+    # the draft passes run inside the round's step where the engine says so: they do not pay the step's host time
+    dctx = (
+        ctx if ctx.pricing.draft_passes is ctx.pricing else Ctx.of(ctx.target, ctx.pricing.draft_passes, ctx.draft_tp)
+    )
+    # a round's host time beyond the engine's fixed per-round time: per sequence, and the per-step host time where
+    # plain decoding hides it and a speculative round does not (docs/cost-model.md, section 32); rides on the
+    # draft table, which only speculative steps read
+    round_s = ctx.pricing.round_host_s
+    round_extra = np.asarray(ctx.pricing.round_host_at(b_grid), dtype=float) - round_s
     if max_gamma > 0:
         if drafter is None:
             raise SpecroofError("a speculating policy needs a drafter")
         d = _unbounded(drafter)
         g = np.arange(1, G, dtype=np.int64)[:, None, None]
         B, L = b_grid[None, :, None], l_grid[None, None, :]
-        draft[1:] = np.broadcast_to(d.draft_time(ctx, g, B, L), (G - 1, b_grid.size, l_grid.size))
+        draft[1:] = np.broadcast_to(d.draft_time(dctx, g, B, L), (G - 1, b_grid.size, l_grid.size))
+        draft[1:] += np.broadcast_to(round_extra, b_grid.shape)[None, :, None]
         verify[1:] = np.broadcast_to(d.verify_time(ctx, g, B, L), (G - 1, b_grid.size, l_grid.size))
-    round_s = ctx.pricing.round_host_s
     name = "" if drafter is None else str(getattr(drafter, "name", drafter))
     tree_rows, tree_tokens = None, 0
     if tree is not None:
@@ -416,8 +425,8 @@ def step_prices(
         verify_t = ctx.pass_s(ctx.target, b_grid[:, None], None, l_grid[None, :], tree=depths, tp=ctx.tp)
         widths = [int(x) for x in tree.widths]
         # tree_draft_time takes one batch and context: the grid is small (hundreds of points)
-        draft_t = np.array([[d.tree_draft_time(ctx, widths, int(b), int(c)) for c in l_grid] for b in b_grid])
-        tree_rows = draft_t + verify_t + round_s
+        draft_t = np.array([[d.tree_draft_time(dctx, widths, int(b), int(c)) for c in l_grid] for b in b_grid])
+        tree_rows = draft_t + verify_t + round_s + np.broadcast_to(round_extra, b_grid.shape)[:, None]
         tree_tokens = int(tree.n_nodes) + 1
     draft_prefills = isinstance(drafter, _SmallModel)
     draft_pass = None
