@@ -31,6 +31,10 @@ from roofline.jsonio import dumps
 from roofline.model import ModelSpec, get_model
 from roofline.passtime import crossover_tokens, pass_time, weights_only_crossover
 
+# the draft-tree sizes and depth the page searches: the answer, the tree section and `specroof tree --hardware` share
+# one search (they used to search different budgets and could name different best trees for one question)
+from specroof.commands.common import TREE_BUDGETS, TREE_DEPTH
+
 esc = html.escape
 
 #: The data-center GPUs the default report covers.
@@ -181,10 +185,6 @@ DEFAULT_PAIRING: dict[str, Any] = {
     "engine": DEFAULT_ENGINE,
 }
 
-#: the draft-tree budgets the page searches, and the deepest tree: the answer and the tree section share one
-#: search (they used to search different budgets and could name different best trees for one question)
-TREE_BUDGETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
-TREE_DEPTH = 10
 _TREE_CACHE: dict[tuple[Any, ...], Any] = {}
 
 
