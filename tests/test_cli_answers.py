@@ -110,3 +110,90 @@ def test_a_published_default_reproduces_its_figure(kind):
     else:
         got = default_tree(as_drafter(kind)).expected_tokens(IIDAcceptance(p))
     assert got == pytest.approx(mean, rel=1e-6)
+
+
+# -- one acceptance grammar, every policy combination (item 2) ------------------------------------------------------
+
+SERVE = ["serve", "--hardware", HW, "--target", TARGET, "--drafter", "model:llama-3.2-1b", "--rate", "4",
+         "--requests", "40", "--input-len", "128", "--output-len", "32"]  # fmt: skip
+
+
+def _per_rate(out):
+    return json.loads(out)["per_rate"]
+
+
+def test_serve_takes_key_value_acceptance_as_plan_does(capsys):
+    code, bare, err = run(capsys, *SERVE, "--acceptance", "0.8", "--policy", "static:3", "--json")
+    assert code == 0, err
+    for form in ("model=0.8", "draft=0.8", "model=alpha:0.8"):  # the drafter's name, plan's old alias, a kind
+        code, out, err = run(capsys, *SERVE, "--acceptance", form, "--policy", "static:3", "--json")
+        assert code == 0, err
+        assert _per_rate(out) == _per_rate(bare), form
+    code, out, err = run(capsys, *SERVE, "--acceptance", "eagle3=0.8")
+    assert code == 2 and not out and len(err.strip().splitlines()) == 1 and "KEY must be one of" in err
+
+
+def test_serve_without_acceptance_takes_the_published_figure_and_says_so(capsys):
+    from specroof.commands.common import published_acceptance
+
+    code, out, err = run(capsys, *SERVE, "--policy", "static:3", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    alpha = published_acceptance("model")[0].for_plan()
+    assert d["settings"]["alpha"] == pytest.approx(alpha) and "Spec-Bench" in d["acceptance"]
+    # the same figure written out gives the same simulation
+    code, out2, _ = run(capsys, *SERVE, "--policy", "static:3", "--acceptance", f"model={alpha!r}", "--json")
+    assert code == 0 and _per_rate(out2) == _per_rate(out)
+
+
+def test_a_vllm_rate_means_the_same_in_serve_and_plan(capsys):
+    code, out, _ = run(capsys, *SERVE, "--policy", "static:4", "--acceptance", "model=vllm-rate:0.6@4", "--json")
+    serve_alpha = json.loads(out)["settings"]["alpha"]
+    code2, out2, _ = run(capsys, "plan", "--hardware", HW, "--target", TARGET, "--drafter", "model:llama-3.2-1b",
+                         "--acceptance", "model=vllm-rate:0.6@4", "--json")  # fmt: skip
+    assert code == code2 == 0
+    rows = json.loads(out2)["table"]
+    g4 = next(r for r in rows if r["gamma"] == 4)
+    from roofline.speculative import expected_tokens
+
+    assert g4["expected_tokens"] == pytest.approx(float(expected_tokens(serve_alpha, 4)), rel=1e-6)
+
+
+POLICIES = [["off"], ["static:0"], ["off", "static:0"], ["static:3"], ["by-batch:1=4,32=0"], ["by-batch:1=0"],
+            ["goodput"], ["goodput:4"], ["tree:eagle"], ["static:3", "goodput"], ["tree:eagle", "static:2"],
+            ["off", "static:2"], ["static:3", "static:3"], ["tree:eagle", "tree:medusa"], ["goodput:0"], ["bogus"],
+            ["static:-1"], ["OFF", "Static:2"]]  # fmt: skip
+
+
+@pytest.mark.parametrize("policies", POLICIES, ids=["+".join(p) for p in POLICIES])
+def test_every_policy_combination_works_or_is_one_line(capsys, policies):
+    argv = ["serve", "--hardware", HW, "--target", TARGET, "--drafter", "eagle", "--acceptance", "0.7", "--rate", "4",
+            "--requests", "40", "--input-len", "128", "--output-len", "32"]  # fmt: skip
+    for p in policies:
+        argv += ["--policy", p]
+    code, out, err = run(capsys, *argv)
+    assert code in (0, 2), err
+    if code == 2:
+        assert not out and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    else:
+        assert out.startswith("speculation (") and not err.strip()
+
+
+def test_speedup_takes_the_shared_grammar_too(capsys):
+    base = [
+        "speedup",
+        "--hardware",
+        HW,
+        "--target",
+        TARGET,
+        "--drafter",
+        "model:llama-3.2-1b",
+        "--gamma",
+        "4",
+        "--json",
+    ]
+    code, a, _ = run(capsys, *base, "--alpha", "0.7")
+    code2, b, _ = run(capsys, *base, "--acceptance", "model=0.7")
+    assert code == code2 == 0 and json.loads(a)["speedup"] == pytest.approx(json.loads(b)["speedup"])
+    code, _, err = run(capsys, *base, "--acceptance", "0.7", "--alpha", "0.7")
+    assert code == 2 and "not both" in err

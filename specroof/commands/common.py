@@ -302,6 +302,29 @@ def acceptance_from_args(args: argparse.Namespace, drafters: dict[str, Any]) -> 
     return value
 
 
+def single_acceptance(value: str | None, drafter: str) -> tuple[Any, Any, str]:
+    """One drafter's acceptance in the grammar every command shares: ``VALUE`` or ``KEY=VALUE`` (KEY the drafter's
+    name, as ``plan --acceptance`` takes it), or None for its published figure (:func:`published_acceptance`).
+
+    Returns (the acceptance kind, what the planner takes: a rate or a curve, the sentence saying what it was read as).
+    """
+    from roofline.acceptance import parse_acceptance, parse_acceptance_items
+
+    key = drafter_key(drafter)
+    if value is None:
+        acc, source = published_acceptance(key)
+        plan_value, _ = _for_plan(key, acc)
+        return acc, plan_value, f"{key}: none given: {source} (--acceptance {key}=VALUE for yours)"
+    text = str(value).strip()
+    if "=" in text and not Path(text).is_file():  # KEY=VALUE (a file whose name holds '=' is a file): KEY names it
+        aliases = {a: key for a, k in ACCEPTANCE_KEY_ALIASES.items() if k == key} | {drafter.strip(): key}
+        acc = parse_acceptance_items([text], [key], aliases=aliases)[key]
+    else:
+        acc = parse_acceptance(text)
+    plan_value, note = _for_plan(key, acc)
+    return acc, plan_value, note
+
+
 #: the draft-tree sizes searched for a GPU and the deepest tree, by ``tree --hardware`` and the report page alike
 #: (one search: the page and the command name the same tree for one question)
 TREE_BUDGETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)

@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from roofline.errors import SpecroofError
+from specroof.commands.common import single_acceptance
 from specroof.shell import _add_engine, _add_json, bounded_int, emit, plot_path
 
 #: the columns the table shows (the JSON has every column of the summary)
@@ -132,19 +133,35 @@ def _progress(args: argparse.Namespace) -> tuple[Callable[[int, int, str], None]
     return on_run, close
 
 
+def _policies(given: list[str] | None) -> list[str]:
+    """``off`` (always run, the baseline) and the speculating policies asked for (default goodput)."""
+    from roofline.serving.policies import parse_policy
+
+    asked = [p for p in (given or ["goodput"]) if parse_policy(p).name != "off"]  # static:0 is off too
+    if not asked:
+        raise SpecroofError(
+            "--policy off alone compares nothing: plain decoding (off) is always run; give a speculating policy to "
+            "set against it (static:G, by-batch:B=G,..., tree:NAME, goodput[:GMAX]) or leave --policy out (goodput)"
+        )
+    return ["off", *asked]
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from roofline.serving import simulate
 
-    policies = ["off"] + [p for p in (args.policy or ["goodput"]) if p.strip().lower() != "off"]
+    policies = _policies(args.policy)
     if args.trace is None and args.rate is None:
         raise SpecroofError("give --rate R1,R2,... (req/s), or --trace FILE to replay a trace")
+    acc, value, acceptance_note = single_acceptance(args.acceptance, args.drafter)
+    # the simulator draws one per-token rate per request: a curve enters as the rate with its tokens per round
+    alpha = float(value) if isinstance(value, (int, float)) else float(acc.alpha())
     on_run, close_bar = _progress(args)
     try:
         res = simulate(
             hardware=args.hardware,
             target=args.target,
             drafter=args.drafter,
-            acceptance=args.acceptance,
+            acceptance=alpha,
             policy=policies,
             rates=args.rate,
             requests=args.requests,
@@ -201,6 +218,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         payload["plot"] = args.plot
     lines = [_verdict(stops[p], p, rates, hw, args.metric) for p in spec_names]
     st = res.settings
+    lines.append(f"  acceptance: {acceptance_note}")
+    payload["acceptance"] = acceptance_note
     lines.append(
         f"  {st['target']} + {st['drafter']} at alpha {st['alpha']:.3g}, {st['pricing']}; "
         f"{len(res.requests) // max(1, len(s))} requests per point, scheduler {st['max_seqs']} seqs / "
@@ -236,7 +255,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--target", required=True, help="target model: preset or config.json")
     p.add_argument("--drafter", required=True, help=f"the drafter: {DRAFTER_GRAMMAR}")
     p.add_argument(
-        "--acceptance", default="0.7", help="per-token alpha (0.7, alpha:0.7) or tokens per round mean:3.2@G"
+        "--acceptance",
+        metavar="[KEY=]VALUE",
+        help="the drafter's acceptance, as plan takes it (KEY its name: model=0.8, eagle3=mean:3.5): 0.7 or alpha:0.7 "
+        "(per-token), mean:3.2[@G] (tokens per round), vllm-rate:0.7@K, curve:0.9,0.8,... or a metrics file "
+        "(default: the drafter's published figure, named on the output)",
     )
     p.add_argument("--rate", type=_rates, help="request rates to sweep, req/s: 1,2,4,8,16")
     p.add_argument(

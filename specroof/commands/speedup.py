@@ -14,6 +14,8 @@ from specroof.commands.common import (
     WEIGHT_DTYPE_HELP,
     apply_weight_only,
     band_for,
+    drafter_key,
+    single_acceptance,
 )
 from specroof.shell import (
     INT_MAX,
@@ -54,6 +56,36 @@ def cmd_speedup(args: argparse.Namespace) -> int:
     return 0
 
 
+def _acceptance(args: argparse.Namespace, gamma: int | str | None) -> tuple[float | None, float | None, str]:
+    """(mean_accepted, alpha, what it was read as) for the priced form: --mean-accepted or --alpha as given, else
+    ``--acceptance [KEY=]VALUE`` in the grammar every command shares, else the drafter's published figure.
+
+    A per-token rate priced on a tree (the drafter's own, or ``--tree``) is read as i.i.d. candidates (section 9 of
+    docs/cost-model.md): the tree's expected tokens under it are the round's tokens."""
+    if args.mean_accepted is not None or args.alpha is not None:
+        return args.mean_accepted, args.alpha, ""
+    from roofline.acceptance import MeanAccepted
+
+    acc, value, note = single_acceptance(args.acceptance, args.drafter)
+    if isinstance(acc, MeanAccepted) and (acc.gamma is None or acc.gamma == gamma or gamma is None):
+        # tokens per round as measured: the round priced is taken to be the one it was measured on
+        return acc.mean, None, f"{drafter_key(args.drafter)}: given {acc.given()}, priced as the round's tokens"
+    rate = float(value) if isinstance(value, (int, float)) else float(acc.alpha())
+    if gamma is None:
+        from roofline.drafters import as_drafter, default_tree, tree_preset
+        from roofline.trees import IIDAcceptance
+
+        tree = tree_preset(args.tree) if args.tree is not None else default_tree(as_drafter(args.drafter))
+        if tree is not None:
+            mean = float(tree.expected_tokens(IIDAcceptance(rate)))
+            return (
+                mean,
+                None,
+                f"{note}; on its {tree.n_nodes}-node tree, i.i.d. candidates: {mean:.3f} tokens per round",
+            )
+    return None, rate, note
+
+
 def _speedup_priced(args: argparse.Namespace) -> int:
     """``speedup --hardware --target --drafter --mean-accepted``: one configuration priced by the cost model."""
     from roofline.speculative import predict_speedup
@@ -62,10 +94,8 @@ def _speedup_priced(args: argparse.Namespace) -> int:
     if missing:
         raise SpecroofError("a priced speedup needs " + ", ".join(f"--{m}" for m in missing))
     not_both({"--c (the idealised form)": args.c, "--hardware (the priced form)": args.hardware})
-    not_both({"--alpha": args.alpha, "--mean-accepted": args.mean_accepted})
+    not_both({"--alpha": args.alpha, "--mean-accepted": args.mean_accepted, "--acceptance": args.acceptance})
     check_tp(get_model(args.target), args.tp)
-    if args.mean_accepted is None and args.alpha is None:
-        raise SpecroofError("give --mean-accepted (tokens per round, bonus included) or --alpha")
     if args.tree is not None and args.gamma is not None:
         raise SpecroofError("--gamma and --tree exclude each other")
     apply_weight_only(args)
@@ -75,12 +105,13 @@ def _speedup_priced(args: argparse.Namespace) -> int:
             gamma = check_gamma(int(gamma), "--gamma")
         except ValueError:
             raise SpecroofError(f"--gamma must be a whole number or 'heuristic' (got {args.gamma!r})") from None
+    mean_accepted, alpha, note = _acceptance(args, gamma)
     r = predict_speedup(
         hardware=pricing_from_args(args),
         target=args.target,
         drafter=args.drafter,
-        mean_accepted=args.mean_accepted,
-        alpha=args.alpha,
+        mean_accepted=mean_accepted,
+        alpha=alpha,
         gamma=gamma,
         tree=args.tree,
         batch=args.batch,
@@ -98,8 +129,11 @@ def _speedup_priced(args: argparse.Namespace) -> int:
             f"(draft {r.t_draft_s * 1e3:.2f}, verify {r.t_verify_s * 1e3:.2f}, host {r.t_round_host_s * 1e3:.2f})"
             f" against one token per {r.t_base_s * 1e3:.2f} ms",
             f"  {r.tokens_per_s:.1f} tokens/s against {r.baseline_tokens_per_s:.1f}",
+            *([f"  acceptance: {note}"] if note else []),
         ]
     )
+    if note:
+        payload["acceptance"] = note
     emit(args, payload, text)
     return 0
 
@@ -124,6 +158,12 @@ def add_parser(sub: Any) -> None:
         "--mean-accepted",
         type=finite_float,
         help="measured tokens per round, bonus included (Spec-Bench's #mean accepted tokens, vLLM's mean acceptance length)",
+    )
+    p.add_argument(
+        "--acceptance",
+        metavar="[KEY=]VALUE",
+        help="priced form: the drafter's acceptance as plan and serve take it (0.7, mean:3.2@G, vllm-rate:0.7@K, "
+        "curve:..., a metrics file; default: the drafter's published figure, named on the output)",
     )
     p.add_argument(
         "--tree",
