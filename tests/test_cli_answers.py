@@ -4,6 +4,7 @@ output, verdicts that agree with their tables."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -114,8 +115,9 @@ def test_a_published_default_reproduces_its_figure(kind):
 
 # -- one acceptance grammar, every policy combination (item 2) ------------------------------------------------------
 
-SERVE = ["serve", "--hardware", HW, "--target", TARGET, "--drafter", "model:llama-3.2-1b", "--rate", "4",
-         "--requests", "40", "--input-len", "128", "--output-len", "32"]  # fmt: skip
+SERVE_AT = ["serve", "--hardware", HW, "--target", TARGET, "--drafter", "model:llama-3.2-1b", "--requests", "40",
+            "--input-len", "128", "--output-len", "32"]  # fmt: skip
+SERVE = [*SERVE_AT, "--rate", "4"]
 
 
 def _per_rate(out):
@@ -197,3 +199,208 @@ def test_speedup_takes_the_shared_grammar_too(capsys):
     assert code == code2 == 0 and json.loads(a)["speedup"] == pytest.approx(json.loads(b)["speedup"])
     code, _, err = run(capsys, *base, "--acceptance", "0.7", "--alpha", "0.7")
     assert code == 2 and "not both" in err
+
+
+# -- one answer per question (item 5) --------------------------------------------------------------------------------
+
+METRICS = str(Path(__file__).parent / "data" / "vllm_metrics.prom")
+
+
+@pytest.mark.parametrize("drafter", ["eagle3", "model:llama-3.2-1b"])
+def test_plan_emits_the_gamma_it_ranks_first(capsys, drafter):
+    key = drafter.split(":")[0]
+    argv = ["plan", "--hardware", HW, "--target", TARGET, "--drafter", drafter, "--acceptance", f"{key}={METRICS}",
+            "--emit", "vllm", "--json"]  # fmt: skip
+    code, out, err = run(capsys, *argv)
+    assert code == 0, err
+    d = json.loads(out)
+    rec, top, dep = d["recommendations"][0], d["table"][0], d["deploy"][0]
+    assert rec["gamma"] == top["gamma"] == dep["knobs"]["num_speculative_tokens"]
+    assert rec["speedup"] == pytest.approx(top["speedup"]) == pytest.approx(dep["speedup"])
+    assert rec["deploy_setting"] == dep["label"]
+
+
+def test_a_tree_the_engine_builds_replaces_the_chain_only_when_said(capsys):
+    argv = ["plan", "--hardware", HW, "--target", TARGET, "--drafter", "eagle3", "--acceptance", "eagle3=mean:3.2",
+            "--batch", "1", "64", "--emit", "sglang", "--json"]  # fmt: skip
+    code, out, err = run(capsys, *argv)
+    assert code == 0, err
+    d = json.loads(out)
+    for rec, dep in zip(d["recommendations"], d["deploy"], strict=True):
+        assert rec["deploy_setting"] == dep["label"]
+        if dep["label"] != f"speculative_num_steps={rec['gamma']} speculative_eagle_topk=1 " \
+                           f"speculative_num_draft_tokens={rec['gamma'] + 1}":  # fmt: skip
+            assert "that is the setting deployed" in rec["reason"] and dep["speedup"] > rec["speedup"]
+
+
+def test_every_recommending_command_prices_under_serving_by_default_and_says_so(capsys, vec):
+    code, out, _ = run(capsys, "plan", "--hardware", HW, "--target", TARGET, "--drafter", "eagle3", "--json")
+    assert code == 0 and json.loads(out)["engine"] == "serving"
+    code, out, _ = run(capsys, "plan", "--hardware", HW, "--target", TARGET, "--drafter", "eagle3")
+    assert "priced under the serving engine (the default" in out
+    code, out, _ = run(capsys, "plan", "--hardware", HW, "--target", TARGET, "--drafter", "eagle3", "--engine", "none")
+    assert code == 0 and "datasheet roofline" in out
+    code, out, _ = run(capsys, "speedup", "--hardware", HW, "--target", TARGET, "--drafter", "eagle3", "--json")
+    assert code == 0 and json.loads(out)["engine"] == "serving"
+    code, out, _ = run(capsys, "tree", "--hardware", HW, "--target", TARGET, "--drafter", "eagle3",
+                       "--acceptance-vector", vec, "--json")  # fmt: skip
+    assert code == 0 and json.loads(out)["engine"] == "serving"
+    code, out, _ = run(capsys, *SERVE, "--policy", "static:3", "--json")
+    assert code == 0 and "vllm" in json.loads(out)["settings"]["pricing"]  # serving is an alias of vLLM's profile
+
+
+def test_roofline_keeps_the_worked_example_first_with_the_engine_beside(capsys):
+    code, out, _ = run(capsys, "roofline", "--hardware", "a100-sxm-80gb", "--params", "13e9", "--dtype", "fp16",
+                       "--json")  # fmt: skip
+    d = json.loads(out)
+    assert code == 0 and d["engine"] == "roofline" and d["dtype"] == "fp16"
+    assert d["weight_bytes"] == pytest.approx(26e9) and d["t_step_s"] == pytest.approx(12.75e-3, rel=1e-3)
+    assert d["crossover_tokens"] in (152, 153) and d["ridge_flop_per_byte"] == pytest.approx(153.0, rel=0.01)
+    assert d["engine_beside"]["engine"] == "serving" and d["engine_beside"]["t_step_s"] > d["t_step_s"]
+    code, out, _ = run(capsys, "roofline", "--hardware", "a100-sxm-80gb", "--params", "13e9", "--json")
+    assert json.loads(out)["dtype"] == "bf16"  # the one default dtype
+
+
+def test_target_and_model_are_one_flag(capsys):
+    a = run(capsys, "roofline", "--hardware", HW, "--target", TARGET, "--json")
+    b = run(capsys, "roofline", "--hardware", HW, "--model", TARGET, "--json")
+    assert a[0] == b[0] == 0 and a[1] == b[1]
+    code, out, _ = run(capsys, "plan", "--hardware", HW, "--model", TARGET, "--drafter", "eagle3", "--json")
+    assert code == 0 and json.loads(out)["recommendations"]
+    code, out, err = run(capsys, "plan", "--hardware", HW, "--model", TARGET, "--target", TARGET, "--drafter", "eagle3")
+    assert code == 2 and not out and len(err.strip().splitlines()) == 1 and "give it once" in err
+
+
+@pytest.mark.parametrize("command", [["roofline", "--hardware", HW, "--target", TARGET],
+                                     ["plan", "--hardware", HW, "--target", TARGET, "--drafter", "eagle3"]])  # fmt: skip
+def test_batch_lists_by_comma_or_by_space(capsys, command):
+    a = run(capsys, *command, "--batch", "1,8,64", "--json")
+    b = run(capsys, *command, "--batch", "1", "8", "64", "--json")
+    c = run(capsys, *command, "--batch", "1", "8,64", "--json")
+    assert a[0] == b[0] == c[0] == 0 and a[1] == b[1] == c[1]
+
+
+def test_version(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"specroof {version('specroof')}"
+
+
+# -- verdicts that agree with their tables ---------------------------------------------------------------------------
+
+
+def _summary(rates, spec, off, metric="e2e_p50_s"):
+    import pandas as pd
+
+    rows = [{"policy": "static:3", "rate_req_s": r, metric: v} for r, v in zip(rates, spec, strict=True)]
+    rows += [{"policy": "off", "rate_req_s": r, metric: v} for r, v in zip(rates, off, strict=True)]
+    return pd.DataFrame(rows)
+
+
+def test_a_verdict_that_flips_back_names_every_rate_and_no_stop():
+    from roofline.serving.sweep import verdict
+
+    # ahead at 1, 2 and 32 req/s, behind at 4, 8 and 16: "stops paying at ..." would contradict the 32 row
+    v = verdict(_summary([1, 2, 4, 8, 16, 32], [1, 1, 3, 3, 3, 1], [2, 2, 2, 2, 2, 2]), "static:3")
+    assert v.kind == "mixed" and v.stops_at is None
+    assert v.pays_at == (1, 2, 32) and v.loses_at == (4, 8, 16)
+    s = v.sentence("h100")
+    assert "pays at 1, 2, 32 req/s and not at 4, 8, 16 req/s" in s and "up to" not in s
+    stops = verdict(_summary([1, 2, 4], [1, 1, 3], [2, 2, 2]), "static:3")
+    assert stops.kind == "stops" and 2 < stops.stops_at < 4 and "pays up to" in stops.sentence()
+    up = verdict(_summary([1, 2], [3, 1], [2, 2], "throughput_tok_s"), "static:3", "throughput_tok_s")
+    assert up.pays == (True, False)  # throughput: higher is better
+
+
+def test_serve_judges_the_named_objective_and_shows_every_one(capsys):
+    from roofline.serving.sweep import OBJECTIVES
+
+    code, out, err = run(
+        capsys, *SERVE_AT, "--rate", "2,16,64", "--policy", "static:4", "--objective", "ttft", "--json"
+    )
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["objective"] == "ttft" and d["judged_on"] == "ttft_p50_s"
+    assert set(d["verdicts_by_objective"]) == set(OBJECTIVES)
+    rows = d["per_rate"]
+    for objective, col in OBJECTIVES.items():
+        v = d["verdicts_by_objective"][objective]["static:4"]
+        for r in {x["rate_req_s"] for x in rows}:
+            spec = next(x[col] for x in rows if x["rate_req_s"] == r and x["policy"] == "static:4")
+            off = next(x[col] for x in rows if x["rate_req_s"] == r and x["policy"] == "off")
+            better = spec < off if col.endswith("_p50_s") else spec > off
+            assert (r in v["pays_at_rates"]) == better, (objective, r)  # the verdict is the table's own comparison
+    code, out, _ = run(capsys, *SERVE_AT, "--rate", "2,16", "--policy", "static:4")
+    assert "on every objective" in out and all(f"{o} pays" in out for o in OBJECTIVES)
+    code, out, err = run(capsys, *SERVE, "--objective", "ttft", "--metric", "ttft_p90_s")
+    assert code == 2 and "not both" in err
+    code, out, err = run(capsys, *SERVE, "--metric", "nonsense")
+    assert code == 2 and "unknown metric" in err and not out
+
+
+# -- the page ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    out = tmp_path_factory.mktemp("page") / "r"
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(io.StringIO()):
+        code = main(["report", "--skip-measure", "--hardware", HW, "rtx-4090", "--out", str(out), "--json"])
+    assert code == 0
+    return out, json.loads(buf.getvalue())
+
+
+def test_the_page_and_plan_give_one_answer(page, capsys):
+    out, summary = page
+    row = next(r for r in summary["answer"] if r["hardware"] == HW)
+    code, text, _ = run(capsys, "plan", "--hardware", HW, "--target", TARGET, "--drafter", "model:llama-3.2-1b",
+                        "--json")  # fmt: skip
+    rec = json.loads(text)["recommendations"][0]
+    assert code == 0 and row["gamma"] == rec["gamma"] and row["chain_speedup"] == pytest.approx(rec["speedup"])
+
+
+def test_the_page_computes_where_chains_stop_and_ranks_no_row_that_does_not_fit(page):
+    import pandas as pd
+
+    out, _ = page
+    stops = pd.read_csv(out / "trees_stop_paying.csv")
+    assert stops["chains_stop_paying"].notna().all() and stops["trees_stop_paying"].notna().all()
+    assert all(s.startswith(("batch ", "pays up to the memory limit")) for s in stops["chains_stop_paying"])
+    plan = pd.read_csv(out / "plan.csv")
+    over = plan[~plan["fits_in_memory"]]
+    assert len(over) and over["speedup"].isna().all() and (over["strategy"] == "does not fit in memory").all()
+    assert plan[plan["fits_in_memory"]]["speedup"].notna().all()
+
+
+def test_the_page_judges_serving_on_the_objective_and_shows_every_one(page):
+    import pandas as pd
+
+    from roofline.serving.sweep import DEFAULT_OBJECTIVE, OBJECTIVES
+
+    out, summary = page
+    judged = pd.read_csv(out / "serving_verdicts.csv")
+    assert set(OBJECTIVES) <= set(judged.columns)
+    html = (out / "index.html").read_text()
+    assert f"judged on <b>{DEFAULT_OBJECTIVE}</b> (the default" in html
+
+
+def test_error_tables_never_print_exponents_or_minus_zero(page, capsys):
+    from specroof.shell import number, percent
+
+    assert number(2040.0) == "2,040" and number(12.345) == "12.3" and number(0.5) == "0.5"
+    assert percent(-0.001) == "0%" and percent(0.004) == "0%" and percent(-0.2) == "-20%" and percent(0.25) == "+25%"
+    out, _ = page
+    html = (out / "index.html").read_text()
+    import re
+
+    cells = re.findall(r"<td>([^<]*)</td>", html)
+    assert not [c for c in cells if re.fullmatch(r"-?[\d.]+e[+-]\d+", c.strip())], "a number in exponent form"
+    assert "-0%" not in cells
+    code, text, _ = run(capsys, "validate", "published")
+    assert code == 0 and "-0%" not in text and not re.search(r"\d\.\d+e\+\d\d", text)

@@ -182,6 +182,21 @@ SPEC_BENCH_EAGLE2 = ("sglang", 5, 10, 60)
 NO_PUBLISHED_ACCEPTANCE = ("early-exit", "block", "window")
 
 
+def published_row(file: str, model: str, drafter: str) -> dict[str, Any]:
+    """One row of a published/ file, read as it is written (without importing roofline.published, which costs a
+    second of imports that the commands do not need)."""
+    import tomllib
+
+    import roofline
+
+    path = Path(roofline.__file__).resolve().parents[1] / "published" / file
+    rows = tomllib.loads(path.read_text()).get("row", [])
+    hit = [r for r in rows if r.get("model") == model and r.get("drafter") == drafter]
+    if len(hit) != 1:
+        raise SpecroofError(f"{path.name}: expected one row for {model} + {drafter}, found {len(hit)}")
+    return dict(hit[0])
+
+
 def _tree_rate(mean: float, tree: Any) -> float:
     """The i.i.d. per-candidate rate p under which ``tree`` yields ``mean`` tokens per round (bisection)."""
     from roofline.trees import IIDAcceptance
@@ -213,17 +228,15 @@ def published_acceptance(kind: str) -> tuple[Any, str]:
         )
     from roofline.drafters import TREE_PRESETS, as_drafter, default_tree
     from roofline.predict import alpha_for_heuristic
-    from roofline.published import load_published
 
     file, model, drafter = SPEC_BENCH_ROWS[kind]
-    rows = load_published()
-    row = rows[(rows["file"] == file) & (rows["model"] == model) & (rows["drafter"] == drafter)].iloc[0]
-    mean, gamma, tree_name = float(row["mean_accepted"]), row["gamma"], row["tree"]
+    row = published_row(file, model, drafter)
+    mean, gamma, tree_name = float(row["mean_accepted"]), row.get("gamma"), row.get("tree")
     where = f"Spec-Bench's A100 leaderboard (2025-04-22), {model} + {drafter}: {mean:g} tokens per round"
     if gamma == "heuristic":
         a = float(alpha_for_heuristic(mean))
         return PerToken(a), f"{a:.3f} per token, {where} under Hugging Face's heuristic gamma schedule"
-    if isinstance(gamma, (int, float)) and gamma == gamma:  # a chain at a stated gamma (NaN: none stated)
+    if isinstance(gamma, int):  # a chain at a stated gamma
         a = float(MeanAccepted(mean, gamma=int(gamma)).for_plan())
         return PerToken(a), f"{a:.3f} per token, {where} at gamma {int(gamma)}"
     if kind in ("eagle2", "eagle3"):  # EAGLE-2's dynamic tree, as Spec-Bench runs both (the file's note)

@@ -18,6 +18,7 @@ from specroof.commands.common import (
     single_acceptance,
 )
 from specroof.shell import (
+    DEFAULT_ENGINE,
     INT_MAX,
     _add_engine,
     _add_json,
@@ -117,13 +118,18 @@ def _speedup_priced(args: argparse.Namespace) -> int:
         batch=args.batch,
         context=args.context,
     )
-    payload = r.to_dict() | {"hardware": args.hardware, "target": args.target}
+    # the engine as asked (serving by default) and the profile it resolved to (serving is an alias of vLLM's)
+    asked = args.engine or "roofline"
+    payload = r.to_dict() | {"hardware": args.hardware, "target": args.target, "engine": asked}
+    payload["engine_profile"] = r.engine
     band = band_for(args.engine, load_hardware(args.hardware), speculative=True)
     payload["error_band"], payload["error_band_note"] = band
     shape = f"tree of {r.tree_nodes} nodes" if r.tree_nodes else f"gamma {r.gamma:g}"
     text = "\n".join(
         [
-            f"{args.target} + {r.drafter} ({shape}) on {args.hardware}, engine {r.engine}: speedup {r.speedup:.2f}x"
+            f"{args.target} + {r.drafter} ({shape}) on {args.hardware}, engine {asked}"
+            + (" (the default)" if args.engine == DEFAULT_ENGINE else "")
+            + f": speedup {r.speedup:.2f}x"
             f" ({band[1]})",
             f"  {r.mean_accepted:.2f} tokens per round of {r.t_round_s * 1e3:.2f} ms "
             f"(draft {r.t_draft_s * 1e3:.2f}, verify {r.t_verify_s * 1e3:.2f}, host {r.t_round_host_s * 1e3:.2f})"
@@ -150,7 +156,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--c", type=finite_float, help="idealised form: draft step cost over target step cost")
     p.add_argument("--max-gamma", type=bounded_int(1, 4096), default=64)
     p.add_argument("--hardware", help="priced form: profile id, alias or .toml path")
-    p.add_argument("--target", help="priced form: target model preset or config.json")
+    p.add_argument("--target", "--model", dest="target", help="priced form: target model preset or config.json")
     p.add_argument(
         "--drafter", help="eagle, eagle2, eagle3, mtp, medusa, hydra, prompt-lookup, early-exit:L or model:NAME"
     )
@@ -173,7 +179,7 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--batch", type=bounded_int(1, INT_MAX), default=1)
     p.add_argument("--context", type=bounded_int(0, INT_MAX), default=1024)
-    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--dtype", default="bf16", help="compute/activation dtype (default bf16)")
     p.add_argument("--weight-dtype", default=None, help=WEIGHT_DTYPE_HELP)
     p.add_argument("--kv-dtype", default=None, help=KV_DTYPE_HELP)
     p.add_argument("--tp", type=bounded_int(1, 1024), default=1)

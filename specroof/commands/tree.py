@@ -226,12 +226,14 @@ def add_parser(sub: Any) -> None:
         "--max-depth", type=bounded_int(1, 10_000), default=TREE_DEPTH, help=f"draft levels (default {TREE_DEPTH})"
     )
     p.add_argument("--hardware", help="choose the tree size for this GPU (searches sizes; needs --target, --drafter)")
-    p.add_argument("--target", help="target model (with --hardware): preset, config.json or folder")
+    p.add_argument(
+        "--target", "--model", dest="target", help="target model (with --hardware): preset, config.json or folder"
+    )
     p.add_argument("--drafter", metavar="SPEC", help=f"the drafter (with --hardware): {DRAFTER_GRAMMAR}")
     p.add_argument("--draft", help="same as --drafter model:NAME")
     p.add_argument("--batch", type=bounded_int(1, INT_MAX), default=1)
     p.add_argument("--context", type=bounded_int(0, INT_MAX), default=1024)
-    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--dtype", default="bf16", help="compute/activation dtype (default bf16)")
     p.add_argument("--weight-dtype", default=None, help=WEIGHT_DTYPE_HELP)
     p.add_argument("--kv-dtype", default=None, help=KV_DTYPE_HELP)
     p.add_argument("--plot", type=plot_path, help="write a drawing of the tree (.png, .svg, .pdf)")
