@@ -279,8 +279,12 @@ def validate_inputs(gpus: Sequence[str], pairing: dict[str, Any] | None) -> None
     for g in gpus:
         load_hardware(g)
     cfg = _pairing(pairing)
-    get_model(cfg["target"])
-    get_model(cfg["drafters"][0])
+    target, draft = get_model(cfg["target"]), get_model(cfg["drafters"][0])
+    if not target.is_abstract and not draft.is_abstract and draft.total_params >= target.total_params:
+        raise SpecroofError(
+            f"the draft model {draft.name} ({draft.total_params / 1e9:.3g}B weights) is not smaller than the target "
+            f"{target.name} ({target.total_params / 1e9:.3g}B): give a smaller --draft"
+        )
     layers = get_model(cfg["target"]).n_layers
     exit_layer = cfg["drafters"][1]
     if not 1 <= int(exit_layer) < max(2, layers):

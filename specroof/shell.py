@@ -173,9 +173,31 @@ def engine_arg(text: str) -> str | None:
         return None
     try:
         load_engine(text)
+        _has_device_table(text)
     except SpecroofError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
     return text
+
+
+def _has_device_table(text: str) -> None:
+    """A user's engine file must say what the device does: without a [device] table every fraction would silently
+    be the datasheet's (an engine that adds nothing), which is the datasheet roofline under an engine's name."""
+    import tomllib
+
+    from roofline.engine import list_engines
+
+    p = Path(text)
+    if text in list_engines() or not p.is_file():
+        return
+    try:
+        data = tomllib.loads(p.read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise SpecroofError(f"cannot read engine profile {text}: {e}") from None
+    if "alias_of" not in data and not isinstance(data.get("device"), dict):
+        raise SpecroofError(
+            f"engine profile {text} has no [device] table (bandwidth_fraction, compute_fraction, pass_us, layer_us, "
+            "...): see engine_profiles/compiled.toml for one"
+        )
 
 
 def _add_engine(p: argparse.ArgumentParser, default: str | None = DEFAULT_ENGINE) -> None:

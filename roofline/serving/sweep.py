@@ -35,6 +35,7 @@ from roofline.serving.prices import kv_capacity_tokens as device_kv_tokens
 from roofline.serving.prices import pricing_context, step_prices
 from roofline.serving.scheduler import RunResult, SchedulerConfig, simulate_run
 from roofline.serving.workload import Workload, check_rate, read_trace, synthetic
+from roofline.validation import check_tp
 
 PolicyLike = str | ServingPolicy | GammaPolicy
 
@@ -345,6 +346,8 @@ def simulate(
     check_slo("slo_ttft_s", slo_ttft_s)
     check_slo("slo_tpot_s", slo_tpot_s)
     spec = get_model(target)
+    if tp is not None and tp != 1:  # 3 devices do not split 32 heads
+        check_tp(spec, tp)
     pols = [parse_policy(p) for p in ([policy] if isinstance(policy, (str, ServingPolicy, GammaPolicy)) else policy)]
     if not pols:
         raise SpecroofError("give at least one policy (off, static:G, by-batch:B=G,..., goodput)")

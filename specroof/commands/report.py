@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -50,15 +52,44 @@ def _acceptance_items(args: argparse.Namespace, draft: str, exit_layer: int) -> 
     return out
 
 
+def check_out_folder(out: str) -> None:
+    """The report's folder, refused before any work: a file, a folder that cannot be written, or one whose nearest
+    existing parent cannot be written (the folders are made when the page is written)."""
+    p = Path(out)
+    if p.exists() and not p.is_dir():
+        raise SpecroofError(f"--out {out!r} is a file: the report is a folder (index.html, PNGs, CSVs)")
+    existing = p
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise SpecroofError(f"--out {out!r}: {str(existing)!r} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise SpecroofError(
+            f"--out {out!r}: cannot write in {str(existing)!r} (permission denied); choose another --out"
+        )
+
+
+def probe_out_folder(out: str) -> None:
+    """Make the report's folder and write a probe file there: what permissions cannot tell (a read-only mount, a
+    full disk, root on a read-only file system) fails here, in one line, before any section runs."""
+    import tempfile
+
+    try:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as e:
+        raise SpecroofError(f"--out {out!r}: cannot write there ({e.strerror or e}); choose another --out") from None
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     import time
 
     from specroof.report import DEFAULT_PAIRING, analytic_sections, validate_inputs, write_report
 
-    if args.budget is not None and not args.budget > 0:
-        raise SpecroofError(f"--budget must be > 0 seconds (got {args.budget})")
-    if Path(args.out).exists() and not Path(args.out).is_dir():
-        raise SpecroofError(f"--out {args.out!r} is a file: the report is a folder (index.html, PNGs, CSVs)")
+    if args.budget is not None and not (math.isfinite(args.budget) and args.budget > 0):
+        raise SpecroofError(f"--budget must be a finite number of seconds > 0 (got {args.budget})")
+    check_out_folder(args.out)
     if args.alpha is not None and not 0.0 < args.alpha < 1.0:  # 0: never accepted, no drafter; nan fails too
         raise SpecroofError(f"--alpha must lie in (0, 1) (got {args.alpha})")
     extra: list[Any] = []
@@ -118,6 +149,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         _note(args, f"[{done['n']}/{n_sections}] {sec.title}: {state} ({time.perf_counter() - t0:.0f} s)")
 
     validate_inputs(args.hardware, pairing)  # every check before the first line of work is printed
+    probe_out_folder(args.out)  # a read-only mount, a full disk: found by writing, before "writing" is said
     _note(args, f"writing {args.out}/index.html section by section ...")
     try:
         summary = write_report(args.out, args.hardware, extra, pairing, debug=args.debug, on_section=on_section)

@@ -168,6 +168,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     objective, metric = _objective(args)
 
     policies = _policies(args.policy)
+    if args.tp is not None:  # tp must shard the target's heads: refused before the simulation
+        from roofline.model import get_model
+        from roofline.validation import check_tp
+
+        check_tp(get_model(args.target), args.tp)
     if args.trace is None and args.rate is None:
         raise SpecroofError("give --rate R1,R2,... (req/s), or --trace FILE to replay a trace")
     acc, value, acceptance_note = single_acceptance(args.acceptance, args.drafter)

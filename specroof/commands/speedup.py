@@ -39,6 +39,13 @@ def cmd_speedup(args: argparse.Namespace) -> int:
         raise SpecroofError(
             "give --alpha and --c (the idealised form), or --hardware --target --drafter --mean-accepted (a priced one)"
         )
+    if not 0.0 <= args.c <= 1.0:  # a draft step that costs more than a target step never pays
+        raise SpecroofError(
+            f"--c must lie in [0, 1]: a draft step's cost over a target step's (got {args.c:g}); at c >= 1 "
+            "speculation cannot pay"
+        )
+    if not 0.0 <= args.alpha <= 1.0:
+        raise SpecroofError(f"--alpha must lie in [0, 1]: a per-token acceptance rate (got {args.alpha:g})")
     if args.gamma is None:
         args.gamma = "auto"
     if args.gamma == "auto":
