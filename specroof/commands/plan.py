@@ -20,6 +20,7 @@ from specroof.commands.common import (
     WEIGHT_DTYPE_HELP,
     acceptance_from_args,
     apply_weight_only,
+    band_for,
     drafter_key,
     drafters_by_key,
 )
@@ -211,7 +212,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if args.engine else "priced on the datasheet roofline (no engine: an upper bound)"
     )  # fmt: skip
     payload["engine"] = args.engine
-    lines = [priced, "", *lines]
+    bands = {pr.hardware.id: band_for(args.engine, pr.hardware, speculative=True) for pr in pricings}
+    payload["error_bands"] = {h: {"error_band": b[0], "error_band_note": b[1]} for h, b in bands.items()}
+    lines = [priced, *(f"  {h}: {b[1]}" for h, b in bands.items()), "", *lines]
     if getattr(args, "acceptance_notes", None):
         lines = ["acceptance, as given and as priced:", *(f"  {n}" for n in args.acceptance_notes), "", *lines]
     if args.emit:

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from roofline.errors import SpecroofError
+from roofline.hardware import load_hardware
 from specroof.commands.common import (
     DRAFTER_GRAMMAR,
     KV_DTYPE_HELP,
@@ -16,6 +17,7 @@ from specroof.commands.common import (
     TREE_DRAFTER_KEYS,
     WEIGHT_DTYPE_HELP,
     apply_weight_only,
+    band_for,
     draft_spec,
     drafter_key,
     resolve_drafter,
@@ -172,6 +174,8 @@ def cmd_tree(args: argparse.Namespace) -> int:
             drawn = choice.tree
             payload |= {"expected_tokens": chosen["expected_tokens"], **_tree_payload(choice.tree)}
         engine = f", engine {args.engine}" if args.engine else " (datasheet roofline, no engine)"
+        band = band_for(args.engine, load_hardware(args.hardware), speculative=True)
+        payload["error_band"], payload["error_band_note"] = band
         searched = (
             f"sizes {budgets[0]}-{budgets[-1]} nodes searched" + (f" (capped by --budget {args.budget})" if args.budget else "")
             + f", depth <= {depth}"
@@ -179,7 +183,7 @@ def cmd_tree(args: argparse.Namespace) -> int:
         lines += [
             "",
             f"on {args.hardware}: best tree (the fastest, not the largest) for {args.target} + {drafter}, "
-            f"batch {args.batch}, context {args.context}{engine}: speedup {b['speedup']:.2f}x",
+            f"batch {args.batch}, context {args.context}{engine}: speedup {b['speedup']:.2f}x ({band[1]})",
             *_tree_lines(choice.tree),
             f"  {b['expected_tokens']:.3f} tokens per {b['t_round_s'] * 1e3:.2f} ms round; {searched}",
         ]
