@@ -43,10 +43,20 @@ def as_array(name: str, value: Any, *, integer: bool = False) -> npt.NDArray[Any
                 raise SpecroofError(f"{name} must lie within +-2**53 (got {_short(value)})")
             return np.asarray(int(value), dtype=np.int64)
         return np.asarray(float(value))
+    # numpy reads '4' as 4.0 and True as 1.0: a string or a flag where a number goes is refused, not converted
+    if isinstance(value, (str, bytes, bool, np.bool_)):
+        raise SpecroofError(f"{name} must be a number or an array of numbers (got {_short(value)})")
     try:
+        raw = np.asarray(value)
+        if raw.dtype.kind in "USb" or (
+            raw.dtype.kind == "O" and any(isinstance(v, (str, bytes, bool)) for v in raw.flat)
+        ):
+            raise TypeError(f"{raw.dtype.kind} elements")
         arr = np.asarray(value, dtype=float)
     except (TypeError, ValueError, OverflowError) as exc:
         raise SpecroofError(f"{name} must be a number or an array of finite numbers (got {_short(value)})") from exc
+    if arr.size == 0:
+        raise SpecroofError(f"{name} is empty: give at least one value")
     if not np.all(np.isfinite(arr)):
         raise SpecroofError(f"{name} must be finite (got {_short(value)})")
     if integer:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from roofline.dtypes import WEIGHT_FORMAT_GRAMMAR, dtype_bytes
-from roofline.errors import SpecroofError, check_choice
+from roofline.errors import SpecroofError, as_array, check_choice
 from roofline.validation import check_quantity
 
 MLP_KINDS = ("swiglu", "gelu")
@@ -157,6 +157,8 @@ class ModelSpec:
     @classmethod
     def from_params(cls, params: float, name: str | None = None, max_context: int = 1 << 20) -> ModelSpec:
         """The abstract model of the 13B-on-A100 worked example: ``params`` weights, 2 FLOPs per weight per token, no KV."""
+        if as_array("params", params).ndim:  # a string or a flag is named, not compared (TypeError)
+            raise SpecroofError(f"params is one number of weights, not an array (got {params!r})")
         if not params > 0:
             raise SpecroofError(f"params must be > 0 (got {params!r})")
         params = check_quantity("params", params, "params")

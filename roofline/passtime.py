@@ -40,6 +40,7 @@ from roofline.hardware import Hardware
 from roofline.model import ModelSpec, get_model
 from roofline.pricing import DEFAULT_CONTEXT, Pricing, pricing_for, pricing_of
 from roofline.timemodel import ATTENTION_OPERATORS, combine, memory_regime
+from roofline.validation import check_tp
 
 HardwareLike = Pricing | Hardware | str
 
@@ -738,6 +739,24 @@ def device_memory(spec: ModelSpec, pr: Pricing, batch: ArrayLike, tokens_cached:
     return np.asarray(weights + kv, dtype=float)
 
 
+def check_broadcast(**named: Any) -> None:
+    """Array arguments that numpy cannot broadcast together, refused with their names and shapes (a sweep over
+    batch x context is a grid: ``batch[:, None]``, ``context[None, :]``)."""
+    if all(v is None or type(v) in (int, float) for v in named.values()):  # scalars: the fast path's case
+        return
+    try:
+        shapes = {k: np.shape(v) for k, v in named.items() if v is not None}
+    except ValueError:  # a ragged list: the argument's own check names it
+        return
+    try:
+        np.broadcast_shapes(*shapes.values())
+    except ValueError:
+        given = ", ".join(f"{k} {s}" for k, s in shapes.items() if s)
+        raise SpecroofError(
+            f"{given} do not broadcast together: give arrays of one shape, or a grid (batch[:, None], context[None, :])"
+        ) from None
+
+
 def pass_time(
     spec: ModelSpec | str,
     hardware: HardwareLike,
@@ -766,6 +785,9 @@ def pass_time(
     """
     pr = pricing_for(hardware, dtype, weight_dtype, kv_dtype, efficiency, overhead_s, tp, engine)
     spec = get_model(spec)
+    if pr.tp > 1:  # tp must shard this model's heads: 3 devices do not split 32 heads
+        check_tp(spec, pr.tp)
+    check_broadcast(batch=batch, new_tokens=new_tokens, context=context)
     one = scalar_config(spec, batch, new_tokens, context, tree)
     if one is not None:
         fast = step_pricer(spec, pr, pr.tp)
@@ -1004,6 +1026,9 @@ def crossover_tokens(
         hardware, dtype=dtype, weight_dtype=weight_dtype, kv_dtype=kv_dtype, efficiency=efficiency, engine=engine, tp=tp
     )
     spec = get_model(spec)
+    if pr.tp > 1:
+        check_tp(spec, pr.tp)
+    check_broadcast(batch=batch, context=context)
     B = check_min("batch", batch, 1, integer=True)
     L = check_min("context", context, 0, integer=True)
     B, L = np.broadcast_arrays(B, L)

@@ -285,7 +285,9 @@ def _build(
         hw = hw.on_device().offloaded(offload)
     elif hw.weights_link_bytes_per_s is not None:
         link = hw.weights_link_bytes_per_s  # an already offloaded profile keeps its link
-    if tp is not None and (isinstance(tp, bool) or not float(tp).is_integer()):
+    if tp is not None and (
+        isinstance(tp, bool) or not isinstance(tp, (int, float, np.integer)) or not float(tp).is_integer()
+    ):
         raise SpecroofError(f"tp must be an integer >= 1 (got {tp!r})")
     return Pricing(
         hardware=hw,

@@ -33,6 +33,7 @@ COMMAND_MODULES = ("hardware", "roofline", "speedup", "plan", "tree", "acceptanc
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="specroof", description="How much does speculative decoding buy on this GPU?")
+    parser.add_argument("--version", action="version", version=f"specroof {version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name in COMMAND_MODULES:
         importlib.import_module(f"specroof.commands.{name}").add_parser(sub)
@@ -90,8 +91,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _refuse_repeats(parser: argparse.ArgumentParser, argv: list[str]) -> None:
-    """A single-valued option given twice is a contradiction, not "the last one wins" (argparse's rule)."""
+    """A single-valued option given twice is a contradiction, not "the last one wins" (argparse's rule); an option
+    and its alias (``--target`` and ``--model``) are one option."""
     repeatable: set[str] = set()
+    same: dict[str, str] = {}  # each option string -> the first name of its option
     stack = [parser]
     while stack:
         p = stack.pop()
@@ -100,11 +103,26 @@ def _refuse_repeats(parser: argparse.ArgumentParser, argv: list[str]) -> None:
                 stack.extend(action.choices.values())
             elif isinstance(action, (argparse._AppendAction, argparse._CountAction, argparse._ExtendAction)):
                 repeatable.update(action.option_strings)
+            elif len(action.option_strings) > 1:
+                same.update({s: action.option_strings[0] for s in action.option_strings})
     head = argv[: argv.index("--")] if "--" in argv else argv
-    flags = [a.split("=", 1)[0] for a in head if a.startswith("--") and len(a) > 2]
+    given = [a.split("=", 1)[0] for a in head if a.startswith("--") and len(a) > 2]
+    flags = [same.get(f, f) for f in given]
     for flag in dict.fromkeys(flags):
         if flags.count(flag) > 1 and flag not in repeatable:
-            raise SpecroofError(f"{flag} was given {flags.count(flag)} times: give it once")
+            names = sorted({g for g in given if same.get(g, g) == flag})
+            raise SpecroofError(f"{' / '.join(names)} was given {flags.count(flag)} times: give it once")
+
+
+def version() -> str:
+    """The installed distribution's version."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("specroof")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "(not installed: pip install -e .)"
 
 
 def _one_line(exc: BaseException | str) -> str:

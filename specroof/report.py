@@ -31,6 +31,13 @@ from roofline.jsonio import dumps
 from roofline.model import ModelSpec, get_model
 from roofline.passtime import crossover_tokens, pass_time, weights_only_crossover
 
+# the draft-tree sizes and depth the page searches: the answer, the tree section and `specroof tree --hardware` share
+# one search (they used to search different budgets and could name different best trees for one question)
+from specroof.commands.common import TREE_BUDGETS, TREE_DEPTH
+
+# the engine the page prices its answers under unless told otherwise, the same as every recommending command's
+from specroof.shell import DEFAULT_ENGINE, DEFAULT_ENGINE_WHY, number, percent
+
 esc = html.escape
 
 #: The data-center GPUs the default report covers.
@@ -104,9 +111,10 @@ class ReportWriter:
         data = base64.b64encode(path.read_bytes()).decode()
         return f'<figure><img alt="{html.escape(alt)}" src="data:image/png;base64,{data}"><figcaption>{html.escape(alt)}</figcaption></figure>'
 
-    def table(self, df: pd.DataFrame, name: str, floatfmt: str = "{:.4g}") -> str:
-        """Save ``df`` as ``name``.csv and return it as an HTML table (floats formatted, missing values blank)."""
-        df.to_csv(self.out / f"{name}.csv", index=False)
+    def table(self, df: pd.DataFrame, name: str, floatfmt: str = "{:.4g}", csv: pd.DataFrame | None = None) -> str:
+        """Save ``df`` (or ``csv``, its numbers when ``df`` holds them as words) as ``name``.csv and return ``df`` as an
+        HTML table (floats formatted, missing values blank)."""
+        (df if csv is None else csv).to_csv(self.out / f"{name}.csv", index=False)
 
         def cell(v: Any) -> Any:
             if isinstance(v, (float, np.floating)):
@@ -165,26 +173,40 @@ def column_words(name: str) -> str:
     return name.replace("_", " ")
 
 
-#: The engine the page prices its answers under unless told otherwise (``--engine``; ``--engine none`` is the
-#: datasheet roofline), and why: the answer a deployment needs is the one its software reaches.
-DEFAULT_ENGINE = "serving"
-DEFAULT_ENGINE_WHY = (
-    "the way deployments run a model (vLLM, SGLang, TensorRT-LLM: CUDA graphs for decode, fused attention "
-    "over a paged KV cache, speculative rounds on the device)"
-)
+def acceptance_pairing(draft: str, exit_layer: int, model: Any = None, early_exit: Any = None) -> dict[str, Any]:
+    """The page's acceptance per drafter, and the sentence naming where each came from.
 
-#: The pairing the default report plans for, with assumed acceptance rates (replace with measured ones).
+    ``model`` / ``early_exit`` are (rate, sentence) pairs given by the user. Without one, the draft model takes its
+    published figure (:func:`specroof.commands.common.published_acceptance`, as ``plan`` does); the early exit has
+    none (LayerSkip's figures are for models trained to exit early), so it is compared only when given one.
+    """
+    from specroof.commands.common import published_acceptance
+
+    if model is None:
+        acc, note = published_acceptance("model")
+        model = (float(acc.for_plan()), f"none given: {note}")
+    keys = (f"draft {draft}", f"early exit @{exit_layer}")
+    out: dict[str, Any] = {"acceptance": {keys[0]: float(model[0])}, "acceptance_notes": {keys[0]: model[1]}}
+    if early_exit is not None:
+        out["acceptance"][keys[1]] = float(early_exit[0])
+        out["acceptance_notes"][keys[1]] = early_exit[1]
+    else:
+        out["acceptance_notes"][keys[1]] = (
+            "not compared: no published acceptance figure for an early exit of this model (--acceptance "
+            "early-exit=VALUE compares it)"
+        )
+    return out
+
+
+#: The pairing the default report plans for: Llama-3.1-8B with a separate 1B draft (its published acceptance) priced
+#: under the default engine; the early exit after layer 8 joins the comparison when its acceptance is given
 DEFAULT_PAIRING: dict[str, Any] = {
     "target": "llama-3.1-8b",
-    "drafters": ("llama-3.2-1b", 8),  # a separate 1B draft, and early exit after layer 8
-    "acceptance": {"draft llama-3.2-1b": 0.75, "early exit @8": 0.5},
+    "drafters": ("llama-3.2-1b", 8),
+    **acceptance_pairing("llama-3.2-1b", 8),
     "engine": DEFAULT_ENGINE,
 }
 
-#: the draft-tree budgets the page searches, and the deepest tree: the answer and the tree section share one
-#: search (they used to search different budgets and could name different best trees for one question)
-TREE_BUDGETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
-TREE_DEPTH = 10
 _TREE_CACHE: dict[tuple[Any, ...], Any] = {}
 
 
@@ -233,6 +255,23 @@ def _pairing(pairing: dict[str, Any] | None) -> dict[str, Any]:
     return pairing or DEFAULT_PAIRING
 
 
+def _acceptance_words(cfg: dict[str, Any]) -> str:
+    """Each drafter's acceptance on the page, with where it came from (and why a drafter without one is left out)."""
+    notes, acc = cfg.get("acceptance_notes", {}), cfg["acceptance"]
+    return "; ".join(
+        f"{esc(k)} " + (f"{acc[k]:.3g} " if k in acc else "") + (f"({esc(notes[k])})" if k in notes else "")
+        for k in dict.fromkeys([*acc, *notes])
+    )
+
+
+def _ranked(cfg: dict[str, Any]) -> list[Any]:
+    """The drafters the page ranks: those with an acceptance (given, or published)."""
+    from roofline.speculative import EarlyExit
+
+    draft_name, exit_layer = cfg["drafters"]
+    return [draft_name] + ([EarlyExit(exit_layer)] if f"early exit @{exit_layer}" in cfg["acceptance"] else [])
+
+
 def validate_inputs(gpus: Sequence[str], pairing: dict[str, Any] | None) -> None:
     """Check every GPU and model name and every acceptance rate before anything is written."""
     if not gpus:
@@ -240,8 +279,12 @@ def validate_inputs(gpus: Sequence[str], pairing: dict[str, Any] | None) -> None
     for g in gpus:
         load_hardware(g)
     cfg = _pairing(pairing)
-    get_model(cfg["target"])
-    get_model(cfg["drafters"][0])
+    target, draft = get_model(cfg["target"]), get_model(cfg["drafters"][0])
+    if not target.is_abstract and not draft.is_abstract and draft.total_params >= target.total_params:
+        raise SpecroofError(
+            f"the draft model {draft.name} ({draft.total_params / 1e9:.3g}B weights) is not smaller than the target "
+            f"{target.name} ({target.total_params / 1e9:.3g}B): give a smaller --draft"
+        )
     layers = get_model(cfg["target"]).n_layers
     exit_layer = cfg["drafters"][1]
     if not 1 <= int(exit_layer) < max(2, layers):
@@ -258,7 +301,6 @@ def validate_inputs(gpus: Sequence[str], pairing: dict[str, Any] | None) -> None
 def answer(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | None = None) -> Section:
     """The question first: on each GPU, speculate or not, with which gamma, and how big a draft tree."""
     from roofline.planner import recommend
-    from roofline.speculative import EarlyExit
 
     cfg = _pairing(pairing)
     target, (draft_name, exit_layer), acc = cfg["target"], cfg["drafters"], cfg["acceptance"]
@@ -268,7 +310,11 @@ def answer(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | None 
     rows = []
     for g in gpus:
         hw = load_hardware(g)
-        rec = recommend(hw, target, [draft_name, EarlyExit(exit_layer)], acc, batch=1, context=context, engine=engine)
+        rec = recommend(hw, target, _ranked(cfg), acc, batch=1, context=context, engine=engine)
+        if not rec.row["fits_in_memory"]:  # marked, not ranked: a speedup on a GPU that cannot hold the model is none
+            rows.append({"hardware": hw.id, "best_strategy": "does not fit in memory", "gamma": None,
+                         "chain_speedup": np.nan, "tree_nodes": None, "tree_depth": None, "tree_speedup": np.nan})  # fmt: skip
+            continue
         tree = tree_choice(g, target, draft_name, alpha, context, engine)
         rows.append(
             {
@@ -289,14 +335,14 @@ def answer(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | None 
     )
     body += w.table(df, "answer", floatfmt="{:.2f}")
     body += (
-        f"<p>Drafters compared: {esc(str(draft_name))} (a separate draft model) and early exit after layer "
-        f"{int(exit_layer)} (the target's own first layers). The acceptance rates are <b>assumptions</b>: "
-        + ", ".join(f"{esc(k)} {v}" for k, v in acc.items())
-        + " (the chance each draft token is accepted). The tree column assumes every sibling of a tree node is "
-        f"accepted independently with that same rate ({alpha}), which flatters wide trees: with a measured "
+        f"<p>Drafters: {esc(str(draft_name))} (a separate draft model) and early exit after layer "
+        f"{int(exit_layer)} (the target's own first layers). Acceptance (the chance each draft token is accepted): "
+        + _acceptance_words(cfg)
+        + ". The tree column assumes every sibling of a tree node is "
+        f"accepted independently with that same rate ({alpha:.3g}), which flatters wide trees: with a measured "
         "per-rank vector (<code>specroof tree --acceptance-vector</code>) the best tree is usually smaller. "
         "Speedup is tokens per second against plain decoding on the same GPU. Pass your own models and rates with "
-        "<code>--target/--draft/--alpha</code>.</p>"
+        "<code>--target/--draft/--acceptance</code>.</p>"
     )
     body += _deploy_flags(rows, target, draft_name)
     return Section("The answer: gamma and tree size per GPU", body, ["answer.csv"], {"answer": rows})
@@ -313,6 +359,9 @@ def _deploy_flags(rows: list[dict[str, Any]], target: str, draft_name: str) -> s
 
     items = []
     for r in rows:
+        if r["gamma"] is None:
+            items.append(f"<li>{esc(r['hardware'])}: {esc(str(r['best_strategy']))}: no flags</li>")
+            continue
         g = int(r["gamma"])
         if g == 0:
             items.append(f"<li>{esc(r['hardware'])}: plain decoding (no speculative flags)</li>")
@@ -441,20 +490,20 @@ def speculation(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | 
     """Speedup map, speedup against batch, and the plan for the pairing on every GPU."""
     from roofline.planner import recommend, speculation_stops_paying
     from roofline.plot import optimal_gamma_vs_alpha, speedup_map, speedup_vs_batch
-    from roofline.speculative import EarlyExit, draft_cost_ratio
+    from roofline.speculative import draft_cost_ratio
 
     cfg = _pairing(pairing)
     target = cfg["target"]
     spec = get_model(target)
     draft_name, exit_layer = cfg["drafters"]
-    drafters = [draft_name, EarlyExit(exit_layer)]
+    drafters = _ranked(cfg)
     acc = cfg["acceptance"]
     contexts = _contexts(spec, (1024, 32768))
     c = draft_cost_ratio(target, draft_name, gpus[0])
     body = (
         f"<p>Target {esc(str(target))}; drafters: {esc(str(draft_name))} and early exit after layer {int(exit_layer)}; "
     )
-    body += "assumed acceptance " + ", ".join(f"{esc(k)} {v}" for k, v in acc.items()) + ". "
+    body += "acceptance: " + _acceptance_words(cfg) + ". "
     body += f"Draft cost ratio c (one draft step over one target step) = {c:.3f} on {esc(str(gpus[0]))} at batch 1.</p>"
     body += w.figure(
         speedup_map(c), "speedup_map", f"Idealised speedup over (alpha, gamma) at c = {c:.3f}, optimal gamma in red"
@@ -465,7 +514,7 @@ def speculation(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | 
         speedup_vs_batch(target, draft_name, list(gpus[:3]), first_alpha, context=ctx_small),
         "speedup_vs_batch",
         f"Total throughput against batch with the best gamma and without speculation (context {ctx_small}, "
-        f"alpha {first_alpha})",
+        f"alpha {first_alpha:.3g})",
     )
     body += w.figure(
         optimal_gamma_vs_alpha(target, draft_name, list(gpus), batch=64, context=contexts[0]),
@@ -477,18 +526,21 @@ def speculation(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | 
         for batch in (1, 8, 64):
             for context in contexts:
                 rec = recommend(g, target, drafters, acc, batch=batch, context=context, engine=cfg.get("engine"))
+                fits = bool(rec.row["fits_in_memory"])
+                # a configuration that does not fit in memory is marked and not ranked: no strategy, no speedup
                 rows.append(
                     {
                         "hardware": g,
                         "batch": batch,
                         "context": context,
-                        "strategy": rec.row["strategy"],
-                        "gamma": int(rec.row["gamma"]),
-                        "expected_tokens": rec.row["expected_tokens"],
-                        "t_round_ms": rec.row["t_round_s"] * 1e3,
-                        "tokens_per_s_per_user": rec.row["tokens_per_s_per_user"],
-                        "speedup": rec.row["speedup"],
-                        "fits_in_memory": bool(rec.row["fits_in_memory"]),
+                        "strategy": rec.row["strategy"] if fits else "does not fit in memory",
+                        "gamma": int(rec.row["gamma"]) if fits else None,
+                        "expected_tokens": rec.row["expected_tokens"] if fits else np.nan,
+                        "t_round_ms": rec.row["t_round_s"] * 1e3 if fits else np.nan,
+                        "tokens_per_s_per_user": rec.row["tokens_per_s_per_user"] if fits else np.nan,
+                        "speedup": rec.row["speedup"] if fits else np.nan,
+                        "fits_in_memory": fits,
+                        "memory_GB": float(rec.row["memory_bytes"]) / 1e9,
                     }
                 )
     stops = {g: speculation_stops_paying(g, target, draft_name, first_alpha, context=ctx_small) for g in gpus}
@@ -530,7 +582,7 @@ def trees_section(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] 
     body += w.figure(
         tree_budget_chart(model, 64, 8),
         "tree_budget",
-        f"Expected tokens against node budget (i.i.d. acceptance {alpha})",
+        f"Expected tokens against node budget (i.i.d. acceptance {alpha:.3g})",
     )
     choices = {g: tree_choice(g, cfg["target"], cfg["drafters"][0], alpha, context, cfg.get("engine")) for g in gpus}
     body += w.figure(
@@ -547,7 +599,7 @@ def trees_section(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] 
         for g, c in choices.items()
     ]
     body += (
-        f"<p>Assumption: every sibling is accepted independently with probability {alpha} (i.i.d.). Real drafts "
+        f"<p>Assumption: every sibling is accepted independently with probability {alpha:.3g} (i.i.d.). Real drafts "
         "are not like that: the second-ranked candidate is accepted far less often than the first, so with a "
         "measured per-rank vector (Sequoia's format, <code>specroof tree --acceptance-vector</code>) the best "
         "trees are smaller and the speedups lower than below.</p>"
@@ -569,8 +621,11 @@ def _trees_at_scale(w: ReportWriter, gpus: Sequence[str], cfg: dict[str, Any], m
     from roofline.trees import optimal_tree
 
     target, draft = cfg["target"], cfg["drafters"][0]
+    engine = cfg.get("engine")
     budgets = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-    table = trees_vs_batch(list(gpus), target, draft, model, (1, 4, 16, 64, 256), (context,), budgets, 10)
+    table = trees_vs_batch(
+        list(gpus), target, draft, model, (1, 4, 16, 64, 256), (context,), budgets, 10, engine=engine
+    )
     body = (
         "<h3>Trees as the batch grows</h3><p>Every extra node of a tree is a token the verify pass computes for "
         "each sequence. At batch 1 that compute is free (the pass is memory bound), so wide trees pay; as batch x "
@@ -579,10 +634,14 @@ def _trees_at_scale(w: ReportWriter, gpus: Sequence[str], cfg: dict[str, Any], m
     )
     body += w.figure(trees_vs_batch_chart(table), "trees_vs_batch", "Best tree and best chain speedup against batch")
     table.to_csv(w.out / "trees_vs_batch.csv", index=False)
-    body += w.table(stops_paying(table), "trees_stop_paying", floatfmt="{:.0f}")
+    stops = _stop_batches(stops_paying(table), {load_hardware(g).id: g for g in gpus}, target, draft, model, context,
+                          engine)  # fmt: skip
+    body += w.table(stops, "trees_stop_paying", floatfmt="{:.0f}")
     body += (
-        "<p>Blank: not within batch 256. Trees stop paying at the first batch where the best tree buys under 2% "
-        "over the best chain; chains stop paying where their best speedup is at most 1.</p>"
+        "<p>Trees stop paying at the first batch where the best tree buys under 2% over the best chain; chains stop "
+        "paying where their best speedup is at most 1. Past batch 256 the batch doubles up to the largest one whose "
+        "weights and KV cache (target and draft) fit in the GPU's memory; a drafter that still pays there pays at "
+        "every batch the GPU can hold (at long context the KV read keeps even large batches memory bound).</p>"
     )
     rows = []
     opt = optimal_tree(model, 512, 12)  # one table serves every GPU, on device and offloaded
@@ -610,6 +669,55 @@ def _trees_at_scale(w: ReportWriter, gpus: Sequence[str], cfg: dict[str, Any], m
     )
     body += w.table(pd.DataFrame(rows), "offload", floatfmt="{:.3g}")
     return body
+
+
+def max_batch(hw: Any, target: Any, draft: Any, context: int) -> int:
+    """The largest batch whose weights and KV cache at ``context`` (target and draft model, bf16) fit in ``hw``'s
+    memory; 0 when not even one sequence does."""
+    from roofline.passtime import memory_footprint
+
+    def need(b: int) -> float:
+        return float(memory_footprint(target, b, context).total_bytes + memory_footprint(draft, b, context).total_bytes)
+
+    cap = float(hw.memory_bytes or 0.0)
+    if need(1) > cap:
+        return 0
+    lo, hi = 1, 2
+    while need(hi) <= cap:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if need(mid) <= cap else (lo, mid)
+    return lo
+
+
+def _stop_batches(
+    stops: pd.DataFrame, gpus: dict[str, Any], target: Any, draft: Any, model: Any, context: int, engine: str | None
+) -> pd.DataFrame:
+    """Fill the batches where trees and chains stop paying that batch 256 did not reach: the batch doubles up to the
+    memory limit; what still pays there is said to pay up to the limit (a number in words, never a blank)."""
+    from roofline.tree_sizing import stops_paying, trees_vs_batch
+
+    out = []
+    for _, r in stops.iterrows():
+        hw = load_hardware(gpus[r["hardware"]])  # the GPU as given (a profile id, alias or TOML path)
+        limit = max_batch(hw, target, draft, int(r["context"]))
+        row = {"hardware": r["hardware"], "context": int(r["context"]), "memory_limit_batch": limit}
+        found = {k: r[k] for k in ("trees_stop_paying_batch", "chains_stop_paying_batch")}
+        if any(pd.isna(v) for v in found.values()) and limit > 256:
+            batches = sorted({b for b in (2**k for k in range(9, 31)) if b < limit} | {limit})
+            ext = trees_vs_batch(
+                hw, target, draft, model, batches, (int(r["context"]),), (1, 2, 4, 8, 16), 10, engine=engine
+            )
+            more = stops_paying(ext).iloc[0]
+            found = {k: (v if not pd.isna(v) else more[k]) for k, v in found.items()}
+        for k, v in found.items():
+            within = not pd.isna(v) and int(v) <= limit  # a batch past the memory limit is no answer
+            row[k.replace("_batch", "")] = (
+                f"batch {int(v):,}" if within else f"pays up to the memory limit (batch {limit:,})"
+            )
+        out.append(row)
+    return pd.DataFrame(out)
 
 
 _CSS = """
@@ -664,24 +772,24 @@ def serving_section(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any
         engine=engine,
         seed=0,
     )
-    stops = res.stops_paying()
+    from roofline.serving.sweep import DEFAULT_OBJECTIVE, OBJECTIVES
+
+    objective = cfg.get("objective") or DEFAULT_OBJECTIVE
+    stops = res.stops_paying(OBJECTIVES[objective])
+    every = {o: res.verdicts(col) for o, col in OBJECTIVES.items()}
     hw_name = load_hardware(gpu).name
-    verdicts = "".join(
-        f"<li><b>{esc(p)}</b>: "
-        + (
-            f"pays up to {r:.1f} requests/s; above that plain decoding serves faster"
-            if r is not None
-            else f"pays at every rate swept (up to {max(SERVING_RATES):g} requests/s)"
-        )
-        + "</li>"
-        for p, r in stops.items()
-    )
+    verdicts = "".join(f"<li>{esc(v.sentence())}</li>" for v in every[objective].values())
+    judged = pd.DataFrame([{"policy": p, **{o: every[o][p].words() for o in OBJECTIVES}} for p in every[objective]])
+    said = "the default, " if objective == DEFAULT_OBJECTIVE else ""
     body = (
         f"<p><b>Question:</b> requests arrive at a rate; a continuous-batching scheduler mixes their prefills and "
         f"decodes. Up to which request rate does speculative decoding make {esc(str(target))} with {esc(str(draft))} "
-        f"(acceptance {alpha}) answer sooner on the {esc(hw_name)}? <b>Answer</b> (" + engine_words(engine) + ", "
-        f"{SERVING_REQUESTS} simulated requests per point, prompts 128-1024 and outputs 16-256 tokens; speculation "
-        "pays at a rate when its median end-to-end latency beats plain decoding's):</p><ul>" + verdicts + "</ul>"
+        f"(acceptance {alpha:.3g}) serve better on the {esc(hw_name)}? <b>Answer</b> (" + engine_words(engine) + ", "
+        f"{SERVING_REQUESTS} simulated requests per point, prompts 128-1024 and outputs 16-256 tokens; judged on "
+        f"<b>{esc(objective)}</b> ({said}{esc(OBJECTIVES[objective])}; <code>--objective "
+        f"{'|'.join(OBJECTIVES)}</code> names another):</p><ul>" + verdicts + "</ul>"
+        "<p>Every objective, so no verdict hides another (p50 latencies lower is better, throughput and goodput "
+        "higher):</p>" + w.table(judged, "serving_verdicts")
     )
     body += w.figure(
         serving_curves(res.summary, title=f"{target} + {draft} on {hw_name}"),
@@ -689,7 +797,7 @@ def serving_section(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any
         "Time per output token against throughput, and time to first token against request rate, per policy",
     )
     cols = ["rate_req_s", "policy", "ttft_p50_s", "ttft_p90_s", "tpot_p50_s", "tpot_p90_s", "e2e_p50_s",
-            "throughput_tok_s", "mean_batch"]  # fmt: skip
+            "throughput_tok_s", "goodput_req_s", "mean_batch"]  # fmt: skip
     shown = res.summary[[c for c in cols if c in res.summary.columns]]
     body += w.table(shown, "serving_summary")
     body += (
@@ -699,11 +807,14 @@ def serving_section(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any
         "queues and TTFT grow. <code>specroof serve</code> runs any sweep; <code>specroof measure serve</code> "
         "checks the simulator against real continuous batching on this machine.</p>"
     )
-    rows = [{"policy": p, "stops_paying_at_rate": r} for p, r in stops.items()]
+    rows = [
+        {"policy": p, "objective": objective, "stops_paying_at_rate": r, **every[objective][p].to_dict()}
+        for p, r in stops.items()
+    ]
     return Section(
         "Serving under load: when speculation stops paying",
         body,
-        ["serving_summary.csv", "serving_curves.png"],
+        ["serving_summary.csv", "serving_verdicts.csv", "serving_curves.png"],
         {"serving": rows},
     )
 
@@ -732,11 +843,18 @@ def engines_section(w: ReportWriter) -> Section:
         if "error" in c:
             pct[c] = (100 * pct[c]).round(1)
     pct.columns = [c.replace("abs_error", "abs_error_pct") for c in pct.columns]
-    body += w.table(pct, "published_summary", floatfmt="{:.3g}")
+    pct_words = pct.assign(**{c: pct[c].map(number) for c in pct.columns if "error" in c})
+    body += w.table(pct_words, "published_summary", csv=pct)
     body += w.figure(published_scatter(table), "published_scatter", "Predicted against published (log-log, y = x)")
     shown = table[["source", "use", "kind", "engine", "setup", "published", "roofline", "error_roofline",
                    "engine_aware", "error_engine", "note"]]  # fmt: skip
-    body += "<details><summary>Every row</summary>" + w.table(shown, "published_rows", floatfmt="{:.3g}")
+    # figures with 3 significant digits written out (2,040 tok/s, never 2.04e+03), errors as whole percentages (a
+    # -0.3% error is 0%, never -0%); the CSV keeps the numbers
+    words = shown.assign(
+        **{c: shown[c].map(number) for c in ("published", "roofline", "engine_aware")},
+        **{c: shown[c].map(percent) for c in ("error_roofline", "error_engine")},
+    )
+    body += "<details><summary>Every row</summary>" + w.table(words, "published_rows", csv=shown)
     body += "</details>"
     alpha = alpha_for_heuristic(2.28)
     by = speedup_by_engine(hardware="a100-sxm-80gb", target="vicuna-7b", drafter="model:vicuna-68m", alpha=alpha)

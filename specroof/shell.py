@@ -76,6 +76,26 @@ def bounded_int_list(lo: int, hi: int) -> Callable[[str], list[int]]:
     return parse
 
 
+class _FlatList(argparse.Action):
+    """``--batch 1,8,64`` and ``--batch 1 8 64`` alike: every value parsed by the list type, flattened."""
+
+    def __call__(self, parser: Any, namespace: argparse.Namespace, values: Any, option_string: Any = None) -> None:
+        setattr(namespace, self.dest, [v for part in values for v in part])
+
+
+def add_int_list(p: argparse.ArgumentParser, flag: str, lo: int, hi: int, default: list[int], help: str) -> None:
+    """A list flag that takes ``1,8,64``, ``1 8 64`` or a range ``1-64``, each value in [lo, hi]."""
+    p.add_argument(
+        flag,
+        nargs="+",
+        type=bounded_int_list(lo, hi),
+        action=_FlatList,
+        default=default,
+        metavar="N",
+        help=f"{help}: 1,8,64 or 1 8 64 or a range 1-64 (default {','.join(map(str, default))})",
+    )
+
+
 def finite_float(text: str) -> float:
     """An argparse type: a finite number (no nan/inf)."""
     try:
@@ -134,26 +154,64 @@ def _add_json(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
-def engine_arg(text: str) -> str:
-    """An engine name or TOML path, checked now so a typo is one line (argparse type)."""
+#: the engine every command that recommends prices under unless told otherwise (``--engine``; ``--engine none`` is
+#: the datasheet roofline), and why: the answer a deployment needs is the one its software reaches
+DEFAULT_ENGINE = "serving"
+DEFAULT_ENGINE_WHY = (
+    "the way deployments run a model (vLLM, SGLang, TensorRT-LLM: CUDA graphs for decode, fused attention "
+    "over a paged KV cache, speculative rounds on the device)"
+)
+#: what ``--engine`` takes for the datasheet roofline (no engine)
+NO_ENGINE = ("none", "roofline")
+
+
+def engine_arg(text: str) -> str | None:
+    """An engine name or TOML path, checked now so a typo is one line (argparse type); ``none`` is no engine."""
     from roofline.engine import load_engine
 
+    if text.strip().lower() in NO_ENGINE:
+        return None
     try:
         load_engine(text)
+        _has_device_table(text)
     except SpecroofError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
     return text
 
 
-def _add_engine(p: argparse.ArgumentParser) -> None:
+def _has_device_table(text: str) -> None:
+    """A user's engine file must say what the device does: without a [device] table every fraction would silently
+    be the datasheet's (an engine that adds nothing), which is the datasheet roofline under an engine's name."""
+    import tomllib
+
     from roofline.engine import list_engines
 
+    p = Path(text)
+    if text in list_engines() or not p.is_file():
+        return
+    try:
+        data = tomllib.loads(p.read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise SpecroofError(f"cannot read engine profile {text}: {e}") from None
+    if "alias_of" not in data and not isinstance(data.get("device"), dict):
+        raise SpecroofError(
+            f"engine profile {text} has no [device] table (bandwidth_fraction, compute_fraction, pass_us, layer_us, "
+            "...): see engine_profiles/compiled.toml for one"
+        )
+
+
+def _add_engine(p: argparse.ArgumentParser, default: str | None = DEFAULT_ENGINE) -> None:
+    """``--engine`` (default ``serving``: every command that recommends prices as deployments run; ``roofline``
+    passes ``None``, the datasheet roofline first) and ``--host-launch-us``."""
+    from roofline.engine import list_engines
+
+    said = f"default {default}: {DEFAULT_ENGINE_WHY}" if default else "default: the datasheet roofline, no engine"
     p.add_argument(
         "--engine",
         type=engine_arg,
-        default=None,
-        help=f"price passes as this software runs them: {', '.join(list_engines())} or a TOML path "
-        "(default: the datasheet roofline, no engine)",
+        default=default,
+        help=f"price passes as this software runs them: {', '.join(list_engines())}, a TOML path, or none (the "
+        f"datasheet roofline) ({said})",
     )
     p.add_argument(
         "--host-launch-us",
@@ -195,3 +253,24 @@ def pricing_from_args(args: argparse.Namespace, hardware: Any = None) -> Any:
         tp=getattr(args, "tp", None),
         offload=getattr(args, "offload", None),
     )
+
+
+def number(v: float) -> str:
+    """A figure for a table: 3 significant digits, thousands written out (2,040, never 2.04e+03)."""
+    if not np.isfinite(v):
+        return ""
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    if v == 0 or abs(v) >= 1e-3:
+        return f"{v:.3g}"
+    return f"{v:.1e}"
+
+
+def percent(v: float, signed: bool = True) -> str:
+    """A fraction as a whole percentage; one that rounds to zero is 0% (never -0%)."""
+    if not np.isfinite(v):
+        return ""
+    r = int(round(100 * float(v)))
+    if r == 0:
+        return "0%"
+    return f"{r:+d}%" if signed else f"{r:d}%"

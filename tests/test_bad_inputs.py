@@ -553,3 +553,93 @@ def test_report_refuses_before_it_announces_any_work(capsys, tmp_path):
     assert main(["report", "--hardware", "no-such-gpu", "--skip-measure", "--out", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert "writing" not in err and "unknown hardware" in err and not (tmp_path / "r").exists()
+
+
+# -- issue 46's families: each refused in one line, exit 2, before any work ------------------------------------------
+
+T8 = ["--target", "llama-3.1-8b"]
+FAMILIES_46 = {
+    # non-finite or out-of-range numbers
+    "report-budget-inf": (["report", "--skip-measure", "--budget", "inf"], "--budget must be a finite"),
+    "report-alpha-0": (["report", "--skip-measure", "--alpha", "0"], "--alpha must lie in (0, 1)"),
+    "speedup-c-huge": (["speedup", "--alpha", "0.7", "--gamma", "4", "--c", "1e308"], "--c must lie in [0, 1]"),
+    "speedup-alpha-over-1": (["speedup", "--alpha", "1.2", "--c", "0.1"], "--alpha must lie in [0, 1]"),
+    # strings where numbers go
+    "report-budget-word": (["report", "--skip-measure", "--budget", "soon"], "--budget"),
+    "serve-rate-word": (["serve", "--hardware", HW, *T8, "--drafter", "eagle", "--rate", "fast"], "--rate"),
+    "roofline-batch-word": (["roofline", "--hardware", HW, *T8, "--batch", "eight"], "--batch"),
+    # empty sweeps
+    "roofline-batch-empty": (["roofline", "--hardware", HW, *T8, "--batch", ","], "--batch"),
+    "plan-context-empty": (["plan", "--hardware", HW, *T8, "--drafter", "eagle", "--context", ""], "--context"),
+    "serve-rate-empty": (["serve", "--hardware", HW, *T8, "--drafter", "eagle", "--rate", ","], "--rate"),
+    # TP that does not divide the heads
+    "roofline-tp3": (["roofline", "--hardware", HW, *T8, "--tp", "3"], "does not divide"),
+    "speedup-tp3": (["speedup", "--hardware", HW, *T8, "--drafter", "eagle", "--tp", "3"], "does not divide"),
+    "plan-tp3": (["plan", "--hardware", HW, *T8, "--drafter", "eagle", "--tp", "3"], "does not divide"),
+    "serve-tp3": (["serve", "--hardware", HW, *T8, "--drafter", "eagle", "--rate", "1", "--tp", "3"], "does not divide"),
+    # a draft larger than the target (the page used to fail section by section and exit 1)
+    "report-draft-larger": (["report", "--skip-measure", "--draft", "llama-3.1-70b"], "not smaller than the target"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("family", list(FAMILIES_46))
+def test_issue_46_families_are_one_line_before_any_work(family, capsys, tmp_path, monkeypatch):
+    argv, message = FAMILIES_46[family]
+    if argv[0] == "report":
+        argv = [*argv, "--out", str(tmp_path / "r"), "--hardware", HW]
+    # no work: the simulator, the planner and the page never start
+    import roofline.serving.sweep as sweep
+    import specroof.report as page
+
+    def no_work(*a, **k):
+        raise AssertionError("work started before the input was refused")
+
+    import roofline.serving
+
+    monkeypatch.setattr(sweep, "simulate", no_work)
+    monkeypatch.setattr(roofline.serving, "simulate", no_work)
+    monkeypatch.setattr(page, "write_report", no_work)
+    code, out, err = assert_clean(argv, capsys, expect=2, message=message)
+    assert "writing" not in err and not out
+    assert not (tmp_path / "r").exists()
+
+
+def test_an_engine_file_without_a_device_table_is_refused(tmp_path, capsys):
+    bare = tmp_path / "bare.toml"
+    bare.write_text('name = "bare"\ndescription = "no device table"\n')
+    assert_clean(["roofline", "--hardware", HW, "--params", "13e9", "--engine", str(bare)], capsys, expect=2,
+                 message="has no [device] table")  # fmt: skip
+    full = tmp_path / "full.toml"
+    full.write_text((Path(roofline.__file__).parents[1] / "engine_profiles" / "compiled.toml").read_text())
+    assert_clean(["roofline", "--hardware", HW, "--params", "13e9", "--engine", str(full)], capsys, expect=0)
+
+
+def test_report_out_that_cannot_be_written_is_refused_before_writing_is_said(tmp_path, capsys, monkeypatch):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    for out in (a_file, a_file / "r"):  # the folder is a file; a file stands where a parent folder goes
+        code, _, err = assert_clean(["report", "--skip-measure", "--hardware", HW, "--out", str(out)], capsys, expect=2)
+        assert "writing" not in err
+    # a read-only mount (permissions cannot tell it, root least of all): found by writing a probe, before "writing"
+    import errno
+    import tempfile
+
+    def read_only(*a, **k):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", read_only)
+    code, _, err = assert_clean(["report", "--skip-measure", "--hardware", HW, "--out", str(tmp_path / "ro")], capsys,
+                                expect=2, message="cannot write there")  # fmt: skip
+    assert "writing" not in err
+
+
+def test_acceptance_import_checks_its_out_before_reading(tmp_path, capsys, monkeypatch):
+    import specroof.commands.acceptance as command
+
+    def no_work(*a, **k):
+        raise AssertionError("the file was read before --out was checked")
+
+    monkeypatch.setattr(command, "import_file", no_work)
+    data = Path(__file__).parent / "data" / "vllm_metrics.prom"
+    assert_clean(["acceptance", "import", str(data), "--format", "vllm", "--out", str(tmp_path / "no" / "x.json")],
+                 capsys, expect=2, message="does not exist")  # fmt: skip

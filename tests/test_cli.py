@@ -163,7 +163,7 @@ def test_several_drafters_need_their_own_acceptance(capsys):
     ("argv", "message"),
     [
         (["speedup", "--alpha", "1.5", "--c", "0.1"], "alpha must lie in [0, 1]"),
-        (["speedup", "--alpha", "0.5", "--c", "-1"], "c must be >= 0"),
+        (["speedup", "--alpha", "0.5", "--c", "-1"], "--c must lie in [0, 1]"),
         (["speedup", "--alpha", "0.5", "--c", "0.1", "--gamma", "-2"], "gamma must be >= 0"),
         (["speedup", "--alpha", "0.5", "--c", "0.1", "--gamma", "many"], "--gamma must be a whole number"),
         (["plan", "--hardware", "h100-sxm-80gb", "--target", "llama-3.1-8b", "--alpha", "0.8"], "choose a drafter"),

@@ -152,7 +152,7 @@ def test_non_finite_measured_values(tmp_path, capsys, block):
             "over 2,000,000",
         ),
         ([*PLAN, "--alpha", "0.7", "--batch", "5-1"], "empty range"),
-        ([*PLAN, "--alpha", "0.7", "--batch", "1e20"], "expected integers"),
+        ([*PLAN, "--alpha", "0.7", "--batch", "1e20"], "expected a whole number"),
         ([*PLAN, "--alpha", "0.7", "--top", "0"], "must lie in [1, 1000000]"),
         ([*PLAN, "--alpha", "0.7", "--tp", "3"], "--tp 3 does not divide"),
         ([*PLAN, "--alpha", "0.7", "--early-exit", "0"], "must lie in [1, 10000]"),

@@ -112,3 +112,93 @@ def test_pricing_functions(params, batch, tokens, context):
 def test_the_model_refuses_what_cannot_be_priced(value):
     with pytest.raises(rf.SpecroofError):
         rf.ModelSpec.from_params(value)
+
+
+# -- the API's array arguments: lists and arrays of any of the numbers above, empty ones, strings and flags where a
+# number goes, arrays that do not broadcast together, tensor-parallel degrees of any kind --------------------------
+
+#: what an API argument may be handed: a number, a list or array of numbers (empty included), a string, a flag
+api_values = st.one_of(
+    numbers,
+    st.lists(numbers, min_size=0, max_size=4),
+    st.lists(st.integers(min_value=-3, max_value=4096), min_size=0, max_size=4).map(np.asarray),
+    st.sampled_from(["4", "", "1,8", "nan", True, False, None, [], [[1], [2]], np.array([]), np.array(["1", "2"])]),
+)
+tp_values = st.one_of(
+    st.integers(min_value=-2, max_value=9), st.sampled_from(["2", 2.0, 2.5, True, None, float("nan")])
+)
+
+
+def _refused_or_finite(call):
+    """As :func:`_finite_or_refused`, and a refusal is a ValueError whose message names an argument."""
+    try:
+        out = call()
+    except rf.SpecroofError as e:
+        assert str(e).strip() and "\n" not in str(e).strip(), repr(e)
+        return
+    values = [out] if not isinstance(out, tuple) else list(out)
+    for v in values:
+        for field in ("t_step_s", "total_bytes", "total_params"):
+            v = getattr(v, field, v)
+        arr = np.asarray(v, dtype=float)
+        assert arr.size and np.all(np.isfinite(arr)), (out, call)
+
+
+@SETTINGS
+@given(batch=api_values, tokens=api_values, context=api_values, tp=tp_values)
+def test_pass_time_array_arguments(batch, tokens, context, tp):
+    _refused_or_finite(lambda: rf.pass_time("llama-3.1-8b", HW, batch, tokens, context, "bf16", tp=tp))
+
+
+@SETTINGS
+@given(batch=api_values, context=api_values, tp=tp_values)
+def test_crossover_and_footprint_array_arguments(batch, context, tp):
+    _refused_or_finite(lambda: rf.crossover_tokens("llama-3.1-8b", HW, batch, context, "bf16", tp=tp))
+    _refused_or_finite(lambda: rf.passtime.memory_footprint("llama-3.1-8b", batch, context))
+    _refused_or_finite(lambda: rf.forward_cost("llama-3.1-8b", batch, 1, context))
+
+
+@SETTINGS
+@given(alpha=api_values, gamma=api_values, c=api_values, params=api_values)
+def test_closed_forms_and_the_model_take_arrays_or_refuse_them(alpha, gamma, c, params):
+    for call in (
+        lambda: rf.expected_tokens(alpha, gamma),
+        lambda: rf.ideal_speedup(alpha, gamma, c),
+        lambda: rf.ModelSpec.from_params(params),
+    ):
+        try:
+            _refused_or_finite(call)
+        except ValueError as e:  # numpy's broadcasting refusal for the closed forms' arrays: still a ValueError
+            assert "broadcast" in str(e), repr(e)
+
+
+@pytest.mark.parametrize(
+    "call, named",
+    [
+        (lambda: rf.pass_time("llama-3.1-8b", HW, 1, 1, 1024, tp=3), "--tp 3"),
+        (lambda: rf.crossover_tokens("llama-3.1-8b", HW, 1, 1024, tp=3), "--tp 3"),
+        (lambda: rf.pass_time("llama-3.1-8b", HW, batch="4"), "batch"),
+        (lambda: rf.pass_time("llama-3.1-8b", HW, batch=[]), "batch is empty"),
+        (lambda: rf.pass_time("llama-3.1-8b", HW, batch=np.array([])), "batch is empty"),
+        (lambda: rf.pass_time("llama-3.1-8b", HW, context=True), "context"),
+        (lambda: rf.pass_time("llama-3.1-8b", HW, [1, 2, 3], [1, 2]), "do not broadcast"),
+        (lambda: rf.ModelSpec.from_params("13e9"), "params"),
+        (lambda: rf.expected_tokens("0.7", 4), "alpha"),
+        (lambda: rf.Pricing.of(HW, tp="2"), "tp"),
+    ],
+    ids=[
+        "tp3",
+        "crossover-tp3",
+        "batch-str",
+        "batch-empty-list",
+        "batch-empty-array",
+        "context-flag",
+        "broadcast",
+        "params-str",
+        "alpha-str",
+        "pricing-tp-str",
+    ],  # fmt: skip
+)
+def test_each_api_family_is_refused_naming_its_argument(call, named):
+    with pytest.raises(ValueError, match=re.escape(named)):
+        call()

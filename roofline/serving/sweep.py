@@ -23,14 +23,119 @@ from roofline.hardware import Hardware
 from roofline.model import ModelSpec, get_model
 from roofline.serving import split
 from roofline.serving.disaggregated import simulate_disaggregated
-from roofline.serving.metrics import check_slo, goodput, latency_columns, speculation_stops_paying_at_rate
+from roofline.serving.metrics import (
+    check_slo,
+    goodput,
+    latency_columns,
+    speculation_pays,
+    speculation_stops_paying_at_rate,
+)
 from roofline.serving.policies import ServingPolicy, parse_policy
 from roofline.serving.prices import kv_capacity_tokens as device_kv_tokens
 from roofline.serving.prices import pricing_context, step_prices
 from roofline.serving.scheduler import RunResult, SchedulerConfig, simulate_run
 from roofline.serving.workload import Workload, check_rate, read_trace, synthetic
+from roofline.validation import check_tp
 
 PolicyLike = str | ServingPolicy | GammaPolicy
+
+#: what "pays" is judged on, by the name a user gives it (``serve --objective``), and the summary column measuring it
+OBJECTIVES = {
+    "tpot": "tpot_p50_s",
+    "ttft": "ttft_p50_s",
+    "e2e": "e2e_p50_s",
+    "throughput": "throughput_tok_s",
+    "goodput": "goodput_req_s",
+}
+#: the default: the median request's end-to-end latency sees both what speculation buys (a shorter decode) and what it
+#: costs under load (verify tokens take the step budget prefills would use, so the queue and TTFT grow)
+DEFAULT_OBJECTIVE = "e2e"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Where one policy pays against plain decoding on one metric, rate by rate, in words that match the table.
+
+    ``kind``: ``always`` (pays at every rate swept), ``never``, ``stops`` (pays below one rate and at none above:
+    ``stops_at`` is the interpolated crossing) or ``mixed`` (pays, loses and pays again: no single rate where it stops).
+    """
+
+    policy: str
+    metric: str
+    rates: tuple[float, ...]
+    pays: tuple[bool, ...]
+    stops_at: float | None
+
+    @property
+    def pays_at(self) -> tuple[float, ...]:
+        return tuple(r for r, ok in zip(self.rates, self.pays, strict=True) if ok)
+
+    @property
+    def loses_at(self) -> tuple[float, ...]:
+        return tuple(r for r, ok in zip(self.rates, self.pays, strict=True) if not ok)
+
+    @property
+    def kind(self) -> str:
+        if all(self.pays):
+            return "always"
+        if not any(self.pays):
+            return "never"
+        first_loss = self.pays.index(False)
+        return "stops" if not any(self.pays[first_loss:]) else "mixed"
+
+    def sentence(self, where: str = "") -> str:
+        """One sentence: the verdict, on which GPU, judged on which metric."""
+        at = f" on {where}" if where else ""
+        on = f"(on {self.metric})"
+        if self.kind == "always":
+            return f"speculation ({self.policy}) pays at every rate swept{at}, up to {max(self.rates):g} req/s {on}"
+        if self.kind == "never":
+            return (
+                f"speculation ({self.policy}) does not pay at any rate swept{at}, from {min(self.rates):g} req/s {on}"
+            )
+        if self.kind == "stops":
+            return (
+                f"speculation ({self.policy}) pays up to {self.stops_at:.3g} req/s{at}; above that plain decoding "
+                f"wins {on}"
+            )
+        return (
+            f"speculation ({self.policy}) pays at {_rates(self.pays_at)} req/s and not at {_rates(self.loses_at)} "
+            f"req/s{at} {on}: no single rate where it stops paying"
+        )
+
+    def words(self) -> str:
+        """The verdict in a few words, for a table that judges every objective."""
+        if self.kind == "always":
+            return "pays at every rate"
+        if self.kind == "never":
+            return "pays at no rate"
+        if self.kind == "stops":
+            return f"pays up to {self.stops_at:.3g} req/s"
+        return f"pays at {_rates(self.pays_at)} req/s only"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "metric": self.metric,
+            "stops_at_rate": self.stops_at,
+            "pays_at_rates": list(self.pays_at),
+            "loses_at_rates": list(self.loses_at),
+        }
+
+
+def _rates(rates: Sequence[float]) -> str:
+    return ", ".join(f"{r:g}" for r in rates)
+
+
+def verdict(summary: pd.DataFrame, policy: str, metric: str = "e2e_p50_s", baseline: str = "off") -> Verdict:
+    """Whether ``policy`` pays against ``baseline`` at each rate on ``metric``, as a :class:`Verdict`."""
+    t = speculation_pays(summary, policy, baseline=baseline, metric=metric)
+    pays = tuple(bool(x) for x in t["pays"])
+    v = Verdict(policy, metric, tuple(float(r) for r in t["rate_req_s"]), pays, None)
+    if v.kind == "stops":
+        stop = speculation_stops_paying_at_rate(summary, policy, baseline=baseline, metric=metric)
+        v = Verdict(policy, metric, v.rates, pays, stop)
+    return v
 
 
 @dataclass(frozen=True)
@@ -54,6 +159,10 @@ class ServingResult:
             for p in self.policies
             if p != baseline
         }
+
+    def verdicts(self, metric: str = "e2e_p50_s", baseline: str = "off") -> dict[str, Verdict]:
+        """Per speculating policy, its :class:`Verdict` against ``baseline`` on ``metric``."""
+        return {p: verdict(self.summary, p, metric, baseline) for p in self.policies if p != baseline}
 
 
 def parse_acceptance(acceptance: float | str, gamma: int | None) -> float:
@@ -237,6 +346,8 @@ def simulate(
     check_slo("slo_ttft_s", slo_ttft_s)
     check_slo("slo_tpot_s", slo_tpot_s)
     spec = get_model(target)
+    if tp is not None and tp != 1:  # 3 devices do not split 32 heads
+        check_tp(spec, tp)
     pols = [parse_policy(p) for p in ([policy] if isinstance(policy, (str, ServingPolicy, GammaPolicy)) else policy)]
     if not pols:
         raise SpecroofError("give at least one policy (off, static:G, by-batch:B=G,..., goodput)")

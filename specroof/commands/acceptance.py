@@ -10,6 +10,7 @@ read. ``show VALUE`` explains one ``--acceptance`` value (``0.7``, ``mean:3.2@5`
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
@@ -62,18 +63,29 @@ def _print(args: argparse.Namespace, acc: Acceptance, table: pd.DataFrame, notes
     print("\n".join(lines + notes))
 
 
-def _write(path: str, acc: Acceptance) -> str:
+def _check_out(path: str) -> Path:
+    """The acceptance file's path, refused before anything is read: a folder, a missing or unwritable folder."""
     p = Path(path)
     if p.is_dir():
         raise SpecroofError(f"--out {path!r} is a folder: give a file name such as curve.json")
-    if not p.parent.is_dir():
-        raise SpecroofError(f"--out {path!r}: the folder {str(p.parent)!r} does not exist")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise SpecroofError(f"--out {path!r}: the folder {str(parent)!r} does not exist")
+    if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise SpecroofError(f"--out {path!r}: cannot write there (permission denied)")
+    return p
+
+
+def _write(path: str, acc: Acceptance) -> str:
+    p = _check_out(path)
     p.write_text(dumps(acc.to_json()) + "\n")
     return str(p)
 
 
 def cmd_import(args: argparse.Namespace) -> int:
     """Import one metrics file; print it and optionally write the acceptance file ``plan`` reads."""
+    if args.out:
+        _check_out(args.out)
     acc = import_file(
         args.file, args.format, gamma=args.gamma, depth=args.depth, model=args.model, category=args.category
     )

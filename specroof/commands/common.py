@@ -156,6 +156,115 @@ def _for_plan(key: str, acc: Any) -> tuple[Any, str]:
     return acc.for_plan(), f"{key}: {acc.describe()}"
 
 
+#: where a drafter's acceptance comes from when none is given: its row on Spec-Bench's A100 leaderboard (the
+#: published/ file, the target and the drafter as that file names them). Spec-Bench measures every method on one GPU,
+#: one prompt set and greedy decoding, so the defaults are comparable with one another; none is for the user's model
+SPEC_BENCH_ROWS = {
+    "eagle": ("spec_bench_a100_2025.toml", "vicuna-7b", "eagle"),
+    "eagle1": ("spec_bench_a100_2025.toml", "vicuna-7b", "eagle"),
+    "eagle2": ("spec_bench_a100_2025.toml", "vicuna-7b", "eagle2"),
+    "eagle3": ("spec_bench_a100_2025.toml", "vicuna-13b", "eagle3"),
+    "medusa": ("spec_bench_a100_2025.toml", "vicuna-7b", "medusa"),
+    "hydra": ("spec_bench_a100_2025.toml", "vicuna-7b", "hydra"),
+    "prompt-lookup": ("spec_bench_a100_2025.toml", "vicuna-7b", "prompt-lookup"),
+    "model": ("spec_bench_a100_2025.toml", "vicuna-7b", "model:vicuna-68m"),
+}
+#: MTP is not on Spec-Bench: DeepSeek-V3's own figure, the low end of the range it states
+MTP_ACCEPTANCE = (
+    0.85,
+    "DeepSeek-V3 Technical Report (arXiv 2412.19437), section 5.4.3: its MTP module's second token is accepted "
+    "85-90% of the time; the low end, 0.85, per token",
+)
+#: EAGLE-2's dynamic tree as Spec-Bench runs EAGLE-2 and EAGLE-3 (total_token 60, depth 5, top_k 10), in SGLang's
+#: knobs, which build the same tree (steps, top-k, verified tokens)
+SPEC_BENCH_EAGLE2 = ("sglang", 5, 10, 60)
+#: drafters no published figure covers: their acceptance is required
+NO_PUBLISHED_ACCEPTANCE = ("early-exit", "block", "window")
+
+
+def published_row(file: str, model: str, drafter: str) -> dict[str, Any]:
+    """One row of a published/ file, read as it is written (without importing roofline.published, which costs a
+    second of imports that the commands do not need)."""
+    import tomllib
+
+    import roofline
+
+    path = Path(roofline.__file__).resolve().parents[1] / "published" / file
+    rows = tomllib.loads(path.read_text()).get("row", [])
+    hit = [r for r in rows if r.get("model") == model and r.get("drafter") == drafter]
+    if len(hit) != 1:
+        raise SpecroofError(f"{path.name}: expected one row for {model} + {drafter}, found {len(hit)}")
+    return dict(hit[0])
+
+
+def _tree_rate(mean: float, tree: Any) -> float:
+    """The i.i.d. per-candidate rate p under which ``tree`` yields ``mean`` tokens per round (bisection)."""
+    from roofline.trees import IIDAcceptance
+
+    lo, hi = 0.0, 1.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if tree.expected_tokens(IIDAcceptance(mid)) < mean else (lo, mid)
+    return (lo + hi) / 2
+
+
+def published_acceptance(kind: str) -> tuple[Any, str]:
+    """A drafter kind's acceptance from a named published figure, and the sentence that names it.
+
+    Returns ``(PerToken, sentence)``. Spec-Bench's tokens per round on a tree (EAGLE, Medusa, Hydra) is read on the
+    tree that run verified (the row's ``tree``, else the drafter's own), as i.i.d. per-candidate p; at a stated gamma
+    (prompt lookup) as the per-token rate of that chain; under Hugging Face's heuristic schedule (a draft model) as the
+    rate that schedule turns into the figure. Raises SpecroofError for a kind no published figure covers.
+    """
+    from roofline.acceptance import MeanAccepted, PerToken
+
+    kind = "eagle" if kind == "eagle1" else kind
+    if kind == "mtp":
+        return PerToken(MTP_ACCEPTANCE[0]), f"{MTP_ACCEPTANCE[0]:g} per token, from the {MTP_ACCEPTANCE[1]}"
+    if kind not in SPEC_BENCH_ROWS:
+        raise SpecroofError(
+            f"no published acceptance figure for {kind} drafters: give --acceptance {kind}=VALUE "
+            "(0.7, mean:3.2@5, vllm-rate:0.7@5, a curve or a metrics file)"
+        )
+    from roofline.drafters import TREE_PRESETS, as_drafter, default_tree
+    from roofline.predict import alpha_for_heuristic
+
+    file, model, drafter = SPEC_BENCH_ROWS[kind]
+    row = published_row(file, model, drafter)
+    mean, gamma, tree_name = float(row["mean_accepted"]), row.get("gamma"), row.get("tree")
+    where = f"Spec-Bench's A100 leaderboard (2025-04-22), {model} + {drafter}: {mean:g} tokens per round"
+    if gamma == "heuristic":
+        a = float(alpha_for_heuristic(mean))
+        return PerToken(a), f"{a:.3f} per token, {where} under Hugging Face's heuristic gamma schedule"
+    if isinstance(gamma, int):  # a chain at a stated gamma
+        a = float(MeanAccepted(mean, gamma=int(gamma)).for_plan())
+        return PerToken(a), f"{a:.3f} per token, {where} at gamma {int(gamma)}"
+    if kind in ("eagle2", "eagle3"):  # EAGLE-2's dynamic tree, as Spec-Bench runs both (the file's note)
+        from roofline.engine_trees import EngineSetting, fit_acceptance
+
+        p = float(fit_acceptance(mean, EngineSetting(*SPEC_BENCH_EAGLE2)).p)
+        return PerToken(p), (
+            f"{p:.3f} per candidate, {where} on EAGLE-2's dynamic tree (total_token 60, depth 5, top_k 10)"
+        )
+    tree = TREE_PRESETS[tree_name] if isinstance(tree_name, str) and tree_name else default_tree(as_drafter(kind))
+    p = _tree_rate(mean, tree)
+    return PerToken(p), f"{p:.3f} per candidate, {where} on its {tree.n_nodes}-node tree of depth {tree.depth}"
+
+
+def default_acceptance(drafters: dict[str, Any]) -> dict[str, tuple[Any, str]]:
+    """Each drafter's published default (:func:`published_acceptance`), keyed as ``drafters``; one line naming every
+    drafter that has none."""
+    missing = [k for k in drafters if drafter_key(k) not in (*SPEC_BENCH_ROWS, "mtp")]
+    if missing:
+        from roofline.acceptance import GRAMMAR
+
+        raise SpecroofError(
+            f"no published acceptance for {', '.join(missing)}: give --acceptance KEY=VALUE for "
+            f"{'it' if len(missing) == 1 else 'each'} (VALUE {GRAMMAR})"
+        )
+    return {k: published_acceptance(drafter_key(k)) for k in drafters}
+
+
 def acceptance_from_args(args: argparse.Namespace, drafters: dict[str, Any]) -> Any:
     """Acceptance per drafter (``--acceptance KEY=VALUE``, repeated; VALUE in any kind of roofline.acceptance), or one
     shared value only with --same-alpha. Returns what the planner takes, keyed by drafter name; the sentences saying
@@ -165,7 +274,7 @@ def acceptance_from_args(args: argparse.Namespace, drafters: dict[str, Any]) -> 
     early exit and prompt lookup are not alike), so a plan that compares several with
     one shared alpha favours whichever is cheapest: it must be asked for explicitly.
     """
-    from roofline.acceptance import GRAMMAR, parse_acceptance_items
+    from roofline.acceptance import parse_acceptance_items
 
     args.acceptance_notes = []
     args.acceptance_kinds = {}
@@ -184,8 +293,15 @@ def acceptance_from_args(args: argparse.Namespace, drafters: dict[str, Any]) -> 
             args.acceptance_notes.append(note)
             args.acceptance_kinds[key] = acc
         return out
-    if not shared:
-        raise SpecroofError(f"give --acceptance KEY=VALUE for each drafter (VALUE {GRAMMAR}), or --alpha A")
+    if not shared:  # none given: each drafter's published figure, named on the output
+        out = {}
+        for key, (acc, source) in default_acceptance(drafters).items():
+            out[drafters[key].name], _ = _for_plan(key, acc)
+            args.acceptance_notes.append(
+                f"{key}: none given: {source} (--acceptance {drafter_key(key)}=VALUE for yours)"
+            )
+            args.acceptance_kinds[key] = acc
+        return out
     if len(drafters) > 1 and not args.same_alpha:
         raise SpecroofError(
             f"{len(drafters)} drafters with one shared acceptance would favour the cheapest: give --acceptance KEY=VALUE "
@@ -198,6 +314,34 @@ def acceptance_from_args(args: argparse.Namespace, drafters: dict[str, Any]) -> 
     args.acceptance_notes.append(note if len(drafters) == 1 else f"every drafter (--same-alpha): {note}")
     return value
 
+
+def single_acceptance(value: str | None, drafter: str) -> tuple[Any, Any, str]:
+    """One drafter's acceptance in the grammar every command shares: ``VALUE`` or ``KEY=VALUE`` (KEY the drafter's
+    name, as ``plan --acceptance`` takes it), or None for its published figure (:func:`published_acceptance`).
+
+    Returns (the acceptance kind, what the planner takes: a rate or a curve, the sentence saying what it was read as).
+    """
+    from roofline.acceptance import parse_acceptance, parse_acceptance_items
+
+    key = drafter_key(drafter)
+    if value is None:
+        acc, source = published_acceptance(key)
+        plan_value, _ = _for_plan(key, acc)
+        return acc, plan_value, f"{key}: none given: {source} (--acceptance {key}=VALUE for yours)"
+    text = str(value).strip()
+    if "=" in text and not Path(text).is_file():  # KEY=VALUE (a file whose name holds '=' is a file): KEY names it
+        aliases = {a: key for a, k in ACCEPTANCE_KEY_ALIASES.items() if k == key} | {drafter.strip(): key}
+        acc = parse_acceptance_items([text], [key], aliases=aliases)[key]
+    else:
+        acc = parse_acceptance(text)
+    plan_value, note = _for_plan(key, acc)
+    return acc, plan_value, note
+
+
+#: the draft-tree sizes searched for a GPU and the deepest tree, by ``tree --hardware`` and the report page alike
+#: (one search: the page and the command name the same tree for one question)
+TREE_BUDGETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+TREE_DEPTH = 10
 
 #: the most configurations one `specroof plan` prices (each takes a few hundred bytes of the table)
 PLAN_MAX_CELLS = 2_000_000

@@ -20,84 +20,110 @@ from specroof.commands.common import (
     WEIGHT_DTYPE_HELP,
     acceptance_from_args,
     apply_weight_only,
+    band_for,
     drafter_key,
     drafters_by_key,
 )
 from specroof.shell import (
+    DEFAULT_ENGINE,
     INT_MAX,
     _add_engine,
     _add_json,
     _add_offload,
+    add_int_list,
     bounded_int,
     emit,
     finite_float,
-    int_list,
     pricing_from_args,
 )
 
 
-def _deploy(args: argparse.Namespace, by_key: dict[str, Any], acceptance: Any, best: list[dict[str, Any]]) -> list:
-    """``plan --emit ENGINE``: per batch and drafter, the best setting in the engine's own knobs and its launch flags.
-
-    EAGLE-family drafters are searched over the engine's own tree knobs (roofline.engine_search); chain drafters
-    (a draft model, prompt lookup, Medusa in vLLM) deploy the plan's best gamma as that engine's chain.
-    """
-    from roofline.engine_flags import emit_flags
+def _engine_trees(args: argparse.Namespace, key: str, d: Any, acceptance: Any, hw: str, c: int) -> Any:
+    """The engine's own EAGLE settings searched for one drafter (roofline.engine_search), per batch."""
     from roofline.engine_search import plan_engine
     from roofline.engine_trees import SGLANG_DEFAULT, EngineSetting
-    from roofline.model import hf_id
     from roofline.trees import IIDAcceptance
 
+    kind = drafter_key(key)
+    acc = getattr(args, "acceptance_kinds", {}).get(key)
+    if acc is not None and getattr(acc, "kind", "") == "mean" and acc.gamma is None:
+        kw: dict[str, Any] = {"mean_accepted": acc.mean, "measured_at": SGLANG_DEFAULT}
+    elif acc is not None and getattr(acc, "kind", "") == "mean" and acc.gamma:
+        g = int(acc.gamma)
+        kw = {"mean_accepted": acc.mean, "measured_at": EngineSetting(args.emit, g, 1, g + 1)}
+    else:
+        a = acceptance[d.name] if isinstance(acceptance, dict) else acceptance
+        kw = {"acceptance": IIDAcceptance(float(a if np.isscalar(a) else np.mean(a)))}
+    return plan_engine(
+        hardware=args.pricings[hw],
+        target=args.target,
+        drafter=kind if kind != "eagle1" else "eagle",
+        framework=args.emit,
+        batches=args.batch,
+        context=c,
+        **kw,
+    )
+
+
+def _deploy(args: argparse.Namespace, by_key: dict[str, Any], acceptance: Any, best: list[dict[str, Any]]) -> list:
+    """``plan --emit ENGINE``: per recommendation, the one setting it chose, in the engine's own knobs and flags.
+
+    The plan's best gamma is deployed as the engine's chain, with the plan's speedup, so the table, the sentence and
+    the flags name one setting. For an EAGLE-family drafter the engine's own trees are searched too
+    (roofline.engine_search); a tree that beats the chosen chain replaces it, and the recommendation says so.
+    """
+    from roofline.engine_flags import emit_flags
+    from roofline.engine_trees import EngineSetting
+    from roofline.model import hf_id
+
+    names = {"sglang": "SGLang", "vllm": "vLLM", "trtllm": "TensorRT-LLM"}
+    searched: dict[tuple[str, int, str], Any] = {}
+    by_id = {load_hardware(h).id: h for h in args.hardware}
     out: list[dict[str, Any]] = []
-    for hw in args.hardware:
-        for c in args.context:
-            for key, d in by_key.items():
-                kind = drafter_key(key)
-                if kind in TREE_DRAFTER_KEYS:
-                    acc = getattr(args, "acceptance_kinds", {}).get(key)
-                    if acc is not None and getattr(acc, "kind", "") == "mean" and acc.gamma is None:
-                        kw: dict[str, Any] = {"mean_accepted": acc.mean, "measured_at": SGLANG_DEFAULT}
-                    elif acc is not None and getattr(acc, "kind", "") == "mean" and acc.gamma:
-                        g = int(acc.gamma)
-                        kw = {"mean_accepted": acc.mean, "measured_at": EngineSetting(args.emit, g, 1, g + 1)}
-                    else:
-                        a = acceptance[d.name] if isinstance(acceptance, dict) else acceptance
-                        alpha = float(a if np.isscalar(a) else np.mean(a))
-                        kw = {"acceptance": IIDAcceptance(alpha)}
-                    plan = plan_engine(
-                        hardware=args.pricings[hw],
-                        target=args.target,
-                        drafter=kind if kind != "eagle1" else "eagle",
-                        framework=args.emit,
-                        batches=args.batch,
-                        context=c,
-                        **kw,
-                    )
-                    for r in plan.records(target=args.target, drafter=kind, draft_model=args.draft_model):
-                        out.append({"hardware": hw, "context": c, "drafter": key, "engine": args.emit, **r})
-                    continue
-                for r in best:
-                    if r["hardware"] != load_hardware(hw).id or r["context"] != c or r["strategy"] != d.name:
-                        continue
-                    g = int(r["gamma"])
-                    setting = EngineSetting(args.emit, g, 1, g + 1)
-                    draft_model = args.draft_model
-                    if kind == "model" and draft_model is None:
-                        draft_model = hf_id(d.spec) if hasattr(d, "spec") else None
-                    flags = emit_flags(setting, target=args.target, drafter=kind, draft_model=draft_model)
-                    out.append(
-                        {
-                            "hardware": hw,
-                            "context": c,
-                            "drafter": key,
-                            "engine": args.emit,
-                            "batch": r["batch"],
-                            "knobs": setting.knobs(),
-                            "label": setting.label,
-                            "speedup": r["speedup"],
-                            "flags": flags,
-                        }
-                    )
+    for r in best:
+        hw, c = by_id[r["hardware"]], int(r["context"])
+        row = {"hardware": hw, "context": c, "batch": r["batch"], "engine": args.emit}
+        if not r["fits_in_memory"]:
+            out.append(row | {"drafter": None, "knobs": {}, "label": "does not fit", "speedup": None,
+                              "flags": "does not fit in memory here: no setting to deploy"})  # fmt: skip
+            continue
+        key, d = next(((k, x) for k, x in by_key.items() if x.name == r["strategy"]), (None, None))
+        if key is None or int(r["gamma"]) == 0:
+            out.append(row | {"drafter": None, "knobs": {}, "label": "no speculation", "speedup": 1.0,
+                              "flags": "plain decoding wins here: launch without speculative flags"})  # fmt: skip
+            continue
+        kind = drafter_key(key)
+        g = int(r["gamma"])
+        setting, speedup = EngineSetting(args.emit, g, 1, g + 1), float(r["speedup"])
+        if kind in TREE_DRAFTER_KEYS:
+            if (hw, c, key) not in searched:
+                searched[hw, c, key] = _engine_trees(args, key, d, acceptance, hw, c)
+            ep = searched[hw, c, key]
+            i = [int(b) for b in ep.best["batch"]].index(int(r["batch"]))
+            tree_setting, tree_speedup = ep.best_settings[i], float(ep.best["speedup"].iloc[i])
+            if not tree_setting.is_chain and tree_speedup > speedup:
+                setting, speedup = tree_setting, tree_speedup
+                r["reason"] += (
+                    f"; as {names[args.emit]} builds {kind}'s tree, {setting.label} is faster still "
+                    f"({speedup:.2f}x): that is the setting deployed"
+                )
+        draft_model = args.draft_model
+        if kind == "model" and draft_model is None:
+            draft_model = hf_id(d.spec) if hasattr(d, "spec") else None
+        r["deploy_setting"] = setting.label
+        out.append(
+            row
+            | {
+                "drafter": key,
+                "knobs": setting.knobs(),
+                "label": setting.label,
+                "num_steps": setting.num_steps,
+                "topk": setting.topk,
+                "num_draft_tokens": setting.num_draft_tokens,
+                "speedup": speedup,
+                "flags": emit_flags(setting, target=args.target, drafter=kind, draft_model=draft_model),
+            }
+        )
     return out
 
 
@@ -159,7 +185,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
         for b in args.batch:
             for c in args.context:
                 rec = recommend(pr, args.target, drafters, acceptance, batch=b, context=c, table=table, gammas=gammas)
-                best.append({"hardware": pr.hardware.id, "batch": b, "context": c, **rec.row, "reason": rec.reason})
+                row = {"hardware": pr.hardware.id, "batch": b, "context": c, **rec.row, "reason": rec.reason}
+                if not rec.row["fits_in_memory"]:  # marked and not ranked: no strategy is an answer on this GPU
+                    cap = pr.hardware.memory_bytes * max(1, args.tp) if pr.hardware.memory_bytes else float("nan")
+                    row |= {"strategy": None, "gamma": None, "speedup": None}
+                    row["reason"] = (
+                        f"does not fit in memory: needs {rec.row['memory_bytes'] / 1e9:.0f} GB (weights + KV), the "
+                        f"{'device holds' if args.tp == 1 else f'{args.tp} devices hold'} {cap / 1e9:.0f} GB: raise "
+                        "--tp, store the weights in "
+                        "fewer bits (--weight-dtype) or shorten --context"
+                    )
+                best.append(row)
     if args.dynamic_gamma:
         _add_dynamic_gamma(best, args, by_key, acceptance, {pr.hardware.id: pr for pr in pricings})
     payload = {
@@ -167,15 +203,27 @@ def cmd_plan(args: argparse.Namespace) -> int:
         "table": table.head(args.top).to_dict(orient="records"),
         "acceptance": getattr(args, "acceptance_notes", []),
     }
+    if args.emit:  # before the sentences: a tree the engine builds may replace the chosen chain, and says so
+        payload["deploy"] = _deploy(args, by_key, acceptance, best)
     lines = [f"{r['hardware']}  batch {r['batch']:>4}  context {r['context']:>6}:  {r['reason']}" for r in best]
+    priced = (
+        f"priced under the {args.engine} engine" + (" (the default; --engine none: the datasheet roofline)"
+                                                    if args.engine == DEFAULT_ENGINE else "")
+        if args.engine else "priced on the datasheet roofline (no engine: an upper bound)"
+    )  # fmt: skip
+    payload["engine"] = args.engine
+    bands = {pr.hardware.id: band_for(args.engine, pr.hardware, speculative=True) for pr in pricings}
+    payload["error_bands"] = {h: {"error_band": b[0], "error_band_note": b[1]} for h, b in bands.items()}
+    lines = [priced, *(f"  {h}: {b[1]}" for h, b in bands.items()), "", *lines]
     if getattr(args, "acceptance_notes", None):
         lines = ["acceptance, as given and as priced:", *(f"  {n}" for n in args.acceptance_notes), "", *lines]
     if args.emit:
-        payload["deploy"] = _deploy(args, by_key, acceptance, best)
         names = {"sglang": "SGLang", "vllm": "vLLM", "trtllm": "TensorRT-LLM"}
-        lines += ["", f"deploying it with {names[args.emit]} (the engine's own knobs; best setting per batch):"]
+        lines += ["", f"deploying it with {names[args.emit]} (the engine's own knobs; the setting chosen above):"]
         for r in payload["deploy"]:
-            lines += [f"  {r['hardware']} batch {r['batch']} {r['drafter']}: {r['label']} ({r['speedup']:.2f}x)"]
+            who = f" {r['drafter']}" if r["drafter"] else ""
+            fast = f" ({r['speedup']:.2f}x)" if r["speedup"] is not None else ""
+            lines += [f"  {r['hardware']} batch {r['batch']}{who}: {r['label']}{fast}"]
             lines += [f"    {line}" for line in str(r["flags"]).splitlines()]
     if args.dynamic_gamma:
         lines += [
@@ -184,7 +232,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
             for r in best
             if "heuristic_speedup" in r
         ]
-    shown = table.head(args.top)[
+    fits = table["fits_in_memory"].astype(bool)
+    if not fits.all():  # rows that do not fit are listed apart, never ranked among those that do
+        lines += ["", f"{int((~fits).sum())} configurations do not fit in memory: not ranked (--json lists them)"]
+    shown = table[fits].head(args.top)[
         [
             "hardware",
             "strategy",
@@ -206,7 +257,13 @@ def add_parser(sub: Any) -> None:
     """Register ``specroof plan``."""
     p = sub.add_parser("plan", help="choose strategy and gamma for a GPU, target and drafter(s)")
     p.add_argument("--hardware", nargs="+", required=True)
-    p.add_argument("--target", required=True, help="target model: preset, config.json or checkpoint folder")
+    p.add_argument(
+        "--target",
+        "--model",
+        dest="target",
+        required=True,
+        help="target model: preset, config.json or checkpoint folder",
+    )
     p.add_argument(
         "--drafter",
         action="append",
@@ -237,10 +294,10 @@ def add_parser(sub: Any) -> None:
         help="also price Hugging Face's heuristic schedule (gamma +2 / -1 per round) against the best static gamma",
     )
     _add_offload(p)
-    p.add_argument("--batch", type=int_list, default=[1])
-    p.add_argument("--context", type=int_list, default=[1024])
+    add_int_list(p, "--batch", 1, INT_MAX, [1], "sequences per pass")
+    add_int_list(p, "--context", 0, INT_MAX, [1024], "tokens already in each KV cache")
     p.add_argument("--max-gamma", type=bounded_int(0, 256), default=16)
-    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--dtype", default="bf16", help="compute/activation dtype (default bf16)")
     p.add_argument("--weight-dtype", default=None, help=WEIGHT_DTYPE_HELP)
     p.add_argument("--kv-dtype", default=None, help=KV_DTYPE_HELP)
     p.add_argument("--tp", type=bounded_int(1, 1024), default=1, help="tensor-parallel degree of the target")

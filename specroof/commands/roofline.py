@@ -24,11 +24,12 @@ from specroof.commands.common import (
     model_from_args,
 )
 from specroof.shell import (
+    DEFAULT_ENGINE,
     INT_MAX,
     _add_engine,
     _add_json,
+    add_int_list,
     bounded_int,
-    bounded_int_list,
     emit,
     engine_of,
     finite_float,
@@ -119,6 +120,25 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     payload["fits_in_memory"] = bool(fp.total_bytes <= capacity)
     band = band_for(args.engine, hw, batch=batch, tp=args.tp, weight_dtype=args.weight_dtype)
     payload["error_band"], payload["error_band_note"] = band
+    beside = []
+    if not args.engine:  # the datasheet roofline first (the worked example's figures); the engine's time beside it
+        sb = pass_time(
+            spec, hw, batch, tokens, context, args.dtype, weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype,
+            tp=args.tp, engine=DEFAULT_ENGINE,
+        )  # fmt: skip
+        bb = band_for(DEFAULT_ENGINE, hw, batch=batch, tp=args.tp, weight_dtype=args.weight_dtype)
+        payload["engine_beside"] = {
+            "engine": DEFAULT_ENGINE,
+            "t_step_s": float(sb.t_step_s),
+            "tokens_per_s": float(sb.tokens_per_s),
+            "error_band": bb[0],
+            "error_band_note": bb[1],
+        }
+        beside = [
+            f"  under {DEFAULT_ENGINE:<12} pass time {format_quantity(float(sb.t_step_s), 's')}, "
+            f"{float(sb.tokens_per_s):.1f} tokens/s ({bb[1]}; the engine plan, tree, speedup, serve and report "
+            "price under by default)"
+        ]
     table = "\n".join(
         [
             f"{spec.name} on {hw.name}, {args.dtype}"
@@ -133,6 +153,7 @@ def cmd_roofline(args: argparse.Namespace) -> int:
             f"  compute time       {format_quantity(payload['t_compute_s'], 's')}",
             f"  pass time          {format_quantity(payload['t_step_s'], 's')}  ({payload['bound']} bound)",
             f"  tokens/s           {payload['tokens_per_s']:.1f}  ({band[1]})",
+            *beside,
             f"  intensity          {payload['arithmetic_intensity']:.2f} FLOP/byte (ridge {payload['ridge_flop_per_byte']:.1f})",
             f"  crossover K        {k} new tokens per sequence stay memory bound",
             f"  memory footprint   {format_quantity(payload['memory_footprint_bytes'], 'B')}"
@@ -193,6 +214,15 @@ def _roofline_sweep(args: argparse.Namespace, spec: ModelSpec, hw: Any) -> int:
             "bound": np.broadcast_to(st.bound, B.shape).ravel(),
         }
     )
+    cols = ["batch", "new_tokens", "context", "t_memory_ms", "t_compute_ms", "t_step_ms", "tokens_per_s", "bound"]
+    if not args.engine:  # the engine's time beside the datasheet's, as for one configuration
+        sb = pass_time(
+            spec, hw, B, n, L, args.dtype, weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype, tp=args.tp,
+            engine=DEFAULT_ENGINE,
+        )  # fmt: skip
+        df[f"t_step_{DEFAULT_ENGINE}_s"] = np.broadcast_to(sb.t_step_s, B.shape).ravel()
+        df[f"t_step_{DEFAULT_ENGINE}_ms"] = df[f"t_step_{DEFAULT_ENGINE}_s"] * 1e3
+        cols.insert(6, f"t_step_{DEFAULT_ENGINE}_ms")
     head = (
         f"{spec.name} on {hw.name}, {args.dtype}" + (f" (weights {args.weight_dtype})" if args.weight_dtype else "")
         + (f", engine {args.engine}" if args.engine else " (datasheet roofline, no engine)")
@@ -200,8 +230,9 @@ def _roofline_sweep(args: argparse.Namespace, spec: ModelSpec, hw: Any) -> int:
     )  # fmt: skip
     shown = df.assign(
         t_step_ms=df["t_step_s"] * 1e3, t_memory_ms=df["t_memory_s"] * 1e3, t_compute_ms=df["t_compute_s"] * 1e3
-    )[["batch", "new_tokens", "context", "t_memory_ms", "t_compute_ms", "t_step_ms", "tokens_per_s", "bound"]]
-    emit(args, {"hardware": hw.id, "model": spec.name, "engine": args.engine or "roofline", "rows": df.to_dict(orient="records")},
+    )[cols]
+    rows = df.drop(columns=[c for c in df.columns if c.endswith("_ms")]).to_dict(orient="records")
+    emit(args, {"hardware": hw.id, "model": spec.name, "engine": args.engine or "roofline", "rows": rows},
          head + "\n" + shown.to_string(index=False, float_format=lambda v: f"{v:.4g}"))  # fmt: skip
     return 0
 
@@ -211,28 +242,18 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("roofline", help="cost of one forward pass: bytes, FLOPs, time, bound, crossover K")
     p.add_argument("--hardware", required=True, help="profile id, alias or .toml path")
     g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--model", help=f"preset ({', '.join(PRESETS)}) or a config.json path")
+    g.add_argument(
+        "--target", "--model", dest="model", help=f"the model: preset ({', '.join(PRESETS)}) or a config.json path"
+    )
     g.add_argument("--params", type=finite_float, help="abstract model with this many weights, e.g. 13e9")
-    p.add_argument("--dtype", default="fp16", help="compute/activation dtype (default fp16)")
+    p.add_argument("--dtype", default="bf16", help="compute/activation dtype (default bf16)")
     p.add_argument("--weight-dtype", default=None, help=WEIGHT_DTYPE_HELP)
     p.add_argument("--kv-dtype", default=None, help=KV_DTYPE_HELP)
-    p.add_argument(
-        "--batch",
-        type=bounded_int_list(1, INT_MAX),
-        default=[1],
-        help="sequences per pass; a list sweeps (1,4,16, 1-64)",
-    )
-    p.add_argument(
-        "--tokens", type=bounded_int_list(1, INT_MAX), default=[1], help="new tokens per sequence (a list sweeps)"
-    )
-    p.add_argument(
-        "--context",
-        type=bounded_int_list(0, INT_MAX),
-        default=[0],
-        help="tokens already in each KV cache (a list sweeps)",
-    )
+    add_int_list(p, "--batch", 1, INT_MAX, [1], "sequences per pass; several sweep")
+    add_int_list(p, "--tokens", 1, INT_MAX, [1], "new tokens per sequence; several sweep")
+    add_int_list(p, "--context", 0, INT_MAX, [0], "tokens already in each KV cache; several sweep")
     p.add_argument("--tp", type=bounded_int(1, 1024), default=1, help="tensor-parallel degree")
-    _add_engine(p)
+    _add_engine(p, default=None)
     p.add_argument("--plot", type=plot_path, default=None, help="write a roofline chart here (.png, .svg, .pdf)")
     _add_json(p)
     p.set_defaults(func=cmd_roofline)

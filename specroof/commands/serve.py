@@ -17,6 +17,8 @@ from typing import Any
 import pandas as pd
 
 from roofline.errors import SpecroofError
+from roofline.serving.sweep import DEFAULT_OBJECTIVE, OBJECTIVES
+from specroof.commands.common import single_acceptance
 from specroof.shell import _add_engine, _add_json, bounded_int, emit, plot_path
 
 #: the columns the table shows (the JSON has every column of the summary)
@@ -40,10 +42,19 @@ LATENCIES = {c for c in TABLE if c.endswith("_s") and not c.endswith(("_req_s", 
 #: the per-rate keys ``--json`` always carries
 JSON_KEYS = ("ttft_p50_s", "ttft_p90_s", "tpot_p50_s", "tpot_p90_s", "throughput_tok_s", "goodput_req_s")
 
-#: "pays" is judged on the median request's end-to-end latency: it sees both what speculation buys (a shorter
-#: decode) and what it costs under load (verify tokens take the step budget that prefills would use, so the queue
-#: and TTFT grow); TPOT alone misses the second
-DEFAULT_METRIC = "e2e_p50_s"
+#: "pays" is judged on the median request's end-to-end latency unless --objective names another (its reason:
+#: roofline.serving.sweep.DEFAULT_OBJECTIVE)
+DEFAULT_METRIC = OBJECTIVES[DEFAULT_OBJECTIVE]
+#: the summary columns --metric may judge on: latencies (lower is better) and rates (higher is better)
+JUDGEABLE = tuple(
+    [
+        f"{m}_{q}_s"
+        for m in ("ttft", "tpot", "e2e", "itl")
+        for q in ("p50", "p90", "p99", "mean")
+        if (m, q) != ("itl", "mean")
+    ]
+    + ["throughput_tok_s", "request_throughput_req_s", "goodput_req_s"]
+)
 
 TERMS = (
     "TTFT: time to first token (arrival to first token). TPOT: time per output token after the first. "
@@ -94,14 +105,6 @@ def _rates(text: str) -> list[float]:
     return out
 
 
-def _verdict(stop: float | None, policy: str, rates: list[float], hw: str, metric: str) -> str:
-    if stop is None:
-        return f"speculation ({policy}) pays at every rate swept on {hw}, up to {max(rates):g} req/s ({metric})"
-    if stop <= min(rates):
-        return f"speculation ({policy}) does not pay at any rate swept on {hw}, from {min(rates):g} req/s ({metric})"
-    return f"speculation ({policy}) pays up to {stop:.3g} req/s on {hw}; above that plain decoding wins ({metric})"
-
-
 def _progress(args: argparse.Namespace) -> tuple[Callable[[int, int, str], None] | None, Callable[[], None]]:
     """(the sweep's ``on_run``, close): progress over its (policy, rate) runs on stderr, shown once the sweep has
     taken a second (a tqdm bar when tqdm is installed, else a line per run); nothing under ``--json``."""
@@ -132,19 +135,56 @@ def _progress(args: argparse.Namespace) -> tuple[Callable[[int, int, str], None]
     return on_run, close
 
 
+def _policies(given: list[str] | None) -> list[str]:
+    """``off`` (always run, the baseline) and the speculating policies asked for (default goodput)."""
+    from roofline.serving.policies import parse_policy
+
+    asked = [p for p in (given or ["goodput"]) if parse_policy(p).name != "off"]  # static:0 is off too
+    if not asked:
+        raise SpecroofError(
+            "--policy off alone compares nothing: plain decoding (off) is always run; give a speculating policy to "
+            "set against it (static:G, by-batch:B=G,..., tree:NAME, goodput[:GMAX]) or leave --policy out (goodput)"
+        )
+    return ["off", *asked]
+
+
+def _objective(args: argparse.Namespace) -> tuple[str, str]:
+    """(the objective's name, the summary column judged): --objective, or --metric (a column), default e2e."""
+    from roofline.validation import not_both
+
+    not_both({"--objective": args.objective, "--metric": args.metric})
+    if args.metric is not None:
+        if args.metric not in JUDGEABLE:  # refused before the simulation, not after it
+            raise SpecroofError(f"unknown metric {args.metric!r}: choose one of {', '.join(JUDGEABLE)}")
+        named = [o for o, col in OBJECTIVES.items() if col == args.metric]
+        return (named[0] if named else args.metric), args.metric
+    objective = args.objective or DEFAULT_OBJECTIVE
+    return objective, OBJECTIVES[objective]
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from roofline.serving import simulate
 
-    policies = ["off"] + [p for p in (args.policy or ["goodput"]) if p.strip().lower() != "off"]
+    objective, metric = _objective(args)
+
+    policies = _policies(args.policy)
+    if args.tp is not None:  # tp must shard the target's heads: refused before the simulation
+        from roofline.model import get_model
+        from roofline.validation import check_tp
+
+        check_tp(get_model(args.target), args.tp)
     if args.trace is None and args.rate is None:
         raise SpecroofError("give --rate R1,R2,... (req/s), or --trace FILE to replay a trace")
+    acc, value, acceptance_note = single_acceptance(args.acceptance, args.drafter)
+    # the simulator draws one per-token rate per request: a curve enters as the rate with its tokens per round
+    alpha = float(value) if isinstance(value, (int, float)) else float(acc.alpha())
     on_run, close_bar = _progress(args)
     try:
         res = simulate(
             hardware=args.hardware,
             target=args.target,
             drafter=args.drafter,
-            acceptance=args.acceptance,
+            acceptance=alpha,
             policy=policies,
             rates=args.rate,
             requests=args.requests,
@@ -179,10 +219,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     finally:
         close_bar()
     s = res.summary
-    stops = res.stops_paying(metric=args.metric)
+    stops = res.stops_paying(metric=metric)
     spec_names = [p for p in res.policies if p != "off"]
     first = spec_names[0]
-    rates = sorted(set(s["rate_req_s"].tolist()))
+    verdicts = res.verdicts(metric)
+    every = {o: res.verdicts(col) for o, col in OBJECTIVES.items()}  # every objective judged, the named one first
     hw = res.settings["hardware"]
     if args.plot:
         from roofline.plot import serving_curves
@@ -193,14 +234,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
     payload: dict[str, Any] = {
         "speculation_stops_paying_at_rate": stops[first],
         "stops_paying_by_policy": stops,
-        "judged_on": args.metric,
+        "judged_on": metric,
+        "objective": objective,
+        "verdicts": {p: v.to_dict() for p, v in verdicts.items()},
+        "verdicts_by_objective": {o: {p: v.to_dict() for p, v in vs.items()} for o, vs in every.items()},
         "per_rate": per_rate,
         "settings": res.settings,
     }
     if args.plot:
         payload["plot"] = args.plot
-    lines = [_verdict(stops[p], p, rates, hw, args.metric) for p in spec_names]
+    lines = [verdicts[p].sentence(hw) for p in spec_names]
     st = res.settings
+    lines.append(f"  acceptance: {acceptance_note}")
+    payload["acceptance"] = acceptance_note
     lines.append(
         f"  {st['target']} + {st['drafter']} at alpha {st['alpha']:.3g}, {st['pricing']}; "
         f"{len(res.requests) // max(1, len(s))} requests per point, scheduler {st['max_seqs']} seqs / "
@@ -210,7 +256,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     table = pd.DataFrame({c.removesuffix("_s") + "_ms" if c in LATENCIES else c: s[c] for c in TABLE})
     table[[c for c in table.columns if c.endswith("_ms")]] *= 1e3
     table = table.sort_values(["rate_req_s", "policy"]).round(3)
-    lines += ["", table.to_string(index=False), "", TERMS.format(metric=args.metric)]
+    lines += [
+        "",
+        table.to_string(index=False),
+        "",
+        "on every objective (p50 latencies; --objective names the one judged):",
+    ]
+    for p in spec_names:
+        lines.append(f"  {p}: " + "; ".join(f"{o} {every[o][p].words()}" for o in OBJECTIVES))
+    lines += ["", TERMS.format(metric=metric)]
     cut = {k: n for k, n in st.get("chunks", {}).items() if n > 1}
     if cut:
         lines.append(
@@ -233,10 +287,14 @@ def add_parser(sub: Any) -> None:
         help="simulate serving under load: at what request rate does speculation stop paying on this GPU?",
     )
     p.add_argument("--hardware", required=True, help="profile id, alias or .toml path")
-    p.add_argument("--target", required=True, help="target model: preset or config.json")
+    p.add_argument("--target", "--model", dest="target", required=True, help="target model: preset or config.json")
     p.add_argument("--drafter", required=True, help=f"the drafter: {DRAFTER_GRAMMAR}")
     p.add_argument(
-        "--acceptance", default="0.7", help="per-token alpha (0.7, alpha:0.7) or tokens per round mean:3.2@G"
+        "--acceptance",
+        metavar="[KEY=]VALUE",
+        help="the drafter's acceptance, as plan takes it (KEY its name: model=0.8, eagle3=mean:3.5): 0.7 or alpha:0.7 "
+        "(per-token), mean:3.2[@G] (tokens per round), vllm-rate:0.7@K, curve:0.9,0.8,... or a metrics file "
+        "(default: the drafter's published figure, named on the output)",
     )
     p.add_argument("--rate", type=_rates, help="request rates to sweep, req/s: 1,2,4,8,16")
     p.add_argument(
@@ -265,10 +323,16 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--slo-ttft", type=_positive_float, help="SLO on time to first token, seconds (for goodput)")
     p.add_argument("--slo-tpot", type=_positive_float, help="SLO on time per output token, seconds (for goodput)")
     p.add_argument(
+        "--objective",
+        choices=tuple(OBJECTIVES),
+        help=f"what 'pays' is judged on: tpot, ttft, e2e (p50 latencies, lower is better), throughput (tokens/s) or "
+        f"goodput (requests/s within the SLOs) (default {DEFAULT_OBJECTIVE}: {OBJECTIVES[DEFAULT_OBJECTIVE]}); every "
+        "objective's verdict is shown",
+    )
+    p.add_argument(
         "--metric",
-        default=DEFAULT_METRIC,
-        help=f"what 'pays' is judged on: a summary column, lower is better for latencies (default {DEFAULT_METRIC}; "
-        "also tpot_p50_s, ttft_p90_s, throughput_tok_s, goodput_req_s)",
+        default=None,
+        help="instead of --objective: any summary column (ttft_p90_s, e2e_p99_s, ...), lower is better for latencies",
     )
     p.add_argument("--max-seqs", type=bounded_int(1, 1 << 16), default=256, help="running sequences at most")
     p.add_argument("--max-tokens", type=bounded_int(1, 1 << 20), default=2048, help="tokens per step (chunked prefill)")
@@ -276,7 +340,7 @@ def add_parser(sub: Any) -> None:
         "--kv-capacity-tokens", type=bounded_int(1, 1 << 40), help="KV cache size (default: the memory model)"
     )
     p.add_argument("--alpha-concentration", type=_positive_float, help="per-request alpha ~ Beta around the mean")
-    p.add_argument("--dtype", default=None, help="compute dtype (default bf16)")
+    p.add_argument("--dtype", default="bf16", help="compute/activation dtype (default bf16)")
     p.add_argument("--weight-dtype", default=None, help="weights stored as int8, int4 or fp8 (weight-only)")
     p.add_argument("--tp", type=bounded_int(1, 1024), default=None, help="tensor-parallel degree")
     p.add_argument(

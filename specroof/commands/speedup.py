@@ -14,8 +14,11 @@ from specroof.commands.common import (
     WEIGHT_DTYPE_HELP,
     apply_weight_only,
     band_for,
+    drafter_key,
+    single_acceptance,
 )
 from specroof.shell import (
+    DEFAULT_ENGINE,
     INT_MAX,
     _add_engine,
     _add_json,
@@ -36,6 +39,13 @@ def cmd_speedup(args: argparse.Namespace) -> int:
         raise SpecroofError(
             "give --alpha and --c (the idealised form), or --hardware --target --drafter --mean-accepted (a priced one)"
         )
+    if not 0.0 <= args.c <= 1.0:  # a draft step that costs more than a target step never pays
+        raise SpecroofError(
+            f"--c must lie in [0, 1]: a draft step's cost over a target step's (got {args.c:g}); at c >= 1 "
+            "speculation cannot pay"
+        )
+    if not 0.0 <= args.alpha <= 1.0:
+        raise SpecroofError(f"--alpha must lie in [0, 1]: a per-token acceptance rate (got {args.alpha:g})")
     if args.gamma is None:
         args.gamma = "auto"
     if args.gamma == "auto":
@@ -54,6 +64,36 @@ def cmd_speedup(args: argparse.Namespace) -> int:
     return 0
 
 
+def _acceptance(args: argparse.Namespace, gamma: int | str | None) -> tuple[float | None, float | None, str]:
+    """(mean_accepted, alpha, what it was read as) for the priced form: --mean-accepted or --alpha as given, else
+    ``--acceptance [KEY=]VALUE`` in the grammar every command shares, else the drafter's published figure.
+
+    A per-token rate priced on a tree (the drafter's own, or ``--tree``) is read as i.i.d. candidates (section 9 of
+    docs/cost-model.md): the tree's expected tokens under it are the round's tokens."""
+    if args.mean_accepted is not None or args.alpha is not None:
+        return args.mean_accepted, args.alpha, ""
+    from roofline.acceptance import MeanAccepted
+
+    acc, value, note = single_acceptance(args.acceptance, args.drafter)
+    if isinstance(acc, MeanAccepted) and (acc.gamma is None or acc.gamma == gamma or gamma is None):
+        # tokens per round as measured: the round priced is taken to be the one it was measured on
+        return acc.mean, None, f"{drafter_key(args.drafter)}: given {acc.given()}, priced as the round's tokens"
+    rate = float(value) if isinstance(value, (int, float)) else float(acc.alpha())
+    if gamma is None:
+        from roofline.drafters import as_drafter, default_tree, tree_preset
+        from roofline.trees import IIDAcceptance
+
+        tree = tree_preset(args.tree) if args.tree is not None else default_tree(as_drafter(args.drafter))
+        if tree is not None:
+            mean = float(tree.expected_tokens(IIDAcceptance(rate)))
+            return (
+                mean,
+                None,
+                f"{note}; on its {tree.n_nodes}-node tree, i.i.d. candidates: {mean:.3f} tokens per round",
+            )
+    return None, rate, note
+
+
 def _speedup_priced(args: argparse.Namespace) -> int:
     """``speedup --hardware --target --drafter --mean-accepted``: one configuration priced by the cost model."""
     from roofline.speculative import predict_speedup
@@ -62,10 +102,8 @@ def _speedup_priced(args: argparse.Namespace) -> int:
     if missing:
         raise SpecroofError("a priced speedup needs " + ", ".join(f"--{m}" for m in missing))
     not_both({"--c (the idealised form)": args.c, "--hardware (the priced form)": args.hardware})
-    not_both({"--alpha": args.alpha, "--mean-accepted": args.mean_accepted})
+    not_both({"--alpha": args.alpha, "--mean-accepted": args.mean_accepted, "--acceptance": args.acceptance})
     check_tp(get_model(args.target), args.tp)
-    if args.mean_accepted is None and args.alpha is None:
-        raise SpecroofError("give --mean-accepted (tokens per round, bonus included) or --alpha")
     if args.tree is not None and args.gamma is not None:
         raise SpecroofError("--gamma and --tree exclude each other")
     apply_weight_only(args)
@@ -75,31 +113,40 @@ def _speedup_priced(args: argparse.Namespace) -> int:
             gamma = check_gamma(int(gamma), "--gamma")
         except ValueError:
             raise SpecroofError(f"--gamma must be a whole number or 'heuristic' (got {args.gamma!r})") from None
+    mean_accepted, alpha, note = _acceptance(args, gamma)
     r = predict_speedup(
         hardware=pricing_from_args(args),
         target=args.target,
         drafter=args.drafter,
-        mean_accepted=args.mean_accepted,
-        alpha=args.alpha,
+        mean_accepted=mean_accepted,
+        alpha=alpha,
         gamma=gamma,
         tree=args.tree,
         batch=args.batch,
         context=args.context,
     )
-    payload = r.to_dict() | {"hardware": args.hardware, "target": args.target}
+    # the engine as asked (serving by default) and the profile it resolved to (serving is an alias of vLLM's)
+    asked = args.engine or "roofline"
+    payload = r.to_dict() | {"hardware": args.hardware, "target": args.target, "engine": asked}
+    payload["engine_profile"] = r.engine
     band = band_for(args.engine, load_hardware(args.hardware), speculative=True)
     payload["error_band"], payload["error_band_note"] = band
     shape = f"tree of {r.tree_nodes} nodes" if r.tree_nodes else f"gamma {r.gamma:g}"
     text = "\n".join(
         [
-            f"{args.target} + {r.drafter} ({shape}) on {args.hardware}, engine {r.engine}: speedup {r.speedup:.2f}x"
+            f"{args.target} + {r.drafter} ({shape}) on {args.hardware}, engine {asked}"
+            + (" (the default)" if args.engine == DEFAULT_ENGINE else "")
+            + f": speedup {r.speedup:.2f}x"
             f" ({band[1]})",
             f"  {r.mean_accepted:.2f} tokens per round of {r.t_round_s * 1e3:.2f} ms "
             f"(draft {r.t_draft_s * 1e3:.2f}, verify {r.t_verify_s * 1e3:.2f}, host {r.t_round_host_s * 1e3:.2f})"
             f" against one token per {r.t_base_s * 1e3:.2f} ms",
             f"  {r.tokens_per_s:.1f} tokens/s against {r.baseline_tokens_per_s:.1f}",
+            *([f"  acceptance: {note}"] if note else []),
         ]
     )
+    if note:
+        payload["acceptance"] = note
     emit(args, payload, text)
     return 0
 
@@ -116,7 +163,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--c", type=finite_float, help="idealised form: draft step cost over target step cost")
     p.add_argument("--max-gamma", type=bounded_int(1, 4096), default=64)
     p.add_argument("--hardware", help="priced form: profile id, alias or .toml path")
-    p.add_argument("--target", help="priced form: target model preset or config.json")
+    p.add_argument("--target", "--model", dest="target", help="priced form: target model preset or config.json")
     p.add_argument(
         "--drafter", help="eagle, eagle2, eagle3, mtp, medusa, hydra, prompt-lookup, early-exit:L or model:NAME"
     )
@@ -126,6 +173,12 @@ def add_parser(sub: Any) -> None:
         help="measured tokens per round, bonus included (Spec-Bench's #mean accepted tokens, vLLM's mean acceptance length)",
     )
     p.add_argument(
+        "--acceptance",
+        metavar="[KEY=]VALUE",
+        help="priced form: the drafter's acceptance as plan and serve take it (0.7, mean:3.2@G, vllm-rate:0.7@K, "
+        "curve:..., a metrics file; default: the drafter's published figure, named on the output)",
+    )
+    p.add_argument(
         "--tree",
         help="a named tree (eagle, eagle2, eagle3, medusa, hydra), an inline parent array (parents:-1,0,0,1), "
         "rank paths ([[0],[1],[0,0]]: Medusa choices, vLLM's speculative_token_tree) or a JSON file with a parent "
@@ -133,7 +186,7 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--batch", type=bounded_int(1, INT_MAX), default=1)
     p.add_argument("--context", type=bounded_int(0, INT_MAX), default=1024)
-    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--dtype", default="bf16", help="compute/activation dtype (default bf16)")
     p.add_argument("--weight-dtype", default=None, help=WEIGHT_DTYPE_HELP)
     p.add_argument("--kv-dtype", default=None, help=KV_DTYPE_HELP)
     p.add_argument("--tp", type=bounded_int(1, 1024), default=1)

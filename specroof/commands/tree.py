@@ -8,12 +8,16 @@ from typing import Any
 import numpy as np
 
 from roofline.errors import SpecroofError
+from roofline.hardware import load_hardware
 from specroof.commands.common import (
     DRAFTER_GRAMMAR,
     KV_DTYPE_HELP,
+    TREE_BUDGETS,
+    TREE_DEPTH,
     TREE_DRAFTER_KEYS,
     WEIGHT_DTYPE_HELP,
     apply_weight_only,
+    band_for,
     draft_spec,
     drafter_key,
     resolve_drafter,
@@ -40,11 +44,17 @@ def read_acceptance_vector(path: str) -> Any:
     return read_sibling_vector(path)
 
 
+#: the most paths the text shows (a 512-node tree's paths fill a screen; --json has every one)
+SHOWN_PATHS = 40
+
+
 def _tree_lines(t: Any) -> list[str]:
     """A tree's shape in words: nodes, depth, nodes per level, and its paths as sibling ranks."""
+    paths = ["".join(map(str, p)) for p in t.paths()]
+    more = f" ... (+{len(paths) - SHOWN_PATHS} more; --json lists them all)" if len(paths) > SHOWN_PATHS else ""
     return [
         f"  {t.n_nodes} nodes, depth {t.depth}, nodes per level {t.widths.tolist()}",
-        "  paths (sibling ranks, 0 = the draft's top choice): " + " ".join("".join(map(str, p)) for p in t.paths()),
+        "  paths (sibling ranks, 0 = the draft's top choice): " + " ".join(paths[:SHOWN_PATHS]) + more,
     ]
 
 
@@ -58,28 +68,44 @@ def _tree_payload(t: Any) -> dict[str, Any]:
     }
 
 
-def _tree_deploy(args: argparse.Namespace, drafter: str | None, acc: Any) -> dict[str, Any]:
-    """``tree --emit ENGINE``: the engine's own tree knobs searched for this acceptance vector, and their flags."""
+def _tree_deploy(args: argparse.Namespace, drafter: str, acc: Any, framework: str) -> dict[str, Any]:
+    """The engine's own tree knobs searched for this acceptance vector on the GPU, and the flags of the best."""
     from roofline.engine_search import plan_engine
 
-    if not (args.hardware and args.target and drafter):
-        raise SpecroofError("--emit prices the engine's trees on a GPU: give --hardware, --target and --drafter")
     kind = drafter_key(drafter)
-    if kind not in TREE_DRAFTER_KEYS:
-        raise SpecroofError(
-            f"--emit searches the tree knobs of EAGLE-family drafters ({', '.join(TREE_DRAFTER_KEYS)}); for {drafter!r} "
-            "use specroof plan --emit, which deploys its best chain"
-        )
     plan = plan_engine(
         hardware=pricing_from_args(args),
         target=args.target,
         drafter="eagle" if kind == "eagle1" else kind,
-        framework=args.emit,
+        framework=framework,
         acceptance=acc,
         batches=[args.batch],
         context=args.context,
     )
     return plan.records(target=args.target, drafter=kind, draft_model=args.draft_model)[0]
+
+
+#: the engines whose own EAGLE trees ``--emit`` searches, and the pricing engines that stand for them
+_FRAMEWORK_NAMES = {"sglang": "SGLang", "vllm": "vLLM", "trtllm": "TensorRT-LLM"}
+
+
+def _deploy_engine(args: argparse.Namespace) -> str:
+    """The engine whose flags the answer gives: ``--emit``, else the pricing engine's own (``serving`` is an alias of
+    vLLM), else vLLM."""
+    if args.emit:
+        return str(args.emit)
+    from roofline.engine import load_engine
+
+    eng = load_engine(args.engine) if isinstance(args.engine, str) else None
+    name = str(getattr(eng, "name", "") or "").lower()
+    return name if name in _FRAMEWORK_NAMES else "vllm"
+
+
+def _search_budgets(cap: int | None) -> list[int]:
+    """The node budgets searched for a GPU: the page's grid, up to ``--budget`` when one is given (its cap)."""
+    if cap is None:
+        return list(TREE_BUDGETS)
+    return sorted({b for b in TREE_BUDGETS if b < cap} | {cap})
 
 
 def cmd_tree(args: argparse.Namespace) -> int:
@@ -92,21 +118,38 @@ def cmd_tree(args: argparse.Namespace) -> int:
     drafter = args.drafter or (draft_spec(args.draft) if args.draft else None)
     if (args.target or drafter) and not args.hardware:
         raise SpecroofError("--target and --drafter choose a tree size for a GPU: give --hardware too")
+    if args.hardware and not (args.target and drafter):
+        raise SpecroofError("--hardware needs --target and --drafter as well")
+    if args.budget is None and not args.hardware:
+        raise SpecroofError(
+            "give --budget N (draft nodes per round), or --hardware --target --drafter to choose the size for a GPU "
+            "(without a GPU the largest tree always wins)"
+        )
+    if args.emit and drafter_key(drafter or "") not in TREE_DRAFTER_KEYS and drafter is not None:
+        raise SpecroofError(
+            f"--emit searches the tree knobs of EAGLE-family drafters ({', '.join(TREE_DRAFTER_KEYS)}); for {drafter!r} "
+            "use specroof plan --emit, which deploys its best chain"
+        )
+    if args.emit and not args.hardware:
+        raise SpecroofError("--emit prices the engine's trees on a GPU: give --hardware, --target and --drafter")
+    depth = args.max_depth
     vec = read_acceptance_vector(args.acceptance_vector)
     acc = vec.model()
-    opt = optimal_tree(acc, args.budget, args.max_depth)
-    t = opt.tree
-    payload: dict[str, Any] = {"expected_tokens": opt.expected_tokens, **_tree_payload(t), "acceptance": vec.to_json()}
-    lines = [
-        f"acceptance: {vec.describe()}",
-        f"the tree with the most expected tokens for {args.budget} draft nodes, depth <= {args.max_depth} "
-        f"(no hardware: the largest tree always wins on tokens):",
-        *_tree_lines(t),
-        f"  expected tokens per round: {opt.expected_tokens:.4f} (bonus included)",
-    ]
+    payload: dict[str, Any] = {"acceptance": vec.to_json()}
+    lines = [f"acceptance: {vec.describe()}"]
+    drawn = None
+    if args.budget is not None:
+        opt = optimal_tree(acc, args.budget, depth)
+        drawn = opt.tree
+        payload |= {"expected_tokens": opt.expected_tokens, **_tree_payload(opt.tree)}
+        lines += [
+            f"the tree with the most expected tokens for {args.budget} draft nodes, depth <= {depth} "
+            f"(no hardware: the largest tree always wins on tokens):",
+            *_tree_lines(opt.tree),
+            f"  expected tokens per round: {opt.expected_tokens:.4f} (bonus included)",
+        ]
     if args.hardware:
-        if not (args.target and drafter):
-            raise SpecroofError("--hardware needs --target and --drafter as well")
+        budgets = _search_budgets(args.budget)
         choice = best_tree_size(
             with_offload(args.hardware, args.offload),
             args.target,
@@ -114,40 +157,59 @@ def cmd_tree(args: argparse.Namespace) -> int:
             acc,
             args.batch,
             args.context,
-            budgets=sorted({b for b in (1, 2, 4, 8, 16, 32, 64, 128) if b < args.budget} | {args.budget}),
-            max_depth=args.max_depth,
+            budgets=budgets,
+            max_depth=depth,
             dtype=args.dtype,
             engine=engine_of(args),
             weight_dtype=args.weight_dtype,
             kv_dtype=args.kv_dtype,
         )
         b = choice.best
-        payload["hardware_choice"] = {
+        chosen = {
             k: (float(v) if isinstance(v, (int, float, np.floating, np.integer)) else v) for k, v in b.items()
         } | _tree_payload(choice.tree)
+        payload["hardware_choice"] = chosen | {"budgets_searched": budgets, "max_depth": depth}
+        payload["engine"] = args.engine
+        if args.budget is None:  # the answer is the GPU's tree: the top-level fields describe it
+            drawn = choice.tree
+            payload |= {"expected_tokens": chosen["expected_tokens"], **_tree_payload(choice.tree)}
         engine = f", engine {args.engine}" if args.engine else " (datasheet roofline, no engine)"
+        band = band_for(args.engine, load_hardware(args.hardware), speculative=True)
+        payload["error_band"], payload["error_band_note"] = band
+        searched = (
+            f"sizes {budgets[0]}-{budgets[-1]} nodes searched" + (f" (capped by --budget {args.budget})" if args.budget else "")
+            + f", depth <= {depth}"
+        )  # fmt: skip
         lines += [
             "",
             f"on {args.hardware}: best tree (the fastest, not the largest) for {args.target} + {drafter}, "
-            f"batch {args.batch}, context {args.context}{engine}: speedup {b['speedup']:.2f}x",
+            f"batch {args.batch}, context {args.context}{engine}: speedup {b['speedup']:.2f}x ({band[1]})",
             *_tree_lines(choice.tree),
-            f"  {b['expected_tokens']:.3f} tokens per {b['t_round_s'] * 1e3:.2f} ms round",
+            f"  {b['expected_tokens']:.3f} tokens per {b['t_round_s'] * 1e3:.2f} ms round; {searched}",
         ]
-    if args.emit:
-        payload["deploy"] = _tree_deploy(args, drafter, acc)
-        names = {"sglang": "SGLang", "vllm": "vLLM", "trtllm": "TensorRT-LLM"}
-        r = payload["deploy"]
-        lines += [
-            "",
-            f"as {names[args.emit]} builds {drafter}'s tree, its best setting on {args.hardware} at batch {args.batch}: "
-            f"{r['label']} ({r['n_nodes']} nodes, depth {r['depth']}, {r['expected_tokens']:.3f} tokens per round, "
-            f"{r['speedup']:.2f}x)",
-            *(f"  {line}" for line in str(r["flags"]).splitlines()),
-        ]
-    if args.plot:
+        kind = drafter_key(drafter or "")
+        if kind in TREE_DRAFTER_KEYS:
+            framework = _deploy_engine(args)
+            payload["deploy"] = _tree_deploy(args, drafter, acc, framework)
+            r = payload["deploy"]
+            lines += [
+                "",
+                f"flags: as {_FRAMEWORK_NAMES[framework]} builds {drafter}'s tree (its own knobs searched; --emit "
+                f"sglang|vllm|trtllm for another engine), its best setting on {args.hardware} at batch {args.batch}: "
+                f"{r['label']} ({r['n_nodes']} nodes, depth {r['depth']}, {r['expected_tokens']:.3f} tokens per "
+                f"round, {r['speedup']:.2f}x)",
+                *(f"  {line}" for line in str(r["flags"]).splitlines()),
+            ]
+        else:
+            lines += [
+                "",
+                f"flags: the engines build draft trees for EAGLE-family drafters only ({', '.join(TREE_DRAFTER_KEYS)}); "
+                f"{drafter} drafts a chain there: specroof plan --emit vllm|sglang|trtllm deploys its best gamma",
+            ]
+    if args.plot and drawn is not None:
         from roofline.plot import tree_chart
 
-        fig = tree_chart(opt.tree, values=opt.tree.path_probabilities(acc))
+        fig = tree_chart(drawn, values=drawn.path_probabilities(acc))
         fig.savefig(args.plot, dpi=110)
     emit(args, payload, "\n".join(lines))
     return 0
@@ -158,23 +220,32 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("tree", help="optimal draft tree for a sibling-rank acceptance vector (and its size for a GPU)")
     p.add_argument("--acceptance-vector", required=True, help="JSON: [p0, p1, ...], {'p': [...]} or {'sequoia': [...]}")
     p.add_argument(
-        "--budget", type=bounded_int(1, 100_000), required=True, help="draft nodes per round (not counting the root)"
+        "--budget",
+        type=bounded_int(1, 100_000),
+        default=None,
+        help="draft nodes per round (not counting the root): a fixed size; with --hardware the largest size searched "
+        f"(default with --hardware: {TREE_BUDGETS[0]}-{TREE_BUDGETS[-1]}, as the report page searches)",
     )
-    p.add_argument("--max-depth", type=bounded_int(1, 10_000), default=8, help="draft levels")
-    p.add_argument("--hardware", help="also choose the tree size for this GPU")
-    p.add_argument("--target", help="target model (with --hardware): preset, config.json or folder")
+    p.add_argument(
+        "--max-depth", type=bounded_int(1, 10_000), default=TREE_DEPTH, help=f"draft levels (default {TREE_DEPTH})"
+    )
+    p.add_argument("--hardware", help="choose the tree size for this GPU (searches sizes; needs --target, --drafter)")
+    p.add_argument(
+        "--target", "--model", dest="target", help="target model (with --hardware): preset, config.json or folder"
+    )
     p.add_argument("--drafter", metavar="SPEC", help=f"the drafter (with --hardware): {DRAFTER_GRAMMAR}")
     p.add_argument("--draft", help="same as --drafter model:NAME")
     p.add_argument("--batch", type=bounded_int(1, INT_MAX), default=1)
     p.add_argument("--context", type=bounded_int(0, INT_MAX), default=1024)
-    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--dtype", default="bf16", help="compute/activation dtype (default bf16)")
     p.add_argument("--weight-dtype", default=None, help=WEIGHT_DTYPE_HELP)
     p.add_argument("--kv-dtype", default=None, help=KV_DTYPE_HELP)
     p.add_argument("--plot", type=plot_path, help="write a drawing of the tree (.png, .svg, .pdf)")
     p.add_argument(
         "--emit",
         choices=("sglang", "vllm", "trtllm"),
-        help="also search this engine's own tree knobs for an EAGLE-family --drafter and print the flags",
+        help="the engine whose own tree knobs are searched for an EAGLE-family --drafter, and whose flags are "
+        "printed (default: the --engine's own, vLLM for serving)",
     )
     p.add_argument("--draft-model", help="with --emit: the draft checkpoint to name (a Hugging Face id or a path)")
     _add_engine(p)

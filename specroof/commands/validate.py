@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-import pandas as pd
-
 from roofline.errors import SpecroofError
 from specroof.shell import (
     _add_json,
     emit,
+    number,
+    percent,
     plot_path,
 )
 
@@ -43,12 +43,12 @@ def cmd_validate_published(args: argparse.Namespace) -> int:
         "summary": summary.to_dict(orient="records"),
         **({"fitted": _engine_params(engines[args.fit])} if args.fit else {}),
     }
-    shown = table.assign(
-        published=table["published"].map(lambda v: f"{v:.3g}"),
-        roofline=table["roofline"].map(lambda v: "" if pd.isna(v) else f"{v:.3g}"),
-        engine_aware=table["engine_aware"].map(lambda v: "" if pd.isna(v) else f"{v:.3g}"),
-        error_roofline=table["error_roofline"].map(lambda v: "" if pd.isna(v) else f"{100 * v:+.0f}%"),
-        error_engine=table["error_engine"].map(lambda v: "" if pd.isna(v) else f"{100 * v:+.0f}%"),
+    shown = table.assign(  # 2,040 never 2.04e+03; an error that rounds to 0% is 0%, never -0%
+        published=table["published"].map(number),
+        roofline=table["roofline"].map(number),
+        engine_aware=table["engine_aware"].map(number),
+        error_roofline=table["error_roofline"].map(percent),
+        error_engine=table["error_engine"].map(percent),
     )[["source", "use", "kind", "engine", "setup", "metric", "published", "roofline", "error_roofline",
        "engine_aware", "error_engine", "note"]]  # fmt: skip
     text = "\n".join(lines + [shown.to_string(index=False), "", "median and max |error| per kind:"])
