@@ -277,9 +277,10 @@ def _per_token(long: Sequence[float], short: Sequence[float], tokens: int) -> np
 #: fewest repetitions that keep a configuration in the table: with fewer, its median and interval say little about
 #: the spread a repetition has here, so a configuration the budget cannot repeat that often is dropped and named
 MIN_REPEATS = 3
-#: evaluations of the residuals one start of the fit takes: the default plan's fit took 1572 over its 8 starts
-#: (196 each, the numerical Jacobian's included) on this project's EPYC; kept with a margin
-FIT_EVALS_PER_START = 250
+#: evaluations of the residuals one start of the fit takes: 54-127 (87 on average, the numerical Jacobian's
+#: included) in the 8 starts of a default-plan fit on this project's EPYC, each within 0.1% of its final cost after
+#: 30-69; a start that needs more is stopped at its deadline with the best point it reached
+FIT_EVALS_PER_START = 120
 #: starts of the fit the measurement keeps time for: one for the fit, one for the refit after the re-measurements
 #: (a fit stops at its deadline with the best point it evaluated; more starts are tried while time is left)
 FIT_STARTS_KEPT = 2
@@ -312,9 +313,10 @@ def config_name(key: Config) -> str:
 def configuration_order(plan: EnginePlan) -> list[Config]:
     """Every configuration of ``plan``, most needed first: the order a short budget keeps them in.
 
-    First what the fit cannot do without, the first ``ESSENTIAL`` always: plain decoding of the
-    shallowest model and the first fit gamma (a plain row and a speculative one: the least a fit
-    needs); then the deepest model (the per-layer and the per-pass terms separate on depth), the
+    First what the fit cannot do without, the first ``ESSENTIAL`` always: the first fit gamma and
+    plain decoding of the shallowest model (a speculative row and a plain one: the least a fit
+    needs; the speculative one first, as it warms the most: what a framework does once, such as
+    starting its compiler, is then paid where it is not mistaken for a cost per layer); then the deepest model (the per-layer and the per-pass terms separate on depth), the
     other fit gammas (only they see the per-round term), the deepest model at the largest batch (the
     per-sequence term); then the first held-out gamma and the heuristic schedule (the validation the
     command reports), the other plain rows (each sharpens the fit), and last the other held-out gammas.
@@ -325,7 +327,7 @@ def configuration_order(plan: EnginePlan) -> list[Config]:
     held: list[Config] = [g for g in plan.gammas if g not in plan.fit_gammas]
     held = held[:1] + (["heuristic"] if plan.heuristic else []) + held[1:]
     plain_rest = sorted(((L, b) for L in depths for b in batches), key=lambda k: (k[1], -k[0]))
-    order: list[Config] = [(lo, b1), *fit[:1], (hi, b1), *fit[1:], (hi, bn), *held[:2], *plain_rest, *held[2:]]
+    order: list[Config] = [*fit[:1], (lo, b1), (hi, b1), *fit[1:], (hi, bn), *held[:2], *plain_rest, *held[2:]]
     return list(dict.fromkeys(order))  # in order, once each
 
 
@@ -447,12 +449,15 @@ def fit_reserve(
          "mean_accepted": g + 1.0, "draft_passes_per_round": float(g)}
         for g in plan.fit_gammas
     ]  # fmt: skip
-    pr = _pricing(hw, base_engine(framework), dtype)
+    engine = base_engine(framework)
     per_row = []
     for rows in (plain, spec):
-        t0 = clock()
-        _predict(pd.DataFrame(rows), pr, target, draft, shape)
-        per_row.append((clock() - t0) / max(len(rows), 1))
+        best = math.inf
+        for _ in range(2):  # the quicker of two: a neighbour's burst is not the fit's cost
+            t0 = clock()  # a fresh Pricing, as each evaluation of the fit builds one (its first use prices dearer)
+            _predict(pd.DataFrame(rows), _pricing(hw, engine, dtype), target, draft, shape)
+            best = min(best, clock() - t0)
+        per_row.append(best / max(len(rows), 1))
     return FitReserve(per_row[0], per_row[1])
 
 
@@ -653,6 +658,15 @@ def measure_engine(
         wbar = WorkBar(sum(costs.units(k) for k in order), f"warm-up {framework}", progress, budget=bud,
                        tail_s=math.inf if bud.limited else 0.0)  # fmt: skip
         for i, key in enumerate(order):
+            if 0 < i < ESSENTIAL:  # a fit needs it: if even its warm-up and one repetition cannot fit, say so now
+                need = costs.cost([key], 1, 1, done) + reserve([*warmed, key])
+                if not bud.allows(need):
+                    raise SpecroofError(
+                        f"a budget of {bud.seconds:g} s is too short for measure engine --framework {framework} here: "
+                        f"{bud.elapsed_s:.0f} s are spent (imports, loading, the first model's warm-up), and "
+                        f"{config_name(key)}, which a fit needs, would take ~{need:.0f} s more with the fit; give a "
+                        f"--budget of at least {bud.elapsed_s + need:.0f} s"
+                    )
             if i >= ESSENTIAL:
                 need = PLAN_MARGIN * costs.cost([*warmed, key], minimum, minimum, done) + reserve([*warmed, key])
                 if not bud.allows(need):
@@ -837,8 +851,9 @@ def _rows(
 
 
 #: below this budget (seconds) a CPU without a built-in profile is microbenchmarked with the quick set (a capped
-#: matmul search, fewer copies): the full set took 8.7 s of a 60 s budget beside a busy core, the quick one about
-#: a third of that, with the same matmul rates to 1% unloaded (fp32 214 vs 215 GFLOP/s, bf16 430 vs 428)
+#: matmul search, fewer copies): on this project's 2-core EPYC at load average 8.3 the full set took 8.5-12.3 s
+#: and the quick one 2.0 s; at load average 1.3 they found the same matmul rates within 1% (fp32 214 vs 215 GFLOP/s,
+#: bf16 430 vs 428). Under that load both sets' figures are the load's (fp32 22-31 GFLOP/s), not the CPU's
 QUICK_PROFILE_BELOW_S = 300.0
 
 
@@ -994,14 +1009,19 @@ def fit_engine(m: EngineMeasurement, hardware: Hardware, *, budget: Budget | Non
     ``noisy`` and left out of the summary, which counts it.
 
     The fit is inside ``budget`` too: the first start always runs, a further one only while one
-    more start (as long as the longest so far), the refit's start and ``CLOSING_S`` still fit, and
-    a start still running at that point stops there with the best point it evaluated. The
-    re-measurements keep the refit's time. The refit starts from the fit's terms first.
+    more start (as long as the longest so far), the refit's start and ``CLOSING_S`` still fit in
+    half of what was left when it began (the other half re-measures), and a start still running at
+    that point stops there with the best point it evaluated. The re-measurements keep the refit's
+    time. The refit starts from the fit's terms first and takes what is left.
     """
     bud = budget if budget is not None else Budget(None)
     wall = bud.clock
     t0 = wall()
-    fitted, params, best, tried, longest = _fit_terms(m, hardware, bud, keep_s=CLOSING_S, refit=m.remeasure is not None)
+    # the first fit's further starts take at most half of what is left: the rest re-measures the rows that need it
+    first_bud = bud.keeping(0.5 * bud.remaining_s) if bud.limited and m.remeasure is not None else bud
+    fitted, params, best, tried, longest = _fit_terms(
+        m, hardware, first_bud, keep_s=CLOSING_S, refit=m.remeasure is not None
+    )
     steps = {"fit": wall() - t0}
     starts = [tried, _n_starts(m)]
     if m.remeasure is not None:
