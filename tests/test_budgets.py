@@ -257,3 +257,14 @@ def test_the_order_of_need_starts_with_what_a_fit_cannot_do_without():
     assert order[: ef.ESSENTIAL] == [1, (1, 1)]
     assert order.index((4, 1)) < order.index(3) < order.index((4, 2)) < order.index(2) < order.index("heuristic")
     assert order[-1] == 4 and len(order) == len(set(order)) == 6 + 5
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])
+def test_a_bad_budget_is_one_line_and_exit_2_before_any_work(value, tmp_path, capsys):
+    from specroof.cli import main
+
+    out = tmp_path / "engine.toml"
+    code = main(["measure", "engine", "--framework", "hf", "--budget", value, "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "--budget" in err
+    assert not out.exists()  # refused before anything was written

@@ -43,10 +43,10 @@ def cmd_measure_engine(args: argparse.Namespace) -> int:
 
     from measure.budget import Budget
 
-    if args.budget is not None and not args.budget > 0:
-        raise SpecroofError(f"--budget must be > 0 seconds (got {args.budget})")
+    if not (args.budget > 0 and math.isfinite(args.budget)):
+        raise SpecroofError(f"--budget must be a finite number of seconds > 0 (got {args.budget})")
     # the budget counts from the process's start: the imports, the probe, compiling, warming up and the fit are in it
-    budget = Budget.from_process_start(None if args.budget is None or math.isinf(args.budget) else args.budget)
+    budget = Budget.from_process_start(args.budget)
     from measure.device import resolve_device
     from measure.engine_fit import (
         QUICK_PROFILE_BELOW_S,
@@ -201,7 +201,7 @@ def add_parser(msub: Any) -> None:
         type=float,
         default=600.0,
         help="seconds for the whole command, from its start: imports, probe, compile, warm-up, repetitions, fit "
-        "(default 600; inf: no limit). What it cannot measure 3 times is dropped and named",
+        "(default 600). What it cannot measure 3 times is dropped and named",
     )
     p.add_argument("--out", default="engine.toml", help="engine profile to write (.toml)")
     _add_json(p)
