@@ -1008,19 +1008,22 @@ def fit_engine(m: EngineMeasurement, hardware: Hardware, *, budget: Budget | Non
     compared speedup against speedup; one whose interval is still wider than its error is
     ``noisy`` and left out of the summary, which counts it.
 
-    The fit is inside ``budget`` too: the first start always runs, a further one only while one
-    more start (as long as the longest so far), the refit's start and ``CLOSING_S`` still fit in
-    half of what was left when it began (the other half re-measures), and a start still running at
-    that point stops there with the best point it evaluated. The re-measurements keep the refit's
-    time. The refit starts from the fit's terms first and takes what is left.
+    The fit is inside ``budget`` too: it takes at most half of what is left less ``CLOSING_S`` (the
+    other half re-measures and refits); its first start always runs, a further one only while one
+    more start (as long as the longest so far) still fits, and a start still running at its deadline
+    stops there with the best point it evaluated. The re-measurements keep the refit's time (one
+    start). The refit starts from the fit's terms first and takes what is left less ``CLOSING_S``.
     """
     bud = budget if budget is not None else Budget(None)
     wall = bud.clock
     t0 = wall()
-    # the first fit's further starts take at most half of what is left: the rest re-measures the rows that need it
-    first_bud = bud.keeping(0.5 * bud.remaining_s) if bud.limited and m.remeasure is not None else bud
+    # the first fit takes at most half of what is left after the closing: the rest re-measures the rows that need it
+    # and refits
+    first_bud = bud
+    if bud.limited and m.remeasure is not None:
+        first_bud = bud.keeping(CLOSING_S + 0.5 * max(0.0, bud.remaining_s - CLOSING_S))
     fitted, params, best, tried, longest = _fit_terms(
-        m, hardware, first_bud, keep_s=CLOSING_S, refit=m.remeasure is not None
+        m, hardware, first_bud, keep_s=0.0 if first_bud is not bud else CLOSING_S
     )
     steps = {"fit": wall() - t0}
     starts = [tried, _n_starts(m)]
@@ -1061,14 +1064,13 @@ def _fit_terms(
     budget: Budget | None = None,
     *,
     keep_s: float = 0.0,
-    refit: bool = False,
     first: np.ndarray | None = None,
 ) -> tuple[Engine, dict[str, float], np.ndarray, int, float]:
     """The fitted engine, its terms (microseconds, by TOML key), the best point, the starts tried, the longest start's seconds.
 
-    From the fit rows of ``m.rows`` only. Within ``budget`` less ``keep_s`` (and, with ``refit``,
-    one more start's time for the refit): the first start always runs, the others while the longest
-    start so far still fits; a start past the deadline stops with the best point it evaluated.
+    From the fit rows of ``m.rows`` only. Within ``budget`` less ``keep_s``: the first start always
+    runs, the others while the longest start so far still fits; a start past the deadline stops with
+    the best point it evaluated.
     ``first`` is tried before the usual starting points.
     """
     from scipy.optimize import least_squares
@@ -1133,10 +1135,9 @@ def _fit_terms(
     best_cost = float("inf")
     tried, longest = 0, 0.0
     for x0 in x0s:
-        reserve = keep_s + (longest if refit else 0.0)
-        if tried and not bud.allows(longest + reserve):
-            break  # no time for another start (nor, with refit, for the refit's)
-        deadline[0] = bud.end - reserve
+        if tried and not bud.allows(longest + keep_s):
+            break  # no time for another start
+        deadline[0] = bud.end - keep_s
         seen["cost"], seen["x"] = float("inf"), None
         x0 = np.clip(x0, np.maximum(lo, 1e-9), hi * 0.999)
         t0 = wall()
