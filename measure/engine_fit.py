@@ -771,10 +771,14 @@ def measure_engine(
                 f"fewer than {minimum} repetitions (budget), kept for the fit: "
                 + ", ".join(f"{config_name(k)} ({done[k]})" for k in thin)
             )
-        reps = sorted({done[k] for k in final})
-        if reps and reps[0] < plan.repeats:
+        short_of_plan = [k for k in final if done[k] < planned_repeats(k, plan.repeats, minimum)]
+        if short_of_plan:
+            reps = sorted({done[k] for k in final})
             span = f"{reps[0]}-{reps[-1]}" if len(reps) > 1 else f"{reps[0]}"
-            skipped.append(f"repetitions: {span} of {plan.repeats} per configuration (budget)")
+            skipped.append(
+                f"repetitions: {span} per configuration of the {plan.repeats} planned "
+                f"({planned_repeats((1, 1), plan.repeats, minimum)} for a plain row) (budget)"
+            )
         measured = set(final)
 
         def rows() -> pd.DataFrame:
