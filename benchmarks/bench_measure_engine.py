@@ -188,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     # the frameworks' budgets together, from the process's start; each framework's share taken when it starts
-    total = Budget.from_process_start(args.budget * len(names) if names else None)
+    seconds = args.budget * len(names) if names else None
+    total = Budget.from_process_start(seconds) if argv is None else Budget(seconds)  # in-process: from the call
     dev = resolve_device(args.device)
     hw = base_hardware(None, dev, args.dtype, quick=total.remaining_s < QUICK_PROFILE_BELOW_S * max(len(names), 1))
     print(

@@ -54,6 +54,19 @@ def process_start(clock: Clock = time.perf_counter) -> float:
     return clock() - age
 
 
+def command_start(words: Sequence[str], clock: Clock = time.perf_counter) -> float:
+    """When the command named by ``words`` (``["measure", "engine"]``) began, on ``clock``.
+
+    The process's start (:func:`process_start`) when this process was started to run it (the words
+    come, in order, among its arguments); else now: a notebook or a test calling the CLI in-process
+    has a life before the command that is not the command's.
+    """
+    args = iter(sys.argv[1:])
+    if all(any(a == w for a in args) for w in words):
+        return process_start(clock)
+    return clock()
+
+
 @dataclass
 class Budget:
     """A wall-clock allowance in seconds, started on creation or at ``start`` (``None``: unlimited).
@@ -75,6 +88,11 @@ class Budget:
     def from_process_start(cls, seconds: float | None, clock: Clock = time.perf_counter) -> Budget:
         """A budget counted from the process's start (:func:`process_start`): a command's whole run."""
         return cls(seconds, start=process_start(clock), clock=clock)
+
+    @classmethod
+    def for_command(cls, seconds: float | None, words: Sequence[str], clock: Clock = time.perf_counter) -> Budget:
+        """A budget counted from the start of the command ``words`` (:func:`command_start`)."""
+        return cls(seconds, start=command_start(words, clock), clock=clock)
 
     @property
     def limited(self) -> bool:

@@ -61,6 +61,18 @@ def test_a_budget_from_the_process_start_counts_what_came_before():
     assert process_start() <= Budget(1.0).start
 
 
+def test_a_command_counts_from_the_process_start_only_when_the_process_runs_it(monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(sys, "argv", ["specroof", "measure", "engine", "--framework", "hf"])
+    started = Budget.for_command(60.0, ["measure", "engine"], clock=clock).start
+    # the process's start (the real uptime moves between the two readings: by less than a second), before now
+    assert started == pytest.approx(process_start(clock), abs=0.5) and started < clock.t
+    monkeypatch.setattr(sys, "argv", ["pytest", "tests/test_budgets.py"])  # called in-process: from the call
+    assert Budget.for_command(60.0, ["measure", "engine"], clock=clock).start == clock.t
+    monkeypatch.setattr(sys, "argv", ["specroof", "engine", "measure"])  # the words out of order: not this command
+    assert Budget.for_command(60.0, ["measure", "engine"], clock=clock).start == clock.t
+
+
 def test_apportion_keeps_items_in_priority_order_and_names_the_dropped():
     cost_of = {"a": 1.0, "b": 5.0, "c": 2.0, "d": 1.0}
 
@@ -268,3 +280,23 @@ def test_a_bad_budget_is_one_line_and_exit_2_before_any_work(value, tmp_path, ca
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "--budget" in err
     assert not out.exists()  # refused before anything was written
+
+
+def test_the_command_says_where_its_seconds_went(monkeypatch, tmp_path, capsys):
+    import json
+
+    from specroof.cli import main
+
+    fw = ClockedFramework(FakeClock())  # its calls take no real time: the command's seconds are its own
+    monkeypatch.setattr(ef, "framework_module", lambda name: fw)
+    out = tmp_path / "engine.toml"
+    argv = ["measure", "engine", "--framework", "torch-eager", "--hardware", "epyc-9654", "--dtype", "fp32",
+            "--depth", "1,2", "--batch", "1", "--gamma", "1,2,3", "--tokens", "16", "--repeats", "3",
+            "--budget", "600", "--out", str(out), "--json"]  # fmt: skip
+    assert main(argv) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["budget_s"] == 600 and 0 < payload["spent_s"] < 600
+    steps = payload["steps_s"]
+    assert list(steps)[:3] == ["imports", "hardware_profile", "probe"] and "fit" in steps and "writing" in steps
+    assert payload["spent_s"] >= sum(steps.values()) - 1e-6  # the steps are inside what was spent, imports included
+    assert payload["dropped"] == {} and set(payload["repeats"].values()) == {3} and out.exists()

@@ -45,8 +45,9 @@ def cmd_measure_engine(args: argparse.Namespace) -> int:
 
     if not (args.budget > 0 and math.isfinite(args.budget)):
         raise SpecroofError(f"--budget must be a finite number of seconds > 0 (got {args.budget})")
-    # the budget counts from the process's start: the imports, the probe, compiling, warming up and the fit are in it
-    budget = Budget.from_process_start(args.budget)
+    # the budget counts from the process's start (the command's, when called in-process): the imports, the probe,
+    # compiling, warming up and the fit are in it
+    budget = Budget.for_command(args.budget, ["measure", "engine"])
     from measure.device import resolve_device
     from measure.engine_fit import (
         QUICK_PROFILE_BELOW_S,
