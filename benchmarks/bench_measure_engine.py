@@ -8,6 +8,12 @@ error over the fitted configurations, and per held-out speculative row the measu
 predicted speedup (rows whose bracketing baselines disagreed by more than their error are
 marked noisy and left out of the summary, which says how many).
 
+``--budget`` is per framework and counts everything from the process's start (imports, the hardware
+profile, loading, warm-up and compiling, repetitions, fits): the whole run gets the frameworks' budgets
+together, apportioned up front in equal shares, a framework's share being what is left over the
+frameworks still to run (what one leaves goes to the next). What a framework's share cannot measure
+3 times is dropped and named.
+
     python -m benchmarks.bench_measure_engine [--framework hf,torch-eager] [--budget 400] [--json out.json]
     python -m benchmarks.bench_measure_engine --record-from out.json   (figures measured elsewhere)
 """
@@ -26,15 +32,13 @@ from benchmarks.record import machine, record
 FRAMEWORKS = ("hf", "torch-eager", "torch-compile")
 
 
-def run(framework: str, budget: float, dtype: str | None, device: str | None) -> dict[str, Any]:
-    from measure.budget import Budget
-    from measure.device import resolve_device
-    from measure.engine_fit import EnginePlan, base_hardware, fit_engine, measure_engine
+def run(framework: str, bud: Any, hw: Any, dtype: str | None, dev: Any) -> dict[str, Any]:
+    """One framework measured and fitted within ``bud`` (a :class:`measure.budget.Budget`), priced on ``hw``."""
+    from measure.engine_fit import EnginePlan, fit_engine, measure_engine
 
-    dev = resolve_device(device)
-    bud = Budget(budget)
-    hw = base_hardware(None, dev, dtype)
-    m = measure_engine(framework, EnginePlan(), device=dev, dtype=dtype, budget=bud, progress=True, log=print)
+    m = measure_engine(
+        framework, EnginePlan(), device=dev, dtype=dtype, budget=bud, progress=True, log=print, hardware=hw
+    )
     fit = fit_engine(m, hw, budget=bud)
     t = fit.table
     spec = t[t["kind"] == "spec"]
@@ -72,6 +76,10 @@ def run(framework: str, budget: float, dtype: str | None, device: str | None) ->
         "dtype": m.dtype,
         "dtype_reason": m.dtype_reason,
         "seconds": bud.elapsed_s,
+        "budget_s": bud.seconds,
+        "steps_s": {**{k: v for k, v in m.steps_s.items() if k != "before"}, **fit.steps_s},
+        "dropped": m.dropped,
+        "fit_starts": list(fit.starts),
         "params_us": fit.params,
         "fit_error": fit.fit_error,
         "heldout": fit.validation,
@@ -95,10 +103,12 @@ def body(results: list[dict[str, Any]], skipped: dict[str, str]) -> str:
         "fitted terms are the per-launch (eager) or per-layer (compiled) cost, the per-step and per-sequence host "
         "time, the per-round host time, and the share of the hardware profile's streaming rate that one thread's "
         "kernels reach (bandwidth_fraction: what makes a narrow draft's pass cheaper than a layer of the target's "
-        "width). The load average is the machine's during the run (2 cores here: "
+        "width). A framework's budget covers all it does (imports, the hardware profile, loading, warm-up and "
+        "compiling, repetitions, fits); what its share could not measure 3 times is named below the tables. "
+        "The load average is the machine's during the run (2 cores here: "
         "other work at load 1 slows even one thread's CPU time).",
         "",
-        "| framework | dtype | load avg (1 min) | steal | seconds | fitted host terms | fit error median / max "
+        "| framework | dtype | load avg (1 min) | steal | seconds (of budget) | fitted host terms | fit error median / max "
         "| held-out speedup error median / max (rows, noisy) |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -107,7 +117,7 @@ def body(results: list[dict[str, Any]], skipped: dict[str, str]) -> str:
         terms = ", ".join(f"{k} {v:.3g}" for k, v in r["params_us"].items())
         lines.append(
             f"| {r['framework']} {r['version']} | {r.get('dtype', '')} | {ld.get('load_avg_1m', float('nan')):.2f} | "
-            f"{ld.get('steal_pct', float('nan')):.1f}% | {r.get('seconds', float('nan')):.0f} | {terms} | {fe['error_median']:.1%} / {fe['error_max']:.1%} | "
+            f"{ld.get('steal_pct', float('nan')):.1f}% | {_seconds(r)} | {terms} | {fe['error_median']:.1%} / {fe['error_max']:.1%} | "
             f"{va['error_median']:.1%} / {va['error_max']:.1%} ({va['rows']}, {va['noisy_rows']} noisy) |"
         )
     for r in results:
@@ -123,9 +133,22 @@ def body(results: list[dict[str, Any]], skipped: dict[str, str]) -> str:
                 f"| {x['speedup_measured']:.2f}x | {x['speedup_predicted']:.2f}x | {x['error']:+.1%} | "
                 f"±{x['spread']:.1%} | {x.get('repeats', '')} |"
             )
+    for r in results:
+        if r.get("skipped"):
+            lines += ["", f"{r['framework']}, not measured: " + "; ".join(r["skipped"])]
+        if r.get("steps_s"):
+            lines += [
+                "",
+                f"{r['framework']}, seconds by step: " + ", ".join(f"{k} {v:.1f}" for k, v in r["steps_s"].items()),
+            ]
     if skipped:
         lines += ["", "Not measured here: " + "; ".join(f"{k}: {v}" for k, v in skipped.items())]
     return "\n".join(lines)
+
+
+def _seconds(r: dict[str, Any]) -> str:
+    spent = f"{r.get('seconds', float('nan')):.0f}"
+    return spent if r.get("budget_s") is None else f"{spent} ({r['budget_s']:.0f})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,14 +173,35 @@ def main(argv: list[str] | None = None) -> int:
         record("measure engine: fitted engine profiles", body(data["results"], data["skipped"]), data["command"],
                machine_line=data["machine"], date=data.get("date"))  # fmt: skip
         return 0
-    from measure.engine_fit import measured_frameworks
+    from measure.budget import Budget
+    from measure.device import resolve_device
+    from measure.engine_fit import QUICK_PROFILE_BELOW_S, base_hardware, measured_frameworks
+    from roofline.errors import SpecroofError
 
     usable = measured_frameworks()
     results, skipped = [], {k: v for k, v in usable.items() if v is not None}
-    for name in args.framework.split(","):
-        if usable.get(name) is not None:
-            continue
-        results.append(run(name.strip(), args.budget, args.dtype, args.device))
+    names = [n.strip() for n in args.framework.split(",") if usable.get(n.strip()) is None]
+    unknown = [n for n in names if n not in FRAMEWORKS]
+    if unknown or not args.budget > 0:
+        print(
+            f"bench_measure_engine: --framework takes {', '.join(FRAMEWORKS)} and --budget seconds > 0", file=sys.stderr
+        )
+        return 2
+    # the frameworks' budgets together, from the process's start; each framework's share taken when it starts
+    seconds = args.budget * len(names) if names else None
+    total = Budget.from_process_start(seconds) if argv is None else Budget(seconds)  # in-process: from the call
+    dev = resolve_device(args.device)
+    hw = base_hardware(None, dev, args.dtype, quick=total.remaining_s < QUICK_PROFILE_BELOW_S * max(len(names), 1))
+    print(
+        f"budget {total.seconds:.0f} s for {', '.join(names)} ({total.elapsed_s:.0f} s spent on imports and the "
+        f"hardware profile): a share of what is left each, what one leaves going to the next"
+    )
+    for i, name in enumerate(names):
+        share = total.share(1.0 / (len(names) - i))
+        try:
+            results.append(run(name, share, hw, args.dtype, dev))
+        except SpecroofError as exc:  # a share too short even for the fit: said, and the next framework runs
+            skipped[name] = str(exc)
     text = body(results, skipped)
     print(text)
     if args.json:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import importlib
+import math
 import platform
 import time
 from collections.abc import Callable, Sequence
@@ -40,7 +41,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from measure.budget import Budget, WorkBar
+from measure.budget import Budget, WorkBar, apportion
 from measure.device import describe, match_profile
 from measure.models import Transformer
 from measure.specval import NOISE_FLOOR, error_summary, machine_load, mark_noise
@@ -195,6 +196,16 @@ class EngineMeasurement:
     dtype_reason: str = ""
     #: most repetitions one held-out row may get added (``EnginePlan.remeasure``)
     max_extra: int = 16
+    #: the configurations the budget dropped, by name, and why (also in ``skipped``)
+    dropped: dict[str, str] = field(default_factory=dict)
+    #: seconds of the run's steps, as the budget's clock counted them ("before": spent before it began)
+    steps_s: dict[str, float] = field(default_factory=dict)
+    #: the budget the run was measured within (the fit goes on within it)
+    budget: Budget | None = field(default=None, repr=False)
+    #: seconds the run kept at the budget's end for the fit and writing
+    fit_reserve_s: float = 0.0
+    #: repetitions each configuration timed got, by name (dropped ones included)
+    repeats: dict[str, int] = field(default_factory=dict)
 
 
 def _depth_spec(base: ModelSpec, layers: int) -> ModelSpec:
@@ -263,6 +274,193 @@ def _per_token(long: Sequence[float], short: Sequence[float], tokens: int) -> np
     return np.maximum(np.asarray(long, dtype=float) - float(np.median(short)), 1e-9) / tokens
 
 
+#: fewest repetitions that keep a configuration in the table: with fewer, its median and interval say little about
+#: the spread a repetition has here, so a configuration the budget cannot repeat that often is dropped and named
+MIN_REPEATS = 3
+#: evaluations of the residuals one start of the fit takes: 54-127 (87 on average, the numerical Jacobian's
+#: included) in the 8 starts of a default-plan fit on this project's EPYC, each within 0.1% of its final cost after
+#: 30-69; a start that needs more is stopped at its deadline with the best point it reached
+FIT_EVALS_PER_START = 120
+#: starts of the fit the measurement keeps time for: one for the fit, one for the refit after the re-measurements
+#: (a fit stops at its deadline with the best point it evaluated; more starts are tried while time is left)
+FIT_STARTS_KEPT = 2
+#: configurations taken whatever the budget (configuration_order's first: a plain row and a fit gamma)
+ESSENTIAL = 2
+#: seconds kept at the budget's end for writing the profile, its table and the text, and for the interpreter's exit
+#: (0.8 s with the models alive and the heap frozen, at load average 7.9 on 2 cores; 4.0 s unfrozen)
+CLOSING_S = 2.0
+#: what the plan adds to the measured seconds when it decides what fits: a repetition's time moves by tens of
+#: percent on a shared machine, and a configuration planned too tightly is dropped after repetitions it cannot use
+PLAN_MARGIN = 1.25
+
+#: why a configuration was dropped: its warm-up and minimum did not fit after those before it; its minimum did not
+#: fit after its first repetition; the machine slowed and its minimum stopped fitting part-way
+NOT_WARMED = "not warmed up: its warm-up and {minimum} repetitions did not fit after the configurations before it"
+TIMED_ONCE = "timed once: {minimum} repetitions did not fit beside the others'"
+CUT_SHORT = "{done} of {minimum} repetitions fitted"
+
+#: a configuration: plain decoding (depth, batch), or a speculative schedule (a gamma, or "heuristic")
+Config = Any
+
+
+def config_name(key: Config) -> str:
+    """A configuration as the command's output names it."""
+    if isinstance(key, tuple):
+        return f"plain {key[0]} layers batch {key[1]}"
+    return "the heuristic schedule" if key == "heuristic" else f"gamma {key}"
+
+
+def configuration_order(plan: EnginePlan) -> list[Config]:
+    """Every configuration of ``plan``, most needed first: the order a short budget keeps them in.
+
+    First what the fit cannot do without, the first ``ESSENTIAL`` always: the first fit gamma and
+    plain decoding of the shallowest model (a speculative row and a plain one: the least a fit
+    needs; the speculative one first, as it warms the most: what a framework does once, such as
+    starting its compiler, is then paid where it is not mistaken for a cost per layer); then the deepest model (the per-layer and the per-pass terms separate on depth), the
+    other fit gammas (only they see the per-round term), the deepest model at the largest batch (the
+    per-sequence term); then the first held-out gamma and the heuristic schedule (the validation the
+    command reports), the other plain rows (each sharpens the fit), and last the other held-out gammas.
+    """
+    depths, batches = sorted(set(plan.depths)), sorted(set(plan.batches))
+    lo, hi, b1, bn = depths[0], depths[-1], batches[0], batches[-1]
+    fit = [g for g in plan.gammas if g in plan.fit_gammas]
+    held: list[Config] = [g for g in plan.gammas if g not in plan.fit_gammas]
+    held = held[:1] + (["heuristic"] if plan.heuristic else []) + held[1:]
+    plain_rest = sorted(((L, b) for L in depths for b in batches), key=lambda k: (k[1], -k[0]))
+    order: list[Config] = [*fit[:1], (lo, b1), (hi, b1), *fit[1:], (hi, bn), *held[:2], *plain_rest, *held[2:]]
+    return list(dict.fromkeys(order))  # in order, once each
+
+
+def planned_repeats(key: Config, rounds: int, minimum: int) -> int:
+    """Repetitions of ``key`` over ``rounds`` rounds: every round, but a plain row every other one past ``minimum``.
+
+    Nine plain rows fit five terms, while each speculative row is one of the speedups the fit and the
+    held-out check rest on: their repetitions go to the speculative rows.
+    """
+    if not isinstance(key, tuple):
+        return rounds
+    return min(rounds, minimum) + max(0, rounds - minimum) // 2
+
+
+class RunCosts:
+    """Wall seconds of each configuration's warm-up and repetition, and estimates for those not yet seen.
+
+    A configuration's model is its depth (plain rows), ``"target"`` (the target's plain calls
+    every speculative row is timed beside) or ``"pair"`` (the speculative calls); its size in
+    *units* is its model's layers (a speculative repetition counts the target's twice: plain calls
+    beside speculative ones). The first warm-up on a model pays what a framework does once per model
+    (torch.compile compiles each model's layers on their first call, in proportion to their number);
+    a later one on the same model costs what that model's latest did. A repetition not yet timed
+    costs its units at the dearest rate a timed one reached.
+    """
+
+    def __init__(self, target_layers: int) -> None:
+        self.target_layers = target_layers
+        self.warm: dict[Any, float] = {}  # configuration (or "target") -> seconds of its warm-up calls
+        self.rep: dict[Any, float] = {}  # configuration -> seconds of its latest repetition
+        self.first_rate = 0.0  # the dearest first warm-up on a model, per unit
+        self.models: dict[Any, float] = {}  # model -> seconds of its latest warm-up
+
+    def model(self, key: Any) -> Any:
+        return key[0] if isinstance(key, tuple) else ("target" if key == "target" else "pair")
+
+    def units(self, key: Any) -> float:
+        return float(key[0]) if isinstance(key, tuple) else float(self.target_layers)
+
+    def rep_units(self, key: Any) -> float:
+        return self.units(key) * (1.0 if isinstance(key, tuple) else 2.0)
+
+    def warmed(self, key: Any, seconds: float) -> None:
+        if self.model(key) not in self.models:
+            self.first_rate = max(self.first_rate, seconds / self.units(key))
+        self.models[self.model(key)] = seconds
+        self.warm[key] = seconds
+
+    def timed(self, key: Any, seconds: float) -> None:
+        self.rep[key] = seconds
+
+    def warm_estimate(self, key: Any) -> float:
+        """Seconds ``key``'s warm-up should take: 0 once done, the first on a new model at the dearest rate seen."""
+        if key in self.warm:
+            return 0.0
+        if self.model(key) in self.models:
+            return self.models[self.model(key)]
+        return self.units(key) * self.first_rate
+
+    def rep_estimate(self, key: Any) -> float:
+        """Seconds one repetition of ``key`` should take: its latest, else its units at the dearest rate timed."""
+        if key in self.rep:
+            return self.rep[key]
+        rates = [s / self.rep_units(k) for k, s in self.rep.items()]
+        return self.rep_units(key) * (max(rates) if rates else self.first_rate)
+
+    def cost(self, keys: Sequence[Any], rounds: int, minimum: int, done: dict[Any, int]) -> float:
+        """Seconds still to spend on ``keys`` over ``rounds`` rounds (:func:`planned_repeats`), warm-ups included."""
+        total = 0.0
+        for k in keys:
+            total += self.warm_estimate(k)
+            total += max(0, planned_repeats(k, rounds, minimum) - done.get(k, 0)) * self.rep_estimate(k)
+        if any(not isinstance(k, tuple) for k in keys) and "target" not in self.warm:
+            total += self.warm_estimate("target")
+        return total
+
+
+@dataclass(frozen=True)
+class FitReserve:
+    """Seconds kept at the budget's end for fitting the configurations kept, and for closing.
+
+    The fit prices its rows about ``FIT_EVALS_PER_START`` times a start; pricing one plain and
+    one speculative row took ``plain_row_s`` and ``spec_row_s`` here (on this machine, at its load
+    then); ``FIT_STARTS_KEPT`` starts are kept, and ``CLOSING_S``.
+    """
+
+    plain_row_s: float
+    spec_row_s: float
+
+    def seconds(self, keys: Sequence[Config], fit_gammas: Sequence[int]) -> float:
+        plain = sum(isinstance(k, tuple) for k in keys)
+        spec = sum(not isinstance(k, tuple) and k in fit_gammas for k in keys)
+        return FIT_STARTS_KEPT * FIT_EVALS_PER_START * (plain * self.plain_row_s + spec * self.spec_row_s) + CLOSING_S
+
+
+def fit_reserve(
+    plan: EnginePlan,
+    target: ModelSpec,
+    draft: ModelSpec,
+    shape: ModelSpec,
+    dtype: str,
+    hardware: Hardware | None = None,
+    framework: str = "hf",
+    clock: Callable[[], float] = time.perf_counter,
+) -> FitReserve:
+    """What pricing one plain and one speculative fit row costs here, timed now on every row of ``plan``.
+
+    ``hardware`` is what the rows are priced on (the time hardly depends on it; default: a shipped CPU profile).
+    """
+    if hardware is None:  # a shipped profile that prices this dtype: the timing is what matters here
+        hw = next(h for h in map(load_hardware, ("epyc-9654", "h100-sxm-80gb")) if dtype in h.peak_flop_per_s)
+    else:
+        hw = hardware
+    ctx = plan.prompt_len + (plan.short_tokens + plan.new_tokens) // 2
+    plain = [{"kind": "plain", "n_layers": L, "batch": b, "gamma": 0, "context": ctx}
+             for L in plan.depths for b in plan.batches]  # fmt: skip
+    spec = [
+        {"kind": "spec", "n_layers": target.n_layers, "batch": 1, "gamma": g, "context": ctx,
+         "mean_accepted": g + 1.0, "draft_passes_per_round": float(g)}
+        for g in plan.fit_gammas
+    ]  # fmt: skip
+    engine = base_engine(framework)
+    per_row = []
+    for rows in (plain, spec):
+        best = math.inf
+        for _ in range(2):  # the quicker of two: a neighbour's burst is not the fit's cost
+            t0 = clock()  # a fresh Pricing, as each evaluation of the fit builds one (its first use prices dearer)
+            _predict(pd.DataFrame(rows), _pricing(hw, engine, dtype), target, draft, shape)
+            best = min(best, clock() - t0)
+        per_row.append(best / max(len(rows), 1))
+    return FitReserve(per_row[0], per_row[1])
+
+
 def measure_engine(
     framework: str,
     plan: EnginePlan = EnginePlan(),
@@ -274,6 +472,7 @@ def measure_engine(
     progress: bool = False,
     log: Callable[[str], None] | None = None,
     model: ModelSpec | None = None,
+    hardware: Hardware | None = None,
 ) -> EngineMeasurement:
     """Time plain and speculative decoding under ``framework`` (see the module docstring).
 
@@ -287,9 +486,19 @@ def measure_engine(
     ``spread``. Tokens and draft passes per round are counted on untimed runs, between the two
     lengths as the times are. ``threads`` pins torch's CPU threads (default 1: the host cost being
     measured is one thread's, and on a shared 2-core machine 2 threads measured 90 ms per step
-    where 1 measured 8); :func:`cpu_clock` picks the clock. ``budget`` (seconds) bounds the whole
-    run: the repetitions of every configuration take up to ``plan.share`` of what is left after the
-    warm-up, a repetition starts only while it fits, and what did not fit is listed in ``skipped``.
+    where 1 measured 8); :func:`cpu_clock` picks the clock.
+
+    ``budget`` (seconds, or a :class:`Budget` that may count from the process's start) bounds the
+    whole run, the fit after it included: :func:`fit_reserve` keeps the fit's time at its end
+    (priced on ``hardware``). The configurations are taken in :func:`configuration_order`; each is
+    warmed up (untimed) and timed once right after, so what it costs is known, but only while its
+    warm-up and ``MIN_REPEATS`` repetitions fit with those kept before it. Then :func:`apportion`
+    keeps those the rest repeats ``MIN_REPEATS`` times, and rounds run until each kept one has them,
+    re-planned before each round from the measured seconds. Further rounds, up to ``plan.repeats``,
+    take at most ``plan.share`` of what was left after the warm-up (the rest re-measures the rows
+    that need it, :func:`fit_engine`). A configuration without ``MIN_REPEATS`` repetitions is left
+    out of the table and named, with why, in ``skipped`` (and ``dropped``); ``steps_s`` says where the
+    seconds went.
 
     The interpreter's heap is frozen (:func:`gc.freeze`) for the timed calls, as SGLang advises
     after a few warm-up requests (``freeze_gc`` in sglang python/sglang/srt/utils.py): otherwise a
@@ -300,12 +509,22 @@ def measure_engine(
 
     from measure.pair import held_out_prompts, load_pair
 
+    bud = budget if isinstance(budget, Budget) else Budget(budget)
+    wall = bud.clock
+    steps: dict[str, float] = {"before": bud.elapsed_s}
+    mark = [wall()]
+
+    def step_done(name: str) -> None:
+        now = wall()
+        steps[name] = steps.get(name, 0.0) + now - mark[0]
+        mark[0] = now
+
     fw = framework_module(framework)
     dev = torch.device(device)
-    bud = budget if isinstance(budget, Budget) else Budget(budget)
     say = log or (lambda _m: None)
     start = machine_load()
     n, h, p = plan.new_tokens, plan.short_tokens, plan.prompt_len
+    minimum = min(MIN_REPEATS, plan.repeats)
     clock = cpu_clock(dev, threads)
     with cpu_threads(threads if dev.type == "cpu" else None), torch.no_grad():
         if dtype is None:
@@ -313,51 +532,49 @@ def measure_engine(
         else:
             why_dtype = f"{dtype}: asked for"
         say(f"dtype {why_dtype}")
+        step_done("probe")
         target_h, draft_h, _ = load_pair(device=dev, dtype=dtype)
         target, draft = fw.build(target_h, dtype, dev), fw.build(draft_h, dtype, dev)
         shape = model or target_h.spec
-        depth_models = {
-            L: fw.build(Transformer(_depth_spec(shape, L), dtype=dtype, device=dev).eval(), dtype, dev)
-            for L in plan.depths
-        }
+        fit_cost = fit_reserve(plan, target_h.spec, draft_h.spec, shape, dtype, hardware, framework, wall)
+
+        def reserve(keys: Sequence[Config]) -> float:
+            return fit_cost.seconds(keys, plan.fit_gammas)
+
+        depth_models: dict[int, Any] = {}
+
+        def depth_model(L: int) -> Any:  # built when first needed: a dropped depth costs nothing
+            if L not in depth_models:
+                depth_models[L] = fw.build(
+                    Transformer(_depth_spec(shape, L), dtype=dtype, device=dev).eval(), dtype, dev
+                )
+            return depth_models[L]
+
         prompts = held_out_prompts(max(*plan.batches, 1), p, seed=1)
         one = prompts[:1]
-        schedules: list[int | str] = [*plan.gammas, *(["heuristic"] if plan.heuristic else [])]
+        step_done("load")
+        order = configuration_order(plan)
+        if bud.limited:
+            say(f"budget {bud.seconds:.0f} s: {bud.elapsed_s:.1f} s spent on imports, the probe and loading; "
+                f"the fit of every configuration would take ~{reserve(order):.1f} s of it")  # fmt: skip
 
-        # warm-up and counts (untimed): every configuration at both timed lengths, rounds and draft passes
-        # per schedule and length. Both lengths, because the cache is sized to the call's length and a
-        # compiled framework sees a new cache shape as a new graph: warmed at 4 tokens only, torch.compile
-        # recompiled inside the first timed calls and the short call outlasted the long one
-        say(f"warming up {framework} {fw.version()} ...")
-        for m in depth_models.values():
-            for b in plan.batches:
-                fw.generate(m, prompts[:b], h)
-                fw.generate(m, prompts[:b], n)
-        fw.generate(target, one, h)
-        plain = fw.generate(target, one, n).tokens
+        costs = RunCosts(target_h.spec.n_layers)
+        done: dict[Any, int] = dict.fromkeys(order, 0)
+        dropped: dict[Any, str] = {}
+        warmed: list[Config] = []
+        plain: list[list[int]] = []
         counts: dict[Any, tuple[Any, Any]] = {}
-        for g in schedules:
-            pair = (fw.generate(target, one, h, assistant=draft, gamma=g, count=True),
-                    fw.generate(target, one, n, assistant=draft, gamma=g, count=True))  # fmt: skip
-            if pair[1].tokens != plain or pair[0].tokens[0] != plain[0][:h]:
-                raise SpecroofError(
-                    f"{framework}: greedy speculative decoding at gamma {g} emitted other tokens than plain decoding"
-                )
-            counts[g] = pair
-        units = len(depth_models) * len(plan.batches) / 2 + 2 * len(schedules)
-        bar = WorkBar(plan.repeats * units, f"measure engine {framework}", progress)
         # per configuration: the (short, long) calls' seconds; per schedule also the plain calls timed beside it
         calls: dict[Any, tuple[list[float], list[float]]] = {}
         beside: dict[Any, list[float]] = {}
         probe_short: list[float] = []  # the target's plain short calls, pooled over every schedule
         rep_wall: dict[Any, float] = {}
-        skipped: list[str] = []
 
         def timed(model_: Any, prompts_: list[list[int]], length: int, **kw: Any) -> float:
             return float(fw.generate(model_, prompts_, length, clock=clock, **kw).seconds)
 
         def spec_once(g: Any, mirrored: bool) -> None:
-            w0 = time.perf_counter()
+            w0 = wall()
             kw = {"assistant": draft, "gamma": g}
             short, long = calls.setdefault(g, ([], []))
             if not mirrored:
@@ -370,64 +587,219 @@ def measure_engine(
                 long.append(timed(target, one, n, **kw))
                 beside.setdefault(g, []).append(timed(target, one, n))
                 probe_short.append(timed(target, one, h))
-            rep_wall[g] = time.perf_counter() - w0
+            rep_wall[g] = wall() - w0
 
-        def plain_once(L: int, b: int, mirrored: bool) -> None:
-            w0 = time.perf_counter()
-            short, long = calls.setdefault((L, b), ([], []))
-            m = depth_models[L]
+        def plain_once(key: tuple[int, int], mirrored: bool) -> None:
+            w0 = wall()
+            L, b = key
+            short, long = calls.setdefault(key, ([], []))
+            m_ = depth_models[L]
             if mirrored:
-                long.append(timed(m, prompts[:b], n))
-                short.append(timed(m, prompts[:b], h))
+                long.append(timed(m_, prompts[:b], n))
+                short.append(timed(m_, prompts[:b], h))
             else:
-                short.append(timed(m, prompts[:b], h))
-                long.append(timed(m, prompts[:b], n))
-            rep_wall[(L, b)] = time.perf_counter() - w0
+                short.append(timed(m_, prompts[:b], h))
+                long.append(timed(m_, prompts[:b], n))
+            rep_wall[key] = wall() - w0
 
-        main = bud.share(plan.share) if bud.seconds is not None else bud
-        rep_s = 0.0
+        def once(key: Config) -> None:
+            """One repetition of ``key``, the heap frozen; the order mirrored every other one (drift cancels)."""
+            gc.freeze()
+            try:
+                if isinstance(key, tuple):
+                    plain_once(key, mirrored=done[key] % 2 == 1)
+                else:
+                    spec_once(key, mirrored=done[key] % 2 == 1)
+            finally:
+                gc.unfreeze()
+            done[key] += 1
+            costs.timed(key, rep_wall[key])
+
+        def warm_up(key: Config) -> None:
+            """Both timed lengths once, untimed; a speculative schedule's rounds and draft passes counted."""
+            nonlocal plain
+            if isinstance(key, tuple):
+                L, b = key
+                m_ = depth_model(L)
+                w0 = wall()
+                fw.generate(m_, prompts[:b], h)
+                fw.generate(m_, prompts[:b], n)
+                costs.warmed(key, wall() - w0)
+                return
+            if "target" not in costs.warm:
+                w0 = wall()
+                fw.generate(target, one, h)
+                plain = fw.generate(target, one, n).tokens
+                costs.warmed("target", wall() - w0)
+            w0 = wall()
+            pair = (fw.generate(target, one, h, assistant=draft, gamma=key, count=True),
+                    fw.generate(target, one, n, assistant=draft, gamma=key, count=True))  # fmt: skip
+            costs.warmed(key, wall() - w0)
+            if pair[1].tokens != plain or pair[0].tokens[0] != plain[0][:h]:
+                raise SpecroofError(
+                    f"{framework}: greedy speculative decoding at {config_name(key)} emitted other tokens than plain "
+                    "decoding"
+                )
+            counts[key] = pair
+
+        # warm-up (untimed), then one timed repetition, configuration by configuration in the order of need.
+        # Both lengths, because the cache is sized to the call's length and a compiled framework sees a new cache
+        # shape as a new graph: warmed at 4 tokens only, torch.compile recompiled inside the first timed calls and
+        # the short call outlasted the long one. A configuration is taken only while its warm-up and its minimum
+        # repetitions fit, with those taken before it: a compiled framework's warm-up (tens of seconds a model) is
+        # the budget's, not added to it; and its first repetition, right after, says what the others will cost
+        if bud.remaining_s <= reserve(order[:ESSENTIAL]):
+            raise SpecroofError(
+                f"a budget of {bud.seconds:g} s is too short for measure engine --framework {framework} here: "
+                f"{bud.elapsed_s:.0f} s went to imports, the probe and loading, and the fit needs "
+                f"~{reserve(order[:ESSENTIAL]):.0f} s; give a larger --budget"
+            )
+        say(f"warming up {framework} {fw.version()} ...")
+        wbar = WorkBar(sum(costs.units(k) for k in order), f"warm-up {framework}", progress, budget=bud,
+                       tail_s=math.inf if bud.limited else 0.0)  # fmt: skip
+        for i, key in enumerate(order):
+            if 0 < i < ESSENTIAL:  # a fit needs it: if even its warm-up and one repetition cannot fit, say so now
+                need = costs.cost([key], 1, 1, done) + reserve([*warmed, key])
+                if not bud.allows(need):
+                    raise SpecroofError(
+                        f"a budget of {bud.seconds:g} s is too short for measure engine --framework {framework} here: "
+                        f"{bud.elapsed_s:.0f} s are spent (imports, loading, the first model's warm-up), and "
+                        f"{config_name(key)}, which a fit needs, would take ~{need:.0f} s more with the fit; give a "
+                        f"--budget of at least {bud.elapsed_s + need:.0f} s"
+                    )
+            if i >= ESSENTIAL:
+                need = PLAN_MARGIN * costs.cost([*warmed, key], minimum, minimum, done) + reserve([*warmed, key])
+                if not bud.allows(need):
+                    dropped[key] = NOT_WARMED.format(minimum=minimum)
+                    say(
+                        f"{config_name(key)} dropped: with those before it, ~{need:.0f} s of {bud.remaining_s:.0f} s left"
+                    )
+                    wbar.update(costs.units(key))
+                    continue
+            warm_up(key)
+            once(key)
+            warmed.append(key)
+            wbar.update(costs.units(key))
+        wbar.close()
+        step_done("warm-up")
+
+        # what the budget repeats, decided now from the timed repetitions: each kept configuration MIN_REPEATS times
+        available = bud.remaining_s
+        share = apportion(
+            warmed, lambda ks, r: PLAN_MARGIN * costs.cost(ks, r, minimum, done) + reserve(ks), available,
+            min_repeats=minimum, max_repeats=plan.repeats, share=plan.share, essential=ESSENTIAL,
+        )  # fmt: skip
+        kept = list(share.kept)
+        for key in share.dropped:
+            dropped[key] = TIMED_ONCE.format(minimum=minimum)
+        if share.dropped:
+            say(f"{len(share.dropped)} timed once dropped: the others' {minimum} repetitions take ~{share.seconds:.0f} s "
+                f"of {available:.0f} s left")  # fmt: skip
+        # rounds past the minimum take at most plan.share of what the fit leaves; the rest re-measures (fit_engine)
+        for_reps = available - reserve(kept)
+        extra = bud.keeping(reserve(kept) + (1.0 - plan.share) * for_reps) if bud.limited else bud
+        tail = (1.0 - plan.share) * for_reps + reserve(kept) if bud.limited else 0.0
+        rbar = WorkBar(share.seconds, f"measure engine {framework}", progress, budget=bud, tail_s=tail)
+
+        def still_needed(ks: Sequence[Config]) -> float:
+            return sum(max(0, minimum - done[k]) * costs.rep_estimate(k) for k in ks)
+
         rng = np.random.default_rng(0)
+        extra_round = 0
         gc.collect()
-        gc.freeze()
-        try:
-            for rep in range(plan.repeats):
-                if rep > 0 and not main.allows(rep_s):
-                    skipped.append(f"repetitions {rep + 1}-{plan.repeats} (budget)")
+        while True:
+            left = bud.remaining_s - reserve(kept)
+            # re-planned each round from the measured seconds: while the others' minimum does not fit, drop the
+            # least needed short of it; take one timed only once back when its minimum fits with the others'
+            while still_needed(kept) > left:
+                short = [k for k in kept[ESSENTIAL:] if done[k] < minimum]
+                if not short:
                     break
-                t_rep = main.elapsed_s
-                for j in rng.permutation(len(schedules)):  # shuffled: drift cannot line up with gamma
-                    spec_once(schedules[int(j)], mirrored=(rep + int(j)) % 2 == 1)
-                    bar.update(2)
-                # the plain rows every other repetition: nine of them fit three terms, while each speculative row
-                # is one of the speedups the fit and the held-out check rest on
-                for L in depth_models if rep % 2 == 0 else ():
-                    for b in plan.batches:
-                        plain_once(L, b, mirrored=rep % 4 == 2)
-                        bar.update(1)
-                rep_s = main.elapsed_s - t_rep
-        finally:
-            gc.unfreeze()
-        bar.close()
+                kept.remove(short[-1])
+                dropped[short[-1]] = CUT_SHORT.format(done=done[short[-1]], minimum=minimum)
+                left = bud.remaining_s - reserve(kept)
+            for k in warmed:
+                if (
+                    k not in kept
+                    and done[k] == 1
+                    and PLAN_MARGIN * still_needed([*kept, k]) <= bud.remaining_s - reserve([*kept, k])
+                ):
+                    kept = [x for x in warmed if x in kept or x == k]
+                    dropped.pop(k, None)
+            todo = [k for k in kept if done[k] < minimum]
+            if todo:
+                if still_needed(todo) > left and sum(costs.rep_estimate(k) for k in todo) > left:
+                    break  # the essential ones' minimum does not fit, nor one more round: what they have is said below
+            else:
+                # past the minimum: speculative rows every round, plain rows every other one (as planned_repeats)
+                todo = [k for k in kept if done[k] < planned_repeats(k, plan.repeats, minimum)]
+                spec_left = [k for k in todo if not isinstance(k, tuple)]
+                if spec_left and extra_round % 2 == 0:
+                    todo = spec_left
+                extra_round += 1
+                round_s = sum(costs.rep_estimate(k) for k in todo)
+                if not todo or not extra.allows(round_s) or not bud.allows(round_s + reserve(kept)):
+                    break
+            rbar.set_total(
+                rbar.done
+                + sum(
+                    max(0, planned_repeats(k, share.repeats, minimum) - done[k]) * costs.rep_estimate(k) for k in kept
+                )
+            )
+            for j in rng.permutation(len(todo)):  # shuffled: drift cannot line up with gamma or depth
+                k = todo[int(j)]
+                once(k)
+                rbar.update(costs.rep[k])
+        rbar.close()
+        step_done("repetitions")
+
+        final = [k for k in warmed if done[k] >= minimum]
+        for k in warmed:
+            if done[k] < minimum and k not in dropped:
+                dropped[k] = CUT_SHORT.format(done=done[k], minimum=minimum)
+        # the essential configurations stay whatever they got (a fit needs a plain row and a speculative one), said so
+        thin = [k for k in order[:ESSENTIAL] if 0 < done[k] < minimum]
+        final = [k for k in warmed if done[k] >= minimum or k in thin]
+        for k in thin:
+            dropped.pop(k, None)
+        by_why: dict[str, list[str]] = {}
+        for k, why in dropped.items():
+            by_why.setdefault(why, []).append(config_name(k))
+        skipped = [f"{why} (budget): {', '.join(names)}" for why, names in by_why.items()]
+        if thin:
+            skipped.append(
+                f"fewer than {minimum} repetitions (budget), kept for the fit: "
+                + ", ".join(f"{config_name(k)} ({done[k]})" for k in thin)
+            )
+        short_of_plan = [k for k in final if done[k] < planned_repeats(k, plan.repeats, minimum)]
+        if short_of_plan:
+            reps = sorted({done[k] for k in final})
+            span = f"{reps[0]}-{reps[-1]}" if len(reps) > 1 else f"{reps[0]}"
+            skipped.append(
+                f"repetitions: {span} per configuration of the {plan.repeats} planned "
+                f"({planned_repeats((1, 1), plan.repeats, minimum)} for a plain row) (budget)"
+            )
+        measured = set(final)
 
         def rows() -> pd.DataFrame:
-            return _rows(plan, target_h.spec, shape, calls, beside, probe_short, rep_wall, counts, n, h, p)
+            mine = {k: v for k, v in calls.items() if k in measured}
+            return _rows(plan, target_h.spec, shape, mine, beside, probe_short, rep_wall, counts, n, h, p)
 
         def remeasure(g: Any) -> pd.DataFrame:
             with cpu_threads(threads if dev.type == "cpu" else None), torch.no_grad():
-                gc.freeze()
-                try:
-                    spec_once(g, mirrored=len(beside.get(g, [])) % 2 == 1)
-                finally:
-                    gc.unfreeze()
+                once(g)
             return rows()
 
         table = rows()
     load = machine_load(start["ticks"])
     load.pop("ticks", None)
     load["clock"] = "thread CPU time" if clock is time.thread_time else "wall-clock"
+    step_done("table")
     return EngineMeasurement(
         framework, fw.version(), table, target_h.spec, draft_h.spec, describe(dev), load, threads, dtype, skipped,
         shape=shape, remeasure=remeasure, dtype_reason=why_dtype, max_extra=plan.remeasure,
+        dropped={config_name(k): why for k, why in dropped.items()}, steps_s=steps, budget=bud,
+        fit_reserve_s=reserve(final), repeats={config_name(k): done[k] for k in warmed},
     )  # fmt: skip
 
 
@@ -482,15 +854,27 @@ def _rows(
 # -- the fit ------------------------------------------------------------------------------------
 
 
+#: below this budget (seconds) a CPU without a built-in profile is microbenchmarked with the quick set (a capped
+#: matmul search, fewer copies): on this project's 2-core EPYC at load average 8.3 the full set took 8.5-12.3 s
+#: and the quick one 2.0 s; at load average 1.3 they found the same matmul rates within 1% (fp32 214 vs 215 GFLOP/s,
+#: bf16 430 vs 428). Under that load both sets' figures are the load's (fp32 22-31 GFLOP/s), not the CPU's
+QUICK_PROFILE_BELOW_S = 300.0
+
+
 def base_hardware(
-    hardware: str | Path | Hardware | None, device: str | torch.device, dtype: str | None, out: Path | None = None
+    hardware: str | Path | Hardware | None,
+    device: str | torch.device,
+    dtype: str | None,
+    out: Path | None = None,
+    *,
+    quick: bool = False,
 ) -> Hardware:
     """The datasheet profile the engine's passes are priced on (the engine's terms come on top of it).
 
     ``hardware`` given: that profile (a measured one is refused: its figures already include
     an engine). Else the built-in profile matching this device; a CPU without one gets a
     profile of its achieved streaming rate and matmul rate (microbenchmarked now), written to
-    ``out`` so the engine can be priced on it later.
+    ``out`` so the engine can be priced on it later; ``quick``: the quick set (``QUICK_PROFILE_BELOW_S``).
     """
     if hardware is not None:
         hw = load_hardware(hardware)
@@ -510,9 +894,10 @@ def base_hardware(
     from measure.microbench import bandwidth, matmul_flops
     from roofline.hardware import write_profile
 
-    bw = bandwidth(dev, nbytes=256 * 2**20, repeats=5)["copy"].value
+    bw = bandwidth(dev, nbytes=256 * 2**20, repeats=3 if quick else 5)["copy"].value
     # the dtype measured in, and the two a CPU prices in, so the profile serves the commands' defaults too
-    peaks = {d: matmul_flops(d, dev, cap_s=1.0).value for d in dict.fromkeys((dtype or "fp32", "fp32", "bf16"))}
+    cap = 0.25 if quick else 1.0
+    peaks = {d: matmul_flops(d, dev, cap_s=cap).value for d in dict.fromkeys((dtype or "fp32", "fp32", "bf16"))}
     hw = Hardware(
         id="this-cpu",
         name=str(info.get("name", "this CPU")),
@@ -606,6 +991,14 @@ class EngineFit:
     params: dict[str, float]
     fit_error: dict[str, Any]
     validation: dict[str, Any]
+    #: starting points the fits tried, of how many (a short budget stops trying them)
+    starts: tuple[int, int] = (0, 0)
+    #: seconds the fit took: the first fit, the re-measurements, the refit
+    steps_s: dict[str, float] = field(default_factory=dict)
+
+
+class _OutOfTime(Exception):
+    """The fit's deadline passed inside a start: the best point it evaluated stands."""
 
 
 def fit_engine(m: EngineMeasurement, hardware: Hardware, *, budget: Budget | None = None) -> EngineFit:
@@ -618,10 +1011,37 @@ def fit_engine(m: EngineMeasurement, hardware: Hardware, *, budget: Budget | Non
     fit rows (the held-out rows never enter a fit), and the held-out rows are predicted and
     compared speedup against speedup; one whose interval is still wider than its error is
     ``noisy`` and left out of the summary, which counts it.
+
+    The fit is inside ``budget`` too: it takes at most half of what is left less ``CLOSING_S`` (the
+    other half re-measures and refits); its first start always runs, a further one only while one
+    more start (as long as the longest so far) still fits, and a start still running at its deadline
+    stops there with the best point it evaluated. The re-measurements keep the refit's time (one
+    start). The refit starts from the fit's terms first and takes what is left less ``CLOSING_S``.
     """
-    fitted, params = _fit_terms(m, hardware)
-    if m.remeasure is not None and _add_repetitions(m, _table(m, hardware, fitted), hardware, fitted, budget):
-        fitted, params = _fit_terms(m, hardware)  # the fit rows gained repetitions: fit them again
+    bud = budget if budget is not None else Budget(None)
+    wall = bud.clock
+    t0 = wall()
+    # the first fit takes at most half of what is left after the closing: the rest re-measures the rows that need it
+    # and refits
+    first_bud = bud
+    if bud.limited and m.remeasure is not None:
+        first_bud = bud.keeping(CLOSING_S + 0.5 * max(0.0, bud.remaining_s - CLOSING_S))
+    fitted, params, best, tried, longest = _fit_terms(
+        m, hardware, first_bud, keep_s=0.0 if first_bud is not bud else CLOSING_S
+    )
+    steps = {"fit": wall() - t0}
+    starts = [tried, _n_starts(m)]
+    if m.remeasure is not None:
+        t1 = wall()
+        more = _add_repetitions(
+            m, _table(m, hardware, fitted), hardware, fitted, bud.keeping(longest + CLOSING_S) if bud.limited else None
+        )
+        steps["remeasure"] = wall() - t1
+        if more:  # the fit rows gained repetitions: fit them again, from the fit's terms first
+            t2 = wall()
+            fitted, params, _, again, _ = _fit_terms(m, hardware, bud, keep_s=CLOSING_S, first=best)
+            steps["refit"] = wall() - t2
+            starts = [starts[0] + again, starts[1] + _n_starts(m) + 1]
     table = _marked(_table(m, hardware, fitted))
     held = table[(table["kind"] == "spec") & ~table["fit"]]
     return EngineFit(
@@ -631,11 +1051,32 @@ def fit_engine(m: EngineMeasurement, hardware: Hardware, *, budget: Budget | Non
         params,
         error_summary(table[table["fit"]].assign(noisy=False)),
         error_summary(held, error="speedup_error"),
+        starts=(starts[0], starts[1]),
+        steps_s=steps,
     )
 
 
-def _fit_terms(m: EngineMeasurement, hardware: Hardware) -> tuple[Engine, dict[str, float]]:
-    """The fitted engine and its terms (microseconds, by TOML key), from the fit rows of ``m.rows`` only."""
+def _n_starts(m: EngineMeasurement) -> int:
+    """How many starting points a fit of ``m``'s framework tries when time allows."""
+    kind = "graph" if m.framework == "torch-compile" else "eager"
+    return 2 * (len(SHARE_STARTS) if any(t[0] == "bandwidth_fraction" for t in _TERMS[kind]) else 1)
+
+
+def _fit_terms(
+    m: EngineMeasurement,
+    hardware: Hardware,
+    budget: Budget | None = None,
+    *,
+    keep_s: float = 0.0,
+    first: np.ndarray | None = None,
+) -> tuple[Engine, dict[str, float], np.ndarray, int, float]:
+    """The fitted engine, its terms (microseconds, by TOML key), the best point, the starts tried, the longest start's seconds.
+
+    From the fit rows of ``m.rows`` only. Within ``budget`` less ``keep_s``: the first start always
+    runs, the others while the longest start so far still fits; a start past the deadline stops with
+    the best point it evaluated.
+    ``first`` is tried before the usual starting points.
+    """
     from scipy.optimize import least_squares
 
     kind = "graph" if m.framework == "torch-compile" else "eager"
@@ -649,6 +1090,8 @@ def _fit_terms(m: EngineMeasurement, hardware: Hardware) -> tuple[Engine, dict[s
     if kind == "eager" and not base.launches:
         raise SpecroofError(f"the {base.name!r} profile counts no kernels: cannot fit a per-launch cost")
     fit_rows = m.rows[m.rows["fit"]].reset_index(drop=True)
+    bud = budget if budget is not None else Budget(None)
+    wall = bud.clock
 
     def engine_of(x: np.ndarray) -> Engine:
         changes: dict[str, Any] = {t[0]: float(v) for t, v in zip(terms, x, strict=True)}
@@ -658,19 +1101,26 @@ def _fit_terms(m: EngineMeasurement, hardware: Hardware) -> tuple[Engine, dict[s
     # the speculative rows count as much as the plain ones together (3 against 9 by default): they are what
     # the held-out rows are judged on, and only they see the per-round term
     weight = np.where(is_spec, np.sqrt(max((~is_spec).sum(), 1) / max(is_spec.sum(), 1)), 1.0)
+    deadline = [float("inf")]
+    seen: dict[str, Any] = {"cost": float("inf"), "x": None}
 
     def residuals(x: np.ndarray) -> np.ndarray:
+        if wall() > deadline[0] and seen["x"] is not None:
+            raise _OutOfTime
         pred = _predict(fit_rows, _pricing(hardware, engine_of(x), m.dtype), m.target, m.draft, m.shape)
         res = np.log(pred["t_predicted_s"].to_numpy() / fit_rows["t_step_s"].to_numpy())
         # a speculative row is fitted as it is judged, speedup against speedup: the plain calls timed beside it
         # measure its baseline, so an error in the plain rows' prediction of the target does not shift it
         speed = np.log(pred["speedup_predicted"].to_numpy() / fit_rows["speedup_measured"].to_numpy())
-        return weight * np.where(is_spec, speed, res)
+        out = weight * np.where(is_spec, speed, res)
+        cost = 0.5 * float(np.sum(out**2))
+        if np.isfinite(cost) and cost < seen["cost"]:
+            seen["cost"], seen["x"] = cost, np.array(x, dtype=float)
+        return out
 
     hi = np.array([t[3] for t in terms])
     # a fraction of the device's rate is a share in (0, 1]: never 0 (the Engine refuses it)
     lo = np.array([1e-3 if t[0].endswith("_fraction") else 0.0 for t in terms])
-    res = None
     # Where the host issues faster than the device runs, the per-launch cost has no gradient (the pass is
     # the device's): start also from the line through the plain steps (seconds per layer -> per kernel,
     # the intercept -> per step) and keep the best of the fits. The streaming share has none either where the
@@ -678,16 +1128,34 @@ def _fit_terms(m: EngineMeasurement, hardware: Hardware) -> tuple[Engine, dict[s
     line = _line_start(fit_rows, base, kind, hi)
     line = np.concatenate([line, [t[2] for t in terms[len(line) :]]])
     share = [i for i, t in enumerate(terms) if t[0] == "bandwidth_fraction"]
+    x0s: list[np.ndarray] = [] if first is None else [np.asarray(first, dtype=float)]
     for start in (np.array([t[2] for t in terms]), line):
         for f in SHARE_STARTS if share else (None,):
             x0 = start.copy()
             if f is not None:
                 x0[share] = f
-            x0 = np.clip(x0, np.maximum(lo, 1e-9), hi * 0.999)
+            x0s.append(x0)
+    best_x: np.ndarray | None = None
+    best_cost = float("inf")
+    tried, longest = 0, 0.0
+    for x0 in x0s:
+        if tried and not bud.allows(longest + keep_s):
+            break  # no time for another start
+        deadline[0] = bud.end - keep_s
+        seen["cost"], seen["x"] = float("inf"), None
+        x0 = np.clip(x0, np.maximum(lo, 1e-9), hi * 0.999)
+        t0 = wall()
+        try:
             r = least_squares(residuals, x0, bounds=(lo, hi), x_scale=x0, max_nfev=200)
-            res = r if res is None or r.cost < res.cost else res
-    assert res is not None
-    fitted = engine_of(res.x)
+            x, cost = r.x, float(r.cost)
+        except _OutOfTime:
+            x, cost = seen["x"], seen["cost"]
+        tried += 1
+        longest = max(longest, wall() - t0)
+        if cost < best_cost:
+            best_x, best_cost = x, cost
+    assert best_x is not None
+    fitted = engine_of(best_x)
     stamp = _dt.date.today().isoformat()
     fitted = dataclasses.replace(
         fitted,
@@ -704,7 +1172,8 @@ def _fit_terms(m: EngineMeasurement, hardware: Hardware) -> tuple[Engine, dict[s
             + "; the rest is the hardware profile's",
         },
     )
-    return fitted, {t[1]: float(v) * (1e6 if t[0].endswith("_s") else 1.0) for t, v in zip(terms, res.x, strict=True)}
+    params = {t[1]: float(v) * (1e6 if t[0].endswith("_s") else 1.0) for t, v in zip(terms, best_x, strict=True)}
+    return fitted, params, best_x, tried, longest
 
 
 def _table(m: EngineMeasurement, hardware: Hardware, engine: Engine) -> pd.DataFrame:

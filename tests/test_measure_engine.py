@@ -347,10 +347,15 @@ def test_every_timed_call_was_warmed_at_its_own_shape_first(monkeypatch):
     monkeypatch.setattr(ef, "framework_module", lambda name: fake)
     plan = EnginePlan(depths=(1, 2), batches=(1, 2), gammas=(1, 2), fit_gammas=(1,), new_tokens=16, repeats=1)
     measure_engine("torch-eager", plan, dtype="fp32")
-    first_timed = next(i for i, (_, timed) in enumerate(fake.log) if timed)
-    warmed = {shape for shape, timed in fake.log[:first_timed] if not timed}
-    timed_shapes = {shape for shape, timed in fake.log if timed}
-    assert timed_shapes and timed_shapes <= warmed, timed_shapes - warmed
+    warmed: set[tuple[Any, ...]] = set()
+    timed_shapes = []
+    for shape, timed in fake.log:  # each configuration is warmed, then timed: every timed shape was warmed before
+        if timed:
+            assert shape in warmed, shape
+            timed_shapes.append(shape)
+        else:
+            warmed.add(shape)
+    assert timed_shapes
 
 
 def test_median_interval_is_robust_and_narrows_with_repetitions():
