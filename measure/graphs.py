@@ -627,7 +627,8 @@ def launch_overhead(
                          "launch_overhead_s": t_e - t_g})  # fmt: skip
     finally:
         runner.reset()
-        model.runner, model.block_fn = None, block
+        if held is not None:
+            held.reset()  # its graphs read the cache this replaced
+        model.runner, model.block_fn = held, block
         model.cache = None
-        model.runner = held
     return pd.DataFrame(rows)

@@ -12,6 +12,11 @@ cache slots ``length .. length + n - 1``, with a causal or tree mask over them.
 Attention reads only the first ``max(length) + n`` slots, so its cost follows the
 real context, not the cache's capacity. Rolling back is setting a length; a tree
 commit gathers the accepted path's KV into contiguous slots.
+
+:meth:`Transformer.forward_static` is the same pass with static shapes and device inputs
+only (each row's length a device tensor, a context bucket of the cache attended, masks and
+the KV scatter computed on the device): what ``measure.graphs`` captures as CUDA graphs.
+The CPU's default stays the eager pass, whose kernels are timed per weight shape.
 """
 
 from __future__ import annotations

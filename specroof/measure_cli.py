@@ -409,13 +409,13 @@ def cmd_measure_spec(args: argparse.Namespace) -> int:
         raise SpecroofError(f"--width must be a power of two >= 1 (got {args.width})")
     if args.early_exit_only and args.early_exit is None:
         raise SpecroofError("--early-exit-only needs --early-exit L")
+    dev = resolve_device(args.device)
+    check_graph_flags(args, dev)
     out = _writable_dir(args.out, "--out")
     if not args.resume and (out / "runs.jsonl").exists() and not args.overwrite:
         raise SpecroofError(
             f"{args.out!r} already holds a speculative check: --resume to continue it, --overwrite to replace it"
         )
-    dev = resolve_device(args.device)
-    check_graph_flags(args, dev)
     target = draft = None
     if args.hf:
         from measure.models import Transformer

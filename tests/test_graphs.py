@@ -263,3 +263,63 @@ def test_graphs_remove_launch_overhead_on_a_gpu():
     assert (df["t_graph_s"] > 0).all()
     # eight layers of eager launches against one replay: eager is not faster at either point
     assert (df["t_graph_s"] <= df["t_eager_s"] * 1.05).all()
+
+
+def test_the_cli_refuses_graphs_on_and_a_missing_inductor_in_one_line(monkeypatch, capsys, tmp_path):
+    from specroof.cli import main
+
+    for argv in (
+        ["measure", "sweep", "--model", "llama-68m", "--graphs", "on"],
+        ["measure", "spec", "--pair", "offline", "--graphs", "on", "--out", str(tmp_path / "s")],
+        ["measure", "serve", "--graphs", "on", "--budget", "5"],
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--graphs on needs a CUDA device" in err, argv
+    monkeypatch.setattr(graphs, "inductor_missing", lambda dev: "--compile needs torch's inductor (test)")
+    assert main(["measure", "sweep", "--model", "llama-68m", "--compile", "--out", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--compile needs torch's inductor (test)" in err
+    assert not (tmp_path / "c").exists() and not (tmp_path / "s").exists()  # nothing was written
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_sweep_with_graphs_times_replays_and_the_host_apart():
+    from measure.sweep import sweep
+
+    df = sweep(SPEC, [1, 4], [1, 4, 16], [64], ["bf16"], device="cuda", graphs="on", repeats=3, progress=False)
+    assert df.attrs["passes"] == "graphs" and df.attrs["runner"]["captures"] >= 6
+    assert (df["status"] == "ok").all() and (df["t_host_median_s"] >= 0).all()
+    eager = sweep(SPEC, [1], [1, 4], [64], ["bf16"], device="cuda", graphs="off", repeats=3, progress=False)
+    lo = eager.attrs["launch_overhead"]
+    assert len(lo) >= 2 and (lo["t_graph_s"] > 0).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_serving_replayed_through_graphs_emits_what_eager_serving_does():
+    prompts = [*PROMPTS, [2, 4, 6, 8]]
+    runs = {}
+    for capture in (False, True):
+        target, draft = _pair("cuda")
+        if capture:
+            graphs.attach(target, capture=True)
+            graphs.attach(draft, capture=True)
+        runs[capture] = serve(target, prompts, [0.0, 0.0, 0.001, 0.002, 0.003], [6, 9, 4, 7, 5], policy="static:3",
+                              drafter=draft, slots=4).tokens  # fmt: skip
+    assert runs[True] == runs[False]
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_compiled_layers_replayed_as_graphs_decode_as_eager():
+    if graphs.inductor_missing("cuda"):
+        pytest.skip(graphs.inductor_missing("cuda"))
+    target, draft = _pair("cuda")
+    base = speculative_generate(target, draft, PROMPTS, 3, 16).tokens
+    graphs.attach(target, capture=True, compile=True)
+    graphs.attach(draft, capture=True, compile=True)
+    assert speculative_generate(target, draft, PROMPTS, 3, 16).tokens == base
+    assert target.runner.stats["compile_s"] > 0
