@@ -3,8 +3,8 @@
 # microbenchmarks; a verify sweep of a Llama-3.1-8B-shaped model (random bf16 weights) at batch
 # 1/4/16 and 1-256 new tokens with every pass a CUDA graph, and its fit; the same model eager
 # (graphs off: the launch overhead the graphs remove, eager minus graph per pass) and compiled
-# (--compile, batch 1); the offline pair's speculative decoding (measure spec, predicted
-# against measured); measure serve at three request rates; the quick page. Each step has its
+# (--compile, batch 1, last: the longest to start); the offline pair's speculative decoding
+# (measure spec, predicted against measured); measure serve at three request rates; the quick page. Each step has its
 # own time limit and log, and every limit is cut to what is left of DEADLINE_S (default 560 s:
 # the call's 600 less the start), so the run ends in time even when a step hangs; the steps run
 # most important first. The last step writes summary.json with the figures the issue's "done
@@ -53,15 +53,15 @@ failed=0
 step() {
     local name=$1 limit=$2
     shift 2
-    case " ${STEPS:-device bench sweep fit eager spec serve compile report summary} " in *" $name "*) ;; *) return 0 ;; esac
+    case " ${STEPS:-device bench sweep fit eager spec serve report compile summary} " in *" $name "*) ;; *) return 0 ;; esac
     local left=$((deadline - ($(date +%s) - started) - 10))
-    if [ "$left" -lt 15 ]; then
+    if [ "$name" != summary ] && [ "$left" -lt 15 ]; then  # (the summary always runs: it only reads)
         echo "== $name: skipped (${left}s left of the ${deadline}s deadline)"
         printf '%s\t%s\t%s\n' "$name" 124 0 >>"$work/steps.tsv"
         failed=$((failed + 1))
         return 0
     fi
-    [ "$limit" -gt "$left" ] && limit=$left
+    [ "$name" != summary ] && [ "$limit" -gt "$left" ] && limit=$left
     [ "$1" = specroof ] && { shift; set -- "$py" -m specroof.cli "$@"; }
     echo "== $name (limit ${limit}s) $(date -u +%T)"
     local t0
@@ -97,11 +97,12 @@ step spec "$((${SPEC_BUDGET:-70} + 40))" specroof measure spec --pair offline --
     --budget "${SPEC_BUDGET:-70}" --graphs "$graphs" --out "$work/spec" --json
 step serve "$((${SERVE_BUDGET:-60} + 40))" specroof measure serve --device "$device" --budget "${SERVE_BUDGET:-60}" \
     --graphs "$graphs" --out "$work/serve" --json
-# compiled: batch 1 at three widths of 1-16 (inductor compiles each shape once; the compile time is reported)
+step report 90 specroof report --quick --out "$work/report" --json
+# compiled, last (the longest to start): batch 1 at three widths of 1-16, inductor compiling each shape once (the
+# compile time is reported); it gets what is left of the deadline, up to its limit
 step compile 150 specroof measure sweep --model "$model" --device "$device" --dtype "$dtype" \
     --hardware "$work/apriori-profile.toml" --batch 1 --tokens 1,4,16 --context "$context" \
     --repeats 5 --rounds 2 --budget 20 --graphs "$graphs" --compile --out "$work/compile" --json
-step report 90 specroof report --quick --out "$work/report" --json
 # opt-in (STEPS="frameworks"): measure engine's frameworks, minutes each; tensor parallelism needs 2 GPUs
 step frameworks 480 "$py" -m benchmarks.bench_measure_engine --device "$device" --dtype bf16 --budget 120 \
     --json "$work/measure_engine.json" --no-record

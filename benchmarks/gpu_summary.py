@@ -45,8 +45,11 @@ def _load(work: Path, name: str, missing: dict[str, str]) -> Any:
         missing[name] = "the step did not run or wrote nothing"
         return None
     start = text.find("{")
+    if start < 0:
+        missing[name] = "the step wrote no JSON (it failed or was stopped at its limit: see its log)"
+        return None
     try:
-        return json.loads(text[start:]) if start >= 0 else None
+        return json.loads(text[start:])
     except json.JSONDecodeError:
         missing[name] = "the step's output is not JSON (it failed or was cut off: see its log)"
         return None
