@@ -5,10 +5,15 @@ tokens, equal and ragged lengths, under each SDPA backend (the key length change
 every call, as in decoding); then three speculative runs in a row per batch size (the
 first pays every first use of a shape) and a profile of one.
 
-    python -m benchmarks.diag_batched_gpu
+    python -m benchmarks.diag_batched_gpu [--graphs]
 
 On an H200 (torch 2.11) it showed the cuDNN attention backend planning per shape: the
 first speculative run took 2.1 s and the next 71 ms (BENCHMARKS.md, "measure spec on a GPU").
+
+``--graphs`` (a GPU) then runs the same speculative runs with every pass captured as a CUDA
+graph (measure.graphs), prints each round's device and host milliseconds (CUDA events, and
+the round's wall time less them), and the launch overhead the graphs remove per pass of the
+target and of the draft at batch 1 and 4, one and three new tokens.
 """
 
 from __future__ import annotations
@@ -80,7 +85,8 @@ def speculative_runs(target: Transformer, draft: Transformer) -> None:
             t0 = time.perf_counter()
             r = speculative_generate(target, draft, prompts, 2, 24)
             wall = time.perf_counter() - t0
-            phases = r.rounds.groupby("round")[["t_draft_s", "t_verify_s", "t_accept_s", "t_commit_s"]].first()
+            cols = [c for c in ("t_draft_s", "t_verify_s", "t_accept_s", "t_commit_s", "t_host_s") if c in r.rounds]
+            phases = r.rounds.groupby("round")[cols].first()
             ms = (phases.median() * 1e3).round(3).to_dict()
             print(f"spec B={B} call {i}: wall {wall * 1e3:.1f} ms, decode {r.decode_s * 1e3:.1f} ms, median ms: {ms}")
         with profile(activities=acts) as prof:
@@ -88,11 +94,35 @@ def speculative_runs(target: Transformer, draft: Transformer) -> None:
         print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=15, max_name_column_width=50))
 
 
+def graph_runs(target: Transformer, draft: Transformer) -> None:
+    """The speculative runs again with every pass a CUDA graph, and what the graphs remove per pass."""
+    from measure.graphs import attach, detach, launch_overhead
+
+    for name, m in (("target", target), ("draft", draft)):
+        lo = launch_overhead(m, [(1, 1, 100), (1, 3, 100), (4, 1, 100), (4, 3, 100)])
+        print(f"{name}: eager minus graph per pass (ms)")
+        print((lo.set_index(["batch", "new_tokens"])[["t_eager_s", "t_graph_s", "launch_overhead_s"]] * 1e3).round(3))
+    for m in (target, draft):
+        attach(m, capture=True)
+    try:
+        speculative_runs(target, draft)
+    finally:
+        for m in (target, draft):
+            detach(m)
+
+
 def main() -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--graphs", action="store_true", help="also the runs as CUDA graphs (a GPU)")
+    args = ap.parse_args()
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     target, draft, _ = load_pair(device=dev, dtype="bf16", width=16 if dev.type == "cuda" else 1)
     backend_table({"target": target, "draft": draft})
     speculative_runs(target, draft)
+    if args.graphs and dev.type == "cuda":
+        graph_runs(target, draft)
 
 
 if __name__ == "__main__":

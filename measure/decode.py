@@ -22,7 +22,7 @@ import torch
 
 from measure import verification as ts
 from measure.models import Transformer
-from measure.timing import synchronize
+from measure.timing import PassTimer, synchronize
 from roofline.errors import SpecroofError
 from roofline.gamma_policies import BatchSchedule, GammaPolicy, StaticGamma
 from roofline.speculative import DraftModel, EarlyExit, PromptLookup, SpecMetrics, metrics_from_counts
@@ -45,6 +45,9 @@ class GenerationResult:
     tree: Tree | None = None
     #: seconds of every baseline step (``autoregressive_generate(..., step_times=True)``)
     step_s: list[float] = field(default_factory=list)
+    #: the device's seconds of each of those steps' pass (CUDA events; on the CPU the pass's own seconds): a
+    #: step's host share is its ``step_s`` less this
+    step_device_s: list[float] = field(default_factory=list)
 
     @property
     def n_tokens(self) -> int:
@@ -122,7 +125,7 @@ def _prepare(model: Transformer, prompts: Sequence[Sequence[int]], extra: int) -
     padded = torch.zeros(B, int(lens.max()) - 1, dtype=torch.long, device=model.device)
     for b, p in enumerate(prompts):
         padded[b, : len(p) - 1] = torch.as_tensor(p[:-1])
-    with torch.inference_mode():
+    with torch.inference_mode(), model.eager():  # a prefill: a shape per prompt length, nothing to capture
         model(padded)
     model.cache.rollback(lens - 1)  # type: ignore[union-attr]
     last = torch.as_tensor([p[-1] for p in prompts], device=model.device)
@@ -142,7 +145,8 @@ def autoregressive_generate(
     """The baseline: one target step per token for a batch of prompts (ragged lengths).
 
     ``step_times=True`` records every step's seconds in ``step_s`` (the device is
-    synchronised after each step, as speculative rounds are after each phase).
+    synchronised after each step, as a speculative round is by its acceptance) and its
+    pass's device seconds in ``step_device_s``.
     """
     sp = sampling or SamplingParams(temperature=0.0)
     gen = torch.Generator(device=model.device).manual_seed(seed)
@@ -154,12 +158,18 @@ def autoregressive_generate(
     out = torch.zeros(B, max_new_tokens, dtype=torch.long, device=model.device)
     done = torch.zeros(B, dtype=torch.bool, device=model.device)
     steps: list[float] = []
+    device_steps: list[float] = []
+    timer = PassTimer(model.device)
     # inference_mode, not no_grad: no autograd metadata or version counters per op. Interleaved on an AMD EPYC
     # (AVX2, one thread) a width-64 model's one-token step, per-op host cost alone, took 15% less.
     with torch.inference_mode():
         for i in range(max_new_tokens):
             ts = time.perf_counter()
-            logits = model(pending.view(B, 1))[:, -1]
+            if step_times:
+                with timer.span("step"):
+                    logits = model(pending.view(B, 1))[:, -1]
+            else:
+                logits = model(pending.view(B, 1))[:, -1]
             model.advance(1)
             nxt = logits.argmax(-1) if sp.greedy else _sample(_probs(logits, sp), gen)
             out[:, i] = nxt
@@ -167,6 +177,7 @@ def autoregressive_generate(
             if step_times:
                 synchronize(model.device)
                 steps.append(time.perf_counter() - ts)
+                device_steps.append(timer.read().get("step", 0.0))
             if eos is not None:
                 done |= nxt == eos
                 if bool(done.all()):
@@ -174,7 +185,9 @@ def autoregressive_generate(
                     break
     synchronize(model.device)
     t2 = time.perf_counter()
-    return GenerationResult(_trim(out.tolist(), eos, max_new_tokens), t2 - t1, t1 - t0, step_s=steps)
+    return GenerationResult(
+        _trim(out.tolist(), eos, max_new_tokens), t2 - t1, t1 - t0, step_s=steps, step_device_s=device_steps
+    )
 
 
 def _trim(rows: list[list[int]], eos: int | None, limit: int) -> list[list[int]]:
@@ -330,9 +343,11 @@ class _ModelDrafter:
         stop_below: float | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         self.model.cache.rollback(committed - self.keep)  # type: ignore[union-attr]
-        return _draft_steps(
-            self.model, last2[:, 2 - self.keep :], gamma, sp, gen, n_layers=self.n_layers, stop_below=stop_below
-        )
+        feed = last2[:, 2 - self.keep :]
+        runner = self.model.runner
+        if runner is not None and stop_below is None:  # the whole chain as one graph (a confidence stop is not static)
+            return runner.draft_chain(feed, gamma, sp, gen, self.n_layers)  # type: ignore[no-any-return]
+        return _draft_steps(self.model, feed, gamma, sp, gen, n_layers=self.n_layers, stop_below=stop_below)
 
     def propose_tree(
         self,
@@ -344,7 +359,11 @@ class _ModelDrafter:
         variant: str,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         self.model.cache.rollback(committed - self.keep)  # type: ignore[union-attr]
-        return _draft_tree(self.model, last2[:, 2 - self.keep :], tree, sp, gen, variant, n_layers=self.n_layers)
+        prefix = last2[:, 2 - self.keep :]
+        runner = self.model.runner
+        if runner is not None:  # every level in one graph
+            return runner.draft_tree(prefix, tree, sp, gen, variant, self.n_layers)  # type: ignore[no-any-return]
+        return _draft_tree(self.model, prefix, tree, sp, gen, variant, n_layers=self.n_layers)
 
     def observe(self, emitted: list[list[int]]) -> None:
         pass  # a model drafter keeps its state in its KV cache
@@ -501,8 +520,12 @@ def speculative_generate(
     ``tree_variant``: ``"sequoia"`` (siblings drawn without replacement) or
     ``"specinfer"`` (with replacement), each with its own verification rule.
     Returns the tokens and a per-round DataFrame (accepted and emitted per sequence,
-    draft / verify / accept / commit seconds; for trees also the sibling rank of each
-    accepted node and the number of children tried where the walk stopped).
+    draft / verify / accept / commit seconds, the round's wall seconds ``t_round_s`` and its
+    host seconds ``t_host_s``: wall less the draft and verify passes' device time, which
+    CUDA events measure on a GPU; for trees also the sibling rank of each accepted node and
+    the number of children tried where the walk stopped). With a runner attached to the
+    models (:func:`measure.graphs.attach`) every pass, the draft's whole chain and a tree
+    draft's levels run as captured graphs (static shapes on the CPU).
     """
     # level by level drafting needs every level's parents first in the buffer (BFS numbering)
     tree = gamma.breadth_first() if isinstance(gamma, Tree) else None
@@ -540,14 +563,17 @@ def speculative_generate(
         g_next=policy.start(len(prompts)) if policy is not None else 0,
     )
     shape = _TreeShape.of(tree) if tree is not None else None
+    timer = PassTimer(dev)
     with torch.inference_mode():
         while st.active.any():
+            # The draft and verify passes are timed on the device (CUDA events; perf_counter on the CPU, where a
+            # pass is synchronous) and nothing waits between them: the acceptance reads the accepted counts, the
+            # round's one sync. The round's host time is its wall time less its passes' device time.
             ta = time.perf_counter()
-            x, q = _draft(d, st, shape, policy, sp, gen, tree_variant)
-            synchronize(dev)
-            tb = time.perf_counter()
-            logits = _verify(target, st, x, shape)
-            synchronize(dev)
+            with timer.span("draft"):
+                x, q = _draft(d, st, shape, policy, sp, gen, tree_variant)
+            with timer.span("verify"):
+                logits = _verify(target, st, x, shape)
             tc = time.perf_counter()
             res, n_acc = _accept(logits, q, x, st, shape, sp, gen, tree_variant)
             td = time.perf_counter()
@@ -555,7 +581,17 @@ def speculative_generate(
             if policy is not None:
                 st.g_next = policy.next(int(x.shape[1]), n_acc[was_active], len(prompts))
             te = time.perf_counter()  # commit includes the host bookkeeping of the round
-            times = {"t_draft_s": tb - ta, "t_verify_s": tc - tb, "t_accept_s": td - tc, "t_commit_s": te - td}
+            dt = timer.read()
+            t_dev = dt.get("draft", 0.0) + dt.get("verify", 0.0)
+            times = {
+                "t_draft_s": dt.get("draft", 0.0),
+                "t_verify_s": dt.get("verify", 0.0),
+                # on a GPU the acceptance also waits for the passes it reads (host and device overlap there)
+                "t_accept_s": td - tc,
+                "t_commit_s": te - td,
+                "t_round_s": te - ta,
+                "t_host_s": max(0.0, te - ta - t_dev),
+            }
             _account(st, x, res, n_acc, was_active, times, shape)
     synchronize(dev)
     t2 = time.perf_counter()

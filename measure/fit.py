@@ -103,6 +103,27 @@ def measured_crossover(new_tokens: Sequence[float], t: Sequence[float], overlap:
     return float(np.exp(best.x))
 
 
+#: a crossover read off a curve that ends at ``widest`` tokens is reported as a figure up to this many times that
+#: width (extrapolated past it where memory and compute time add, as on a CPU); beyond, the sweep cannot place it
+EXTRAPOLATE_LIMIT = 4.0
+
+
+def crossover_status(k: float, knee: float, widest: float) -> str:
+    """Whether a crossover K read off a curve swept up to ``widest`` new tokens is a measurement.
+
+    ``"flat"``: the curve never rose 10% above its narrowest pass (``knee`` at the widest: passes that cost
+    the host's time, not the device's, are flat at every width), so K is not measured; ``"beyond"``: K lies
+    more than :data:`EXTRAPOLATE_LIMIT` times past the widest pass (a curve that barely rose; an eager GPU sweep
+    read 974 and 2858 where the roofline says about 200); ``"extrapolated"``: past the widest pass but within
+    that limit (the line's intercept over its slope, defined before the curve bends); ``"measured"``: inside.
+    """
+    if not np.isfinite(k) or knee >= widest:
+        return "flat"
+    if k > EXTRAPOLATE_LIMIT * widest:
+        return "beyond"
+    return "extrapolated" if k > widest else "measured"
+
+
 def _column(statistic: str) -> str:
     if statistic not in ("min", "median"):
         raise SpecroofError(f"statistic must be 'min' or 'median' (got {statistic!r})")
@@ -375,6 +396,36 @@ def fit(
     )
 
 
+@dataclass(frozen=True)
+class HostFit:
+    """The host's seconds per round (or per step) as a line in the batch: ``intercept_s + per_seq_s * batch``
+    (docs/cost-model.md, section 39), fitted to ``points`` measured (batch, seconds) pairs."""
+
+    intercept_s: float
+    per_seq_s: float
+    points: int
+
+    def seconds(self, batch: Any) -> np.ndarray:
+        """The line at ``batch`` (broadcasts), never below zero."""
+        return np.maximum(0.0, self.intercept_s + self.per_seq_s * np.asarray(batch, dtype=float))
+
+
+def fit_host_time(batch: Sequence[float], host_s: Sequence[float]) -> HostFit:
+    """The host line through measured host seconds per round or step against their batch: least squares on
+    the per-batch medians (each batch weighs as one point, however many rows it has), the slope 0 where one batch
+    was measured. NaN rows are left out; none left is an error."""
+    b = np.asarray(batch, dtype=float)
+    h = np.asarray(host_s, dtype=float)
+    ok = np.isfinite(b) & np.isfinite(h)
+    if not ok.any():
+        raise SpecroofError("the host line needs at least one measured host time")
+    df = pd.DataFrame({"b": b[ok], "h": h[ok]}).groupby("b")["h"].median()
+    if len(df) < 2:
+        return HostFit(float(df.iloc[0]), 0.0, int(ok.sum()))
+    slope, intercept = np.polyfit(df.index.to_numpy(float), df.to_numpy(float), 1)
+    return HostFit(float(intercept), float(slope), int(ok.sum()))
+
+
 def predict_times(df: pd.DataFrame, spec: ModelSpec | str, hardware: Hardware | str, *, tree: Any = None) -> np.ndarray:
     """Roofline time (s) of every row's pass on ``hardware`` (measured overrides and overheads included).
 
@@ -410,8 +461,10 @@ def validate(
     off the measured curve (:func:`measured_crossover`, with the fitted profile's
     overlap) against the same read-out of the fitted model's curve at the same token
     counts (``crossover_predicted``); the 10%-rise knees of both
-    (:func:`measured_knee`); and the pure roofline crossovers of the fitted and
-    a-priori profiles.
+    (:func:`measured_knee`); the pure roofline crossovers of the fitted and
+    a-priori profiles; the widest pass swept and whether each read-out is a
+    measurement (:func:`crossover_status`: a flat curve, or a K far past the sweep,
+    is not one, and the page says so in words).
     """
     spec = get_model(spec)
     df = sweep_df[sweep_df.get("status", "ok") == "ok"].reset_index(drop=True)
@@ -437,17 +490,24 @@ def validate(
         # half-saturated matrix units, the model's visible curve is what a measurement can be compared
         # with. The pure roofline crossovers (memory time = compute time) are reported beside it.
         n = g["new_tokens"]
+        k_m = measured_crossover(n, g["t_measured_s"], fitted_hw.overlap)
+        k_p = measured_crossover(n, g["t_fitted_s"], fitted_hw.overlap)
+        knee_m, knee_p = measured_knee(n, g["t_measured_s"]), measured_knee(n, g["t_fitted_s"])
+        widest = float(n.max())
         knees.append(
             {
                 "dtype": dt,
                 "batch": int(b),
                 "context": int(c),
-                "crossover_measured": measured_crossover(n, g["t_measured_s"], fitted_hw.overlap),
-                "crossover_predicted": measured_crossover(n, g["t_fitted_s"], fitted_hw.overlap),
-                "knee_measured": measured_knee(n, g["t_measured_s"]),
-                "knee_predicted": measured_knee(n, g["t_fitted_s"]),
+                "crossover_measured": k_m,
+                "crossover_predicted": k_p,
+                "knee_measured": knee_m,
+                "knee_predicted": knee_p,
                 "crossover_roofline_fitted": int(crossover_tokens(spec, fitted_hw, int(b), int(c), str(dt))),
                 "crossover_roofline_apriori": int(crossover_tokens(spec, apriori_hw, int(b), int(c), str(dt))),
+                "widest_swept": widest,
+                "crossover_measured_status": crossover_status(k_m, knee_m, widest),
+                "crossover_predicted_status": crossover_status(k_p, knee_p, widest),
             }
         )
     summary = {

@@ -12,6 +12,11 @@ cache slots ``length .. length + n - 1``, with a causal or tree mask over them.
 Attention reads only the first ``max(length) + n`` slots, so its cost follows the
 real context, not the cache's capacity. Rolling back is setting a length; a tree
 commit gathers the accepted path's KV into contiguous slots.
+
+:meth:`Transformer.forward_static` is the same pass with static shapes and device inputs
+only (each row's length a device tensor, a context bucket of the cache attended, masks and
+the KV scatter computed on the device): what ``measure.graphs`` captures as CUDA graphs.
+The CPU's default stays the eager pass, whose kernels are timed per weight shape.
 """
 
 from __future__ import annotations
@@ -674,6 +679,63 @@ class Block(nn.Module):
         )
 
 
+def block_step(
+    layer: Block,
+    h: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    where: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | int,
+    kv_len: int,
+    mask: torch.Tensor | None,
+) -> torch.Tensor:
+    """One decoder layer over the cache: the residual stream after ``layer``'s attention and MLP.
+
+    A plain function of its layer (not a method) so that ``--compile`` compiles it once for every layer of a
+    shape: torch.compile inlines the module passed in and guards on its parameters' shapes, not on which layer
+    it is (measure.graphs.compiled_block_step).
+    """
+    # .forward() directly: module __call__ machinery costs a few us per call, which adds up
+    # to a visible share of a memory-bound decode step on a CPU
+    a = layer.self_attn.forward(layer.input_layernorm.forward(h), cos, sin, k_cache, v_cache, where, kv_len, mask)
+    h = h + a
+    return h + layer.mlp.forward(layer.post_attention_layernorm.forward(h))
+
+
+def context_bucket(need: int, cap: int, granule: int = 64) -> int:
+    """The number of cache slots a static-shape pass attends over when its longest sequence needs ``need``.
+
+    ``need`` rounded up to a ladder of four steps per octave (64, 128, 192, 256, 320, 384, 448, 512, 640, ...,
+    each a multiple of ``granule``) and capped at ``cap`` (the cache's length). A captured pass reads a fixed slice
+    of the cache, so its key length cannot follow the context token by token; the ladder bounds the slots read
+    beyond the longest sequence to a quarter of its context (a granule below 256 slots), while a cache that grows
+    by a few tokens per round crosses a step only every few dozen rounds, so few shapes are captured. Slots past a
+    sequence's own length are masked: they cost reads, never change a result. ``need`` beyond ``cap`` is an error.
+    """
+    need, cap = int(need), int(cap)
+    if need > cap:
+        raise SpecroofError(f"{need} tokens exceed the cache's max_seq {cap}")
+    if need <= granule:
+        return min(granule, cap)
+    octave = 1 << (need - 1).bit_length() - 1  # the largest power of two below need
+    step = max(granule, octave // 4)
+    return min(cap, -(-need // step) * step)
+
+
+class _Eager:
+    """``with model.eager():`` the model's runner detached for the block (see :meth:`Transformer.eager`)."""
+
+    def __init__(self, model: Transformer) -> None:
+        self.model, self.held = model, None
+
+    def __enter__(self) -> None:
+        self.held, self.model.runner = self.model.runner, None
+
+    def __exit__(self, *exc: object) -> None:
+        self.model.runner = self.held
+
+
 class KVCache:
     """Static KV buffers for every layer plus each sequence's committed length (kept on the host)."""
 
@@ -790,6 +852,11 @@ class Transformer(nn.Module):
             self.set_matvec(matvec)
         self.cache: KVCache | None = None
         self._cos = self._sin = torch.empty(0)
+        # static-shape passes captured as CUDA graphs (or run uncaptured: the CPU's static path), when attached:
+        # measure.graphs.attach sets it; None runs every pass eagerly, as the CPU default does
+        self.runner: Any = None
+        # the function each layer's pass runs (measure.graphs swaps in a torch.compile'd one for --compile)
+        self.block_fn: Callable[..., torch.Tensor] = block_step
         if init_std is not None:
             with torch.no_grad():
                 for name, p in self.named_parameters():
@@ -846,6 +913,15 @@ class Transformer(nn.Module):
             avoid_per_shape_attention_plans()
         if self.auto_kernels:
             self.choose_kernels()
+        c = self.cache
+        if self.runner is not None and c is not None and c.max_batch >= max_batch and c.max_seq >= max_seq:
+            # a captured graph reads this cache's buffers where they are: keep them (and the graphs), forget the
+            # lengths. Stale keys and values are masked, as after a rollback.
+            c.lengths[:] = 0
+            return c
+        self.cache = None  # free the old buffers before the new ones are allocated
+        if self.runner is not None:
+            self.runner.reset()
         self.cache = KVCache(self.spec, max_batch, max_seq, self.dtype, self.device)
         cos, sin = rope_frequencies(self.spec.head_dim, max_seq, self.rope)
         self._cos, self._sin = cos.to(self.device), sign_half(sin).to(self.device)
@@ -869,6 +945,10 @@ class Transformer(nn.Module):
         ``n_layers`` runs only the first layers and then the final norm and head: the
         early-exit (self-speculative) draft, which writes exactly the KV the full pass
         writes for those layers.
+
+        With a runner attached (:func:`measure.graphs.attach`) the pass runs with static shapes: captured
+        as a CUDA graph and replayed on a GPU, called directly on the CPU; the logits it returns are the
+        runner's output buffer, valid until the next pass of the same shape.
         """
         if self.cache is None:
             raise SpecroofError("call setup_cache(max_batch, max_seq) before running the model")
@@ -880,17 +960,21 @@ class Transformer(nn.Module):
         kv_len = int(lengths.max()) + n
         if kv_len > c.max_seq:
             raise SpecroofError(f"{kv_len} tokens exceed the cache's max_seq {c.max_seq}")
-        dev = self.device
-        L = torch.as_tensor(lengths, device=dev).view(B, 1)
-        offs = torch.arange(n, device=dev).view(1, n)
+        tree_obj = None
         if tree is not None:
             from roofline.trees import Tree
 
-            t = tree if isinstance(tree, Tree) else Tree(tree)
-            if t.n_nodes != n:
-                raise SpecroofError(f"tree has {t.n_nodes} nodes but {n} tokens were given")
-            among = torch.as_tensor(t.ancestors_matrix(), device=dev).expand(B, n, n)
-            positions = L + torch.as_tensor(t.depths - 1, device=dev).view(1, n)
+            tree_obj = tree if isinstance(tree, Tree) else Tree(tree)
+            if tree_obj.n_nodes != n:
+                raise SpecroofError(f"tree has {tree_obj.n_nodes} nodes but {n} tokens were given")
+        if self.runner is not None and new_mask is None and self.runner.serves(n):
+            return self.runner.forward(tokens, tree_obj, n_layers)  # type: ignore[no-any-return]
+        dev = self.device
+        L = torch.as_tensor(lengths, device=dev).view(B, 1)
+        offs = torch.arange(n, device=dev).view(1, n)
+        if tree_obj is not None:
+            among = torch.as_tensor(tree_obj.ancestors_matrix(), device=dev).expand(B, n, n)
+            positions = L + torch.as_tensor(tree_obj.depths - 1, device=dev).view(1, n)
         else:
             if new_mask is not None:
                 among = new_mask.to(dev).bool().expand(B, n, n)
@@ -917,15 +1001,72 @@ class Transformer(nn.Module):
             kvh = self.spec.n_kv_heads
             arange_b = torch.arange(B, device=dev).view(B, 1, 1)
             where = (arange_b, torch.arange(kvh, device=dev).view(1, kvh, 1), slots.view(B, 1, n))
+        return self._layers(tokens, cos, sin, where, kv_len, mask, n_layers)
+
+    def _layers(
+        self,
+        tokens: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        where: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | int,
+        kv_len: int,
+        mask: torch.Tensor | None,
+        n_layers: int | None,
+    ) -> torch.Tensor:
+        """Embedding, the layers over the cache (the first ``n_layers``: an early exit), final norm and head."""
+        c = self.cache
+        assert c is not None
         h = self.embed_tokens(tokens)
         layers = self.layers if n_layers is None else self.layers[:n_layers]
-        # .forward() directly: module __call__ machinery costs a few us per call, which adds up
-        # to a visible share of a memory-bound decode step on a CPU
+        step = self.block_fn
         for i, layer in enumerate(layers):
-            a = layer.self_attn.forward(layer.input_layernorm.forward(h), cos, sin, c.k[i], c.v[i], where, kv_len, mask)
-            h = h + a
-            h = h + layer.mlp.forward(layer.post_attention_layernorm.forward(h))
+            h = step(layer, h, cos, sin, c.k[i], c.v[i], where, kv_len, mask)
         return self.lm_head.forward(self.norm.forward(h))
+
+    def forward_static(
+        self,
+        tokens: torch.Tensor,
+        lengths: torch.Tensor,
+        bucket: int,
+        among: torch.Tensor | None = None,
+        offsets: torch.Tensor | None = None,
+        n_layers: int | None = None,
+    ) -> torch.Tensor:
+        """Logits (B, n, V): :meth:`forward` with static shapes and device inputs only, what a CUDA graph captures.
+
+        ``tokens`` (B, n) and ``lengths`` (B,) (each row's cached length) are device tensors; ``bucket`` slots of
+        the cache are attended (:func:`context_bucket`: at least ``max(lengths) + n``), each row masked at its own
+        length, so a row reads nothing past its context and the new tokens. ``among`` (n, n) bool is the mask among
+        the new tokens (None: causal) and ``offsets`` (n,) their position after the length (None: 0 .. n - 1; a
+        tree's depth - 1). The new keys and values are scattered into slots ``length .. length + n - 1`` of each
+        row by a device index. Nothing here reads a device value on the host or branches on one: the same
+        kernels run whatever the lengths, which a graph replay requires. The cache lengths are not advanced.
+        """
+        c = self.cache
+        if c is None:
+            raise SpecroofError("call setup_cache(max_batch, max_seq) before running the model")
+        B, n = tokens.shape
+        dev = tokens.device
+        steps = torch.arange(n, device=dev)
+        L = lengths.view(B, 1)
+        positions = L + (steps if offsets is None else offsets).view(1, n)
+        rel = torch.arange(bucket, device=dev).view(1, 1, bucket) - L.view(B, 1, 1)
+        ok = torch.ones(n, n, dtype=torch.bool, device=dev).tril() if among is None else among
+        new_ok = ok.expand(B, n, n).gather(2, rel.clamp(0, n - 1).expand(B, n, bucket))
+        mask = ((rel < 0) | ((rel < n) & new_ok)).unsqueeze(1)  # (B, 1, n, bucket): context, then the new tokens
+        cos = self._cos[positions].unsqueeze(1).to(self.dtype)
+        sin = self._sin[positions].unsqueeze(1).to(self.dtype)
+        kvh = self.spec.n_kv_heads
+        where = (
+            torch.arange(B, device=dev).view(B, 1, 1),
+            torch.arange(kvh, device=dev).view(1, kvh, 1),
+            (L + steps.view(1, n)).view(B, 1, n),
+        )
+        return self._layers(tokens, cos, sin, where, bucket, mask, n_layers)
+
+    def eager(self) -> _Eager:
+        """A context in which every pass runs eagerly, the runner set aside (prefills: a shape per prompt length)."""
+        return _Eager(self)
 
     def forward_train(
         self, tokens: torch.Tensor, exit_layer: int | None = None

@@ -21,6 +21,10 @@ the decodes. Running sequences stay packed in the first rows of the cache (the m
 passes run over rows ``0 .. B - 1``): when one finishes, the last row's KV moves into
 its slot, so a batch never carries a finished sequence.
 
+With a runner attached to the models (:func:`measure.graphs.attach`, ``measure serve`` on a GPU), every decode
+round's passes, the draft's chain whole, replay as CUDA graphs at the padded batch (the rows past the running ones
+are free slots, so the padding writes nothing a live request reads); prefills run eagerly.
+
 Times come from ``time.perf_counter`` (the device is synchronised after every pass);
 ``serve`` returns one tidy row per request (``arrival_s``, ``first_token_s``,
 ``finish_s``, ``ttft_s``, ``tpot_s``, ``e2e_s``) with its generated token ids, and one
@@ -107,7 +111,8 @@ def _prefill_rows(model: Transformer, lo: int, prompts: list[list[int]]) -> torc
         padded[i, : len(p)] = torch.as_tensor(p)
     model.cache = _Rows(cache, lo, n)
     try:
-        logits = model(padded)
+        with model.eager():  # a prefill: a shape per prompt length, and these rows' views, not the graphs' cache
+            logits = model(padded)
     finally:
         model.cache = cache
     cache.lengths[lo : lo + n] = lens  # the pad slots beyond each length are stale and masked

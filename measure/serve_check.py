@@ -124,10 +124,19 @@ def found_columns(measured: Sequence[dict[str, float]], simulated: dict[str, flo
     return out
 
 
-def _prices(hw: Hardware, target: Any, draft: Any, gamma: int, slots: int, max_tokens: int, ctx_top: int) -> Any:
+def _prices(
+    hw: Hardware,
+    target: Any,
+    draft: Any,
+    gamma: int,
+    slots: int,
+    max_tokens: int,
+    ctx_top: int,
+    dtype: str = "fp32",
+) -> Any:
     from roofline.drafters import DraftModel
 
-    ctx = pricing_context(target, hw, dtype="fp32")
+    ctx = pricing_context(target, hw, dtype=dtype)
     return step_prices(
         ctx,
         DraftModel(draft) if gamma else None,
@@ -178,9 +187,10 @@ def engine_host_terms(
     draft: Any,
     gamma: int,
     max_tokens: int,
+    dtype: str = "fp32",
 ) -> tuple[float, float, float]:
     """(host seconds per decode round, and per sequence of it, host seconds per prefill pass): a calibration run
-    against the fitted prices.
+    against the fitted prices (``dtype``: what the passes ran in).
 
     Each decode round's residual is its measured time minus the simulator's price of its passes
     (the round alone: the engine times it apart from the prefill after it); the host time of a
@@ -191,7 +201,7 @@ def engine_host_terms(
     more than the engine took: the simulator takes the terms as they are, a correction to the profile at the
     engine's operating points (docs/cost-model.md, section 24).
     """
-    return host_terms(host_residuals(run, hw, target, draft, gamma, max_tokens))
+    return host_terms(host_residuals(run, hw, target, draft, gamma, max_tokens, dtype))
 
 
 class _PricedSteps(NamedTuple):
@@ -206,7 +216,7 @@ class _PricedSteps(NamedTuple):
 
 
 def _priced_steps(
-    steps: pd.DataFrame, hw: Hardware, target: Any, draft: Any, gamma: int, max_tokens: int
+    steps: pd.DataFrame, hw: Hardware, target: Any, draft: Any, gamma: int, max_tokens: int, dtype: str = "fp32"
 ) -> _PricedSteps:
     s = steps
     dec = s[s["decode_batch"] > 0]
@@ -215,7 +225,7 @@ def _priced_steps(
         raise SpecroofError("the run has no decode round or no prefill to price")
     top = int(dec["decode_context_tokens"].max() / max(1, dec["decode_batch"].min())) + gamma + 8
     slots = int(max(dec["decode_batch"].max(), pre["prefills"].max()))
-    p0 = _prices(hw, target, draft, gamma, slots, max_tokens, max(top, int(pre["prefill_tokens"].max())))
+    p0 = _prices(hw, target, draft, gamma, slots, max_tokens, max(top, int(pre["prefill_tokens"].max())), dtype)
     b = dec["decode_batch"].to_numpy()
     c = dec["decode_context_tokens"].to_numpy() / b
     pred = np.array([float(p0.decode_time(gamma, int(bb), cc)) for bb, cc in zip(b, c, strict=True)])
@@ -238,10 +248,10 @@ def _priced_steps(
 
 
 def host_residuals(
-    run: ServeResult, hw: Hardware, target: Any, draft: Any, gamma: int, max_tokens: int
+    run: ServeResult, hw: Hardware, target: Any, draft: Any, gamma: int, max_tokens: int, dtype: str = "fp32"
 ) -> HostResiduals:
     """The residuals :func:`engine_host_terms` draws its lines through (computed once per burst)."""
-    ps = _priced_steps(run.steps, hw, target, draft, gamma, max_tokens)
+    ps = _priced_steps(run.steps, hw, target, draft, gamma, max_tokens, dtype)
     dec, pre, cold = ps.rounds, ps.prefills, ps.cold
     b = dec["decode_batch"].to_numpy()
     r = pd.DataFrame({"b": b, "resid": dec["t_decode_s"].to_numpy() - ps.round_passes_s}).groupby("b")["resid"]
@@ -264,12 +274,13 @@ def steps_speed(
     gamma: int,
     max_tokens: int,
     terms: tuple[float, float, float, float],
+    dtype: str = "fp32",
 ) -> float:
     """How slow the engine ran ``steps`` against the simulator's prices: the seconds its decode rounds and prefill
     steps took over the simulator's price of the same steps (their passes, and the host ``terms`` it is given:
     round, per sequence, prefill, idle start). 1.1: the machine ran them 10% slower than those prices say
     (docs/cost-model.md, section 27)."""
-    return _speed(_priced_steps(steps, hw, target, draft, gamma, max_tokens), terms)
+    return _speed(_priced_steps(steps, hw, target, draft, gamma, max_tokens, dtype), terms)
 
 
 def _speed(ps: _PricedSteps, terms: tuple[float, float, float, float]) -> float:
@@ -410,8 +421,16 @@ def serve_check(
     replays: int = 2,
     progress: bool = True,
     log: Callable[[str], None] | None = None,
+    device: Any = None,
+    graphs: str = "auto",
+    compile: bool = False,
 ) -> ServeCheck:
-    """Measure serving on this CPU and simulate the same traces (module docstring); ``budget_s`` bounds the run.
+    """Measure serving on this device and simulate the same traces (module docstring); ``budget_s`` bounds the run.
+
+    ``device`` (default: the GPU where there is one) runs the pair in fp32 on a CPU (on ``threads`` threads) and in
+    bf16 on a GPU, where ``graphs`` (auto: on) replays every decode round's passes, the draft's chain whole, as CUDA
+    graphs per padded batch (:mod:`measure.graphs`; prefills run eagerly, a shape per prompt length), each layer
+    compiled first with ``compile``.
 
     ``replays`` replays each trace that many times (the measured figures are their mean; a figure
     whose replays disagree by more than its error is ``noisy``: the engine's own repeatability is
@@ -420,13 +439,20 @@ def serve_check(
     with the first calibration: the table's ``round_host_s``, ``round_host_per_seq_s``, ``prefill_host_s``
     and ``idle_start_s``), and marks a figure noisy where the simulator under the two disagrees by more
     than its error; else the first calibration's terms serve every replay."""
+    from measure.device import resolve_device
     from measure.fit import fit
+    from measure.graphs import inductor_missing, prepare, runner_stats, use_graphs
     from measure.microbench import measure_profile
     from measure.pair import load_pair
     from measure.spec_check import sweep_tokens
     from measure.sweep import sweep
 
     say = log or (lambda _m: None)
+    dev = resolve_device(device)
+    use_graphs(graphs, dev)  # --graphs on without a GPU: refused before any work
+    if compile and (missing := inductor_missing(dev)):
+        raise SpecroofError(missing)
+    dtype = "fp32" if dev.type == "cpu" else "bf16"
     pols = [engine_policy(p) for p in policies]
     if len({p.name for p in pols}) != len(pols):
         raise SpecroofError(f"policies repeat: {', '.join(p.name for p in pols)}")
@@ -446,7 +472,8 @@ def serve_check(
     load0 = machine_load()
     gammas = sorted({p.gamma for p in pols if p.speculates})
     with cpu_threads(threads):
-        target, draft, _ = load_pair(dtype="fp32")
+        target, draft, _ = load_pair(dtype=dtype, device=dev)
+        passes = prepare([target, draft], dev, graphs, compile)["passes"]
         base = synthetic(requests or 100_000, input_len, output_len, seed=seed)
         max_in, max_out = int(base.input_tokens.max()), int(base.output_tokens.max())
         say("microbenchmarks (a-priori profile) ...")
@@ -454,19 +481,25 @@ def serve_check(
         from pathlib import Path
 
         with tempfile.TemporaryDirectory() as tmp:
-            apriori = measure_profile(Path(tmp) / "apriori.toml", "cpu", ("fp32",))
+            apriori = measure_profile(Path(tmp) / "apriori.toml", dev, (dtype,))
         say("verify sweeps of the target and the draft, then one fit ...")
         kw = dict(
             batch=sorted({1, max(1, slots // 2), slots}),
             context=[max_in, max_in + max_out],
-            dtype=["fp32"],
-            device="cpu",
+            dtype=[dtype],
+            device=dev,
             hardware=apriori,
             repeats=5,
             rounds=2,
             progress=False,
         )
         n_tok = sorted(set(sweep_tokens(gammas or [1], [slots])) | {max_in})
+        if passes != "eager":
+            # one cache per model for the sweeps and every replay, sized for the longest of them: the graphs read its
+            # buffers where they are (a replay that needs more allocates anew, and its graphs are captured again)
+            seq = max_in + max_out + max(max(n_tok), 2 * max(gammas or [0]) + 4) + 8
+            for m in (target, draft):
+                m.setup_cache(slots, min(seq, m.spec.max_context))
         df = pd.concat(
             [sweep(target, new_tokens=n_tok, **kw), sweep(draft, new_tokens=[1, 2, 3, 4, max_in], **kw)],
             ignore_index=True,
@@ -526,7 +559,7 @@ def serve_check(
             else:
                 first[p.name] = steps
             pooled = dataclasses.replace(run, steps=steps)
-            res = host_residuals(pooled, fitted.hardware, target.spec, draft.spec, p.gamma, max_tokens)
+            res = host_residuals(pooled, fitted.hardware, target.spec, draft.spec, p.gamma, max_tokens, dtype)
             return run, (*host_terms(res), idle_start(res)), own
 
         t_cal = bud.elapsed_s
@@ -586,8 +619,8 @@ def serve_check(
                 h_round, h_seq, h_pre, h_idle = terms
                 run = reps[0]
                 e = float(np.mean([x.mean_tokens_per_round for x in reps])) if p.speculates else math.nan
-                priced = functools.partial(_priced_steps, hw=fitted.hardware, target=target.spec,
-                                           draft=draft.spec, gamma=p.gamma, max_tokens=max_tokens)  # fmt: skip
+                priced = functools.partial(_priced_steps, hw=fitted.hardware, target=target.spec, draft=draft.spec,
+                                           gamma=p.gamma, max_tokens=max_tokens, dtype=dtype)  # fmt: skip
                 ps_before, ps_after = priced(before_steps), priced(after_steps)  # (priced once, read twice)
                 # the machine's speed in the calibrations around the replay, against the prices the simulator takes:
                 # a neighbour that slows every pass by 30% for minutes moves the passes, which the additive host
@@ -595,7 +628,7 @@ def serve_check(
                 f_cal = 0.5 * (_speed(ps_before, terms) + _speed(ps_after, terms))
 
                 simulated = functools.partial(
-                    _simulate_trace, fitted.hardware, target.spec, draft.spec, p, e, w=w, slots=slots,
+                    _simulate_trace, fitted.hardware, target.spec, draft.spec, p, e, w=w, slots=slots, dtype=dtype,
                     max_tokens=max_tokens, seed=seed, concentration=spread.get(p.name),
                 )  # fmt: skip
                 sq = simulated(terms, speed=f_cal)
@@ -640,6 +673,12 @@ def serve_check(
     settings = {
         "slots": slots,
         "threads": threads,
+        "device": str(dev),
+        "dtype": dtype,
+        "passes": passes,
+        "graphs": graphs,
+        "compile": compile,
+        "runner": runner_stats([target, draft]),
         "statistic": statistic,
         "fit_mape": fitted.mape,
         "fit_params": fitted.params,
@@ -737,6 +776,7 @@ def _simulate_trace(
     max_tokens: int,
     seed: int,
     concentration: float | None,
+    dtype: str = "fp32",
 ) -> pd.DataFrame:
     """The trace ``w`` through the simulator as the engine runs it (``max_seqs`` = slots, separate prefill), with
     host ``terms`` (round, per sequence, prefill, idle start; signed but the last: the engine's correction to the
@@ -750,7 +790,7 @@ def _simulate_trace(
         policy=[policy],
         rates=None,
         trace=at_speed(w, speed),
-        dtype="fp32",
+        dtype=dtype,
         max_seqs=slots,
         max_tokens=max_tokens,
         kv_capacity_tokens=1 << 30,

@@ -344,6 +344,22 @@ def _recorded_choice(folder: Path, width: int | None, dtype: str | None) -> tupl
     return w, d, t
 
 
+#: bytes of every prompt the check decodes (measure.pair.held_out_prompts' default length)
+PROMPT_TOKENS = 64
+
+
+def cache_sizes(batches: Sequence[int] | None, gammas: Sequence[int] | None, tokens: int) -> tuple[int, int, int]:
+    """(batch, slots per sequence, widest sweep pass) the check's caches must hold: the largest batch, and the longest
+    of a decoding run (a prompt, its new tokens, and a last round that may overshoot by a full draft, with the draft
+    running as far ahead: measure.decode.speculative_generate's headroom) and of the verify sweeps (a context of the
+    prompt and twice the new tokens, then their widest pass)."""
+    g = max(gammas) if gammas else max(max(gs) for _, gs in LADDER)
+    b = max(batches) if batches else max(max(bs) for bs, _ in LADDER)
+    new = max(128, g + 1)  # the verify sweeps' widest pass (sweep_tokens caps crossover points at 128)
+    decode = PROMPT_TOKENS + tokens + 2 * g + 6
+    return b, max(PROMPT_TOKENS + 2 * tokens + new, decode), new
+
+
 def _check_sizes(
     spec: Any, dtype: str | None, batches: Sequence[int] | None, gammas: Sequence[int] | None, tokens: int, dev: Any
 ) -> None:
@@ -352,14 +368,19 @@ def _check_sizes(
     from measure.sweep import footprint_bytes
 
     g = max(gammas) if gammas else max(max(gs) for _, gs in LADDER)
-    b = max(batches) if batches else max(max(bs) for bs, _ in LADDER)
-    new = max(128, g + 1)  # the verify sweeps' widest pass (sweep_tokens caps crossover points at 128)
-    seq = 64 + 2 * tokens + new
-    if seq > spec.max_context:
-        room = (spec.max_context - 64 - new) // 2
+    b, seq, new = cache_sizes(batches, gammas, tokens)
+    if PROMPT_TOKENS + tokens + 2 * g + 6 > spec.max_context:
+        room = (spec.max_context - PROMPT_TOKENS - tokens - 6) // 2
         raise SpecroofError(
-            f"--tokens {tokens}: 64-token prompts, {2 * tokens} tokens of context and {new}-token verify passes "
-            f"exceed {spec.name}'s max context {spec.max_context}; use --tokens up to {max(1, room)}"
+            f"--gamma {g}: {PROMPT_TOKENS}-token prompts, {tokens} new tokens and a last round that may run "
+            f"{2 * g} tokens past them exceed {spec.name}'s max context {spec.max_context}; "
+            + (f"use --gamma up to {room}" if room >= 1 else "use fewer --tokens")
+        )
+    if seq > spec.max_context:
+        room = (spec.max_context - PROMPT_TOKENS - new) // 2
+        raise SpecroofError(
+            f"--tokens {tokens}: {PROMPT_TOKENS}-token prompts, {2 * tokens} tokens of context and {new}-token "
+            f"verify passes exceed {spec.name}'s max context {spec.max_context}; use --tokens up to {max(1, room)}"
         )
     total, _ = device_memory(dev)
     f = footprint_bytes(spec, dtype or "fp32", b, new, 64 + 2 * tokens)
@@ -369,6 +390,45 @@ def _check_sizes(
             f"(KV cache {f['kv'] / 1e9:.3g}, activations {f['activations'] / 1e9:.3g}), more than this device's "
             f"{total / 1e9:.3g} GB; use a smaller --batch"
         )
+
+
+def _check_capture_fits(models: Sequence[Transformer], batch: int, seq: int, dev: Any) -> None:
+    """Refuse, before the caches are allocated, a batch whose caches and graphs do not fit the free device memory
+    (the weights are there already), naming the largest batch that fits (measure.graphs.check_batch_fits)."""
+    from measure.device import device_memory
+    from measure.graphs import check_batch_fits
+    from measure.models import dtype_name
+    from measure.sweep import footprint_bytes
+
+    _, free = device_memory(dev)
+    if free is None:
+        return
+    kv = act = 0.0
+    for m in models:
+        f = footprint_bytes(m.spec, dtype_name(m.dtype), 1, 128, seq)
+        el = m.embed_tokens.weight.element_size()
+        kv += f["kv"]
+        # the widest pass's activations, and the logits every captured pass keeps (a few dozen shapes of up to
+        # 128 tokens: counted as 16 such passes)
+        act += f["activations"] + 16 * 128 * m.spec.vocab_size * el
+    check_batch_fits(batch, free, kv, act, what="the check's caches and CUDA graphs")
+
+
+def host_fit_summary(measured: pd.DataFrame) -> dict[str, Any]:
+    """The host lines fitted to the runs (measure.fit.fit_host_time): seconds of host time per round and per
+    baseline step against the batch, and the host's share of a round as measured (docs/cost-model.md, section 39)."""
+    from measure.fit import fit_host_time
+
+    if measured.empty or "host_ms_per_round" not in measured:
+        return {}
+    rounds = fit_host_time(measured["batch"], measured["host_ms_per_round"] / 1e3)
+    out: dict[str, Any] = {"round_s": rounds.intercept_s, "round_per_seq_s": rounds.per_seq_s}
+    if "host_ms_per_step" in measured:
+        steps = fit_host_time(measured["batch"], measured["host_ms_per_step"] / 1e3)
+        out |= {"step_s": steps.intercept_s, "step_per_seq_s": steps.per_seq_s}
+    if "host_share_measured" in measured:
+        out["round_share_median"] = float(measured["host_share_measured"].median())
+    return out
 
 
 def spec_check(
@@ -391,6 +451,8 @@ def spec_check(
     log: Callable[[str], None] | None = None,
     target_model: Transformer | None = None,
     draft_model: Transformer | None = None,
+    graphs: str = "auto",
+    compile: bool = False,
 ) -> SpecCheck:
     """Measure and predict speculative speedups on this device within ``budget_s`` seconds (None: no limit).
 
@@ -403,6 +465,12 @@ def spec_check(
     are given; ``width``/``dtype`` default to what ``measure.choose`` finds this device
     runs well. ``early_exit``: also an early-exit drafter after that many target layers
     (None: none); ``draft=False`` skips the separate draft model.
+
+    ``graphs`` (auto, on, off) and ``compile``: every pass of the sweeps and the decoding runs, the draft's
+    chain whole, captured as CUDA graphs (auto: on a GPU) and each layer compiled first
+    (:mod:`measure.graphs`); capturing and compiling are spent inside the budget (the payload's
+    ``steps_s["setup"]`` and ``runner``). On a GPU each round's host time is measured apart from
+    its passes' device time, and the predictions price both (docs/cost-model.md, section 39).
     """
     from measure.pair import held_out_prompts, load_pair
     from measure.specval import error_summary, measure_speedups, predict_speedups
@@ -428,6 +496,11 @@ def spec_check(
     if dtype is not None and dtype not in ("fp32", "bf16"):
         raise SpecroofError(f"dtype must be fp32 or bf16 (got {dtype!r})")
     dev = resolve_device(device)
+    from measure.graphs import inductor_missing, use_graphs
+
+    use_graphs(graphs, dev)  # --graphs on without a GPU: refused before any work
+    if compile and (missing := inductor_missing(dev)):
+        raise SpecroofError(missing)
     apriori_hw = load_hardware(hardware) if hardware is not None else None
     folder = Path(out)
     if folder.exists() and not folder.is_dir():
@@ -492,6 +565,19 @@ def spec_check(
         drafters[f"draft {draft_model.spec.name}"] = draft_model
     if not drafters:
         raise SpecroofError("no drafter: keep the draft model or give an early-exit layer")
+    from measure.graphs import prepare, runner_stats
+
+    models = [m for m in (target_model, draft_model) if m is not None]
+    passes = prepare(models, dev, graphs, compile)
+    if passes["passes"] != "eager":
+        # one cache per model for the whole check, sized for the largest decoding run and sweep pass: the graphs
+        # read its buffers where they are, and a new cache would drop every graph captured
+        b, seq, _ = cache_sizes(batches, gammas, tokens)
+        if dev.type == "cuda" and passes["passes"].startswith("graphs"):
+            _check_capture_fits(models, b, seq, dev)
+        for m in models:
+            m.setup_cache(b, min(seq + 8, m.spec.max_context))
+        say(f"passes: {passes['passes']} (--graphs {graphs}{', --compile' if compile else ''})")
     step_done("setup")  # the probe, the pair's weights, the decode-path timing
     microbench_set = "given" if apriori_hw is not None else "full"
     if apriori_hw is None:
@@ -568,6 +654,16 @@ def spec_check(
         resume=resume,
     )
     step_done("decoding_runs")
+    launch = None
+    if dev.type == "cuda" and passes["passes"] == "eager" and not target_model.spec.is_moe:
+        # --graphs off on a GPU: what the graphs would remove, per pass of the target, at a few verify widths
+        from measure.graphs import launch_overhead
+
+        pts = [
+            (b, n, PROMPT_TOKENS + tokens) for b in sorted(set(plan["batches"])) for n in (1, max(plan["gammas"]) + 1)
+        ]
+        launch = launch_overhead(target_model, pts[:4]).to_dict(orient="records")
+        step_done("launch_overhead")
     from measure.store import RESULTS
     from measure.sweep import read_sweep_rows, sweep_drift
 
@@ -592,6 +688,7 @@ def spec_check(
     summary["fit_params"] = fitted.params
     summary["sweep_drift"] = sweep_drift(target_visits).get("drift")
     summary["fit_residuals_by_rows"] = fitted.residuals_by_rows().to_dict(orient="records")
+    summary["host_fit"] = host_fit_summary(measured)
     step_done("fit_and_predict")
     check = SpecCheck(choice, apriori_hw, fitted, draft_fit, df, table, summary, spec_df, plan, pair_info, decode_path)
     payload = {
@@ -619,6 +716,12 @@ def spec_check(
         "seconds": bud.elapsed_s,
         "steps_s": steps_s,
         "microbench_set": microbench_set,
+        "passes": passes["passes"],
+        "graphs": graphs,
+        "compile": compile,
+        "runner": runner_stats(models),
+        "launch_overhead": launch,
+        "host_fit": summary["host_fit"],
         "out": str(folder),
     }
     (folder / "summary.json").write_text(dumps(payload))

@@ -122,20 +122,23 @@ def error_summary(df: pd.DataFrame, error: str = "rel_error") -> dict[str, Any]:
 
 
 def _steady_rounds(run: GenerationResult, batch: int) -> pd.DataFrame:
-    """One row per round in which all ``batch`` sequences were running: tokens emitted and seconds per phase."""
-    full = (
-        _full_rounds(run.rounds, batch)
-        .groupby("round")
-        .agg(
-            emitted=("emitted", "sum"),
-            t_draft_s=("t_draft_s", "first"),
-            t_verify_s=("t_verify_s", "first"),
-            t_host_s=("t_accept_s", "first"),
-            t_commit_s=("t_commit_s", "first"),
-        )
-    )
-    full["t_host_s"] += full.pop("t_commit_s")
-    full["t_round_s"] = full["t_draft_s"] + full["t_verify_s"] + full["t_host_s"]
+    """One row per round in which all ``batch`` sequences were running: tokens emitted and seconds per phase.
+
+    ``t_round_s`` is the round's wall time and ``t_host_s`` that less its passes' device time, as the run
+    measured them (docs/cost-model.md, section 39); a run journalled before rounds had them takes the
+    acceptance and commit seconds as the host's and the phases' sum as the round's.
+    """
+    rows = _full_rounds(run.rounds, batch)
+    walled = "t_round_s" in rows and "t_host_s" in rows
+    cols = {"t_draft_s": "t_draft_s", "t_verify_s": "t_verify_s"}
+    cols |= {"t_host_s": "t_host_s", "t_round_s": "t_round_s"} if walled else {"t_host_s": "t_accept_s"}
+    agg: dict[str, Any] = {"emitted": ("emitted", "sum"), **{k: (v, "first") for k, v in cols.items()}}
+    if not walled:
+        agg["t_commit_s"] = ("t_commit_s", "first")
+    full = rows.groupby("round").agg(**agg)
+    if not walled:
+        full["t_host_s"] += full.pop("t_commit_s")
+        full["t_round_s"] = full["t_draft_s"] + full["t_verify_s"] + full["t_host_s"]
     return full
 
 
@@ -186,13 +189,18 @@ class Run:
     n_tokens: int
     step_s: list[float] = field(default_factory=list)
     rounds: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: each baseline step's pass, on the device (a probe's; empty in runs journalled before it was kept)
+    step_device_s: list[float] = field(default_factory=list)
 
     @classmethod
     def of(cls, kind: str, rep: int, batch: int, label: str, gamma: int, r: GenerationResult) -> Run:
-        return cls(kind, rep, batch, label, gamma, r.decode_s, r.n_tokens, list(r.step_s), r.rounds)
+        return cls(
+            kind, rep, batch, label, gamma, r.decode_s, r.n_tokens, list(r.step_s), r.rounds, list(r.step_device_s)
+        )
 
     def to_json(self) -> str:
-        d = {k: getattr(self, k) for k in ("kind", "rep", "batch", "label", "gamma", "decode_s", "n_tokens", "step_s")}
+        keys = ("kind", "rep", "batch", "label", "gamma", "decode_s", "n_tokens", "step_s", "step_device_s")
+        d = {k: getattr(self, k) for k in keys}
         d["rounds"] = self.rounds.to_dict(orient="list")
         return json.dumps(d)
 
@@ -451,6 +459,12 @@ def _summarise(
         context = int(np.mean([len(p) for p in prompts]) + max_new_tokens / 2)
         steps = [t for r in mine if r.kind == "probe" for t in r.step_s]
         t_base = float(np.quantile(steps, q))
+        # the host's share of a baseline step: its wall time less its pass's device time (probes that kept both)
+        step_host = [
+            w - d for r in mine if r.kind == "probe" and len(r.step_device_s) == len(r.step_s)
+            for w, d in zip(r.step_s, r.step_device_s, strict=True)
+        ]  # fmt: skip
+        host_step = float(np.median(np.maximum(0.0, step_host))) if step_host else 0.0
         per: dict[tuple[str, int], dict[str, list[Any]]] = {}
         for rep in sorted({r.rep for r in mine}):
             seq = [r for r in mine if r.rep == rep]
@@ -538,6 +552,8 @@ def _summarise(
                         "verify_ms_measured": 1e3 * float(t["t_verify_s"]),
                         "draft_step_ms_measured": 1e3 * float(t["t_draft_s"]) / g,
                         "host_ms_per_round": 1e3 * float(t["t_host_s"]),
+                        "host_ms_per_step": 1e3 * host_step,
+                        "host_share_measured": float(t["t_host_s"]) / float(t["t_round_s"]),
                     }
                 )
     return pd.DataFrame(rows)
@@ -577,11 +593,17 @@ def predict_speedups(
             round_overhead_s=row["host_ms_per_round"] / 1e3,
             draft_hardware=(draft_hardware or {}).get(row["drafter"]),
         )
+        # the host's time priced on both sides (docs/cost-model.md, section 39): a round's host time is in the
+        # round (round_overhead_s), a baseline step's is added to the fitted pass, which is the device's alone
+        host_step = float(row.get("host_ms_per_step", 0.0) or 0.0) / 1e3
+        t_round = float(pred.t_round_s)
+        predicted = float(pred.expected_tokens) * (float(pred.t_base_s) + host_step) / t_round
         row.update(
-            speedup_predicted=float(pred.speedup),
-            rel_error=float(pred.speedup) / row["speedup_measured"] - 1.0,
-            rel_error_wall=float(pred.speedup) / row["speedup_wall"] - 1.0,
-            base_ms_predicted=1e3 * float(pred.t_target_step_s),
+            speedup_predicted=predicted,
+            rel_error=predicted / row["speedup_measured"] - 1.0,
+            rel_error_wall=predicted / row["speedup_wall"] - 1.0,
+            host_share_predicted=row["host_ms_per_round"] / 1e3 / t_round,
+            base_ms_predicted=1e3 * (float(pred.t_target_step_s) + host_step),
             verify_ms_predicted=1e3 * float(pred.t_verify_s),
             draft_step_ms_predicted=1e3 * float(pred.t_draft_s) / g,
         )

@@ -25,7 +25,7 @@ from measure.budget import Budget, WorkBar
 from measure.device import describe, device_memory, match_profile, resolve_device
 from measure.fit import predict_times
 from measure.models import TORCH_DTYPES, Transformer, dtype_name
-from measure.store import META, RESULTS, Column, FolderLock, SweepStore, read_results
+from measure.store import META, RESULTS, Column, FolderLock, SweepStore, check_columns, read_results
 from measure.timing import time_fn
 from roofline.errors import SpecroofError, check_choice, check_min
 from roofline.hardware import Hardware, load_hardware
@@ -50,10 +50,17 @@ COLUMNS: dict[str, Column] = {
     "t_predicted_s": Column("number", 0, 1e9, optional=True),
 }
 
+#: columns a sweep writes on some devices only, checked where a file has them: the host's share of a pass
+#: (wall minus CUDA-event time), measured on a GPU
+EXTRA_COLUMNS: dict[str, Column] = {"t_host_median_s": Column("number", 0, 1e6, optional=True)}
+
 
 def read_sweep_rows(path: str | Path) -> pd.DataFrame:
     """A sweep's saved rows, each checked (header, types, ranges; an ``ok`` row has its times)."""
     df = read_results(path, COLUMNS)
+    extra = {k: c for k, c in EXTRA_COLUMNS.items() if k in df.columns}
+    if extra:
+        check_columns(df, extra, repr(str(path)))
     if not df.empty:
         ok = df["status"].astype(str) == "ok"
         lacking = ok & (df["t_min_s"].isna() | df["t_median_s"].isna() | ~(df["t_min_s"] > 0))
@@ -115,6 +122,10 @@ class ModelRunner:
     def prepare(self, batch: int, context: int, new_tokens: int = 0) -> None:
         cache = self.model.cache
         need_seq = min(self.max_seq, context + max(new_tokens, 1))
+        if self.model.runner is not None:
+            # the graphs read the cache's buffers where they are: one cache for the whole grid, not one grown as
+            # larger points come (each new cache would drop every graph captured so far)
+            batch, need_seq = max(batch, self.max_batch), self.max_seq
         if cache is None or cache.max_batch < batch or cache.max_seq < need_seq:
             have_b = cache.max_batch if cache is not None else 0
             have_s = cache.max_seq if cache is not None else 0
@@ -148,8 +159,11 @@ HARNESS_VERSION = "sweep-v2"
 CONVERGED = 0.02
 
 
-def _fingerprint(spec: ModelSpec | None, name: str, dtypes: Sequence[str], dev: torch.device) -> str:
-    """What a saved row was measured on: the model's shape, dtypes, device and harness version."""
+def _fingerprint(
+    spec: ModelSpec | None, name: str, dtypes: Sequence[str], dev: torch.device, passes: str = "eager"
+) -> str:
+    """What a saved row was measured on: the model's shape, dtypes, device, how passes ran (eager, CUDA graphs,
+    compiled) and harness version."""
     shape = (
         "x".join(
             str(v) for v in (spec.n_layers, spec.d_model, spec.n_heads, spec.n_kv_heads, spec.d_ff, spec.vocab_size)
@@ -157,7 +171,8 @@ def _fingerprint(spec: ModelSpec | None, name: str, dtypes: Sequence[str], dev: 
         if spec is not None
         else "external"
     )
-    return f"{name}:{shape}:{','.join(dtypes)}:{dev.type}:{HARNESS_VERSION}"
+    how = "" if passes == "eager" else f"{passes}:"  # (an eager sweep's fingerprint is as it always was)
+    return f"{name}:{shape}:{','.join(dtypes)}:{dev.type}:{how}{HARNESS_VERSION}"
 
 
 def sweep(
@@ -180,6 +195,9 @@ def sweep(
     threads: int | None = None,
     progress: bool = True,
     seed: int = 0,
+    graphs: str = "auto",
+    compile: bool = False,
+    launch_points: int = 6,
 ) -> pd.DataFrame:
     """Time the verify pass at every (dtype, batch, new_tokens, context); one tidy row per point.
 
@@ -201,6 +219,14 @@ def sweep(
     ``budget`` (seconds or a :class:`Budget`) stops further visits once spent; the
     first visit of every point always runs.
 
+    ``graphs`` (``--graphs``: auto, on, off): on a GPU each point's pass is captured as a CUDA
+    graph and replayed (:mod:`measure.graphs`), timed by CUDA events; "on" without a GPU is an
+    error, and the CPU runs eagerly. ``compile`` runs each layer through ``torch.compile`` first
+    (its compile time is spent inside the budget). A model that already has a runner keeps it.
+    With graphs off on a GPU, up to ``launch_points`` points are also timed both ways, and
+    ``attrs["launch_overhead"]`` holds what the graphs remove per pass (eager minus graph).
+    ``attrs["passes"]`` says how passes ran; ``attrs["runner"]`` the captures and their seconds.
+
     With ``out``, every visit is a row of ``results.csv``, written and fsync'd as it
     completes; ``resume`` continues a saved sweep of the same model, dtype and device
     (a different one is an error), and a folder that holds results is never cleared
@@ -221,7 +247,19 @@ def sweep(
         raise SpecroofError("give --resume or --overwrite, not both")
     if resume and out is None:
         raise SpecroofError("resume needs an output folder (--out) to resume from")
+    from measure.graphs import inductor_missing, use_graphs
+
+    on = use_graphs(graphs, dev)
+    if compile:
+        missing = inductor_missing(dev)
+        if missing:
+            raise SpecroofError(missing)
     hf = not isinstance(spec_or_model, (ModelSpec, str, Transformer))
+    if hf and (graphs == "on" or compile):
+        raise SpecroofError(
+            "--graphs on and --compile need specroof's own model (--model, --spec, or --hf with a checkpoint folder): "
+            "a transformers model object runs eagerly"
+        )
     if hf:
         dtypes = [str(next(spec_or_model.parameters()).dtype).replace("torch.", "")]
     elif isinstance(spec_or_model, Transformer):
@@ -240,8 +278,19 @@ def sweep(
         hw = load_hardware(match) if match else None
     bud = budget if isinstance(budget, Budget) else Budget(budget)
     name0 = spec0.name if spec0 is not None else type(spec_or_model).__name__
-    fingerprint = _fingerprint(spec0, name0, dtypes, dev)
+    held = spec_or_model.runner if isinstance(spec_or_model, Transformer) else None
+    passes = held.mode if held is not None else "eager" if hf or not (on or compile) else _mode_name(on, compile)
+    if spec0 is not None and spec0.is_moe and passes != "eager":
+        if graphs == "on" or compile:
+            raise SpecroofError(
+                f"{spec0.name}: the harness's MoE layer routes on the host, so its passes cannot be captured or "
+                "compiled: use --graphs off"
+            )
+        passes, on = "eager", False
+    fingerprint = _fingerprint(spec0, name0, dtypes, dev, passes)
     _check_fits(spec0, dtypes, B, N, L, dev)
+    if dev.type == "cuda" and passes.startswith("graphs") and held is None and spec0 is not None:
+        _check_capture_fits(spec0, dtypes, B, N, L, dev)
     store = SweepStore(out, (*KEY, "visit"), COLUMNS) if out is not None else None
     lock = FolderLock(out) if out is not None else None
     if lock is not None:
@@ -260,7 +309,8 @@ def sweep(
                 }
             )
         saved = read_sweep_rows(store.path) if (store is not None and resume) else pd.DataFrame()
-        return _sweep_points(
+        how = (on, compile) if held is None and passes != "eager" else None
+        df, models = _sweep_points(
             spec_or_model,
             dtypes,
             B,
@@ -278,10 +328,67 @@ def sweep(
             threads,
             progress,
             seed,
+            how,
         )
     finally:
         if lock is not None:
             lock.release()
+    from measure.graphs import detach, launch_overhead, runner_stats
+
+    df.attrs["passes"] = passes
+    df.attrs["runner"] = runner_stats(models)
+    if dev.type == "cuda" and passes == "eager" and not hf and launch_points > 0 and tree is None:
+        # what the graphs would remove: a few points timed both ways (eager minus graph, per pass)
+        pts = launch_overhead_points(B, N, L, launch_points)
+        frames = [launch_overhead(m, pts).assign(dtype=dtype_name(m.dtype)) for m in models if not m.spec.is_moe]
+        df.attrs["launch_overhead"] = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if how is not None and not isinstance(spec_or_model, Transformer):
+        for m in models:
+            detach(m)  # (the sweep built them: nothing else holds their graphs)
+    return df
+
+
+def _mode_name(graphs: bool, compile: bool) -> str:
+    """How passes run: "graphs", "graphs+compile", "static+compile" (uncaptured, compiled) or "eager"."""
+    if not graphs and not compile:
+        return "eager"
+    return ("graphs" if graphs else "static") + ("+compile" if compile else "")
+
+
+def launch_overhead_points(
+    batch: Sequence[int], new_tokens: Sequence[int], context: Sequence[int], most: int = 6
+) -> list[tuple[int, int, int]]:
+    """The few (batch, new tokens, context) points a sweep with graphs off on a GPU also times as graphs: the
+    smallest and largest batch, at one token, the widest width up to 16 and the widest swept, the first context."""
+    ns = sorted(set(new_tokens))
+    widths = sorted({ns[0], max([n for n in ns if n <= 16] or ns[:1]), ns[-1]})
+    pts = [(b, n, int(context[0])) for b in sorted({min(batch), max(batch)}) for n in widths]
+    return pts[:most]
+
+
+def _check_capture_fits(
+    spec: ModelSpec, dtypes: Sequence[str], B: list[int], N: list[int], L: list[int], dev: torch.device
+) -> None:
+    """Refuse, before the weights are allocated, a sweep whose largest batch does not fit the device's free memory
+    with its graphs (measure.graphs.check_batch_fits names the largest batch that does)."""
+    from measure.graphs import check_batch_fits
+
+    _, free = device_memory(dev)
+    if free is None:
+        return
+    for dt in dtypes:
+        el = torch.empty((), dtype=TORCH_DTYPES[dt]).element_size()
+        f = footprint_bytes(spec, dt, 1, max(N), max(L))
+        # every captured pass keeps its logits in the graphs' pool, for each batch swept, per sequence of the largest
+        outputs = sum(N) * spec.vocab_size * el * sum(B) / max(B)
+        check_batch_fits(
+            max(B),
+            free,
+            f["kv"],
+            f["activations"] + outputs,
+            weight_bytes=f["weights"],
+            what=f"{spec.name}'s verify sweep in {dt} with CUDA graphs",
+        )
 
 
 def footprint_bytes(spec: ModelSpec, dtype: str, batch: Any, new_tokens: Any, context: Any) -> dict[str, Any]:
@@ -392,13 +499,22 @@ def _sweep_points(
     threads: int | None,
     progress: bool,
     seed: int,
-) -> pd.DataFrame:
-    """The measuring loop of :func:`sweep`: shuffled visits, per-visit rows, budget and convergence."""
+    how: tuple[bool, bool] | None = None,
+) -> tuple[pd.DataFrame, list[Any]]:
+    """The measuring loop of :func:`sweep`: shuffled visits, per-visit rows, budget and convergence. Returns the
+    pooled rows and the harness models measured (``how``: (graphs, compile) to attach to each)."""
     tree_id = "chain" if tree is None else f"tree{tree.n_nodes}d{tree.depth}"
     rng = np.random.default_rng(seed)
     visits: list[dict[str, Any]] = saved.to_dict(orient="records") if not saved.empty else []
+    models: list[Any] = []
     for dt in dtypes:
         runner, spec = _runner(spec_or_model, dt, dev, max(B), max(L) + max(N))
+        if isinstance(runner, ModelRunner):
+            if how is not None and runner.model.runner is None:
+                from measure.graphs import attach
+
+                attach(runner.model, capture=how[0], compile=how[1])
+            models.append(runner.model)
         name = spec.name if spec is not None else type(spec_or_model).__name__
         vocab = spec.vocab_size if spec is not None else spec_or_model.config.vocab_size
         gen = torch.Generator().manual_seed(seed)
@@ -458,8 +574,8 @@ def _sweep_points(
         visits = [v for v in visits if tuple(str(v.get(kk)) for kk in KEY) not in keys]
         visits += [v for h in history.values() for v in h]
     if not visits:
-        return pd.DataFrame()
-    return pool_visits(pd.DataFrame(visits))
+        return pd.DataFrame(), models
+    return pool_visits(pd.DataFrame(visits)), models
 
 
 #: the row of a point that does not fit the memory
@@ -585,6 +701,7 @@ def _measure_visit(
             raise
         if dev.type == "cuda":
             torch.cuda.empty_cache()
+            return {**_OOM, "t_host_median_s": np.nan}  # (the columns a GPU's rows have)
         return dict(_OOM)
     return {"status": "ok", **t.as_row("t")}
 
@@ -627,6 +744,7 @@ def pool_sweeps(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
         "t_min_s": ("t_min_s", "min"),
         "t_median_s": ("t_median_s", "median"),
         "t_iqr_s": ("t_iqr_s", "median"),
+        **({"t_host_median_s": ("t_host_median_s", "median")} if "t_host_median_s" in df.columns else {}),
         "repeats": ("repeats", "sum"),
         "status": ("status", lambda st: "ok" if (st == "ok").all() else next(x for x in st if x != "ok")),
     }

@@ -40,10 +40,19 @@ class TreeResultT:
 
 
 def process_logits(
-    logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0
+    logits: torch.Tensor,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    min_p: float = 0.0,
+    check: bool = True,
 ) -> torch.Tensor:
-    """Temperature (0 = greedy one-hot), top-k, top-p, min-p, as ``roofline.verification.process_logits``."""
-    if torch.isnan(logits).any() or torch.isposinf(logits).any():
+    """Temperature (0 = greedy one-hot), top-k, top-p, min-p, as ``roofline.verification.process_logits``.
+
+    ``check=False`` skips the NaN / +inf check, which reads a device value on the host: inside a captured
+    CUDA graph (measure.graphs) nothing may.
+    """
+    if check and (torch.isnan(logits).any() or torch.isposinf(logits).any()):
         raise SpecroofError("logits contain NaN or +inf")
     x = logits.double()
     if temperature == 0.0:

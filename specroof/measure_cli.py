@@ -107,6 +107,60 @@ def _saved(out: str | Path) -> str:
     return f"{rows} measured sweep visits" + (f" and {n_runs} speculative decoding runs" if n_runs else "")
 
 
+#: --graphs: CUDA graphs where there is a GPU (auto), always (refused without one), never (eager, to compare)
+GRAPH_CHOICES = ("auto", "on", "off")
+
+
+def add_graph_flags(p: argparse.ArgumentParser) -> None:
+    """``--graphs auto|on|off`` and ``--compile`` on a measuring command (checked by :func:`check_graph_flags`)."""
+    p.add_argument(
+        "--graphs",
+        choices=GRAPH_CHOICES,
+        default="auto",
+        help="capture every verify and draft pass as a CUDA graph and replay it, timed on the device (auto: on a "
+        "GPU; off: eager passes, and the launch overhead graphs remove is shown)",
+    )
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="run each layer through torch.compile (inductor) before capture: fused kernels closer to the engines'; "
+        "the compile time is reported and counted in --budget",
+    )
+
+
+def check_graph_flags(args: argparse.Namespace, dev: Any) -> None:
+    """Refuse, before any work, ``--graphs on`` without a GPU and ``--compile`` where inductor cannot run."""
+    from measure.graphs import inductor_missing, use_graphs
+
+    use_graphs(args.graphs, dev)
+    if args.compile:
+        missing = inductor_missing(dev)
+        if missing:
+            raise SpecroofError(missing)
+
+
+def graph_lines(passes: str, runner: dict[str, float], launch: Any = None) -> list[str]:
+    """How passes ran, what capturing and compiling cost, and (graphs off on a GPU) what the graphs would remove."""
+    lines = [f"passes: {passes}"]
+    if runner.get("captures"):
+        lines[0] += (
+            f" ({int(runner['captures'])} graphs captured in {runner['capture_s']:.1f} s"
+            + (f", compiled in {runner['compile_s']:.1f} s" if runner.get("compile_s") else "")
+            + ")"
+        )
+    elif runner.get("compile_s"):
+        lines[0] += f" (compiled in {runner['compile_s']:.1f} s)"
+    if launch is not None and len(launch):
+        lines.append("launch overhead CUDA graphs remove (eager minus graph, per pass):")
+        for _, r in launch.iterrows():
+            lines.append(
+                f"  batch {int(r['batch'])} x {int(r['new_tokens'])} new tokens at context {int(r['context'])}: "
+                f"eager {1e3 * r['t_eager_s']:.3f} ms, graph {1e3 * r['t_graph_s']:.3f} ms, "
+                f"overhead {1e3 * r['launch_overhead_s']:.3f} ms"
+            )
+    return lines
+
+
 def cmd_measure_device(args: argparse.Namespace) -> int:
     from measure.device import describe, match_profile
 
@@ -128,6 +182,8 @@ def cmd_measure_bench(args: argparse.Namespace) -> int:
     for d in dtypes:
         if d not in TORCH_DTYPES:
             raise SpecroofError(f"unknown --dtype {d!r}; choose from {', '.join(TORCH_DTYPES)}")
+    if not Path(args.out).is_dir() and Path(args.out).suffix.lower() != ".toml":  # (a folder: said below)
+        raise SpecroofError(f"--out {args.out!r} must name a .toml file: the measured profile is written as TOML")
     out = _writable_file(args.out, "--out")
     dev = resolve_device(args.device)
     hw = measure_profile(out, dev, dtypes=dtypes, progress=lambda name: _note(args, f"  measuring {name} ..."))
@@ -177,6 +233,7 @@ def cmd_measure_sweep(args: argparse.Namespace) -> int:
         {"--batch": "batch", "--tokens": "tokens", "--context": "context", "--repeats": "batch", "--rounds": "batch"},
     )
     dev = resolve_device(args.device)
+    check_graph_flags(args, dev)
     if args.out:
         _writable_dir(args.out, "--out")
     if args.hf:
@@ -204,6 +261,8 @@ def cmd_measure_sweep(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         budget=args.budget,
         progress=not args.json,
+        graphs=args.graphs,
+        compile=args.compile,
     )
     cols = [
         c
@@ -215,6 +274,7 @@ def cmd_measure_sweep(args: argparse.Namespace) -> int:
             "status",
             "t_min_s",
             "t_median_s",
+            "t_host_median_s",
             "t_predicted_s",
             "visits",
         )
@@ -223,9 +283,31 @@ def cmd_measure_sweep(args: argparse.Namespace) -> int:
     if "t_predicted_s" in cols and df["t_predicted_s"].isna().all():
         cols.remove("t_predicted_s")  # no profile matches this device: nothing to predict with (give --hardware)
     shown = df[cols].astype(object).where(df[cols].notna(), "-")
-    payload = {"out": args.out, "points": len(df), "rows": df[cols].to_dict(orient="records")}
-    emit(args, payload, shown.to_string(index=False) + (f"\nsaved to {args.out}" if args.out else ""))
+    launch = df.attrs.get("launch_overhead")
+    runner = df.attrs.get("runner", {})
+    payload = {
+        "out": args.out,
+        "points": len(df),
+        "rows": df[cols].to_dict(orient="records"),
+        "passes": df.attrs.get("passes", "eager"),
+        "runner": runner,
+        "launch_overhead": launch.to_dict(orient="records") if launch is not None else None,
+    }
+    if args.out:
+        (Path(args.out) / "sweep-summary.json").write_text(_json_text(payload))
+    lines = graph_lines(payload["passes"], runner, launch)
+    emit(
+        args,
+        payload,
+        "\n".join(lines) + "\n" + shown.to_string(index=False) + (f"\nsaved to {args.out}" if args.out else ""),
+    )
     return 0
+
+
+def _json_text(payload: Any) -> str:
+    from roofline.jsonio import dumps
+
+    return dumps(payload)
 
 
 def _measure_sweep_tp(args: argparse.Namespace) -> int:
@@ -234,6 +316,8 @@ def _measure_sweep_tp(args: argparse.Namespace) -> int:
 
     if args.tp < 2:
         raise SpecroofError(f"--tp must be >= 2 to shard the target (got {args.tp})")
+    if args.graphs == "on" or args.compile:
+        raise SpecroofError("--tp sweeps run eagerly (their all-reduces are not captured): drop --graphs on/--compile")
     if args.hf:
         raise SpecroofError("--tp shards a model built from its shape: give --model or --spec, not --hf")
     if args.resume or args.overwrite:
@@ -325,12 +409,13 @@ def cmd_measure_spec(args: argparse.Namespace) -> int:
         raise SpecroofError(f"--width must be a power of two >= 1 (got {args.width})")
     if args.early_exit_only and args.early_exit is None:
         raise SpecroofError("--early-exit-only needs --early-exit L")
+    dev = resolve_device(args.device)
+    check_graph_flags(args, dev)
     out = _writable_dir(args.out, "--out")
     if not args.resume and (out / "runs.jsonl").exists() and not args.overwrite:
         raise SpecroofError(
             f"{args.out!r} already holds a speculative check: --resume to continue it, --overwrite to replace it"
         )
-    dev = resolve_device(args.device)
     target = draft = None
     if args.hf:
         from measure.models import Transformer
@@ -356,6 +441,8 @@ def cmd_measure_spec(args: argparse.Namespace) -> int:
         log=lambda m: _note(args, m),
         target_model=target,
         draft_model=draft,
+        graphs=args.graphs,
+        compile=args.compile,
     )
     payload = check.summary["payload"]
     spec_df = check.speedups
@@ -394,6 +481,9 @@ def cmd_measure_spec(args: argparse.Namespace) -> int:
             if payload.get("fit_residuals_by_rows")
             else ""
         )
+        + "\n".join(graph_lines(payload.get("passes", "eager"), payload.get("runner") or {}))
+        + "\n"
+        + host_line(payload.get("host_fit") or {})
         + shown.round(3).to_string(index=False)
         + f"\nwritten to {out} in {payload['seconds']:.0f} s"
     )
@@ -401,6 +491,18 @@ def cmd_measure_spec(args: argparse.Namespace) -> int:
         print(f"specroof: warning: {check.fitted.warning}", file=sys.stderr)
     emit(args, payload, text)
     return 0
+
+
+def host_line(host: dict[str, Any]) -> str:
+    """The host's time per round and per baseline step, fitted against the batch (a line, or nothing)."""
+    if not host:
+        return ""
+    text = f"host time per round {1e6 * host['round_s']:.0f} us + {1e6 * host['round_per_seq_s']:.1f} us/seq"
+    if "step_s" in host:
+        text += f", per baseline step {1e6 * host['step_s']:.0f} us + {1e6 * host['step_per_seq_s']:.1f} us/seq"
+    if "round_share_median" in host:
+        text += f"; the host's share of a round {host['round_share_median']:.0%} (median over rows)"
+    return text + "\n"
 
 
 #: measure subcommands with a module of their own, each exposing ``add_parser(msub)``
@@ -450,6 +552,7 @@ def register(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
         help="shard the target Megatron-style over N ranks and fit the all-reduce (gloo on CPU, NCCL on GPUs; "
         "spawns the ranks, or joins torchrun's: torchrun --nproc-per-node N -m specroof measure sweep --tp N)",
     )
+    add_graph_flags(p)
     g2 = p.add_mutually_exclusive_group()
     g2.add_argument("--resume", action="store_true", help="continue the sweep saved in --out")
     g2.add_argument("--overwrite", action="store_true", help="replace the results saved in --out")
@@ -495,6 +598,7 @@ def register(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
         "--hardware", default=None, help="a-priori profile and fit start (default: microbenchmark this device now)"
     )
     p.add_argument("--out", default="specroof-spec")
+    add_graph_flags(p)
     g3 = p.add_mutually_exclusive_group()
     g3.add_argument("--resume", action="store_true", help="continue the check saved in --out")
     g3.add_argument("--overwrite", action="store_true", help="replace the check saved in --out")

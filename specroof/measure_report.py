@@ -10,17 +10,17 @@ bracketed by baseline runs, and shows predicted beside measured.
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from measure.budget import Budget
-from measure.device import default_device, describe
-from measure.spec_check import ERROR_LIMIT, SpecCheck, spec_check
-from roofline.plot import fit_overlay
 from specroof.report import MEASURED_BUDGET_S, ReportWriter, Section, esc
+
+if TYPE_CHECKING:  # torch is imported when the section runs, not when report's parser is built
+    from measure.spec_check import SpecCheck
 
 #: seconds the measured section may take by default (the page's own figure: the whole page fits 90 s), and with --quick
 DEFAULT_BUDGET_S = MEASURED_BUDGET_S
@@ -34,6 +34,73 @@ def _pct(x: float) -> str:
     return "n/a" if x is None or not np.isfinite(x) else f"{x:.1%}"
 
 
+def _graphs_flag(text: str) -> str:
+    """``--graphs``'s value, ``on`` refused at parse time without a GPU (report has no --device: the device is the
+    one found), in one line and before any section is written."""
+    if text not in ("auto", "on", "off"):
+        raise argparse.ArgumentTypeError(f"choose from auto, on, off (got {text!r})")
+    if text == "on":
+        from measure.device import default_device
+        from measure.graphs import use_graphs
+        from roofline.errors import SpecroofError
+
+        try:
+            use_graphs(text, default_device())
+        except SpecroofError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+class _CompileFlag(argparse.Action):
+    """``--compile``, refused at parse time where inductor cannot run on the device found."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kw: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=False, **kw)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, *_: Any) -> None:
+        from measure.device import default_device
+        from measure.graphs import inductor_missing
+
+        missing = inductor_missing(default_device())
+        if missing:
+            parser.error(f"argument --compile: {missing}")
+        setattr(namespace, self.dest, True)
+
+
+def add_measured_flags(p: argparse.ArgumentParser) -> None:
+    """``--graphs auto|on|off`` and ``--compile`` for report's measured section (what ``measure spec`` takes).
+
+    Building the parser imports nothing heavy; ``--graphs on`` without a GPU and ``--compile`` where inductor
+    cannot run are refused while the arguments are parsed (one line, exit 2, nothing written).
+    """
+    p.add_argument(
+        "--graphs",
+        type=_graphs_flag,
+        default="auto",
+        metavar="{auto,on,off}",
+        help="the measured section's passes as CUDA graphs (auto: on a GPU; off: eager, and the launch overhead "
+        "graphs remove is shown)",
+    )
+    p.add_argument(
+        "--compile",
+        action=_CompileFlag,
+        help="the measured section's layers through torch.compile (inductor) before capture; its compile time is "
+        "counted in --budget",
+    )
+
+
+def measured_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments :func:`measurement_section` takes from report's parsed flags."""
+    return {"graphs": getattr(args, "graphs", "auto"), "compile": bool(getattr(args, "compile", False))}
+
+
+def spec_check(*args: Any, **kw: Any) -> SpecCheck:
+    """:func:`measure.spec_check.spec_check`, imported when the section runs (torch with it), not with this module."""
+    from measure.spec_check import spec_check as run
+
+    return run(*args, **kw)
+
+
 def measurement_section(
     w: ReportWriter,
     quick: bool = False,
@@ -41,12 +108,18 @@ def measurement_section(
     budget_s: float | None = None,
     progress: bool = True,
     log: Callable[[str], None] | None = None,
+    graphs: str = "auto",
+    compile: bool = False,
 ) -> Section:
     """Measure this device within ``budget_s`` seconds, fit the roofline to it and show predicted against measured.
 
     The budget counts from the start of the section (``w.section_started``: before torch was imported) and
-    covers every step of the check, the fixed ones included.
+    covers every step of the check, the fixed ones included (capturing CUDA graphs and compiling too).
+    ``graphs`` and ``compile``: as ``measure spec --graphs/--compile`` (:func:`measure.spec_check.spec_check`).
     """
+    from measure.budget import Budget
+    from measure.device import default_device, describe
+
     budget = budget_s if budget_s is not None else (QUICK_BUDGET_S if quick else DEFAULT_BUDGET_S)
     start = getattr(w, "section_started", None)
     check_s = max(1.0, budget - PAGE_RESERVE_S)  # the check's share: the page's figure comes after it
@@ -60,6 +133,8 @@ def measurement_section(
         tokens=16 if quick else 32,
         progress=progress,
         log=log,
+        graphs=graphs,
+        compile=compile,
     )
     body = _time_part(check, budget, quick)
     body += _device_part(w, check, info)
@@ -84,8 +159,38 @@ def measurement_section(
                 "flagged_rows": int((check.speedups.get("flag", pd.Series(dtype=str)) != "").sum()),
                 "best_measured": _best(check.speedups, "speedup_measured"),
                 "best_predicted": _best(check.speedups, "speedup_predicted"),
+                # the best gammas in words, or why none could be measured (never an empty figure)
+                "best_measured_text": best_measured_text(check.speedups),
+                "passes": s["payload"].get("passes", "eager"),
+                "runner": s["payload"].get("runner", {}),
+                "launch_overhead": s["payload"].get("launch_overhead"),
+                "host_fit": s["payload"].get("host_fit", {}),
             }
         },
+    )
+
+
+def best_measured_text(df: pd.DataFrame) -> str:
+    """The gamma measured best per drafter and batch, as a line of words; where no row could stand as a measured
+    result, why (no run finished, every row was noise, or none was above its physical bound)."""
+    best = _best(df, "speedup_measured")
+    if best:
+        return ", ".join(
+            f"{b['drafter']} batch {b['batch']}: {b['gamma']} ({b['speedup_measured']:.2f}x)" for b in best
+        )
+    if df.empty:
+        return "none: no speculative run finished within the budget"
+    noisy = int(df["noisy"].astype(bool).sum()) if "noisy" in df else 0
+    flagged = int((df["flag"].astype(str) != "").sum()) if "flag" in df else 0
+    why = []
+    if flagged:
+        why.append(f"{flagged} row(s) above their physical bound")
+    if noisy:
+        why.append(f"{noisy} of {len(df)} row(s) noisy (baselines or repetitions disagreed by more than the error)")
+    return (
+        "not measured: "
+        + ("; ".join(why) if why else "no row kept a measured speedup")
+        + ("; rerun with a longer --budget on a quieter machine")
     )
 
 
@@ -112,8 +217,56 @@ STEP_WORDS = {
     "setup": "probing the device, loading the pair, timing the decode paths",
     "microbenchmarks": "microbenchmarks",
     "decoding_runs": "decoding runs and the verify sweeps between them",
+    "launch_overhead": "a few passes timed eager and as CUDA graphs",
     "fit_and_predict": "fits, validation and predictions",
 }
+
+
+def _passes_part(pay: dict[str, Any]) -> str:
+    """How the passes ran (eager, CUDA graphs, compiled), what capturing and compiling cost, the host's share of a
+    round, and, eager on a GPU, the launch overhead graphs would remove."""
+    passes = pay.get("passes", "eager")
+    words = {
+        "eager": "eagerly, one kernel launch at a time from Python",
+        "graphs": "as CUDA graphs (one per shape, replayed; timed by CUDA events)",
+        "graphs+compile": "as CUDA graphs of torch.compile'd layers (inductor's fused kernels, replayed)",
+        "static+compile": "with static shapes through torch.compile'd layers",
+    }
+    runner = pay.get("runner") or {}
+    cost = ""
+    if runner.get("captures"):
+        cost = f" ({int(runner['captures'])} graphs captured in {runner['capture_s']:.1f} s"
+        cost += f", layers compiled in {runner['compile_s']:.1f} s" if runner.get("compile_s") else ""
+        cost += ", inside the budget)"
+    body = f"<p>Passes ran {esc(words.get(passes, passes))}{esc(cost)}.</p>"
+    host = pay.get("host_fit") or {}
+    if host:
+        body += (
+            f"<p>The host's time (acceptance, commit, scheduling: a round's wall time less its passes' device time) "
+            f"fitted against the batch: {1e6 * host['round_s']:.0f} us + {1e6 * host['round_per_seq_s']:.1f} us "
+            "per sequence per round"
+            + (
+                f", {1e6 * host['step_s']:.0f} us + {1e6 * host['step_per_seq_s']:.1f} us per sequence per baseline "
+                "step"
+                if "step_s" in host
+                else ""
+            )
+            + (
+                f"; the host's share of a round was {_pct(host['round_share_median'])} (median over the rows)"
+                if "round_share_median" in host
+                else ""
+            )
+            + ". The predictions price it beside the fitted passes.</p>"
+        )
+    launch = pay.get("launch_overhead")
+    if launch:
+        parts = ", ".join(
+            f"batch {r['batch']} x {r['new_tokens']} tokens: {1e3 * r['launch_overhead_s']:.2f} ms "
+            f"({1e3 * r['t_eager_s']:.2f} eager, {1e3 * r['t_graph_s']:.2f} as a graph)"
+            for r in launch
+        )
+        body += f"<p>What CUDA graphs remove here (eager minus graph, per pass of the target): {esc(parts)}.</p>"
+    return body
 
 
 def _time_part(check: SpecCheck, budget: float, quick: bool) -> str:
@@ -152,7 +305,7 @@ def _time_part(check: SpecCheck, budget: float, quick: bool) -> str:
             "that fits the budget, so fewer gammas and batches are measured than on the full page "
             "(<code>specroof report</code>, or <code>--budget</code> for a longer look).</p>"
         )
-    return body
+    return body + _passes_part(pay)
 
 
 def _device_part(w: ReportWriter, check: SpecCheck, info: dict[str, Any]) -> str:
@@ -226,20 +379,48 @@ def _sweep_part(w: ReportWriter, check: SpecCheck) -> str:
         )
     if check.fitted.warning:
         body += f"<p class='note'>{esc(check.fitted.warning)}</p>"
+    from roofline.plot import fit_overlay
+
     body += w.figure(
         fit_overlay(check.validation),
         "measured_vs_predicted",
         "Verify pass time against new tokens: measured (dots), a-priori roofline (dashed), fitted (solid)",
     )
     if s["crossover"]:
-        cols = ["batch", "context", "crossover_measured", "crossover_predicted"]
         df = pd.DataFrame(s["crossover"])
+        shown = df[["batch", "context"]].copy()
+        for side in ("measured", "predicted"):
+            shown[f"crossover_{side}"] = [crossover_words(r, side) for r in s["crossover"]]
         body += (
             "<p>Crossover K read off the measured curve and off the fitted model's: memory time over compute time "
-            "per token, from the roofline's shape fitted to each (batch, context) curve.</p>"
+            "per token, from the roofline's shape fitted to each (batch, context) curve. A curve that stays flat, or "
+            "whose K would lie far past the widest pass swept, does not place K: the table says why instead of a "
+            "figure.</p>"
         )
-        body += w.table(df[[c for c in cols if c in df]], "crossover_measured", floatfmt="{:.3g}")
+        body += w.table(shown, "crossover_measured", floatfmt="{:.3g}")
     return body
+
+
+def crossover_words(row: dict[str, Any], side: str = "measured") -> str:
+    """A crossover K of the validation summary as the page shows it: the figure where it was measured, else why
+    not (:func:`measure.fit.crossover_status`)."""
+    k = float(row[f"crossover_{side}"])
+    widest = int(row.get("widest_swept", 0) or 0)
+    status = row.get(f"crossover_{side}_status", "measured")
+    if status == "measured":
+        return f"{k:.3g}"
+    if status == "extrapolated":
+        return f"{k:.3g} (past the widest pass swept, {widest}: read off the line's slope)"
+    curve = "measured passes" if side == "measured" else "fitted model's passes"
+    if status == "flat":
+        return (
+            f"not measured: the {curve} stayed within 10% of the narrowest up to {widest} new tokens (a pass that "
+            "costs the host's time costs the same at every width)"
+        )
+    return (
+        f"not measured: above {widest} new tokens, the widest pass swept; the {curve} barely rose, and "
+        f"reading K off them would put it at {k:.3g}, more than 4x past the sweep"
+    )
 
 
 def _speculation_part(w: ReportWriter, check: SpecCheck) -> str:
@@ -256,6 +437,8 @@ def _speculation_part(w: ReportWriter, check: SpecCheck) -> str:
         )
     if df.empty:
         return body + "<p>No speculative run finished within the budget.</p>"
+    from measure.spec_check import ERROR_LIMIT
+
     noise = check.noise
     body += (
         "<p><code>speedup_measured</code> compares the quiet machine with the quiet machine (10th percentile of "
@@ -300,7 +483,7 @@ def _speculation_part(w: ReportWriter, check: SpecCheck) -> str:
         "flag",
         "noise",
     ]
-    body += w.table(df[[c for c in cols if c in df]].fillna(""), "speculative_run", floatfmt="{:.3g}")
+    body += w.table(df[[c for c in cols if c in df]], "speculative_run", floatfmt="{:.3g}")  # (NaN shows blank)
     best_m = {(b["drafter"], b["batch"]): b for b in _best(df, "speedup_measured")}
     best_p = {(b["drafter"], b["batch"]): b for b in _best(df, "speedup_predicted")}
     rows = [
@@ -314,12 +497,15 @@ def _speculation_part(w: ReportWriter, check: SpecCheck) -> str:
         }
         for k, v in best_m.items()
     ]
-    body += "<p>The gamma this device should use, measured and as the roofline predicted it:</p>"
-    body += w.table(pd.DataFrame(rows), "best_gamma_measured", floatfmt="{:.3g}")
+    if rows:
+        body += "<p>The gamma this device should use, measured and as the roofline predicted it:</p>"
+        body += w.table(pd.DataFrame(rows), "best_gamma_measured", floatfmt="{:.3g}")
+    else:
+        body += f"<p>The gamma this device should use, measured: {esc(best_measured_text(df))}.</p>"
     curves = df.groupby(["drafter", "batch"]).apply(lambda g: g.loc[g["gamma"].idxmax(), "curve"], include_groups=False)
     curve_rows = [
         {"drafter": d, "batch": b, **{f"a_{i + 1}": v for i, v in enumerate(c)}} for (d, b), c in curves.items()
     ]
     body += "<p>Measured acceptance per position (P(position i accepted | i - 1 accepted)), at the longest gamma:</p>"
-    body += w.table(pd.DataFrame(curve_rows).fillna(""), "acceptance_curve", floatfmt="{:.2f}")
+    body += w.table(pd.DataFrame(curve_rows), "acceptance_curve", floatfmt="{:.2f}")  # (NaN shows blank)
     return body

@@ -34,6 +34,11 @@ def cmd_measure_serve(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else None
     if out is not None and out.exists() and not out.is_dir():
         raise SpecroofError(f"--out {args.out!r} is a file, not a folder")
+    from measure.device import resolve_device
+    from specroof.measure_cli import check_graph_flags
+
+    dev = resolve_device(args.device)
+    check_graph_flags(args, dev)
     check = serve_check(
         policies=args.policy or ["off", "static:3"],
         rates=args.rate,
@@ -47,6 +52,9 @@ def cmd_measure_serve(args: argparse.Namespace) -> int:
         replays=args.replays,
         progress=not args.json,
         log=lambda msg: _note(args, msg),
+        device=dev,
+        graphs=args.graphs,
+        compile=args.compile,
     )
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
@@ -82,9 +90,21 @@ def text(check: Any) -> str:
 
     s = check.settings
     load = s.get("load", {})
+    where = (
+        f"{s.get('dtype', 'fp32')} on {s['device']}"
+        if str(s.get("device", "cpu")).startswith("cuda")
+        else f"{s.get('dtype', 'fp32')}, {s['threads'] or 'all'} thread(s)"
+    )
+    runner = s.get("runner") or {}
     lines = [
-        f"offline pair ({s['target']} + {s['draft']}), fp32, {s['threads'] or 'all'} thread(s), {s['slots']} KV slots; "
-        f"load average {load.get('load_avg_1m', float('nan')):.2f} over {load.get('cpus')} CPUs",
+        f"offline pair ({s['target']} + {s['draft']}), {where}, {s['slots']} KV slots; "
+        f"load average {load.get('load_avg_1m', float('nan')):.2f} over {load.get('cpus')} CPUs; passes: "
+        f"{s.get('passes', 'eager')}"
+        + (
+            f" ({int(runner['captures'])} graphs captured in {runner['capture_s']:.1f} s)"
+            if runner.get("captures")
+            else ""
+        ),
         f"fitted profile: MAPE {100 * s['fit_mape']:.1f}%; plain full-batch step {1e3 * s['plain_step_s']:.2f} ms, "
         f"prefill {1e3 * s['prefill_per_request_s']:.2f} ms per request -> capacity ~{s['capacity_req_s']:.1f} req/s",
         "host residual per decode round in the first burst (signed: negative where the fitted profile prices the "
@@ -198,6 +218,10 @@ def add_parser(msub: Any) -> None:
         help="real replays of each trace (default 2): a figure they disagree on by more than its error is noisy",
     )
     p.add_argument("--budget", type=float, default=240.0, help="seconds for the whole run (default 240)")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
     p.add_argument("--out", default=None, help="folder for the side-by-side and per-request CSVs")
+    from specroof.measure_cli import add_graph_flags
+
+    add_graph_flags(p)
     _add_json(p)
     p.set_defaults(func=cmd_measure_serve)
