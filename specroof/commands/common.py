@@ -24,17 +24,33 @@ def model_from_args(args: argparse.Namespace) -> ModelSpec:
     raise SpecroofError("give a model: --model PRESET (or a config.json path) or --params N")
 
 
-def band_for(engine: Any, hw: Any, **kind: Any) -> tuple[dict[str, Any] | None, str]:
-    """The error band of a prediction (held-out published rows of its kind) and the sentence that states it."""
+#: what an answer priced on the datasheet roofline says instead of a band
+NO_ENGINE_BAND = "datasheet roofline: an upper bound; no error band (price it under an engine for one)"
+
+
+def band_for(
+    engine: Any, hw: Any, *, model: Any = None, context: int = 0, kind: str | None = None, **what: Any
+) -> tuple[dict[str, Any] | None, str]:
+    """The error band of a prediction and the sentence that states it: the held-out published rows of the most
+    specific group it belongs to (engine, kind, batch bucket, dense/MoE target, context:
+    :func:`roofline.error_bands.band_for`), or the old per-kind sentence when no group has rows.
+
+    ``what`` (batch, tp, weight_dtype, speculative, prefill) names the kind (:func:`roofline.error_bands.
+    prediction_kind`) unless ``kind`` is given (``serving``); ``model`` is the target (dense or MoE), ``context``
+    the tokens in each sequence's cache."""
     import dataclasses
 
+    from roofline.error_bands import band_for as kind_band
     from roofline.error_bands import band_sentence, error_band, prediction_kind
 
     if not engine:
-        return None, "datasheet roofline: an upper bound; no error band (price it under an engine for one)"
-    k = prediction_kind(**kind)
-    band = error_band(engine, k, hw)
-    return (dataclasses.asdict(band) if band else None), band_sentence(engine, k, hw)
+        return None, NO_ENGINE_BAND
+    k = kind or prediction_kind(**what)
+    band = kind_band(engine, k, hw, batch=int(what.get("batch", 1)), model=model, context=int(context))
+    if band is None:  # no group of this kind has held-out rows: the per-kind band, or the sentence saying none exists
+        old = error_band(engine, k, hw)
+        return (dataclasses.asdict(old) if old else None), band_sentence(engine, k, hw)
+    return dataclasses.asdict(band) | {"kind": k}, band.description
 
 
 def _read_text(p: Path) -> str:
