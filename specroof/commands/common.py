@@ -46,16 +46,30 @@ def band_for(
     import dataclasses
 
     from roofline.error_bands import band_for as kind_band
-    from roofline.error_bands import band_sentence, error_band, prediction_kind
+    from roofline.error_bands import band_sentence, error_band, is_moe, prediction_kind
+    from roofline.published import batch_bucket, context_class
 
     if not engine:
         return None, NO_ENGINE_BAND
     k = kind or prediction_kind(**what)
-    band = kind_band(engine, k, hw, batch=int(what.get("batch", 1)), model=model, context=int(context))
-    if band is None:  # no group of this kind has held-out rows: the per-kind band, or the sentence saying none exists
-        old = error_band(engine, k, hw)
-        return (dataclasses.asdict(old) if old else None), band_sentence(engine, k, hw)
-    return dataclasses.asdict(band) | {"kind": k}, band.description
+    batch = int(what.get("batch", 1))
+    # a plan asks for thousands of cells that share a few groups: each group's band is looked up once per process
+    hw_id = hw if isinstance(hw, str) else getattr(hw, "id", id(hw))
+    key = (engine if isinstance(engine, str) else repr(engine), k, hw_id, batch_bucket(batch),
+           model is not None and is_moe(model), context_class(context))  # fmt: skip
+    if key not in BAND_CACHE:
+        band = kind_band(engine, k, hw, batch=batch, model=model, context=int(context))
+        if band is None:  # no group of this kind has held-out rows: the per-kind band, or the sentence saying none
+            old = error_band(engine, k, hw)
+            BAND_CACHE[key] = (dataclasses.asdict(old) if old else None), band_sentence(engine, k, hw)
+        else:
+            BAND_CACHE[key] = dataclasses.asdict(band) | {"kind": k}, band.description
+    found, note = BAND_CACHE[key]
+    return (dict(found) if found is not None else None), note
+
+
+#: bands looked up in this process, by (engine, kind, GPU, batch bucket, MoE, context class): band_for's cache
+BAND_CACHE: dict[tuple[Any, ...], tuple[dict[str, Any] | None, str]] = {}
 
 
 def _read_text(p: Path) -> str:

@@ -64,6 +64,10 @@ def cmd_validate_published(args: argparse.Namespace) -> int:
             for path in write_fitted(fitted):
                 lines.append(f"  wrote {path}")
     written = write_residuals() if args.write_bands else None  # before band_table reads them
+    if written is not None:
+        from specroof.commands.common import BAND_CACHE
+
+        BAND_CACHE.clear()  # the answers' bands are read from the residuals just written
     table = validation_table(engines=engines)
     if args.use != "all":
         table = table[table["use"] == args.use]
