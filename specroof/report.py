@@ -33,7 +33,7 @@ from roofline.passtime import crossover_tokens, pass_time, weights_only_crossove
 
 # the draft-tree sizes and depth the page searches: the answer, the tree section and `specroof tree --hardware` share
 # one search (they used to search different budgets and could name different best trees for one question)
-from specroof.commands.common import TREE_BUDGETS, TREE_DEPTH
+from specroof.commands.common import TREE_BUDGETS, TREE_DEPTH, band_for
 
 # the engine the page prices its answers under unless told otherwise, the same as every recommending command's
 from specroof.shell import DEFAULT_ENGINE, DEFAULT_ENGINE_WHY, number, percent
@@ -245,6 +245,22 @@ def engine_words(engine: str | None) -> str:
     )
 
 
+def band_pct(band: dict[str, Any] | None) -> float:
+    """A band's width in percent for a table cell (a kind band's coverage edge, else the per-kind median); NaN where
+    there is none (the sentence beside the table says why)."""
+    if band is None:
+        return float("nan")
+    return float(band.get("band_pct", band.get("median_abs_pct", float("nan"))))
+
+
+def band_words(notes: dict[str, list[str]]) -> str:
+    """The error bands a section's answers carry, one sentence each, with the answers it covers (HTML)."""
+    if len(notes) == 1:
+        return f"<p><b>Error band</b>: {esc(next(iter(notes)))}.</p>"
+    items = "".join(f"<li>{esc(', '.join(where))}: {esc(note)}</li>" for note, where in notes.items())
+    return f"<p><b>Error bands</b> (each answer carries the band of its group):</p><ul>{items}</ul>"
+
+
 def _contexts(spec: ModelSpec, wanted: Sequence[int], room: int = 64) -> list[int]:
     """``wanted`` contexts clipped to what the model holds (leaving ``room`` for the new tokens)."""
     top = max(1, spec.max_context - room)
@@ -308,14 +324,18 @@ def answer(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | None 
     engine = cfg.get("engine")
     context = _contexts(get_model(target), [1024])[0]
     rows = []
+    notes: dict[str, list[str]] = {}
     for g in gpus:
         hw = load_hardware(g)
         rec = recommend(hw, target, _ranked(cfg), acc, batch=1, context=context, engine=engine)
         if not rec.row["fits_in_memory"]:  # marked, not ranked: a speedup on a GPU that cannot hold the model is none
             rows.append({"hardware": hw.id, "best_strategy": "does not fit in memory", "gamma": None,
-                         "chain_speedup": np.nan, "tree_nodes": None, "tree_depth": None, "tree_speedup": np.nan})  # fmt: skip
+                         "chain_speedup": np.nan, "tree_nodes": None, "tree_depth": None, "tree_speedup": np.nan,
+                         "error_band_pct": np.nan})  # fmt: skip
             continue
         tree = tree_choice(g, target, draft_name, alpha, context, engine)
+        band, note = band_for(engine, hw, speculative=True, batch=1, model=target, context=context)
+        notes.setdefault(note, []).append(hw.id)
         rows.append(
             {
                 "hardware": hw.id,
@@ -325,6 +345,7 @@ def answer(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | None 
                 "tree_nodes": int(tree.best["n_nodes"]),
                 "tree_depth": int(tree.best["depth"]),
                 "tree_speedup": float(tree.best["speedup"]),
+                "error_band_pct": band_pct(band),
             }
         )
     df = pd.DataFrame(rows)
@@ -334,6 +355,7 @@ def answer(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | None 
         f"per round) or draft-tree size? <b>Answer</b> (" + engine_words(engine) + ", before any measurement):</p>"
     )
     body += w.table(df, "answer", floatfmt="{:.2f}")
+    body += band_words(notes) if notes else ""
     body += (
         f"<p>Drafters: {esc(str(draft_name))} (a separate draft model) and early exit after layer "
         f"{int(exit_layer)} (the target's own first layers). Acceptance (the chance each draft token is accepted): "
@@ -345,7 +367,8 @@ def answer(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | None 
         "<code>--target/--draft/--acceptance</code>.</p>"
     )
     body += _deploy_flags(rows, target, draft_name)
-    return Section("The answer: gamma and tree size per GPU", body, ["answer.csv"], {"answer": rows})
+    summary = {"answer": rows, "answer_error_bands": [{"note": n, "hardware": h} for n, h in notes.items()]}
+    return Section("The answer: gamma and tree size per GPU", body, ["answer.csv"], summary)
 
 
 def _deploy_flags(rows: list[dict[str, Any]], target: str, draft_name: str) -> str:
@@ -522,11 +545,15 @@ def speculation(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | 
         f"Roofline-optimal gamma against alpha per GPU (batch 64, context {contexts[0]})",
     )
     rows = []
+    notes: dict[str, list[str]] = {}
     for g in gpus:
         for batch in (1, 8, 64):
             for context in contexts:
                 rec = recommend(g, target, drafters, acc, batch=batch, context=context, engine=cfg.get("engine"))
                 fits = bool(rec.row["fits_in_memory"])
+                band, note = band_for(cfg.get("engine"), g, speculative=True, batch=batch, model=spec, context=context)
+                if fits:
+                    notes.setdefault(note, []).append(f"batch {batch}, context {context}")
                 # a configuration that does not fit in memory is marked and not ranked: no strategy, no speedup
                 rows.append(
                     {
@@ -539,12 +566,16 @@ def speculation(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | 
                         "t_round_ms": rec.row["t_round_s"] * 1e3 if fits else np.nan,
                         "tokens_per_s_per_user": rec.row["tokens_per_s_per_user"] if fits else np.nan,
                         "speedup": rec.row["speedup"] if fits else np.nan,
+                        "error_band_pct": band_pct(band) if fits else np.nan,
+                        "kv_bound_context": int(rec.row["kv_bound_context"]),
                         "fits_in_memory": fits,
                         "memory_GB": float(rec.row["memory_bytes"]) / 1e9,
                     }
                 )
     stops = {g: speculation_stops_paying(g, target, draft_name, first_alpha, context=ctx_small) for g in gpus}
     body += "<h3>Plan per GPU (best strategy and gamma)</h3>" + w.table(pd.DataFrame(rows), "plan")
+    body += band_words({n: sorted(set(where), key=where.index) for n, where in notes.items()}) if notes else ""
+    body += _kv_bound_words(rows)
     body += f"<p>Batch at which speculation with the draft model stops paying (context {ctx_small}): "
     body += ", ".join(f"{esc(k)}: {v if v is not None else 'never (within memory)'}" for k, v in stops.items()) + "</p>"
     return Section(
@@ -552,6 +583,29 @@ def speculation(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | 
         body,
         ["plan.csv"],
         {"plan": rows, "stops_paying_batch": stops},
+    )
+
+
+def _kv_bound_words(rows: list[dict[str, Any]]) -> str:
+    """Where verification turns KV-bound on each GPU (the plan table's kv_bound_context), in words (HTML)."""
+    per: dict[str, list[str]] = {}
+    for r in rows:
+        if r["gamma"] is None:  # does not fit: no verify pass to speak of
+            continue
+        where = (
+            f"{int(r['kv_bound_context']):,} tokens"
+            if r["kv_bound_context"] >= 0
+            else "never within the model's context"
+        )
+        item = f"batch {r['batch']} at context {r['context']:,} (gamma {r['gamma']}): {where}"
+        if item not in per.setdefault(str(r["hardware"]), []):
+            per[str(r["hardware"])].append(item)
+    items = "".join(f"<li>{esc(h)}: {esc('; '.join(v))}</li>" for h, v in per.items())
+    return (
+        "<p><b>Where verification turns KV-bound</b> (<code>kv_bound_context</code>): the context per sequence from "
+        "which the verify pass of gamma + 1 tokens at that batch spends at least half its time reading and scoring the "
+        "KV cache (docs/cost-model.md, section 31). Past it a longer draft costs little more than a plain step, and "
+        "speculation pays more with batch, not less:</p><ul>" + items + "</ul>"
     )
 
 
@@ -605,6 +659,11 @@ def trees_section(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] 
         "trees are smaller and the speedups lower than below.</p>"
     )
     body += w.table(pd.DataFrame(rows), "tree_size")
+    notes: dict[str, list[str]] = {}
+    for g in gpus:
+        note = band_for(cfg.get("engine"), g, speculative=True, batch=1, model=spec, context=context)[1]
+        notes.setdefault(note, []).append(load_hardware(g).id)
+    body += band_words(notes)
     body += _trees_at_scale(w, gpus, cfg, model, context)
     return Section(
         "Draft trees: chain vs tree, and the tree size per GPU",
@@ -800,6 +859,7 @@ def serving_section(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any
             "throughput_tok_s", "goodput_req_s", "mean_batch"]  # fmt: skip
     shown = res.summary[[c for c in cols if c in res.summary.columns]]
     body += w.table(shown, "serving_summary")
+    body += band_words({band_for(engine, gpu, kind="serving", model=target)[1]: [hw_name]})
     body += (
         "<p>TTFT: arrival to first token; TPOT: time per output token after the first; static:4 drafts 4 tokens "
         "every round, goodput chooses gamma per step as SmartSpec does (lower as the batch fills). A static gamma "

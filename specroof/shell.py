@@ -140,6 +140,20 @@ def _note(args: argparse.Namespace, message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+class GivenStore(argparse.Action):
+    """``store``, and a note in ``args.given`` that the flag was on the command line: an ``--engine-config`` fills
+    only the flags left out, and refuses one given with another value (a default is not a value given)."""
+
+    def __call__(self, parser: Any, namespace: argparse.Namespace, values: Any, option_string: Any = None) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.given = {*getattr(namespace, "given", ()), self.dest}
+
+
+def was_given(args: argparse.Namespace, dest: str) -> bool:
+    """Whether ``--dest`` was on the command line (a :class:`GivenStore` flag), not just its default."""
+    return dest in getattr(args, "given", ())
+
+
 def _add_offload(p: argparse.ArgumentParser) -> None:
     from roofline.hardware import HOST_LINKS
 
@@ -209,6 +223,7 @@ def _add_engine(p: argparse.ArgumentParser, default: str | None = DEFAULT_ENGINE
     p.add_argument(
         "--engine",
         type=engine_arg,
+        action=GivenStore,
         default=default,
         help=f"price passes as this software runs them: {', '.join(list_engines())}, a TOML path, or none (the "
         f"datasheet roofline) ({said})",

@@ -21,6 +21,19 @@ def test_report_writes_page_images_tables_and_summary(tmp_path, capsys):
     a100 = summary["seed_example"][0]
     assert a100["t_memory_ms"] == pytest.approx(12.75, abs=0.005)
     assert a100["K_exact"] == 153
+    # every priced answer carries its error band (issue 47), and the plans say where verification turns KV-bound
+    from specroof.commands.common import band_for
+
+    note = band_for("serving", "a100-sxm-80gb", speculative=True, batch=1, model="llama-3.1-8b", context=1024)[1]
+    assert {b["note"] for b in summary["answer_error_bands"]} == {note}
+    assert all(r["error_band_pct"] > 0 for r in summary["answer"])
+    assert page.count("Error band") >= 4  # the answer, the plans, the trees, the serving section
+    plan = summary["plan"]
+    assert all("kv_bound_context" in r for r in plan) and "Where verification turns KV-bound" in page
+    at_64 = next(r for r in plan if r["hardware"] == "h100-sxm-80gb" and r["batch"] == 64 and r["gamma"])
+    at_1 = next(r for r in plan if r["hardware"] == "h100-sxm-80gb" and r["batch"] == 1)
+    assert 0 < at_64["kv_bound_context"] < at_1["kv_bound_context"]  # a larger batch reads more cache per weight
+    assert f"{at_64['kv_bound_context']:,} tokens" in page
 
 
 def test_each_section_is_timed_from_its_own_start(tmp_path):

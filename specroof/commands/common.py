@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from roofline.errors import SpecroofError
 from roofline.hardware import load_hardware, weight_only
-from roofline.model import ModelSpec, get_model
+from roofline.model import PRESETS, ModelSpec, get_model
+from specroof.shell import was_given
 
 
 def model_from_args(args: argparse.Namespace) -> ModelSpec:
@@ -24,17 +29,47 @@ def model_from_args(args: argparse.Namespace) -> ModelSpec:
     raise SpecroofError("give a model: --model PRESET (or a config.json path) or --params N")
 
 
-def band_for(engine: Any, hw: Any, **kind: Any) -> tuple[dict[str, Any] | None, str]:
-    """The error band of a prediction (held-out published rows of its kind) and the sentence that states it."""
+#: what an answer priced on the datasheet roofline says instead of a band
+NO_ENGINE_BAND = "datasheet roofline: an upper bound; no error band (price it under an engine for one)"
+
+
+def band_for(
+    engine: Any, hw: Any, *, model: Any = None, context: int = 0, kind: str | None = None, **what: Any
+) -> tuple[dict[str, Any] | None, str]:
+    """The error band of a prediction and the sentence that states it: the held-out published rows of the most
+    specific group it belongs to (engine, kind, batch bucket, dense/MoE target, context:
+    :func:`roofline.error_bands.band_for`), or the old per-kind sentence when no group has rows.
+
+    ``what`` (batch, tp, weight_dtype, speculative, prefill) names the kind (:func:`roofline.error_bands.
+    prediction_kind`) unless ``kind`` is given (``serving``); ``model`` is the target (dense or MoE), ``context``
+    the tokens in each sequence's cache."""
     import dataclasses
 
-    from roofline.error_bands import band_sentence, error_band, prediction_kind
+    from roofline.error_bands import band_for as kind_band
+    from roofline.error_bands import band_sentence, error_band, is_moe, prediction_kind
+    from roofline.published import batch_bucket, context_class
 
     if not engine:
-        return None, "datasheet roofline: an upper bound; no error band (price it under an engine for one)"
-    k = prediction_kind(**kind)
-    band = error_band(engine, k, hw)
-    return (dataclasses.asdict(band) if band else None), band_sentence(engine, k, hw)
+        return None, NO_ENGINE_BAND
+    k = kind or prediction_kind(**what)
+    batch = int(what.get("batch", 1))
+    # a plan asks for thousands of cells that share a few groups: each group's band is looked up once per process
+    hw_id = hw if isinstance(hw, str) else getattr(hw, "id", id(hw))
+    key = (engine if isinstance(engine, str) else repr(engine), k, hw_id, batch_bucket(batch),
+           model is not None and is_moe(model), context_class(context))  # fmt: skip
+    if key not in BAND_CACHE:
+        band = kind_band(engine, k, hw, batch=batch, model=model, context=int(context))
+        if band is None:  # no group of this kind has held-out rows: the per-kind band, or the sentence saying none
+            old = error_band(engine, k, hw)
+            BAND_CACHE[key] = (dataclasses.asdict(old) if old else None), band_sentence(engine, k, hw)
+        else:
+            BAND_CACHE[key] = dataclasses.asdict(band) | {"kind": k}, band.description
+    found, note = BAND_CACHE[key]
+    return (dict(found) if found is not None else None), note
+
+
+#: bands looked up in this process, by (engine, kind, GPU, batch bucket, MoE, context class): band_for's cache
+BAND_CACHE: dict[tuple[Any, ...], tuple[dict[str, Any] | None, str]] = {}
 
 
 def _read_text(p: Path) -> str:
@@ -373,3 +408,324 @@ def apply_weight_only(args: argparse.Namespace) -> None:
     args.dtype, args.weight_dtype = weight_only(args.dtype, getattr(args, "weight_dtype", None))
     if getattr(args, "kv_dtype", None) is None:
         args.kv_dtype = default_kv_dtype(args.dtype)
+
+
+# -- --engine-config: the engine's own configuration as the question (issue 47) ---------------------------------------
+
+ENGINE_CONFIG_HELP = (
+    "your engine's speculative configuration, read before any work: vLLM's --speculative-config JSON, SGLang's "
+    "--speculative-* flags, TensorRT-LLM's speculative_config YAML, a whole `vllm serve ...` or `python -m "
+    "sglang.launch_server ...` line, what `specroof plan ... --emit ENGINE` prints, or @FILE holding any of these "
+    "(text that starts with -- is given as --engine-config=TEXT). It fills --target, --drafter, --engine, --tp, "
+    "--dtype and --weight-dtype where they are left out; a flag given with another value is refused"
+)
+
+
+def add_engine_config(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--engine-config", metavar="TEXT|@FILE", help=ENGINE_CONFIG_HELP)
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One setting ``plan --emit`` (or ``tree --emit --json``) deployed: where, at which batch, and its flags."""
+
+    hardware: str | None
+    batch: int | None
+    flags: str
+    context: int | None = None
+
+
+#: plan's text output: the header of its deployments, each deployment's first line, and the engine it priced under
+_PLAN_DEPLOY = "deploying it with "
+_PLAN_ENTRY = re.compile(r"^  (\S+) batch (\d+)(?: context (\d+))?(?: \S+)?: ")
+_PLAN_ENGINE = re.compile(r"^priced under the (\S+) engine", re.MULTILINE)
+#: the engine plan's output does not state (JSON without the key): the configuration's own engine prices it
+_UNSTATED = "unstated"
+
+
+def _launches(flags: Any) -> bool:
+    """Whether a deployment's text launches speculation (not "plain decoding wins here" or "does not fit")."""
+    return isinstance(flags, str) and ("--speculative" in flags or "speculative_config:" in flags)
+
+
+def plan_deployments(text: str) -> tuple[list[Deployment], str | None] | None:
+    """The deployments in what ``specroof plan ... --emit ENGINE`` printed (its text or its ``--json``; also
+    ``tree --emit --json``) and the engine it priced them under (None: the datasheet roofline); None when ``text`` is
+    no such output. Only deployments that speculate are kept."""
+    if text.startswith("{"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            return None
+        if not isinstance(data, dict) or "deploy" not in data:
+            return None
+        items = data["deploy"] if isinstance(data["deploy"], list) else [data["deploy"]]
+        deps = [
+            Deployment(d.get("hardware"), d.get("batch"), d["flags"], d.get("context"))
+            for d in items
+            if isinstance(d, dict) and _launches(d.get("flags"))
+        ]
+        return deps, data.get("engine", _UNSTATED)
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith(_PLAN_DEPLOY)), None)
+    if start is None:
+        return None
+    found: list[tuple[str, int, int | None, list[str]]] = []
+    for line in lines[start + 1 :]:
+        m = _PLAN_ENTRY.match(line)
+        if m:
+            found.append((m.group(1), int(m.group(2)), int(m.group(3)) if m.group(3) else None, []))
+        elif line.startswith("    ") and found:
+            found[-1][3].append(line[4:])
+        else:  # a blank line, the table or the heuristic-schedule lines: the deployments have ended
+            break
+    deps = [Deployment(h, b, "\n".join(f), c) for h, b, c, f in found if _launches("\n".join(f))]
+    m = _PLAN_ENGINE.search(text)
+    return deps, (m.group(1) if m else None if "priced on the datasheet roofline" in text else _UNSTATED)
+
+
+def _hardware_id(name: Any) -> str:
+    try:
+        return load_hardware(name).id
+    except SpecroofError:
+        return str(name)
+
+
+def pick_deployment(
+    deps: list[Deployment], hardware: str | None, batch: int | None, context: int | None = None
+) -> Deployment:
+    """The one deployment of a plan's output at ``hardware``, ``batch`` and ``context`` (each when given), or one line
+    saying which there are."""
+    if not deps:
+        raise SpecroofError(
+            "--engine-config: the plan output deploys no speculative setting (plain decoding wins, or the model does "
+            "not fit): there is no setting to price"
+        )
+    sel = [
+        d
+        for d in deps
+        if (hardware is None or d.hardware is None or _hardware_id(d.hardware) == _hardware_id(hardware))
+        and (batch is None or d.batch is None or int(d.batch) == int(batch))
+        and (context is None or d.context is None or int(d.context) == int(context))
+    ]
+    if len(sel) == 1:
+        return sel[0]
+
+    def where(d: Deployment) -> str:
+        return f"{d.hardware} batch {d.batch}" + (f" context {d.context}" if d.context is not None else "")
+
+    listed = ", ".join(where(d) for d in (sel or deps))
+    if not sel:
+        given = (("--hardware", hardware), ("--batch", batch), ("--context", context))
+        at = " ".join(f"{flag} {v}" for flag, v in given if v is not None)
+        raise SpecroofError(f"--engine-config: the plan output deploys {listed}, none at {at}")
+    raise SpecroofError(
+        f"--engine-config: the plan output holds {len(sel)} deployments ({listed}): give --hardware, --batch and "
+        "--context to pick one, or pass one deployment's command"
+    )
+
+
+def _one(args: argparse.Namespace, dest: str) -> Any:
+    """The one value a command line gives for ``dest`` (a GPU, a batch, a context) to pick a plan's deployment by;
+    None when it gives several, or only the default."""
+    value = getattr(args, dest, None)
+    values = value if isinstance(value, list) else [value]
+    if len(values) != 1 or values[0] is None or (dest != "hardware" and not was_given(args, dest)):
+        return None
+    return values[0]
+
+
+def _engine_config_text(raw: Any) -> str:
+    """The configuration's text (``@FILE`` read), refused in one line when empty or unreadable."""
+    if not isinstance(raw, str) or not raw.strip():
+        raise SpecroofError("--engine-config must be a non-empty string (flags, JSON, YAML, a command line or @FILE)")
+    t = raw.strip()
+    if not t.startswith("@"):
+        return t
+    path = Path(t[1:].strip())
+    if not path.is_file():
+        raise SpecroofError(f"--engine-config @{path}: no such file")
+    text = _read_text(path).strip()
+    if not text:
+        raise SpecroofError(f"--engine-config @{path}: the file is empty")
+    return text
+
+
+#: drafter names one engine method stands for (SGLang's EAGLE runs EAGLE-1's and EAGLE-2's checkpoints alike)
+_SAME_DRAFTER = {"eagle1": "eagle", "eagle2": "eagle"}
+
+
+def _known(name: str) -> ModelSpec | None:
+    """The model ``name`` stands for (a preset, a preset's Hugging Face id, a config.json), or None."""
+    try:
+        return get_model(name)
+    except SpecroofError:
+        return None
+
+
+def _same_model(a: str, b: str) -> bool | None:
+    """Whether two model names are one model (None: one of them is not a model specroof knows)."""
+    sa, sb = _known(a), _known(b)
+    return None if sa is None or sb is None else sa.name == sb.name
+
+
+def _same_drafter(given: str, read: str) -> bool:
+    gk, rk = drafter_key(given), drafter_key(read)
+    if _SAME_DRAFTER.get(gk, gk) != _SAME_DRAFTER.get(rk, rk):
+        return False
+    if gk != "model":
+        return True
+    # a draft model: the same checkpoint by name, or one the engine loads from a path specroof cannot read (yours)
+    return _same_model(given.split(":", 1)[1], read.split(":", 1)[1]) is not False
+
+
+def _dtype_word(value: Any) -> str | None:
+    return None if value is None else str(value).strip().lower()
+
+
+def engine_config_from_args(
+    args: argparse.Namespace, *, fill_hardware: bool = False, drafter_list: bool = False
+) -> Any:
+    """``--engine-config`` read before any work, the flags it answers filled in: target, drafter, engine, TP, dtype
+    and weight dtype where the command line leaves them out, and one line refusing a flag given with another value.
+
+    Returns the :class:`roofline.engine_flags.EngineConfig` (None without ``--engine-config``); what ``plan --emit``
+    printed is read as the deployment it names (``--hardware``, ``--batch`` and ``--context`` pick one of several).
+    With ``fill_hardware`` (speedup, tree, serve: one GPU, one batch) that deployment's GPU, batch and context fill
+    those flags too.
+    A plan output's pricing engine prices it again, so the figure is plan's own. ``drafter_list``: the command takes
+    ``--drafter`` repeated (plan).
+    """
+    from roofline.engine import engine_group, load_engine
+    from roofline.engine_flags import read_engine_config
+
+    raw = getattr(args, "engine_config", None)
+    if raw is None:
+        return None
+    text = _engine_config_text(raw)
+    found = plan_deployments(text)
+    plan_engine: Any = _UNSTATED
+    deployment = None
+    if found is not None:
+        deps, plan_engine = found
+        deployment = pick_deployment(deps, *(_one(args, dest) for dest in ("hardware", "batch", "context")))
+        text = deployment.flags
+        if fill_hardware and args.hardware is None and deployment.hardware is not None:
+            args.hardware = deployment.hardware
+        for dest in ("batch", "context") if fill_hardware else ():
+            value = getattr(deployment, dest)
+            if hasattr(args, dest) and not was_given(args, dest) and value is not None:
+                setattr(args, dest, int(value))
+    target = getattr(args, "target", None)
+    config = read_engine_config(text, target=target)
+    # the target: yours where the configuration names none or one specroof cannot read; refused where they differ
+    if config.target is not None:
+        same = _same_model(target, config.target) if target else None
+        if target and same is False:
+            raise SpecroofError(
+                f"--target {target} and the engine configuration's model {config.target} differ: give one"
+            )
+        if not target:
+            spec = _known(config.target)
+            if spec is None:
+                raise SpecroofError(
+                    f"the engine configuration's model {config.target!r} is not a model specroof knows: give --target "
+                    "(a preset or a config.json)"
+                )
+            # a preset by its own name (a Hugging Face id of one reads as the preset); a config.json as written
+            args.target = spec.name if spec.name in PRESETS else config.target
+    elif not target:
+        raise SpecroofError("the engine configuration names no model: give --target")
+    # the drafter
+    given = getattr(args, "drafter", None)
+    givens = given if isinstance(given, list) else [given] if given else []
+    if len(givens) > 1:
+        raise SpecroofError("--engine-config prices one drafter, its own: give one --drafter or none")
+    if givens and not _same_drafter(givens[0], config.drafter):
+        raise SpecroofError(f"--drafter {givens[0]} and the engine configuration's {config.drafter} differ: give one")
+    if not givens:
+        if drafter_key(config.drafter) == "model" and _known(config.drafter.split(":", 1)[1]) is None:
+            raise SpecroofError(
+                f"the engine configuration's draft model {config.draft_model!r} is not a model specroof knows: give "
+                "--drafter model:NAME (a preset or a config.json)"
+            )
+        args.drafter = [config.drafter] if drafter_list else config.drafter
+    # the engine: the configuration's (a version of it counts as it); a plan output's pricing engine prices it again
+    if was_given(args, "engine"):
+        if args.engine is not None and engine_group(load_engine(args.engine)) != config.engine:
+            raise SpecroofError(
+                f"--engine {args.engine} and the engine configuration's {config.engine} differ: give one (a version of "
+                f"{config.engine}, or none for the datasheet roofline)"
+            )
+    else:
+        args.engine = config.engine if plan_engine == _UNSTATED else plan_engine
+    # TP and dtypes, where the configuration states them
+    for dest, flag, value in (("tp", "--tp", config.tp), ("dtype", "--dtype", config.dtype)):
+        if value is None or not hasattr(args, dest):
+            continue
+        if was_given(args, dest) and _dtype_word(getattr(args, dest)) != _dtype_word(value):
+            raise SpecroofError(f"{flag} {getattr(args, dest)} and the engine configuration's {value} differ: give one")
+        setattr(args, dest, value)
+    if config.weight_dtype is not None and hasattr(args, "weight_dtype"):
+        if args.weight_dtype is not None and _dtype_word(args.weight_dtype) != _dtype_word(config.weight_dtype):
+            raise SpecroofError(
+                f"--weight-dtype {args.weight_dtype} and the engine configuration's {config.weight_dtype} differ: give "
+                "one"
+            )
+        args.weight_dtype = config.weight_dtype
+    args.engine_config_read = config
+    args.engine_config_deployment = deployment
+    return config
+
+
+def config_acceptance(config: Any, acc: Any, value: Any, note: str) -> tuple[dict[str, Any], str]:
+    """What :func:`roofline.planner.price_engine_config` and ``compare_engine_config`` take for one drafter's
+    acceptance (``acc`` its kind, ``value`` what the planner takes), and the sentence saying so. A mean accepted
+    length without the setting it was measured at (or measured at this very chain or tree depth) is the engine's
+    own "accept length" with this setting, fitted on it (docs/cost-model.md, section 30)."""
+    from roofline.acceptance import MeanAccepted
+
+    s = config.setting
+    if isinstance(acc, MeanAccepted) and (
+        (acc.gamma is None and acc.depth is None)
+        or (s.is_chain and acc.gamma == s.num_steps)
+        or (acc.depth is not None and acc.depth == s.num_steps)
+    ):
+        key = note.split(":", 1)[0]
+        return {"mean_accepted": float(acc.mean)}, (
+            f"{key}: given {acc.given()}, read as measured with your setting ({s.label})"
+        )
+    return {"acceptance": value}, note
+
+
+def config_rate(config: Any, acceptance: dict[str, Any]) -> float:
+    """One per-token (chain) or per-candidate (tree) rate for the serving simulator from :func:`config_acceptance`'s
+    keywords: a mean measured with the setting is fitted on it."""
+    from roofline.acceptance_kinds import alpha_for_tokens
+
+    s = config.setting
+    if "mean_accepted" in acceptance:
+        mean = float(acceptance["mean_accepted"])
+        if s.is_chain:
+            return float(alpha_for_tokens(mean, s.num_steps))
+        from roofline.engine_trees import fit_acceptance
+
+        return float(fit_acceptance(mean, s).p)
+    value = acceptance["acceptance"]
+    if isinstance(value, (list, tuple, np.ndarray)):
+        raise SpecroofError("serve draws one rate per request: give a rate or a mean, not a per-position curve")
+    return float(value)
+
+
+def emit_prices(args: argparse.Namespace) -> None:
+    """``--emit ENGINE`` without ``--engine``: the answer is priced under that engine's own profile (flags for SGLang
+    priced with vLLM's costs would be two answers to one question); the default engine stands when it is that
+    engine already (``serving`` is vLLM's)."""
+    from roofline.engine import load_engine
+
+    if not getattr(args, "emit", None) or was_given(args, "engine") or args.engine is None:
+        return
+    default = load_engine(args.engine)
+    if default is None or default.name != load_engine(args.emit).name:
+        args.engine = args.emit
+        args.engine_from_emit = True

@@ -19,14 +19,19 @@ from specroof.commands.common import (
     TREE_DRAFTER_KEYS,
     WEIGHT_DTYPE_HELP,
     acceptance_from_args,
+    add_engine_config,
     apply_weight_only,
     band_for,
+    config_acceptance,
     drafter_key,
     drafters_by_key,
+    emit_prices,
+    engine_config_from_args,
 )
 from specroof.shell import (
     DEFAULT_ENGINE,
     INT_MAX,
+    GivenStore,
     _add_engine,
     _add_json,
     _add_offload,
@@ -35,7 +40,25 @@ from specroof.shell import (
     emit,
     finite_float,
     pricing_from_args,
+    was_given,
 )
+
+#: the columns of the ranked table the text shows (--json has every column)
+SHOWN = ["hardware", "strategy", "gamma", "batch", "context", "expected_tokens", "t_round_s", "tokens_per_s_per_user",
+         "tokens_per_s_total", "speedup", "kv_bound_context"]  # fmt: skip
+
+#: what the table's last column means, printed under it (docs/cost-model.md, section 31)
+KV_LEGEND = (
+    "kv_bound_context: the context (tokens per sequence) from which verification is KV-bound at that batch: the "
+    "verify pass of gamma + 1 tokens spends at least half its time reading and scoring the KV cache, so past it a "
+    "longer draft costs little more than a plain step (-1: not within the model's context)"
+)
+
+#: the most (hardware, batch, context) cells one `plan --engine-config` compares (each searches the engine's settings)
+PLAN_MAX_VERDICTS = 500
+
+#: how each engine --emit names is written in a sentence
+ENGINE_NAMES = {"sglang": "SGLang", "vllm": "vLLM", "trtllm": "TensorRT-LLM"}
 
 
 def _engine_trees(args: argparse.Namespace, key: str, d: Any, acceptance: Any, hw: str, c: int) -> Any:
@@ -76,7 +99,6 @@ def _deploy(args: argparse.Namespace, by_key: dict[str, Any], acceptance: Any, b
     from roofline.engine_trees import EngineSetting
     from roofline.model import hf_id
 
-    names = {"sglang": "SGLang", "vllm": "vLLM", "trtllm": "TensorRT-LLM"}
     searched: dict[tuple[str, int, str], Any] = {}
     by_id = {load_hardware(h).id: h for h in args.hardware}
     out: list[dict[str, Any]] = []
@@ -104,7 +126,7 @@ def _deploy(args: argparse.Namespace, by_key: dict[str, Any], acceptance: Any, b
             if not tree_setting.is_chain and tree_speedup > speedup:
                 setting, speedup = tree_setting, tree_speedup
                 r["reason"] += (
-                    f"; as {names[args.emit]} builds {kind}'s tree, {setting.label} is faster still "
+                    f"; as {ENGINE_NAMES[args.emit]} builds {kind}'s tree, {setting.label} is faster still "
                     f"({speedup:.2f}x): that is the setting deployed"
                 )
         draft_model = args.draft_model
@@ -121,7 +143,14 @@ def _deploy(args: argparse.Namespace, by_key: dict[str, Any], acceptance: Any, b
                 "topk": setting.topk,
                 "num_draft_tokens": setting.num_draft_tokens,
                 "speedup": speedup,
-                "flags": emit_flags(setting, target=args.target, drafter=kind, draft_model=draft_model),
+                # the TP flag too, so the flags read back (--engine-config) price on as many GPUs as planned
+                "flags": emit_flags(
+                    setting,
+                    target=args.target,
+                    drafter=kind,
+                    draft_model=draft_model,
+                    tp=args.tp if args.tp > 1 else None,
+                ),
             }
         )
     return out
@@ -157,6 +186,14 @@ def _add_dynamic_gamma(
 def cmd_plan(args: argparse.Namespace) -> int:
     from roofline.planner import plan, recommend
 
+    config = engine_config_from_args(args, drafter_list=True)  # read before any work
+    if not args.target:
+        raise SpecroofError(
+            "give --target (a preset, config.json or checkpoint folder), or an --engine-config naming it"
+        )
+    if config is not None:
+        return _plan_engine_config(args, config)
+    emit_prices(args)
     by_key = drafters_by_key(args)
     acceptance: Any = acceptance_from_args(args, by_key)
     drafters = list(by_key.values())
@@ -206,24 +243,27 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.emit:  # before the sentences: a tree the engine builds may replace the chosen chain, and says so
         payload["deploy"] = _deploy(args, by_key, acceptance, best)
     lines = [f"{r['hardware']}  batch {r['batch']:>4}  context {r['context']:>6}:  {r['reason']}" for r in best]
-    priced = (
-        f"priced under the {args.engine} engine" + (" (the default; --engine none: the datasheet roofline)"
-                                                    if args.engine == DEFAULT_ENGINE else "")
-        if args.engine else "priced on the datasheet roofline (no engine: an upper bound)"
-    )  # fmt: skip
     payload["engine"] = args.engine
-    bands = {pr.hardware.id: band_for(args.engine, pr.hardware, speculative=True) for pr in pricings}
-    payload["error_bands"] = {h: {"error_band": b[0], "error_band_note": b[1]} for h, b in bands.items()}
-    lines = [priced, *(f"  {h}: {b[1]}" for h, b in bands.items()), "", *lines]
+    hw_of = {pr.hardware.id: pr.hardware for pr in pricings}
+    for r in best:  # each answer carries the band of its own group: engine, batch bucket, dense/MoE, context
+        r["error_band"], r["error_band_note"] = band_for(args.engine, hw_of[r["hardware"]], speculative=True,
+                                                         batch=r["batch"], model=target, context=r["context"])  # fmt: skip
+    payload["error_bands"] = [{k: r[k] for k in ("hardware", "batch", "context", "error_band", "error_band_note")}
+                              for r in best]  # fmt: skip
+    payload["notes"] = list(table.attrs.get("notes", []))
+    lines = [_priced_under(args), *_band_lines(best), "", *lines]
     if getattr(args, "acceptance_notes", None):
         lines = ["acceptance, as given and as priced:", *(f"  {n}" for n in args.acceptance_notes), "", *lines]
+    lines += [f"note: {n}" for n in payload["notes"]]
     if args.emit:
-        names = {"sglang": "SGLang", "vllm": "vLLM", "trtllm": "TensorRT-LLM"}
-        lines += ["", f"deploying it with {names[args.emit]} (the engine's own knobs; the setting chosen above):"]
+        lines += [
+            "",
+            f"deploying it with {ENGINE_NAMES[args.emit]} (the engine's own knobs; the setting chosen above):",
+        ]
         for r in payload["deploy"]:
             who = f" {r['drafter']}" if r["drafter"] else ""
             fast = f" ({r['speedup']:.2f}x)" if r["speedup"] is not None else ""
-            lines += [f"  {r['hardware']} batch {r['batch']}{who}: {r['label']}{fast}"]
+            lines += [f"  {r['hardware']} batch {r['batch']} context {r['context']}{who}: {r['label']}{fast}"]
             lines += [f"    {line}" for line in str(r["flags"]).splitlines()]
     if args.dynamic_gamma:
         lines += [
@@ -235,21 +275,122 @@ def cmd_plan(args: argparse.Namespace) -> int:
     fits = table["fits_in_memory"].astype(bool)
     if not fits.all():  # rows that do not fit are listed apart, never ranked among those that do
         lines += ["", f"{int((~fits).sum())} configurations do not fit in memory: not ranked (--json lists them)"]
-    shown = table[fits].head(args.top)[
-        [
-            "hardware",
-            "strategy",
-            "gamma",
-            "batch",
-            "context",
-            "expected_tokens",
-            "t_round_s",
-            "tokens_per_s_per_user",
-            "tokens_per_s_total",
-            "speedup",
-        ]
+    shown = table[fits].head(args.top)[SHOWN]
+    emit(args, payload, "\n".join(lines) + "\n\n" + shown.round(4).to_string(index=False) + "\n" + KV_LEGEND)
+    return 0
+
+
+def _priced_under(args: argparse.Namespace) -> str:
+    """The line saying what the plan's figures are priced under."""
+    if not args.engine:
+        return "priced on the datasheet roofline (no engine: an upper bound)"
+    why = ""
+    if getattr(args, "engine_from_emit", False):
+        why = f" (--emit {args.emit}'s own costs; --engine names another)"
+    elif getattr(args, "engine_config_read", None) is not None and not was_given(args, "engine"):
+        why = " (the engine configuration's; --engine names a version of it)"
+    elif args.engine == DEFAULT_ENGINE:
+        why = " (the default; --engine none: the datasheet roofline)"
+    return f"priced under the {args.engine} engine{why}"
+
+
+def _band_lines(cells: list[dict[str, Any]]) -> list[str]:
+    """The error bands of a plan's answers, one line per band with the batches and contexts it covers."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in cells:
+        groups.setdefault(r["error_band_note"], []).append(r)
+    if len(groups) == 1:
+        return [f"  error band: {next(iter(groups))}"]
+    out = []
+    for note, rs in groups.items():
+        bs = ",".join(str(b) for b in sorted({int(r["batch"]) for r in rs}))
+        cs = ",".join(str(c) for c in sorted({int(r["context"]) for r in rs}))
+        out.append(f"  error band at batch {bs}, context {cs}: {note}")
+    return out
+
+
+def _plan_engine_config(args: argparse.Namespace, config: Any) -> int:
+    """``plan --engine-config``: per (GPU, batch, context), your engine's setting priced beside the best setting of the
+    same engine, "yours gives X; the best setting gives Y, with these flags" (roofline.planner.compare_engine_config);
+    the table ranks every setting searched, yours marked."""
+    import pandas as pd
+
+    from roofline.passtime import kv_bound_context
+    from roofline.planner import compare_engine_config
+
+    if args.dynamic_gamma:
+        raise SpecroofError(
+            "--dynamic-gamma prices Hugging Face's schedule against the plan's chains: not with --engine-config"
+        )
+    if args.emit is not None and args.emit != config.engine:
+        raise SpecroofError(
+            f"--emit {args.emit} and the engine configuration's {config.engine} differ: the answer is in your "
+            "engine's flags (give one)"
+        )
+    by_key = drafters_by_key(args)  # the configuration's drafter (or --drafter naming the same one)
+    acceptance: Any = acceptance_from_args(args, by_key)
+    key, d = next(iter(by_key.items()))
+    target = get_model(args.target)
+    check_tp(target, args.tp)
+    combos = len(args.hardware) * len(args.batch) * len(args.context)
+    if combos > PLAN_MAX_VERDICTS:
+        raise SpecroofError(
+            f"{combos:,} (hardware, batch, context) combinations, over {PLAN_MAX_VERDICTS:,} for --engine-config (each "
+            "searches the engine's settings): narrow --batch/--context"
+        )
+    apply_weight_only(args)
+    kind = args.acceptance_kinds.get(key)
+    value = acceptance[d.name] if isinstance(acceptance, dict) else acceptance
+    note = args.acceptance_notes[0] if args.acceptance_notes else ""
+    kw, note = config_acceptance(config, kind, value, note) if kind is not None else ({"acceptance": value}, note)
+    pricings = [pricing_from_args(args, h) for h in args.hardware]
+    cells: list[dict[str, Any]] = []
+    frames = []
+    lines: list[str] = []
+    notes = list(config.notes)
+    for pr in pricings:
+        for b in args.batch:
+            for c in args.context:
+                v = compare_engine_config(config, pr, target=target, batch=b, context=c,
+                                          max_gamma=max(1, args.max_gamma), **kw)  # fmt: skip
+                n = v.table["num_draft_tokens"].to_numpy()
+                t = v.table.assign(hardware=pr.hardware.id, kv_bound_context=kv_bound_context(target, pr, b, n),
+                                   yours=v.table["label"] == v.yours["label"])  # fmt: skip
+                frames.append(pd.concat([t.head(args.top), t[t["yours"]].iloc[:1]]).drop_duplicates(subset="label"))
+                kv = int(kv_bound_context(target, pr, b, config.setting.num_draft_tokens))
+                band = band_for(args.engine, pr.hardware, speculative=True, batch=b, model=target, context=c)
+                cells.append({"hardware": pr.hardware.id, "batch": b, "context": c, **v.to_json(),
+                              "kv_bound_context": kv, "error_band": band[0], "error_band_note": band[1]})  # fmt: skip
+                sentence = v.sentence().splitlines()
+                lines += [f"{pr.hardware.id}  batch {b:>4}  context {c:>6}:  {sentence[0]}",
+                          *(f"    {x}" for x in sentence[1:])]  # fmt: skip
+                notes += [x for x in v.notes if x not in notes]
+    table = pd.concat(frames, ignore_index=True)
+    cols = ["hardware", "batch", "context", "label", "num_draft_tokens", "expected_tokens", "t_round_s", "speedup",
+            "kv_bound_context", "yours"]  # fmt: skip
+    head = [
+        f"acceptance: {note}",
+        f"your setting: {config.label} (read from {config.source})",
+        _priced_under(args),
+        *_band_lines(cells),
+        "",
     ]
-    emit(args, payload, "\n".join(lines) + "\n\n" + shown.round(4).to_string(index=False))
+    text = "\n".join([*head, *lines, *(f"note: {x}" for x in notes)])
+    text += (
+        "\n\n"
+        + table[cols].round(4).to_string(index=False)
+        + "\n"
+        + KV_LEGEND.replace("of gamma + 1 tokens", "of the setting's num_draft_tokens")
+    )
+    payload = {
+        "engine_config": config.to_json(),
+        "verdicts": cells,
+        "table": table.drop(columns=[c for c in ("setting", "best") if c in table]).to_dict(orient="records"),
+        "acceptance": [note],
+        "engine": args.engine,
+        "notes": notes,
+    }
+    emit(args, payload, text)
     return 0
 
 
@@ -261,8 +402,7 @@ def add_parser(sub: Any) -> None:
         "--target",
         "--model",
         dest="target",
-        required=True,
-        help="target model: preset, config.json or checkpoint folder",
+        help="target model: preset, config.json or checkpoint folder (required unless --engine-config names it)",
     )
     p.add_argument(
         "--drafter",
@@ -297,16 +437,20 @@ def add_parser(sub: Any) -> None:
     add_int_list(p, "--batch", 1, INT_MAX, [1], "sequences per pass")
     add_int_list(p, "--context", 0, INT_MAX, [1024], "tokens already in each KV cache")
     p.add_argument("--max-gamma", type=bounded_int(0, 256), default=16)
-    p.add_argument("--dtype", default="bf16", help="compute/activation dtype (default bf16)")
+    p.add_argument("--dtype", action=GivenStore, default="bf16", help="compute/activation dtype (default bf16)")
     p.add_argument("--weight-dtype", default=None, help=WEIGHT_DTYPE_HELP)
     p.add_argument("--kv-dtype", default=None, help=KV_DTYPE_HELP)
-    p.add_argument("--tp", type=bounded_int(1, 1024), default=1, help="tensor-parallel degree of the target")
+    p.add_argument(
+        "--tp", type=bounded_int(1, 1024), action=GivenStore, default=1, help="tensor-parallel degree of the target"
+    )
     _add_engine(p)
+    add_engine_config(p)
     p.add_argument("--top", type=bounded_int(1, 10**6), default=10, help="rows of the ranked table to show")
     p.add_argument(
         "--emit",
         choices=("sglang", "vllm", "trtllm"),
-        help="also answer in this engine's own flags: EAGLE/MTP searched over its tree knobs, chains at the best gamma",
+        help="also answer in this engine's own flags: EAGLE/MTP searched over its tree knobs, chains at the best gamma "
+        "(priced under this engine's profile unless --engine names another)",
     )
     p.add_argument("--draft-model", help="with --emit: the draft checkpoint to name (a Hugging Face id or a path)")
     _add_json(p)

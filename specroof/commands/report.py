@@ -164,6 +164,11 @@ def cmd_report(args: argparse.Namespace) -> int:
         table = pd.DataFrame(summary["answer"])
         deploy = [c for c in table.columns if c.startswith("deploy_")]
         lines.append(table.drop(columns=deploy).round(2).to_string(index=False))
+        bands = summary.get("answer_error_bands", [])
+        lines += [
+            "error band" + (f" ({', '.join(b['hardware'])})" if len(bands) > 1 else "") + f": {b['note']}"
+            for b in bands
+        ]
         if "deploy_vllm" in table:
             lines.append("deploy the chain answer with vLLM:")
             lines += [

@@ -118,7 +118,8 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     }
     capacity = (hw.memory_bytes or float("inf")) * args.tp
     payload["fits_in_memory"] = bool(fp.total_bytes <= capacity)
-    band = band_for(args.engine, hw, batch=batch, tp=args.tp, weight_dtype=args.weight_dtype)
+    band = band_for(args.engine, hw, batch=batch, tp=args.tp, weight_dtype=args.weight_dtype, model=spec,
+                    context=context)  # fmt: skip
     payload["error_band"], payload["error_band_note"] = band
     beside = []
     if not args.engine:  # the datasheet roofline first (the worked example's figures); the engine's time beside it
@@ -126,7 +127,8 @@ def cmd_roofline(args: argparse.Namespace) -> int:
             spec, hw, batch, tokens, context, args.dtype, weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype,
             tp=args.tp, engine=DEFAULT_ENGINE,
         )  # fmt: skip
-        bb = band_for(DEFAULT_ENGINE, hw, batch=batch, tp=args.tp, weight_dtype=args.weight_dtype)
+        bb = band_for(DEFAULT_ENGINE, hw, batch=batch, tp=args.tp, weight_dtype=args.weight_dtype, model=spec,
+                      context=context)  # fmt: skip
         payload["engine_beside"] = {
             "engine": DEFAULT_ENGINE,
             "t_step_s": float(sb.t_step_s),
@@ -223,10 +225,32 @@ def _roofline_sweep(args: argparse.Namespace, spec: ModelSpec, hw: Any) -> int:
         df[f"t_step_{DEFAULT_ENGINE}_s"] = np.broadcast_to(sb.t_step_s, B.shape).ravel()
         df[f"t_step_{DEFAULT_ENGINE}_ms"] = df[f"t_step_{DEFAULT_ENGINE}_s"] * 1e3
         cols.insert(6, f"t_step_{DEFAULT_ENGINE}_ms")
+    # each row's error band: its group (engine, kind, batch bucket, dense/MoE, context), one line per band
+    bands = {}
+    for b, c in {(int(b), int(c)) for b, c in zip(df["batch"], df["context"], strict=True)}:
+        bands[b, c] = band_for(args.engine or DEFAULT_ENGINE, hw, batch=b, tp=args.tp,
+                               weight_dtype=args.weight_dtype, model=spec, context=c)  # fmt: skip
+    df["error_band_pct"] = [_band_pct(bands[int(b), int(c)][0]) for b, c in zip(df["batch"], df["context"],
+                                                                                 strict=True)]  # fmt: skip
+    by_note: dict[str, list[tuple[int, int]]] = {}
+    for key, (_, note) in sorted(bands.items()):
+        by_note.setdefault(note, []).append(key)
+    whose = "" if args.engine else f" (of {DEFAULT_ENGINE}'s time beside it)"
+    band_lines = [
+        f"  error band{whose}"
+        + (
+            ""
+            if len(by_note) == 1
+            else f" at batch {','.join(map(str, sorted({k[0] for k in keys})))}, context "
+            f"{','.join(map(str, sorted({k[1] for k in keys})))}"
+        )
+        + f": {note}"
+        for note, keys in by_note.items()
+    ]
     head = (
         f"{spec.name} on {hw.name}, {args.dtype}" + (f" (weights {args.weight_dtype})" if args.weight_dtype else "")
         + (f", engine {args.engine}" if args.engine else " (datasheet roofline, no engine)")
-        + f": {len(df)} configurations (ridge {float(st.ridge):.1f} FLOP/byte)"
+        + f": {len(df)} configurations (ridge {float(st.ridge):.1f} FLOP/byte)\n" + "\n".join(band_lines)
     )  # fmt: skip
     shown = df.assign(
         t_step_ms=df["t_step_s"] * 1e3, t_memory_ms=df["t_memory_s"] * 1e3, t_compute_ms=df["t_compute_s"] * 1e3
@@ -235,6 +259,13 @@ def _roofline_sweep(args: argparse.Namespace, spec: ModelSpec, hw: Any) -> int:
     emit(args, {"hardware": hw.id, "model": spec.name, "engine": args.engine or "roofline", "rows": rows},
          head + "\n" + shown.to_string(index=False, float_format=lambda v: f"{v:.4g}"))  # fmt: skip
     return 0
+
+
+def _band_pct(band: dict[str, Any] | None) -> float:
+    """A band's width in percent (a kind band's coverage edge, or the old per-kind median); NaN: none."""
+    if band is None:
+        return float("nan")
+    return float(band.get("band_pct", band.get("median_abs_pct", float("nan"))))
 
 
 def add_parser(sub: Any) -> None:

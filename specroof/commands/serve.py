@@ -18,8 +18,15 @@ import pandas as pd
 
 from roofline.errors import SpecroofError
 from roofline.serving.sweep import DEFAULT_OBJECTIVE, OBJECTIVES
-from specroof.commands.common import single_acceptance
-from specroof.shell import _add_engine, _add_json, bounded_int, emit, plot_path
+from specroof.commands.common import (
+    add_engine_config,
+    band_for,
+    config_acceptance,
+    config_rate,
+    engine_config_from_args,
+    single_acceptance,
+)
+from specroof.shell import GivenStore, _add_engine, _add_json, bounded_int, emit, plot_path
 
 #: the columns the table shows (the JSON has every column of the summary)
 TABLE = (
@@ -162,12 +169,52 @@ def _objective(args: argparse.Namespace) -> tuple[str, str]:
     return objective, OBJECTIVES[objective]
 
 
+def _config_policy(args: argparse.Namespace, config: Any, alpha: float) -> tuple[Any, float, str]:
+    """The serving policy your engine's setting runs (a chain: ``static:G``; a tree: the tree the engine builds under
+    this acceptance, every step), the per-token rate the simulator draws for it, and the sentence saying so.
+
+    The simulator draws a request's accepted run as a chain at one rate, capped at the policy's depth: a tree enters
+    with the chain rate over its depth that gives its tokens per round (as ``tree:NAME`` policies do)."""
+    from roofline.acceptance_kinds import alpha_for_tokens
+    from roofline.engine_trees import engine_tree
+    from roofline.serving.policies import ServingPolicy
+    from roofline.trees import IIDAcceptance
+
+    st = config.setting
+    if st.is_chain:
+        return f"static:{st.num_steps}", alpha, f"your setting ({config.label}) runs as static:{st.num_steps}"
+    if args.policy:
+        raise SpecroofError(
+            "--policy beside a tree --engine-config: the tree's acceptance is drawn as its own chain rate, which the "
+            "other policies would share; compare them without --engine-config"
+        )
+    et = engine_tree(st, IIDAcceptance(alpha))
+    depth = int(et.tree.depth)
+    rate = float(alpha_for_tokens(et.expected_tokens, depth)) if depth > 0 else 0.0
+    name = f"{config.engine}-tree:{st.num_steps}/{st.topk}/{st.num_draft_tokens}"
+    policy = ServingPolicy("tree", tree=et.tree, label=name)
+    return (
+        policy,
+        rate,
+        (
+            f"your setting ({config.label}) runs as {name}: the {et.tree.n_nodes}-node tree of depth {depth} "
+            f"{config.engine} builds at {alpha:.3g} per candidate, {et.expected_tokens:.3f} tokens per round, drawn as a "
+            f"chain of {depth} at {rate:.3f} per token"
+        ),
+    )
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from roofline.serving import simulate
 
+    config = engine_config_from_args(args, fill_hardware=True)  # read before any work
+    if not args.target:
+        raise SpecroofError("give --target (a preset or config.json), or an --engine-config naming it")
+    if not args.drafter:
+        raise SpecroofError("give --drafter (eagle3, model:NAME, ...), or an --engine-config naming it")
     objective, metric = _objective(args)
 
-    policies = _policies(args.policy)
+    policies: list[Any] = _policies(args.policy) if config is None or args.policy else ["off"]
     if args.tp is not None:  # tp must shard the target's heads: refused before the simulation
         from roofline.model import get_model
         from roofline.validation import check_tp
@@ -176,8 +223,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.trace is None and args.rate is None:
         raise SpecroofError("give --rate R1,R2,... (req/s), or --trace FILE to replay a trace")
     acc, value, acceptance_note = single_acceptance(args.acceptance, args.drafter)
-    # the simulator draws one per-token rate per request: a curve enters as the rate with its tokens per round
-    alpha = float(value) if isinstance(value, (int, float)) else float(acc.alpha())
+    config_note = ""
+    if config is not None:
+        kw, acceptance_note = config_acceptance(config, acc, value, acceptance_note)
+        policy, alpha, config_note = _config_policy(args, config, config_rate(config, kw))
+        if isinstance(policy, str) and policy in policies:
+            policies.remove(policy)  # --policy static:G as well: one run
+        policies.insert(1, policy)
+    else:
+        # the simulator draws one per-token rate per request: a curve enters as the rate with its tokens per round
+        alpha = float(value) if isinstance(value, (int, float)) else float(acc.alpha())
     on_run, close_bar = _progress(args)
     try:
         res = simulate(
@@ -247,6 +302,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     st = res.settings
     lines.append(f"  acceptance: {acceptance_note}")
     payload["acceptance"] = acceptance_note
+    if config is not None:
+        payload["engine_config"] = config.to_json() | {"policy": spec_names[0]}
+        lines.append(f"  {config_note} (read from {config.source})")
+        lines += [f"  note: {n}" for n in config.notes]
+    from roofline.model import get_model
+
+    band = band_for(args.engine, hw, kind="serving", model=get_model(args.target))
+    payload["error_band"], payload["error_band_note"] = band
+    lines.append(f"  error band: {band[1]}")
     lines.append(
         f"  {st['target']} + {st['drafter']} at alpha {st['alpha']:.3g}, {st['pricing']}; "
         f"{len(res.requests) // max(1, len(s))} requests per point, scheduler {st['max_seqs']} seqs / "
@@ -287,8 +351,13 @@ def add_parser(sub: Any) -> None:
         help="simulate serving under load: at what request rate does speculation stop paying on this GPU?",
     )
     p.add_argument("--hardware", required=True, help="profile id, alias or .toml path")
-    p.add_argument("--target", "--model", dest="target", required=True, help="target model: preset or config.json")
-    p.add_argument("--drafter", required=True, help=f"the drafter: {DRAFTER_GRAMMAR}")
+    p.add_argument(
+        "--target",
+        "--model",
+        dest="target",
+        help="target model: preset or config.json (required unless --engine-config names it)",
+    )
+    p.add_argument("--drafter", help=f"the drafter: {DRAFTER_GRAMMAR} (required unless --engine-config names it)")
     p.add_argument(
         "--acceptance",
         metavar="[KEY=]VALUE",
@@ -340,9 +409,9 @@ def add_parser(sub: Any) -> None:
         "--kv-capacity-tokens", type=bounded_int(1, 1 << 40), help="KV cache size (default: the memory model)"
     )
     p.add_argument("--alpha-concentration", type=_positive_float, help="per-request alpha ~ Beta around the mean")
-    p.add_argument("--dtype", default="bf16", help="compute/activation dtype (default bf16)")
+    p.add_argument("--dtype", action=GivenStore, default="bf16", help="compute/activation dtype (default bf16)")
     p.add_argument("--weight-dtype", default=None, help="weights stored as int8, int4 or fp8 (weight-only)")
-    p.add_argument("--tp", type=bounded_int(1, 1024), default=None, help="tensor-parallel degree")
+    p.add_argument("--tp", type=bounded_int(1, 1024), action=GivenStore, default=None, help="tensor-parallel degree")
     p.add_argument(
         "--replicas", type=bounded_int(1, 4096), default=1, help="identical servers behind a round-robin balancer"
     )
@@ -405,6 +474,7 @@ def add_parser(sub: Any) -> None:
         "server stood empty (docs/cost-model.md, section 26)",
     )
     _add_engine(p)
+    add_engine_config(p)
     p.add_argument("--plot", type=plot_path, help="write latency-vs-throughput curves here (.png, .svg, .pdf)")
     _add_json(p)
     p.set_defaults(func=cmd_serve)

@@ -12,14 +12,18 @@ from roofline.validation import check_gamma, check_tp, not_both
 from specroof.commands.common import (
     KV_DTYPE_HELP,
     WEIGHT_DTYPE_HELP,
+    add_engine_config,
     apply_weight_only,
     band_for,
+    config_acceptance,
     drafter_key,
+    engine_config_from_args,
     single_acceptance,
 )
 from specroof.shell import (
     DEFAULT_ENGINE,
     INT_MAX,
+    GivenStore,
     _add_engine,
     _add_json,
     bounded_int,
@@ -33,6 +37,8 @@ def cmd_speedup(args: argparse.Namespace) -> int:
     from roofline.speculative import expected_tokens, ideal_speedup, optimal_gamma
 
     not_both({"--c (the idealised form)": args.c, "--hardware (the priced form)": args.hardware})
+    if args.engine_config is not None:
+        return _speedup_engine_config(args)
     if args.target is not None or args.drafter is not None:
         return _speedup_priced(args)
     if args.alpha is None or args.c is None:
@@ -151,6 +157,60 @@ def _speedup_priced(args: argparse.Namespace) -> int:
     return 0
 
 
+def _speedup_engine_config(args: argparse.Namespace) -> int:
+    """``speedup --engine-config TEXT``: the engine's own setting priced on the GPU (roofline.planner.
+    price_engine_config: EAGLE-family drafters on the tree the engine builds, the others as its chain)."""
+    from roofline.acceptance import MeanAccepted
+    from roofline.planner import price_engine_config
+
+    if args.c is not None:
+        raise SpecroofError("--engine-config prices an engine's setting on a GPU: drop --c (the idealised form)")
+    if args.tree is not None:
+        raise SpecroofError("--tree and --engine-config both give the draft's shape: give one (the engine's knobs)")
+    config = engine_config_from_args(args, fill_hardware=True)
+    s = config.setting
+    if args.gamma is not None and not (s.is_chain and str(args.gamma).strip() == str(s.num_steps)):
+        raise SpecroofError(f"--gamma {args.gamma} and the engine configuration's setting ({s.label}) differ: give one")
+    if args.hardware is None:
+        raise SpecroofError("a priced speedup needs --hardware (the engine configuration names no GPU)")
+    not_both({"--alpha": args.alpha, "--mean-accepted": args.mean_accepted, "--acceptance": args.acceptance})
+    check_tp(get_model(args.target), args.tp)
+    apply_weight_only(args)
+    if args.mean_accepted is not None:
+        kw, note = config_acceptance(config, MeanAccepted(args.mean_accepted), None, f"{config.drafter}: ")
+    elif args.alpha is not None:
+        unit = "per token" if s.is_chain else "per candidate (i.i.d. over the engine's tree)"
+        kw, note = {"acceptance": args.alpha}, f"{config.drafter}: given rate {args.alpha:g} {unit}"
+    else:
+        acc, value, note = single_acceptance(args.acceptance, config.drafter)
+        kw, note = config_acceptance(config, acc, value, note)
+    pricing = pricing_from_args(args)
+    row = price_engine_config(config, pricing, target=args.target, batch=args.batch, context=args.context, **kw)
+    asked = args.engine or "roofline"
+    band = band_for(args.engine, load_hardware(args.hardware), speculative=True, batch=args.batch,
+                    model=args.target, context=args.context)  # fmt: skip
+    payload = dict(row) | {
+        "hardware": args.hardware, "target": args.target, "engine": asked, "mean_accepted": row["expected_tokens"],
+        "engine_config": config.to_json(), "acceptance": note, "error_band": band[0], "error_band_note": band[1],
+    }  # fmt: skip
+    dep = getattr(args, "engine_config_deployment", None)
+    base_tps = row["tokens_per_s"] / row["speedup"]
+    text = [
+        f"{args.target} + {config.drafter} as {config.engine} runs it ({s.label}) on {args.hardware}, "
+        f"engine {asked}: speedup {row['speedup']:.2f}x ({band[1]})",
+        f"  {row['expected_tokens']:.2f} tokens per round of {row['t_round_s'] * 1e3:.2f} ms (draft "
+        f"{row['t_draft_s'] * 1e3:.2f}, verify {row['t_verify_s'] * 1e3:.2f} for {s.num_draft_tokens} tokens, host "
+        f"{row['t_round_host_s'] * 1e3:.2f}) against one token per {row['t_base_s'] * 1e3:.2f} ms",
+        f"  {row['tokens_per_s']:.1f} tokens/s against {base_tps:.1f} at batch {args.batch}",
+        f"  acceptance: {note}",
+        f"  read from: {config.source}"
+        + (f" (plan's deployment on {dep.hardware} at batch {dep.batch}, context {dep.context})" if dep else ""),
+        *(f"  note: {n}" for n in config.notes),
+    ]
+    emit(args, payload, "\n".join(text))
+    return 0
+
+
 def add_parser(sub: Any) -> None:
     """Register ``specroof speedup``."""
     p = sub.add_parser(
@@ -184,12 +244,13 @@ def add_parser(sub: Any) -> None:
         "rank paths ([[0],[1],[0,0]]: Medusa choices, vLLM's speculative_token_tree) or a JSON file with a parent "
         "array, rank paths or a Sequoia growmap (default: the drafter's own, if any)",
     )
-    p.add_argument("--batch", type=bounded_int(1, INT_MAX), default=1)
-    p.add_argument("--context", type=bounded_int(0, INT_MAX), default=1024)
-    p.add_argument("--dtype", default="bf16", help="compute/activation dtype (default bf16)")
+    p.add_argument("--batch", type=bounded_int(1, INT_MAX), action=GivenStore, default=1)
+    p.add_argument("--context", type=bounded_int(0, INT_MAX), action=GivenStore, default=1024)
+    p.add_argument("--dtype", action=GivenStore, default="bf16", help="compute/activation dtype (default bf16)")
     p.add_argument("--weight-dtype", default=None, help=WEIGHT_DTYPE_HELP)
     p.add_argument("--kv-dtype", default=None, help=KV_DTYPE_HELP)
-    p.add_argument("--tp", type=bounded_int(1, 1024), default=1)
+    p.add_argument("--tp", type=bounded_int(1, 1024), action=GivenStore, default=1)
     _add_engine(p)
+    add_engine_config(p)
     _add_json(p)
     p.set_defaults(func=cmd_speedup)

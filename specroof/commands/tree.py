@@ -16,15 +16,19 @@ from specroof.commands.common import (
     TREE_DEPTH,
     TREE_DRAFTER_KEYS,
     WEIGHT_DTYPE_HELP,
+    add_engine_config,
     apply_weight_only,
     band_for,
     draft_spec,
     drafter_key,
+    emit_prices,
+    engine_config_from_args,
     resolve_drafter,
     with_offload,
 )
 from specroof.shell import (
     INT_MAX,
+    GivenStore,
     _add_engine,
     _add_json,
     _add_offload,
@@ -112,9 +116,15 @@ def cmd_tree(args: argparse.Namespace) -> int:
     from roofline.tree_sizing import best_tree_size
     from roofline.trees import optimal_tree
 
-    apply_weight_only(args)
     if args.drafter and args.draft:
         raise SpecroofError("give --drafter SPEC or --draft NAME (the same as --drafter model:NAME), not both")
+    if args.engine_config is not None and args.draft:
+        args.drafter, args.draft = draft_spec(args.draft), None
+    config = engine_config_from_args(args, fill_hardware=True)  # read before any work
+    if config is not None:
+        _check_config(args, config)
+    emit_prices(args)
+    apply_weight_only(args)
     drafter = args.drafter or (draft_spec(args.draft) if args.draft else None)
     if (args.target or drafter) and not args.hardware:
         raise SpecroofError("--target and --drafter choose a tree size for a GPU: give --hardware too")
@@ -132,6 +142,13 @@ def cmd_tree(args: argparse.Namespace) -> int:
         )
     if args.emit and not args.hardware:
         raise SpecroofError("--emit prices the engine's trees on a GPU: give --hardware, --target and --drafter")
+    if args.tp > 1:
+        if not args.hardware:
+            raise SpecroofError("--tp prices the tree on a GPU: give --hardware, --target and --drafter too")
+        from roofline.model import get_model
+        from roofline.validation import check_tp
+
+        check_tp(get_model(args.target), args.tp)
     depth = args.max_depth
     vec = read_acceptance_vector(args.acceptance_vector)
     acc = vec.model()
@@ -163,6 +180,7 @@ def cmd_tree(args: argparse.Namespace) -> int:
             engine=engine_of(args),
             weight_dtype=args.weight_dtype,
             kv_dtype=args.kv_dtype,
+            tp=args.tp,
         )
         b = choice.best
         chosen = {
@@ -174,7 +192,8 @@ def cmd_tree(args: argparse.Namespace) -> int:
             drawn = choice.tree
             payload |= {"expected_tokens": chosen["expected_tokens"], **_tree_payload(choice.tree)}
         engine = f", engine {args.engine}" if args.engine else " (datasheet roofline, no engine)"
-        band = band_for(args.engine, load_hardware(args.hardware), speculative=True)
+        band = band_for(args.engine, load_hardware(args.hardware), speculative=True, batch=args.batch,
+                        model=args.target, context=args.context)  # fmt: skip
         payload["error_band"], payload["error_band_note"] = band
         searched = (
             f"sizes {budgets[0]}-{budgets[-1]} nodes searched" + (f" (capped by --budget {args.budget})" if args.budget else "")
@@ -188,7 +207,9 @@ def cmd_tree(args: argparse.Namespace) -> int:
             f"  {b['expected_tokens']:.3f} tokens per {b['t_round_s'] * 1e3:.2f} ms round; {searched}",
         ]
         kind = drafter_key(drafter or "")
-        if kind in TREE_DRAFTER_KEYS:
+        if config is not None:
+            lines += _config_lines(args, config, acc, payload)
+        elif kind in TREE_DRAFTER_KEYS:
             framework = _deploy_engine(args)
             payload["deploy"] = _tree_deploy(args, drafter, acc, framework)
             r = payload["deploy"]
@@ -215,6 +236,52 @@ def cmd_tree(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_config(args: argparse.Namespace, config: Any) -> None:
+    """What ``tree --engine-config`` needs, refused before any work: a GPU, an EAGLE-family drafter (the engines
+    build trees for those only), and no other engine's flags."""
+    if not args.hardware:
+        raise SpecroofError("--engine-config prices the engine's tree on a GPU: give --hardware")
+    if drafter_key(config.drafter) not in TREE_DRAFTER_KEYS:
+        raise SpecroofError(
+            f"the engine configuration drafts with {config.drafter}, a chain: the engines build trees for "
+            f"{', '.join(TREE_DRAFTER_KEYS)} only; price it with specroof speedup --engine-config or plan --engine-config"
+        )
+    if args.emit is not None and args.emit != config.engine:
+        raise SpecroofError(
+            f"--emit {args.emit} and the engine configuration's {config.engine} differ: the answer is in your "
+            "engine's flags (give one)"
+        )
+    args.emit = config.engine
+
+
+def _config_lines(args: argparse.Namespace, config: Any, acc: Any, payload: dict[str, Any]) -> list[str]:
+    """Your engine's tree under this acceptance vector: its shape and price, beside the best setting of the same
+    engine and the flags that deploy it (roofline.planner.compare_engine_config)."""
+    from roofline.engine_trees import engine_tree
+    from roofline.planner import compare_engine_config
+
+    v = compare_engine_config(config, pricing_from_args(args), acceptance=acc, target=args.target, batch=args.batch,
+                              context=args.context)  # fmt: skip
+    yours = engine_tree(config.setting, acc).tree
+    y = v.yours
+    payload["engine_config"] = config.to_json() | {"tree": _tree_payload(yours)}
+    payload["verdict"] = v.to_json()
+    payload["deploy"] = v.best | {"flags": v.flags, "knobs": v.best_setting.knobs()}
+    name = _FRAMEWORK_NAMES[config.engine]
+    sentence = v.sentence().splitlines()
+    return [
+        "",
+        f"your setting ({config.label}, read from {config.source}): the tree {name} builds for {config.drafter} "
+        f"under this acceptance, {y['expected_tokens']:.3f} tokens per {y['t_round_s'] * 1e3:.2f} ms round, "
+        f"{y['speedup']:.2f}x",
+        *_tree_lines(yours),
+        *(f"  note: {n}" for n in config.notes),
+        "",
+        f"flags: {sentence[0]}",
+        *(f"  {line}" for line in sentence[1:]),
+    ]
+
+
 def add_parser(sub: Any) -> None:
     """Register ``specroof tree``."""
     p = sub.add_parser("tree", help="optimal draft tree for a sibling-rank acceptance vector (and its size for a GPU)")
@@ -235,9 +302,12 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--drafter", metavar="SPEC", help=f"the drafter (with --hardware): {DRAFTER_GRAMMAR}")
     p.add_argument("--draft", help="same as --drafter model:NAME")
-    p.add_argument("--batch", type=bounded_int(1, INT_MAX), default=1)
-    p.add_argument("--context", type=bounded_int(0, INT_MAX), default=1024)
-    p.add_argument("--dtype", default="bf16", help="compute/activation dtype (default bf16)")
+    p.add_argument("--batch", type=bounded_int(1, INT_MAX), action=GivenStore, default=1)
+    p.add_argument("--context", type=bounded_int(0, INT_MAX), action=GivenStore, default=1024)
+    p.add_argument(
+        "--tp", type=bounded_int(1, 1024), action=GivenStore, default=1, help="tensor-parallel degree of the target"
+    )
+    p.add_argument("--dtype", action=GivenStore, default="bf16", help="compute/activation dtype (default bf16)")
     p.add_argument("--weight-dtype", default=None, help=WEIGHT_DTYPE_HELP)
     p.add_argument("--kv-dtype", default=None, help=KV_DTYPE_HELP)
     p.add_argument("--plot", type=plot_path, help="write a drawing of the tree (.png, .svg, .pdf)")
@@ -249,6 +319,7 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--draft-model", help="with --emit: the draft checkpoint to name (a Hugging Face id or a path)")
     _add_engine(p)
+    add_engine_config(p)
     _add_offload(p)
     _add_json(p)
     p.set_defaults(func=cmd_tree)
