@@ -106,10 +106,15 @@ def cmd_report(args: argparse.Namespace) -> int:
     if measured:
 
         def measured_section(w: Any) -> Any:
-            from specroof.measure_report import measurement_section
+            from specroof.measure_report import measured_options, measurement_section
 
             return measurement_section(
-                w, quick=args.quick, budget_s=args.budget, progress=not args.json, log=lambda m: _note(args, m)
+                w,
+                quick=args.quick,
+                budget_s=args.budget,
+                progress=not args.json,
+                log=lambda m: _note(args, m),
+                **measured_options(args),
             )
 
         extra.append(("Measured on this device", measured_section))
@@ -180,11 +185,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if meas:
         lines.append(
             f"\nmeasured on {meas['device']} ({meas['dtype']}): verify-pass error a-priori {meas['apriori_mape']:.1%}, "
-            f"fitted {meas['fit_mape']:.1%}; best gamma measured here: "
-            + ", ".join(
-                f"{b['drafter']} batch {b['batch']}: {b['gamma']} ({b['speedup_measured']:.2f}x)"
-                for b in meas["best_measured"]
-            )
+            f"fitted {meas['fit_mape']:.1%}; best gamma measured here: {meas['best_measured_text']}"
         )
     lines.append(f"\nreport written to {args.out}/index.html in {summary['seconds']:.0f} s")
     emit(args, summary, "\n".join(lines))
@@ -251,5 +252,8 @@ def add_parser(sub: Any) -> None:
         help=f"price the answers as this software runs them (default {DEFAULT_ENGINE}: what deployments run; "
         "'none' is the datasheet roofline)",
     )
+    from specroof.measure_report import add_measured_flags
+
+    add_measured_flags(p)
     _add_json(p)
     p.set_defaults(func=cmd_report)
