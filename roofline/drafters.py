@@ -511,6 +511,7 @@ def _mixed_verify(ctx: Ctx, share: float, gamma: ArrayLike, batch: ArrayLike, co
         new_tokens=mix(one.new_tokens, many.new_tokens),
         allreduce_bytes=mix(one.allreduce_bytes, many.allreduce_bytes),
         experts_touched=mix(one.experts_touched, many.experts_touched),
+        routed_experts=mix(one.routed_experts, many.routed_experts),
     )
     return pr.time_model.pass_seconds(cost, pr.dtype, overhead_s=pr.overhead_s, tp=ctx.tp)
 

@@ -97,6 +97,11 @@ class Engine:
     kv_bandwidth_fraction: float = 1.0
     #: passes over the fp32 logits (batch x tokens x vocab x 4 bytes) that sampling makes on the device
     sampling_passes: float = 0.0
+    #: the fused-MoE kernel (docs/cost-model.md, section 36): device seconds per MoE layer and pass that the call
+    #: takes whatever it streams (routing alignment, two grouped GEMMs, activation, combine: each kernel's floor),
+    #: and per distinct routed expert a layer's tokens touch (the tiles of one expert's slice, their pipeline's fill)
+    moe_layer_s: float = 0.0
+    moe_expert_s: float = 0.0
     #: latency of one tensor-parallel all-reduce of a hidden state, on top of its bytes over the link
     allreduce_latency_s: float = 0.0
     #: per quantised weight dtype: bandwidth its kernels reach relative to bf16's, in (0, 1]
@@ -147,6 +152,8 @@ class Engine:
             "host_step_per_seq_s",
             "sampling_passes",
             "round_per_seq_s",
+            "moe_layer_s",
+            "moe_expert_s",
         ):
             if getattr(self, key) < 0:
                 raise SpecroofError(f"engine {self.name!r}: {key} must be >= 0 (got {getattr(self, key)})")
@@ -260,6 +267,8 @@ _LAYOUT: dict[str, dict[str, tuple[str, float]]] = {
         "layer_us": ("device_layer_s", 1e-6),
         "kv_bandwidth_fraction": ("kv_bandwidth_fraction", 1.0),
         "sampling_passes": ("sampling_passes", 1.0),
+        "moe_layer_us": ("moe_layer_s", 1e-6),
+        "moe_expert_us": ("moe_expert_s", 1e-6),
     },
     "host": {
         "pass_us": ("host_pass_s", 1e-6),
