@@ -30,6 +30,11 @@ if TYPE_CHECKING:
 
 Array = npt.NDArray[np.float64]
 
+#: the dense MLP's share of a decoder layer's device floor (docs/cost-model.md, section 36): three of the nine kernels
+#: of a CUDA-graph decode layer (SGLang's and vLLM's Llama layer: fused add-and-norm, qkv GEMM, rotary, attention,
+#: output GEMM, fused add-and-norm, merged gate/up GEMM, SiLU-and-mul, down GEMM), counted, not fitted
+DENSE_MLP_FLOOR_SHARE = 3.0 / 9.0
+
 #: Operators whose FLOPs are the attention products (their own throughput when fitted)
 ATTENTION_OPERATORS = ("attn_scores", "attn_values")
 
@@ -165,7 +170,10 @@ class TimeModel:
         t = self.pass_overhead_s + n_layers * self.layer_overhead_s
         e = self.engine
         if n_moe_layers and e is not None and e.moe_layer_s:
-            t = t + n_moe_layers * e.moe_layer_s
+            # an MoE layer runs the fused call instead of the dense MLP's kernels, whose share of the per-layer floor
+            # it does not pay (section 36): never less than the dense floor itself
+            extra = e.moe_layer_s - DENSE_MLP_FLOOR_SHARE * self.layer_overhead_s
+            t = t + n_moe_layers * max(extra, 0.0)
         return t
 
     def allreduce_s(self, cost: PassCost, tp: int) -> Any:

@@ -15,6 +15,7 @@ from roofline.model import get_model
 from roofline.passtime import fused_moe_layer_seconds, pass_seconds, pass_time
 from roofline.pricing import Pricing
 from roofline.published_kernels import fit_moe_kernel, kernel_summary, kernel_table, load_kernel_rows
+from roofline.timemodel import DENSE_MLP_FLOOR_SHARE
 
 SERVING = ("vllm", "vllm-0.12", "vllm-0.14", "sglang", "sglang-spec-v2")
 
@@ -82,10 +83,13 @@ def test_a_pass_pays_the_floor_per_moe_layer_and_the_time_per_expert_in_every_pa
     e = pr.engine
     off = pr.with_(engine=dataclasses.replace(e, moe_layer_s=0.0, moe_expert_s=0.0))
     m = spec.n_moe_layers
+    # the fused call's floor, less the dense MLP kernels' share of the layer floor it replaces (section 36)
+    floor = e.moe_layer_s - DENSE_MLP_FLOOR_SHARE * pr.time_model.layer_overhead_s
+    assert 0 < floor < e.moe_layer_s
     for B, n in ((1, 1), (1, 4), (8, 4)):
         T = B * n
         U = float(expected_experts_touched(spec.n_experts, spec.experts_per_token, T))
-        want = m * (e.moe_layer_s + U * e.moe_expert_s)
+        want = m * (floor + U * e.moe_expert_s)
         fast = pass_seconds(spec, pr, B, n, 1024) - pass_seconds(spec, off, B, n, 1024)
         full = float(pass_time(spec, pr, B, n, 1024).t_step_s) - float(pass_time(spec, off, B, n, 1024).t_step_s)
         array = float(pass_time(spec, pr, np.array([B]), n, 1024).t_step_s[0])
