@@ -63,6 +63,9 @@ class PassCost:
     mlp_matrices: int = 3
     n_moe_layers: int = 0
     experts_touched: Array | float = 0.0
+    #: the distinct routed experts (shared ones not counted) each MoE layer runs for this pass: the fused-MoE
+    #: kernel's per-expert time (docs/cost-model.md, section 40)
+    routed_experts: Array | float = 0.0
     #: multi-head latent attention: one latent per token serves every head, so tensor parallelism splits the heads
     #: but not the cache, and every rank reads and writes all of it (vLLM's MLA under TP)
     kv_replicated: bool = False
@@ -324,6 +327,7 @@ class ScalarTerms(NamedTuple):
     n_moe_layers: int
     experts_touched: float
     kv_replicated: bool = False
+    routed_experts: float = 0.0
 
     def to_cost(self, compute_dtype: str, weight_dtype: str, rows: Any = None) -> PassCost:
         """The same numbers as the :class:`PassCost` :func:`forward_cost` returns for this configuration.
@@ -340,7 +344,7 @@ class ScalarTerms(NamedTuple):
                 "compute_dtype": compute_dtype, "n_layers": self.n_layers, "allreduce_bytes": self.allreduce_bytes,
                 "weight_dtype": weight_dtype, "vocab_size": self.vocab_size, "mlp_matrices": self.mlp_matrices,
                 "n_moe_layers": self.n_moe_layers, "experts_touched": self.experts_touched,
-                "kv_replicated": self.kv_replicated,
+                "kv_replicated": self.kv_replicated, "routed_experts": self.routed_experts,
             },
         )  # fmt: skip
 
@@ -427,7 +431,7 @@ def scalar_terms(
     a += [mlp_act, 2 * (2 * nl + 1) * T * d * ab, T * (d + s.vocab) * ab]
     return ScalarTerms(
         names, f, w, kr, kw, a, B, n, L, nl, T * d * ab, s.vocab, s.mlp_matrices, s.n_moe_layers,
-        (touched + s.n_shared) if s.moe else 0.0, s.mla,
+        (touched + s.n_shared) if s.moe else 0.0, s.mla, touched,
     )  # fmt: skip
 
 
@@ -668,4 +672,5 @@ def forward_cost(
         names, out["f"], out["w"], out["kr"], out["kw"], out["a"], B, n, L, act_dtype, nl, T * d * ab, weight_dtype,
         vocab_size=spec.vocab_size, mlp_matrices=spec.mlp_matrices, n_moe_layers=spec.n_moe_layers,
         experts_touched=(touched + spec.n_shared_experts) if spec.is_moe else 0.0, kv_replicated=spec.is_mla,
+        routed_experts=touched,
     )  # fmt: skip

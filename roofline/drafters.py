@@ -511,6 +511,7 @@ def _mixed_verify(ctx: Ctx, share: float, gamma: ArrayLike, batch: ArrayLike, co
         new_tokens=mix(one.new_tokens, many.new_tokens),
         allreduce_bytes=mix(one.allreduce_bytes, many.allreduce_bytes),
         experts_touched=mix(one.experts_touched, many.experts_touched),
+        routed_experts=mix(one.routed_experts, many.routed_experts),
     )
     return pr.time_model.pass_seconds(cost, pr.dtype, overhead_s=pr.overhead_s, tp=ctx.tp)
 
@@ -718,6 +719,8 @@ EAGLE3_HEADS: dict[str, dict[str, int]] = {
     "kimi-k2": {"d_model": 7168, "n_heads": 64, "n_kv_heads": 64, "head_dim": 128, "d_ff": 18432, "vocab": 32000},
     "gpt-oss-20b": {"d_model": 2880, "n_heads": 64, "n_kv_heads": 8, "head_dim": 64, "d_ff": 17280, "vocab": 32000},
     "gpt-oss-120b": {"d_model": 2880, "n_heads": 64, "n_kv_heads": 8, "head_dim": 64, "d_ff": 17280, "vocab": 32000},
+    # SpecForge configs/qwen3-30B-A3B-eagle3.1.json: one dense Llama layer, a 32,000-token draft head
+    "qwen3-30b-a3b": {"d_model": 2048, "n_heads": 32, "n_kv_heads": 4, "head_dim": 128, "d_ff": 12288, "vocab": 32000},
 }
 
 

@@ -97,6 +97,11 @@ class Engine:
     kv_bandwidth_fraction: float = 1.0
     #: passes over the fp32 logits (batch x tokens x vocab x 4 bytes) that sampling makes on the device
     sampling_passes: float = 0.0
+    #: the fused-MoE kernel (docs/cost-model.md, section 40): device seconds per MoE layer and pass that the call
+    #: takes whatever it streams (routing alignment, two grouped GEMMs, activation, combine: each kernel's floor),
+    #: and per distinct routed expert a layer's tokens touch (the tiles of one expert's slice, their pipeline's fill)
+    moe_layer_s: float = 0.0
+    moe_expert_s: float = 0.0
     #: latency of one tensor-parallel all-reduce of a hidden state, on top of its bytes over the link
     allreduce_latency_s: float = 0.0
     #: per quantised weight dtype: bandwidth its kernels reach relative to bf16's, in (0, 1]
@@ -113,6 +118,10 @@ class Engine:
     spec_step_overlap: bool | None = None
     #: host seconds per speculative round per running sequence (the per-request accept/commit loop on the host)
     round_per_seq_s: float = 0.0
+    #: seconds per speculative round between its passes that no scheduler overlap hides (docs/cost-model.md, section
+    #: 37): the tree and mask build, the acceptance kernels and the synchronisation that reads them, the attention
+    #: metadata of the verify and draft-extend passes; SGLang's EAGLE worker, spec v1 and v2 alike
+    round_fixed_s: float = 0.0
     #: the draft passes run inside one engine step (a serving engine's worker): the per-step host time is paid
     #: once per round, with the verify pass, not once per draft pass as a generate loop pays it
     draft_in_step: bool = False
@@ -147,6 +156,9 @@ class Engine:
             "host_step_per_seq_s",
             "sampling_passes",
             "round_per_seq_s",
+            "moe_layer_s",
+            "moe_expert_s",
+            "round_fixed_s",
         ):
             if getattr(self, key) < 0:
                 raise SpecroofError(f"engine {self.name!r}: {key} must be >= 0 (got {getattr(self, key)})")
@@ -225,8 +237,9 @@ class Engine:
         round terms as well: 0.
         """
         if self.spec_step_overlap is True:
-            return np.zeros(np.shape(batch)) if np.ndim(batch) else 0.0
-        t = self.round_s + self.round_per_seq_s * np.asarray(batch, dtype=float)
+            zero = np.zeros(np.shape(batch)) if np.ndim(batch) else 0.0
+            return zero + self.round_fixed_s
+        t = self.round_s + self.round_fixed_s + self.round_per_seq_s * np.asarray(batch, dtype=float)
         if self.step_hidden_only_when_plain:
             t = t + self.step_host_s(batch)
         return t
@@ -260,6 +273,8 @@ _LAYOUT: dict[str, dict[str, tuple[str, float]]] = {
         "layer_us": ("device_layer_s", 1e-6),
         "kv_bandwidth_fraction": ("kv_bandwidth_fraction", 1.0),
         "sampling_passes": ("sampling_passes", 1.0),
+        "moe_layer_us": ("moe_layer_s", 1e-6),
+        "moe_expert_us": ("moe_expert_s", 1e-6),
     },
     "host": {
         "pass_us": ("host_pass_s", 1e-6),
@@ -280,7 +295,7 @@ _SPECULATIVE_FLAGS = {
     "draft_in_step": "draft_in_step",
 }
 #: every key a ``[speculative]`` table may hold besides its source
-_SPECULATIVE_KEYS = (*_SPECULATIVE_FLAGS, "round_per_seq_us", "max_running_requests")
+_SPECULATIVE_KEYS = (*_SPECULATIVE_FLAGS, "round_per_seq_us", "round_fixed_us", "max_running_requests")
 
 
 #: what every ``[measured]`` block of a measured engine profile must say (strings)
@@ -378,10 +393,10 @@ def engine_from_dict(data: Mapping[str, Any], where: str = "engine") -> Engine:
             if not isinstance(value, bool):
                 raise SpecroofError(f"{where}: [speculative] {key} must be true or false (got {value!r})")
             kw[_SPECULATIVE_FLAGS[key]] = value
-        elif key == "round_per_seq_us":
+        elif key in ("round_per_seq_us", "round_fixed_us"):
             if not isinstance(value, (int, float)) or isinstance(value, bool):
-                raise SpecroofError(f"{where}: [speculative] round_per_seq_us must be a number (got {value!r})")
-            kw["round_per_seq_s"] = float(value) * 1e-6
+                raise SpecroofError(f"{where}: [speculative] {key} must be a number (got {value!r})")
+            kw[key.removesuffix("_us") + "_s"] = float(value) * 1e-6
         elif key == "max_running_requests":
             if not isinstance(value, int) or isinstance(value, bool):
                 raise SpecroofError(
@@ -439,6 +454,8 @@ def engine_data(engine: Engine) -> dict[str, Any]:
         spec["draft_in_step"] = True
     if engine.round_per_seq_s:
         spec["round_per_seq_us"] = engine.round_per_seq_s * 1e6
+    if engine.round_fixed_s:
+        spec["round_fixed_us"] = engine.round_fixed_s * 1e6
     if engine.spec_max_running:
         spec["max_running_requests"] = engine.spec_max_running
     if engine.host_launch_range_s is not None:

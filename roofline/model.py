@@ -572,6 +572,21 @@ PRESETS: dict[str, ModelSpec] = {
         _llama(
             "mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, 32768, n_experts=8, experts_per_token=2, d_ff_expert=14336
         ),
+        # Qwen/Qwen3-30B-A3B config.json: 48 layers, 128 experts (8 per token, width 768), no shared expert; q/k norms
+        _llama(
+            "qwen3-30b-a3b",
+            48,
+            2048,
+            32,
+            4,
+            6144,
+            151936,
+            40960,
+            head_dim=128,
+            n_experts=128,
+            experts_per_token=8,
+            d_ff_expert=768,
+        ),
         _llama("llama-68m", 2, 768, 12, 12, 3072, 32000, 2048),
         _llama("vicuna-68m", 2, 768, 12, 12, 3072, 32000, 2048),  # double7/vicuna-68m: Spec-Bench's SpS draft
         _llama("vicuna-13b", 40, 5120, 40, 40, 13824, 32000, 2048),
@@ -623,6 +638,7 @@ HF_IDS: dict[str, tuple[str, ...]] = {
         "mistralai/Mistral-7B-Instruct-v0.3",
     ),
     "mixtral-8x7b": ("mistralai/Mixtral-8x7B-Instruct-v0.1", "mistralai/Mixtral-8x7B-v0.1"),
+    "qwen3-30b-a3b": ("Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B-Instruct-2507"),
     "llama-68m": ("JackFram/llama-68m",),
     "vicuna-68m": ("double7/vicuna-68m",),
     "llama-160m": ("JackFram/llama-160m",),

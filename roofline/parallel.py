@@ -143,7 +143,7 @@ class EPCtx(Ctx):
         w[i] = w[i] - saved
         tm = pr.time_model
         mem0, comp0 = tm.operator_times(cost, pr.dtype, 1)
-        mem1, comp1 = tm.operator_times(replace(cost, bytes_weights=w), pr.dtype, 1)
+        mem1, comp1 = tm.operator_times(replace(cost, bytes_weights=w, routed_experts=touched_ep), pr.dtype, 1)
         d_mlp = combine(mem1[i], comp1[i], tm.overlap) - combine(mem0[i], comp0[i], tm.overlap)
         ab = dtype_bytes(cost.compute_dtype)
         return np.asarray(d_mlp + all_to_all_s(spec, tokens_gpu, ep, ab, self.link_bytes_per_s), dtype=float)

@@ -24,6 +24,7 @@ from roofline.cost import (
     PassCost,
     ScalarTerms,
     array_sum,
+    expected_experts_touched,
     forward_cost,
     frozen,
     linear_terms,
@@ -173,7 +174,7 @@ def step_time(
 
 def _step_time(cost: PassCost, pr: Pricing, memory_bytes: Array | None = None) -> StepTime:
     tm, dtype = pr.time_model, pr.dtype
-    fixed = tm.overhead_s(cost.n_layers) if pr.overhead_s is None else pr.overhead_s
+    fixed = tm.overhead_s(cost.n_layers, cost.n_moe_layers) if pr.overhead_s is None else pr.overhead_s
     op_mem, op_comp = tm.operator_times(cost, dtype, pr.tp)
     op_t = combine(op_mem, op_comp, tm.overlap)
     comm = tm.allreduce_s(cost, pr.tp)
@@ -208,6 +209,46 @@ def moe_kernel_of(pr: Pricing) -> str | None:
         return None
     name = str(e.measured.get("framework", "") if e.measured else e.name).strip().lower()
     return "fused" if name.split("-")[0].split("_")[0] in FUSED_MOE_ENGINES else None
+
+
+def fused_moe_layer_seconds(
+    pr: Pricing,
+    experts: int,
+    experts_per_token: int,
+    hidden: int,
+    expert_width: int,
+    tokens: ArrayLike,
+    *,
+    expert_bytes_per_weight: float | None = None,
+) -> Array:
+    """Seconds of one MoE layer's routed experts for ``tokens`` tokens as a pass under ``pr`` prices them (docs/cost-model.md,
+    sections 28 and 36): the engine's fused-MoE floor per layer, then the larger of the distinct experts' slices
+    streamed (their bytes at the weight stream's rate, plus the engine's time per expert) and the padded tiles' FLOPs.
+
+    An expert is a gated MLP (``3 hidden expert_width`` weights) split over ``pr.tp`` devices; its weights take the
+    pricing's stored weight dtype unless ``expert_bytes_per_weight`` says otherwise (MXFP4: 4.25 / 8). This is the
+    term the pass adds per MoE layer, priced alone: what a kernel benchmark (vLLM's ``benchmark_moe.py``, SGLang's
+    ``tuning_fused_moe_triton.py``) times. Broadcasts over ``tokens``."""
+    tm, e, tp = pr.time_model, pr.time_model.engine, pr.tp
+    T = np.asarray(tokens, dtype=float)
+    wdt = pr.stored_weight_dtype
+    wb = dtype_bytes(wdt) if expert_bytes_per_weight is None else float(expert_bytes_per_weight)
+    bw = tm.bandwidth_bytes_per_s * tp
+    if expert_bytes_per_weight is None and (wdt in tm.weight_bandwidth_ratio or wdt in tm.weight_bytes_factor):
+        per_byte = tm.weight_bytes_factor.get(wdt, 1.0) / (bw * tm.weight_bandwidth_ratio.get(wdt, 1.0))
+    else:
+        per_byte = 1.0 / bw
+    slice_params = 3.0 * hidden * expert_width  # over tp devices: the rates above are tp devices' rates
+    touched = expected_experts_touched(experts, experts_per_token, T)
+    kernel = moe_kernel_of(pr)
+    rows = moe_expert_rows(experts, experts_per_token, T, kernel)
+    mem = touched * slice_params * wb * per_byte
+    comp = 2.0 * np.asarray(rows, dtype=float) * slice_params / (tm.peak(pr.dtype) * tp)
+    floor = 0.0
+    if e is not None and kernel is not None:
+        mem = mem + touched * e.moe_expert_s
+        floor = e.moe_layer_s
+    return np.asarray(floor + combine(mem, comp, tm.overlap), dtype=float)
 
 
 def _scalar_times(
@@ -246,6 +287,10 @@ def _scalar_times(
     if e is not None and e.kv_bandwidth_fraction != 1.0:
         extra = 1.0 / e.kv_bandwidth_fraction - 1.0
         mem = [mem[i] + kr[i] / bw * extra for i in range(len(w))]
+    if e is not None and e.moe_expert_s and terms.n_moe_layers and "mlp" in terms.operators:
+        # the fused-MoE kernel's time per distinct routed expert a layer touches (section 40)
+        mlp = terms.operators.index("mlp")
+        mem[mlp] = mem[mlp] + terms.n_moe_layers * e.moe_expert_s * terms.routed_experts
     if e is not None and e.sampling_passes and terms.vocab_size and "lm_head" in terms.operators:
         head = terms.operators.index("lm_head")
         mem[head] = mem[head] + tokens * float(terms.vocab_size) * 4.0 * e.sampling_passes / bw
@@ -264,7 +309,7 @@ def _scalar_times(
     else:
         op_t = [max(m, c) + (1.0 - tm.overlap) * min(m, c) for m, c in zip(mem, comp, strict=True)]
     nl = terms.n_layers
-    fixed = tm.overhead_s(nl) if pr.overhead_s is None else pr.overhead_s
+    fixed = tm.overhead_s(nl, terms.n_moe_layers) if pr.overhead_s is None else pr.overhead_s
     comm = 0.0
     if tp > 1:
         if tm.interconnect_bytes_per_s is None:
@@ -399,7 +444,9 @@ class _Pricer:
         self.moe = moe
         if moe:
             self.mlp_w = [(w[mlp] * r[1], per_t_s[j][mlp], f_t[mlp] / peak_tp) for j, r in enumerate(regimes)]
-            self.mlp_e = [touched_w[mlp] * r[1] for r in regimes]  # seconds per distinct expert
+            # seconds per distinct expert: its bytes, and the fused-MoE kernel's time per expert in every MoE layer
+            per_expert = s.n_moe_layers * e.moe_expert_s if e is not None and s is not None else 0.0
+            self.mlp_e = [touched_w[mlp] * r[1] + per_expert for r in regimes]
             self.mlp_r = f_r[mlp] / peak_tp  # compute seconds per row the fused kernel runs (0: useful FLOPs only)
         self.n_attn = len(attn)
         a0 = attn[0] if attn else 0
@@ -408,7 +455,8 @@ class _Pricer:
         self.attn_c = f_p[a0] / ((attn_rate * tp) if attn_own else peak_tp) if attn else 0.0  # type: ignore[operator]
         self.attn_scaled = not attn_own
         self.vocab = float(vocab)
-        self.fixed = float(tm.overhead_s(nl) if pr.overhead_s is None else pr.overhead_s)
+        n_moe = s.n_moe_layers if s is not None and moe else 0
+        self.fixed = float(tm.overhead_s(nl, n_moe) if pr.overhead_s is None else pr.overhead_s)
         self.comm_0 = self.comm_t = 0.0
         if tp > 1:
             link = tm.interconnect_bytes_per_s
@@ -901,6 +949,8 @@ class _StepPricer:
                 mem = mem + kr / bw * (1.0 / e.kv_bandwidth_fraction - 1.0)
             if sampling:  # the fp32 logits of every token, read and written by the sampler
                 mem[1, ix["lm_head"]] += vocab * 4.0 * sampling / bw
+            if moe and e is not None and e.moe_expert_s:  # the fused-MoE kernel's time per distinct expert (36)
+                mem[5, ix["mlp"]] += s.n_moe_layers * e.moe_expert_s
             totals = np.stack([mem.sum(1), (comp * scaled).sum(1), (comp * ~scaled).sum(1), flops.sum(1),
                                (w + kr + kw + a).sum(1)], axis=1)  # fmt: skip
             self.mats.append(np.ascontiguousarray(np.concatenate([flops, w, kr, kw, a, mem, comp, totals], axis=1)))
@@ -922,10 +972,11 @@ class _StepPricer:
         self.cost_fields = dict.fromkeys(f.name for f in fields(PassCost)) | {
             "operators": names, "compute_dtype": pr.dtype, "n_layers": nl, "weight_dtype": wdt,
             "vocab_size": int(vocab), "mlp_matrices": s.mlp_matrices, "n_moe_layers": s.n_moe_layers,
-            "experts_touched": 0.0, "kv_replicated": False,
+            "experts_touched": 0.0, "kv_replicated": False, "routed_experts": 0.0,
         }  # fmt: skip
         self.step_fields = dict.fromkeys(f.name for f in fields(StepTime)) | {
-            "operators": names, "overhead_s": float(tm.overhead_s(nl) if pr.overhead_s is None else pr.overhead_s),
+            "operators": names,
+            "overhead_s": float(tm.overhead_s(nl, s.n_moe_layers if moe else 0) if pr.overhead_s is None else pr.overhead_s),
             "ridge": peak / tm.bandwidth_bytes_per_s,
         }  # fmt: skip
 
@@ -958,6 +1009,7 @@ class _StepPricer:
         c["allreduce_bytes"] = T * self.d_ab
         if self.moe:
             c["experts_touched"] = touched + self.n_shared
+            c["routed_experts"] = touched
         f = self.step_fields.copy()
         f["op_memory_s"], f["op_compute_s"], f["op_time_s"], f["t_memory_s"], f["t_compute_s"] = (
             op_mem, op_comp, op_t, out[j], t_comp)  # fmt: skip

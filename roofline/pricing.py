@@ -193,7 +193,7 @@ class Pricing:
     @property
     def round_host_s(self) -> float:
         """Host seconds per speculative round outside the passes (the engine's; 0 for the pure roofline)."""
-        return self.engine.round_s if self.engine is not None else 0.0
+        return self.engine.round_s + self.engine.round_fixed_s if self.engine is not None else 0.0
 
     def round_host_at(self, batch: Any) -> Any:
         """Host seconds of a speculative round of ``batch`` sequences outside its passes: the engine's per-round,
@@ -202,7 +202,7 @@ class Pricing:
         if e is None:
             return 0.0
         if not (e.round_per_seq_s or e.step_hidden_only_when_plain or e.spec_step_overlap is True):
-            return e.round_s
+            return e.round_s + e.round_fixed_s
         t = e.round_host_s(batch)
         return float(t) if np.ndim(t) == 0 else t
 

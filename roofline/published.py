@@ -24,6 +24,7 @@ from roofline.engine import Engine, canonical_engine, engine_group, load_engine
 from roofline.errors import SpecroofError
 from roofline.hardware import FLOAT_DTYPES, activation_dtype
 from roofline.passtime import pass_time
+from roofline.pricing import Pricing
 
 try:  # the speedup predictor is moving to its own module (roofline.predict); either home works
     from roofline.predict import predict_speedup
@@ -46,7 +47,7 @@ SERVING_FAMILY = ("vllm", "vllm-0.12", "vllm-0.14", "sglang", "sglang-spec-v2", 
 
 #: fitted parameters that belong to one engine and its versions (the first word of the name: ``vllm-0.12`` is a
 #: ``vllm``), not to the whole serving family: a scheduler's host time is its own (docs/cost-model.md, section 32)
-OWN_PARAMETERS = frozenset({"host_step_s", "round_s"})
+OWN_PARAMETERS = frozenset({"host_step_s", "round_s", "round_fixed_s"})
 
 
 def engine_base(name: str) -> str:
@@ -57,7 +58,7 @@ def engine_base(name: str) -> str:
 
 #: how many more calibration rows than free parameters a fit needs (vllm: one, set when its serving sources named three
 #: rows; Splitwise's prefill rows have since added four)
-FIT_MARGIN = {"compiled": 2, "hf": 2, "vllm": 1}
+FIT_MARGIN = {"compiled": 2, "hf": 2, "vllm": 1, "sglang": 2}
 
 #: every engine's free parameters when fitted, with bounds (SI units; ratios and fractions in (0, 1])
 #: (lower bound, start, upper bound): the fit always starts from the same point, so it is reproducible
@@ -83,6 +84,11 @@ FIT_PARAMETERS: dict[str, dict[str, tuple[float, float, float]]] = {
         "compute_fraction": (0.2, 0.8, 1.0),
         "host_step_s": (0.0, 5e-4, 5e-3),
         "round_s": (0.0, 5e-4, 5e-3),
+    },
+    # SGLang's EAGLE worker's own time per round between its passes, which neither scheduler overlaps (spec v1 and v2:
+    # docs/cost-model.md, section 41); the device rates stay the family's (fitted under vllm)
+    "sglang": {
+        "round_fixed_s": (0.0, 5e-4, 1e-2),
     },
 }
 
@@ -128,6 +134,7 @@ def load_published(folder: str | Path | None = None) -> pd.DataFrame:
                 "published_speedup": r.get("speedup"),
                 "published_ttft_s": r.get("ttft_s"),
                 "not_modelled": r.get("not_modelled", ""),
+                "engine_config": str(r.get("engine_config", "")),
                 "date": str(r.get("date", data.get("date", ""))),
                 "engine_version": str(r.get("engine_version", data.get("engine_version", ""))),
             }
@@ -237,6 +244,18 @@ def _check_row(path: Path, i: int, row: dict[str, Any]) -> None:
         raise SpecroofError(f"{where}: a {row['kind']} row gives prompt_tokens >= 1 and output_tokens >= 0")
     if row["counts"] not in ("output", "total"):
         raise SpecroofError(f"{where}: counts must be 'output' or 'total' (got {row['counts']!r})")
+    if row["engine_config"]:
+        # the engine's own knobs (SGLang's flags, vLLM's speculative config): read as `--engine-config` reads them
+        from roofline.engine_flags import read_engine_config
+
+        if row["kind"] != "speculative" or row["mean_accepted"] is None or row["gamma"] or row["tree"]:
+            raise SpecroofError(
+                f"{where}: engine_config is a speculative row's setting, with mean_accepted and no gamma or tree"
+            )
+        try:
+            read_engine_config(row["engine_config"], target=row["model"])
+        except SpecroofError as e:
+            raise SpecroofError(f"{where}: engine_config: {e}") from None
 
 
 def _act_dtype(weight_dtype: str) -> str:
@@ -291,6 +310,8 @@ def predict_row(row: pd.Series | dict[str, Any], engine: Engine | str | None) ->
         batch=spec_batch,
     )
     ma = r["mean_accepted"]
+    if isinstance(r.get("engine_config"), str) and r["engine_config"]:
+        return _predict_engine_config(r, eng, batch, spec_batch, act, wdt)
     if ma is None or (isinstance(ma, float) and math.isnan(ma)):
         # no acceptance published: price the round once (at one token per round) and report what E the figure implies
         p = predict_speedup(mean_accepted=1.0, **kw)
@@ -308,6 +329,30 @@ def predict_row(row: pd.Series | dict[str, Any], engine: Engine | str | None) ->
     if r["published_speedup"] is not None and not pd.isna(r["published_speedup"]):
         return {"predicted": speedup_}
     return {"predicted": p.tokens_per_s}
+
+
+def _predict_engine_config(
+    r: dict[str, Any], eng: Engine | None, batch: int, spec_batch: int, act: str, wdt: str | None
+) -> dict[str, float]:
+    """A speculative row given in its engine's own knobs (``engine_config``), priced as ``--engine-config`` prices
+    them (:func:`roofline.planner.price_engine_config`: the tree or chain the engine builds) at the published
+    tokens per round."""
+    from roofline.engine_flags import read_engine_config
+    from roofline.planner import price_engine_config
+
+    cfg = read_engine_config(r["engine_config"], target=r["model"])
+    # the row's own pricing (the roofline's when eng is None): the configuration's knobs, not its engine's profile
+    pr = Pricing.of(r["hardware"], engine=eng, dtype=act, weight_dtype=wdt, tp=int(r["tp"]))
+    p = price_engine_config(cfg, pr, mean_accepted=float(r["mean_accepted"]), target=r["model"], batch=spec_batch,
+                            context=int(r["context"]))  # fmt: skip
+    tokens_per_s, speedup_ = float(p["tokens_per_s"]), float(p["speedup"])
+    if spec_batch != batch:  # the engine's cap: plain decoding runs the whole batch
+        base = pass_time(r["model"], r["hardware"], batch, 1, r["context"], act, weight_dtype=wdt, tp=r["tp"],
+                         engine=eng)  # fmt: skip
+        speedup_ = tokens_per_s * float(base.t_step_s[()]) / batch
+    if r["published_speedup"] is not None and not pd.isna(r["published_speedup"]):
+        return {"predicted": speedup_}
+    return {"predicted": tokens_per_s}
 
 
 def _is_given(v: Any) -> bool:
@@ -413,6 +458,10 @@ def _setup(r: pd.Series) -> str:
     if r["kind"] == "speculative":
         g = r["gamma"]
         shape = f"tree {r['tree']}" if isinstance(r["tree"], str) else ("" if g is None or pd.isna(g) else f"gamma {g}")
+        knobs = r.get("engine_config")
+        if isinstance(knobs, str) and knobs:  # SGLang's steps/topk/draft tokens as its flags give them
+            shape = " ".join(w for w in knobs.replace("--speculative-", "").split() if w[:1].isdigit())
+            shape = "knobs " + "/".join(shape.split())
         parts.append(f"+ {r['drafter']}" + (f" ({shape})" if shape else ""))
         if r["mean_accepted"] is not None and not pd.isna(r["mean_accepted"]):
             parts.append(f"E={r['mean_accepted']}")

@@ -30,6 +30,11 @@ if TYPE_CHECKING:
 
 Array = npt.NDArray[np.float64]
 
+#: the dense MLP's share of a decoder layer's device floor (docs/cost-model.md, section 40): three of the nine kernels
+#: of a CUDA-graph decode layer (SGLang's and vLLM's Llama layer: fused add-and-norm, qkv GEMM, rotary, attention,
+#: output GEMM, fused add-and-norm, merged gate/up GEMM, SiLU-and-mul, down GEMM), counted, not fitted
+DENSE_MLP_FLOOR_SHARE = 3.0 / 9.0
+
 #: Operators whose FLOPs are the attention products (their own throughput when fitted)
 ATTENTION_OPERATORS = ("attn_scores", "attn_values")
 
@@ -139,6 +144,11 @@ class TimeModel:
         if e is not None and e.kv_bandwidth_fraction != 1.0:
             # attention over the (paged) cache reads its KV at a share of the weight stream's rate
             op_mem = op_mem + kv_read / bw * (1.0 / e.kv_bandwidth_fraction - 1.0)
+        if e is not None and e.moe_expert_s and cost.n_moe_layers and "mlp" in cost.operators:
+            # the fused-MoE kernel's time per distinct routed expert a layer touches (section 40)
+            mlp = cost.operators.index("mlp")
+            op_mem = op_mem.copy()
+            op_mem[mlp] = op_mem[mlp] + cost.n_moe_layers * e.moe_expert_s * np.asarray(cost.routed_experts)
         if e is not None and e.sampling_passes and cost.vocab_size and "lm_head" in cost.operators:
             # sampling reads and writes the fp32 logits of every token (softmax, top-k/p, the draw)
             head = cost.operators.index("lm_head")
@@ -154,9 +164,17 @@ class TimeModel:
             op_comp[attn] = cost.flops[attn] / (self.attention_flop_per_s * tp)
         return op_mem, op_comp
 
-    def overhead_s(self, n_layers: int) -> float:
-        """Fixed seconds per pass outside the operators: per pass plus per layer."""
-        return self.pass_overhead_s + n_layers * self.layer_overhead_s
+    def overhead_s(self, n_layers: int, n_moe_layers: int = 0) -> float:
+        """Fixed seconds per pass outside the operators: per pass plus per layer, plus the engine's fused-MoE floor per
+        MoE layer (docs/cost-model.md, section 40)."""
+        t = self.pass_overhead_s + n_layers * self.layer_overhead_s
+        e = self.engine
+        if n_moe_layers and e is not None and e.moe_layer_s:
+            # an MoE layer runs the fused call instead of the dense MLP's kernels, whose share of the per-layer floor
+            # it does not pay (section 40): never less than the dense floor itself
+            extra = e.moe_layer_s - DENSE_MLP_FLOOR_SHARE * self.layer_overhead_s
+            t = t + n_moe_layers * max(extra, 0.0)
+        return t
 
     def allreduce_s(self, cost: PassCost, tp: int) -> Any:
         """Two ring all-reduces of the hidden state per layer over ``tp`` devices: 2 (tp - 1) / tp x bytes / link."""
@@ -200,7 +218,7 @@ class TimeModel:
     def pass_seconds(self, cost: PassCost, dtype: str, *, overhead_s: float | None = None, tp: int = 1) -> Array:
         """Seconds of the pass ``cost`` (the composition; ``overhead_s`` replaces the fixed overheads)."""
         op_mem, op_comp = self.operator_times(cost, dtype, tp)
-        fixed = self.overhead_s(cost.n_layers) if overhead_s is None else overhead_s
+        fixed = self.overhead_s(cost.n_layers, cost.n_moe_layers) if overhead_s is None else overhead_s
         op_t = combine(op_mem, op_comp, self.overlap)
         return self.compose(op_t, fixed, self.allreduce_s(cost, tp), cost.n_layers, cost=cost)
 

@@ -102,7 +102,7 @@ def test_batch_buckets_and_context_classes():
 
 
 def test_a_kind_band_comes_from_the_most_specific_group_with_enough_rows():
-    from roofline.error_bands import COVERAGE, MIN_ROWS, band_for, compute_residuals
+    from roofline.error_bands import COVERAGE, MIN_ROWS, band_for, band_quantile, compute_residuals
 
     res = compute_residuals()
     band = band_for("hf", "speculative", "a100-sxm-80gb", batch=1, model="vicuna-7b", context=512)
@@ -111,7 +111,7 @@ def test_a_kind_band_comes_from_the_most_specific_group_with_enough_rows():
     sel = res[(res["engine_group"] == "hf") & (res["kind"] == "speculative") & (res["bucket"] == "1")
               & ~res["moe"] & (res["context_class"] == "<=8k")]  # fmt: skip
     assert band.n == len(sel) >= MIN_ROWS
-    assert band.band_pct == pytest.approx(100 * np.quantile(np.abs(sel["error_engine"]), COVERAGE))
+    assert band.band_pct == pytest.approx(100 * band_quantile(sel["error_engine"]))
     assert band.description.startswith(f"±{band.band_pct:.0f}%: {COVERAGE:.0%} of the {band.n} held-out rows")
     # a group without rows of its own falls back to coarser ones and says which it used
     wide = band_for("sglang", "speculative", "h100-sxm-80gb", batch=48, model="llama-3.1-8b", context=2048)
@@ -153,3 +153,19 @@ def test_the_calibration_rows_errors_lie_within_their_own_bands():
     assert sum(inside.values()) >= COVERAGE * sum(counted.values())
     for g, n in counted.items():
         assert inside[g] >= COVERAGE * n, (g, inside[g], n)
+
+
+def test_a_band_is_the_conformal_quantile_of_its_rows():
+    """With n held-out rows the band is the ceil(0.8 (n + 1))-th smallest |error|: the largest of four, the eighth of
+    nine; the plain 80% quantile of three rows (between the second and the third) claims more than it covers."""
+    from roofline.error_bands import MIN_ROWS, band_quantile
+
+    assert MIN_ROWS == 4
+    assert band_quantile([0.01, 0.02, 0.03, 0.04]) == 0.04
+    assert band_quantile(np.arange(1, 10) / 100) == pytest.approx(0.08)
+    assert band_quantile([-0.5, 0.1, 0.2, 0.3, 0.05]) == 0.5  # |errors|, either sign
+    # over many draws of five rows and a sixth, the band holds the sixth at least 80% of the time
+    rng = np.random.default_rng(0)
+    draws = rng.standard_normal((20000, 6))
+    held = [abs(d[5]) <= band_quantile(d[:5]) for d in draws]
+    assert np.mean(held) >= 0.8

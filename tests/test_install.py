@@ -36,6 +36,7 @@ def test_wheel_ships_the_profiles(tmp_path):
 
     names = zipfile.ZipFile(wheel).namelist()
     assert "measure/pair_weights/target.safetensors" in names and "measure/pair_weights/meta.json" in names
+    assert "published/kernels/vllm_pr24700_fused_moe_h100.toml" in names  # the fused-MoE kernel tables (section 40)
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
         check=True,
