@@ -200,6 +200,7 @@ def sweep(
     launch_points: int = 6,
     essential: int = 1,
     keep_s: float = 0.0,
+    refuse_short: bool = False,
 ) -> pd.DataFrame:
     """Time the verify pass at every (dtype, batch, new_tokens, context); one tidy row per point.
 
@@ -224,7 +225,9 @@ def sweep(
     and calibrate what a visit costs here; the others are visited only while they fit what the
     budget has left less ``keep_s`` (the caller's next steps), in the order of need. A point never
     visited is a row with status ``budget`` (not saved: a resume visits it), named in
-    ``attrs["dropped"]`` with why.
+    ``attrs["dropped"]`` with why. With ``refuse_short`` (``measure sweep``) an essential point
+    whose first pass shows the rest of its visit cannot fit what is left is refused instead, in one
+    line naming the budget it needs: nothing the sweep could measure fits.
 
     ``graphs`` (``--graphs``: auto, on, off): on a GPU each point's pass is captured as a CUDA
     graph and replayed (:mod:`measure.graphs`), timed by CUDA events; "on" without a GPU is an
@@ -338,6 +341,7 @@ def sweep(
             how,
             essential=essential,
             keep_s=keep_s,
+            refuse_short=refuse_short,
         )
     finally:
         if lock is not None:
@@ -623,7 +627,7 @@ class VisitCosts:
         return (self.warmup + self.repeats if first else 1 + self.repeats) * self.pass_s(price) + one_off
 
 
-def _plan_prices(
+def plan_prices(
     spec: ModelSpec | None, rows: list[dict[str, Any]], hw: Hardware | None, dev: torch.device, tree: Any
 ) -> np.ndarray:
     """Each point's price for planning: the roofline's on ``hw``, else on a shipped profile of the device's kind
@@ -669,6 +673,7 @@ def _sweep_points(
     how: tuple[bool, bool] | None = None,
     essential: int = 1,
     keep_s: float = 0.0,
+    refuse_short: bool = False,
 ) -> tuple[pd.DataFrame, list[Any]]:
     """The measuring loop of :func:`sweep`: shuffled visits, per-visit rows, budget and convergence. Returns the
     pooled rows and the harness models measured (``how``: (graphs, compile) to attach to each).
@@ -696,7 +701,7 @@ def _sweep_points(
     }
     keys = {dt: [tuple(str(r[k]) for k in KEY) for r in rows[dt]] for dt in dtypes}
     ref = reference_point(rows[dtypes[0]])
-    prices = {dt: _plan_prices(spec_all, rows[dt], hw, dev, tree) for dt in dtypes}
+    prices = {dt: plan_prices(spec_all, rows[dt], hw, dev, tree) for dt in dtypes}
     order = point_order(rows[dtypes[0]], list(prices[dtypes[0]]))
     # the first visits in the order of need, the dtypes interleaved: a short budget keeps a point in every dtype
     items = [(d, i) for i in order for d in range(len(dtypes))]
@@ -792,16 +797,27 @@ def _sweep_points(
                 out = dict(_OOM)  # would not fit the memory now free: not attempted (the kernel kills)
             else:
                 used = warmup if first else 1
-                # an essential point runs whole; any other is given up after a warm-up pass if the rest would not fit
+                # a point is given up after a warm-up pass if the rest of its visit would not fit; an essential one
+                # runs whole, unless ``refuse_short``: then it needs what is left (the caller's next steps wait for
+                # it), and where even that is short nothing this sweep could measure fits: it is refused below
+                essential = it in must and first
                 allows = (
                     None
-                    if (it in must and first) or not limited
-                    else lambda s: bud.allows(PLAN_MARGIN * s + keep_s + CLOSING_S)
+                    if not limited or (essential and not refuse_short)
+                    else lambda s: bud.allows(PLAN_MARGIN * s + (0.0 if essential else keep_s) + CLOSING_S)
                 )
                 # a captured or compiled model's first pass of a shape is its capture or its compile: not judged by
                 staged = isinstance(runner, ModelRunner) and runner.model.runner is not None
                 out = _measure_visit(
                     runner, rows[dt][i], tokens[i], tree, dev, used, repeats, threads, allows, int(first and staged)
+                )
+            if out["status"] == ABANDONED and it in must and first:
+                rest = PLAN_MARGIN * (warmup + repeats - int(out["passes"])) * float(out["t_probe_s"])
+                raise SpecroofError(
+                    f"a budget of {bud.seconds:g} s is too short for this sweep here: {bud.elapsed_s:.0f} s went to "
+                    f"the imports, building {name0} in {dt} (its kernels chosen, compiled or captured) and a first "
+                    f"pass of {point_name(rows[dt][i])}, and that point, which the sweep needs at least, would take "
+                    f"~{rest:.0f} s more; give a --budget of at least {bud.elapsed_s + rest + CLOSING_S + keep_s:.0f} s"
                 )
             if out["status"] == ABANDONED:
                 passes = int(out["passes"])

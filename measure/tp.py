@@ -358,7 +358,7 @@ def rank_budget(deadline: float | None) -> Budget:
 
 
 def _sweep_job(rank: int, world: int, dev: torch.device, cfg: dict[str, Any]) -> dict[str, Any]:
-    from measure.sweep import PLAN_MARGIN, VisitCosts
+    from measure.sweep import PLAN_MARGIN, VisitCosts, plan_prices
 
     spec = _spec_of(cfg)
     budget = rank_budget(cfg.get("deadline"))
@@ -374,14 +374,33 @@ def _sweep_job(rank: int, world: int, dev: torch.device, cfg: dict[str, Any]) ->
     rng = np.random.default_rng(cfg["seed"])  # the same order on every rank: they must run the same passes
     kw = dict(warmup=cfg["warmup"], repeats=cfg["repeats"], device=dev)
     ar_repeats = max(cfg["repeats"], 10)
-    # a verify pass is priced by its tokens (section 40's a + s t, learned as the points are timed); an all-reduce
-    # size at what its last visit took
+    # a verify pass is priced by the roofline of the whole model on a shipped profile of the device's kind (section
+    # 40's a + s t, learned as the points are timed: the shards' share and this machine's speed); an all-reduce size
+    # at what its last visit took
+    rows = [{"dtype": cfg["dtype"], "batch": b, "new_tokens": n, "context": context} for b, n in points]
+    price = plan_prices(spec, rows, None, dev, None)
     costs = VisitCosts(cfg["warmup"], cfg["repeats"])
     last_ar: dict[int, float] = {}
     cheapest = min(range(len(points)), key=lambda i: points[i][0] * points[i][1])
     verify: list[dict[str, Any]] = []
     allreduce: list[dict[str, Any]] = []
     visited: set[int] = set()
+
+    def timed(i: int, visit: int) -> dict[str, Any]:
+        """Point ``i``'s passes, timed on every rank (the slowest rank's times); its cost learned."""
+        b, n = points[i]
+        x = torch.randint(0, spec.vocab_size, (b, n), generator=torch.Generator().manual_seed(n)).to(dev)
+        assert model.cache is not None
+        model.cache.rollback([context] * model.cache.max_batch)  # only lengths: latency ignores values
+        dist.barrier()
+        t0 = time.perf_counter()
+        t = time_fn(lambda: model(x), **kw)  # type: ignore[arg-type]
+        wall = time.perf_counter() - t0
+        stats = _stats(_slowest(t.samples_s, dev))
+        costs.record(float(price[i]), stats["t_median_s"], cfg["warmup"] + cfg["repeats"], wall, i not in visited)
+        visited.add(i)
+        return {"batch": b, "new_tokens": n, "context": context, "visit": visit,
+                "allreduce_bytes": b * n * spec.d_model * elt, **stats}  # fmt: skip
 
     def go(essential: bool, seconds: float) -> bool:
         # rank 0's clock decides for every rank: they must run the same passes
@@ -406,23 +425,12 @@ def _sweep_job(rank: int, world: int, dev: torch.device, cfg: dict[str, Any]) ->
             if visit == 0:
                 order = [cheapest, *(i for i in order if i != cheapest)]
             for i in order:
-                b, n = points[i]
-                first = i not in visited
-                if not go(visit == 0 and i == cheapest, costs.visit_s(float(b * n), first)):
-                    continue
-                x = torch.randint(0, spec.vocab_size, (b, n), generator=torch.Generator().manual_seed(n)).to(dev)
-                model.cache.rollback([context] * model.cache.max_batch)  # only lengths: latency ignores values
-                dist.barrier()
-                t0 = time.perf_counter()
-                t = time_fn(lambda x=x: model(x), **kw)  # type: ignore[arg-type]
-                wall = time.perf_counter() - t0
-                stats = _stats(_slowest(t.samples_s, dev))
-                passes = cfg["warmup"] + cfg["repeats"]
-                costs.record(float(b * n), stats["t_median_s"], passes, wall, first)
-                visited.add(i)
-                row = {"batch": b, "new_tokens": n, "context": context, "visit": visit}
-                row |= {"allreduce_bytes": b * n * spec.d_model * elt, **stats}
-                verify.append(row)
+                if go(visit == 0 and i == cheapest, costs.visit_s(float(price[i]), i not in visited)):
+                    verify.append(timed(i, visit))
+        # points no visit reached (an early estimate, or a shuffled order, left them out): cheapest first, while they fit
+        for i in sorted(range(len(points)), key=lambda j: float(price[j])):
+            if i not in visited and go(False, costs.visit_s(float(price[i]), True)):
+                verify.append(timed(i, 0))
     never = [f"batch {points[i][0]} x {points[i][1]} new tokens" for i in range(len(points)) if i not in visited]
     return {"verify": verify, "allreduce": allreduce, "threads": torch.get_num_threads(), "never": never}
 

@@ -300,6 +300,7 @@ def cmd_measure_sweep(args: argparse.Namespace) -> int:
         progress=not args.json,
         graphs=args.graphs,
         compile=args.compile,
+        refuse_short=True,
     )
     freeze_at_exit()
     cols = [

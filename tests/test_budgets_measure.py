@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -312,23 +311,49 @@ def test_a_rank_budget_ends_at_the_parents_deadline():
 # -- the commands -------------------------------------------------------------------------------------------------
 
 
-def test_measure_sweep_counts_its_budget_and_says_what_it_dropped(tmp_path, monkeypatch, capsys):
-    from specroof.cli import main
-
+def _tiny_config(tmp_path):
     cfg = tmp_path / "tiny.json"
     cfg.write_text(json.dumps({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
                                "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 100,
                                "max_position_embeddings": 512, "model_type": "llama"}))  # fmt: skip
-    monkeypatch.setattr(sys, "argv", ["pytest"])  # called in-process: the budget counts from the call
-    rc = main(["measure", "sweep", "--spec", str(cfg), "--dtype", "fp32", "--tokens", "1,2,4,8", "--context", "16",
-               "--budget", "1e-3", "--out", str(tmp_path / "sw"), "--json"])  # fmt: skip
-    assert rc == 0
+    return cfg
+
+
+def test_measure_sweep_says_what_its_budget_dropped(tmp_path, monkeypatch, capsys):
+    import specroof.measure_cli as mc
+    from specroof.cli import main
+
+    clock = FakeClock()
+    _fake_visits(monkeypatch, clock, lambda row: 0.1 * row["new_tokens"])
+    monkeypatch.setattr(mc, "command_budget", lambda args, words: Budget(args.budget, clock=clock))
+    rc = main(["measure", "sweep", "--spec", str(_tiny_config(tmp_path)), "--dtype", "fp32", "--tokens", "1,2,4,8",
+               "--context", "16", "--budget", "12", "--out", str(tmp_path / "sw"), "--json"])  # fmt: skip
+    assert rc == 0 and clock.t - 1000.0 <= 12.0
     pay = json.loads(capsys.readouterr().out)
-    assert pay["budget_s"] == pytest.approx(1e-3) and pay["spent_s"] > 1e-3  # the reference point always runs
-    assert [r["status"] for r in pay["rows"]] == ["ok", "budget", "budget", "budget"]
-    assert len(pay["dropped"]) == 3
+    status = {r["new_tokens"]: r["status"] for r in pay["rows"]}
+    assert status[1] == "ok" and "budget" in status.values() and pay["budget_s"] == 12.0
+    assert len(pay["dropped"]) == list(status.values()).count("budget")
     saved = json.loads((tmp_path / "sw" / "sweep-summary.json").read_text())
     assert saved["dropped"] == pay["dropped"]
+    # the text names them in a line
+    capsys.readouterr()
+    rc = main(["measure", "sweep", "--spec", str(_tiny_config(tmp_path)), "--dtype", "fp32", "--tokens", "1,2,4,8",
+               "--context", "16", "--budget", "12"])  # fmt: skip
+    assert rc == 0 and "dropped for the budget: " in capsys.readouterr().out
+
+
+def test_measure_sweep_refuses_a_budget_its_least_point_cannot_fit(tmp_path, monkeypatch, capsys):
+    import specroof.measure_cli as mc
+    from specroof.cli import main
+
+    clock = FakeClock()
+    _fake_visits(monkeypatch, clock, lambda row: 1.0)  # a pass of 1 s: the reference's 7 passes take 7 s
+    monkeypatch.setattr(mc, "command_budget", lambda args, words: Budget(args.budget, clock=clock))
+    rc = main(["measure", "sweep", "--spec", str(_tiny_config(tmp_path)), "--dtype", "fp32", "--tokens", "1,2",
+               "--context", "16", "--budget", "4", "--json"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "give a --budget of at least" in err
+    assert clock.t - 1000.0 <= 4.0  # refused after one pass of the reference, inside the budget
 
 
 @pytest.mark.parametrize("bad", ["0", "-1", "nan"])

@@ -106,8 +106,8 @@ def test_a_second_run_on_the_same_folder_is_refused(tmp_path):
 
 
 def test_a_spent_budget_visits_the_reference_only_and_names_the_rest(tmp_path):
-    # first visits are the budget's too: only the reference (the calibration) runs; the others are rows with
-    # status "budget", never saved (a resume visits them), and named
+    # first visits are the budget's too: only the reference (the calibration, which an API caller gets whatever the
+    # budget) runs; the others are rows with status "budget", never saved (a resume visits them), and named
     df = sweeps.sweep(TINY, rounds=50, budget=Budget(1e-6), out=tmp_path, **{**GRID, "new_tokens": [1, 2, 3]})
     assert len(df) == 3 and list(df["new_tokens"]) == [1, 2, 3]
     assert list(df["status"]) == ["ok", "budget", "budget"] and list(df["visits"]) == [1, 0, 0]
