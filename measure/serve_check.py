@@ -397,6 +397,90 @@ def requests_per_run(
     return int(max(8, min(2000, max(1.0, replay_s) / per_request_s)))
 
 
+#: the planning margin on a run's predicted seconds (docs/cost-model.md, sections 38 and 40)
+PLAN_MARGIN = 1.25
+#: seconds kept at the budget's end: the verdicts, the settings, the CSVs and the text (0.1-0.5 s on the project's
+#: 2-core CPU beside a busy core), and the interpreter's exit
+CLOSING_S = 1.5
+#: the share of what is left after loading and the microbenchmarks that the verify sweeps (both models, both visits)
+#: may take: the fit needs their points, the calibrations and the replays the rest
+SWEEP_SHARE = 0.25
+
+
+def calibration_shapes(slots: int, gammas: Sequence[int], shortest: int, longest: int, max_seq: int) -> int:
+    """Distinct layer shapes (padded batch, new tokens, context bucket) a policy's calibrations decode through, over
+    the policies' ``gammas`` (none: plain decoding only), for contexts from ``shortest`` to ``longest`` tokens:
+    per padded batch and bucket a one-token step, and per gamma a verify pass and a draft chain's two first passes.
+    What a compiled or captured ``measure serve`` compiles before its first replay (docs/cost-model.md, section 44).
+    """
+    from measure.graphs import capture_sizes
+    from measure.models import context_bucket
+
+    buckets = {context_bucket(min(n, max_seq), max_seq) for n in range(max(1, shortest), longest + 1)}
+    widths = {1, *(g + 1 for g in gammas), *((2,) if gammas else ())}
+    return len(capture_sizes(slots)) * len(buckets) * len(widths)
+
+
+def rate_order(rates: Sequence[float]) -> list[float]:
+    """The request rates, most needed first: the lightest and the heaviest (where speculation pays most and where it
+    stops), then the middle ones, coarse to fine (:func:`measure.sweep.axis_levels`)."""
+    from measure.sweep import axis_levels
+
+    lv = axis_levels(list(rates))
+    return sorted(rates, key=lambda r: (lv[r], r))
+
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    """What the budget replays: the rates kept (in the order of need), those dropped, replays per trace, whether
+    each replay is bracketed by calibrations, and the seconds it is predicted to take (with the margin)."""
+
+    rates: tuple[float, ...]
+    dropped: tuple[float, ...]
+    replays: int
+    recalibrate: bool
+    seconds: float
+
+
+def plan_replays(
+    rates: Sequence[float],
+    requests: int,
+    capacity: float,
+    policies: int,
+    replays: int,
+    per_cal_s: float,
+    available_s: float,
+    recalibrate: bool = True,
+    scale: float = 1.0,
+) -> ReplayPlan:
+    """The rates (most needed first: :func:`rate_order`) and replays per trace that ``available_s`` seconds measure
+    (docs/cost-model.md, section 44).
+
+    A rate costs, per policy, a calibration before and after its replays (``per_cal_s`` each, with
+    ``recalibrate``) and each replay about ``requests / min(rate, capacity)`` seconds (its arrivals, or
+    overloaded the plain engine's full-batch pace), all times ``scale`` (what the runs so far took over their
+    prices) and :data:`PLAN_MARGIN`. The lightest rate is kept whatever it costs (a verdict needs one); each other
+    while the kept ones fit at one replay each, then the replays rise to ``replays`` while they fit. Where even the
+    first rate with its calibrations does not fit, the replays go without them (the first calibration's terms).
+    """
+    from measure.budget import apportion
+
+    order = rate_order(rates)
+
+    def cost_with(recal: bool) -> Callable[[Sequence[float], int], float]:
+        def cost(kept: Sequence[float], r: int) -> float:
+            per = sum((2 * per_cal_s if recal else 0.0) + r * requests / min(x, capacity) for x in kept)
+            return PLAN_MARGIN * scale * policies * per
+
+        return cost
+
+    recal = recalibrate
+    if recal and cost_with(True)(order[:1], 1) > available_s:
+        recal = False
+    got = apportion(order, cost_with(recal), available_s, min_repeats=1, max_repeats=replays, essential=1)
+    return ReplayPlan(tuple(got.kept), tuple(got.dropped), got.repeats, recal, got.seconds)
+
+
 def _prompts(w: Workload, seed: int) -> list[list[int]]:
     from measure.pair import held_out_prompts
 
@@ -413,7 +497,7 @@ def serve_check(
     requests: int | None = None,
     input_len: str | int = 32,
     output_len: str | int = "uniform:16-48",
-    budget_s: float | None = 240.0,
+    budget_s: float | Budget | None = 240.0,
     threads: int | None = 1,
     seed: int = 0,
     statistic: str = "median",
@@ -438,14 +522,20 @@ def serve_check(
     and just after each replay and gives the simulator the mean of the host terms read off each (pooled
     with the first calibration: the table's ``round_host_s``, ``round_host_per_seq_s``, ``prefill_host_s``
     and ``idle_start_s``), and marks a figure noisy where the simulator under the two disagrees by more
-    than its error; else the first calibration's terms serve every replay."""
+    than its error; else the first calibration's terms serve every replay.
+
+    ``budget_s`` (seconds from the call, or a :class:`Budget` that may count from the process's start) bounds
+    everything (docs/cost-model.md, section 44): the microbenchmarks run their short set below 120 s left, the
+    verify sweeps take at most a quarter of what is left after them (3 target points whatever they cost), and after
+    the calibrations (one per policy, always) the rates and replays are apportioned (:func:`plan_replays`): the
+    lightest rate always, the others in the order of need while they fit; a rate is started only while its
+    replays, rescaled by what the runs so far took, still fit. What was left out is in ``settings["dropped"]``."""
     from measure.device import resolve_device
     from measure.fit import fit
     from measure.graphs import inductor_missing, prepare, runner_stats, use_graphs
-    from measure.microbench import measure_profile
     from measure.pair import load_pair
-    from measure.spec_check import sweep_tokens
-    from measure.sweep import sweep
+    from measure.spec_check import SHORT_MICROBENCH_BELOW_S, apriori_profile, sweep_tokens, time_staged_pass
+    from measure.sweep import sweep, unvisited_words
 
     say = log or (lambda _m: None)
     dev = resolve_device(device)
@@ -468,7 +558,16 @@ def serve_check(
         raise SpecroofError(f"statistic must be 'min' or 'median' (got {statistic!r})")
     from measure.specval import machine_load
 
-    bud = Budget(budget_s)
+    bud = budget_s if isinstance(budget_s, Budget) else Budget(budget_s)
+    steps: dict[str, float] = {"before": bud.elapsed_s}
+    mark = [bud.elapsed_s]
+
+    def step_done(name: str) -> None:
+        now = bud.elapsed_s
+        steps[name] = steps.get(name, 0.0) + now - mark[0]
+        mark[0] = now
+
+    dropped: dict[str, str] = {}
     load0 = machine_load()
     gammas = sorted({p.gamma for p in pols if p.speculates})
     with cpu_threads(threads):
@@ -476,13 +575,20 @@ def serve_check(
         passes = prepare([target, draft], dev, graphs, compile)["passes"]
         base = synthetic(requests or 100_000, input_len, output_len, seed=seed)
         max_in, max_out = int(base.input_tokens.max()), int(base.output_tokens.max())
-        say("microbenchmarks (a-priori profile) ...")
+        step_done("load")
+        short = bud.limited and bud.remaining_s < SHORT_MICROBENCH_BELOW_S
+        say(f"microbenchmarks (a-priori profile{', short set' if short else ''}) ...")
         import tempfile
         from pathlib import Path
 
         with tempfile.TemporaryDirectory() as tmp:
-            apriori = measure_profile(Path(tmp) / "apriori.toml", dev, (dtype,))
+            apriori = apriori_profile(Path(tmp) / "apriori.toml", dev, dtype, None, short)
+        step_done("microbenchmarks")
         say("verify sweeps of the target and the draft, then one fit ...")
+        # the sweeps' share of what is left (the target's two thirds of it): the fit needs their points, the
+        # calibrations and the replays the rest
+        after_sweeps = (1.0 - SWEEP_SHARE) * bud.remaining_s if bud.limited else 0.0
+        draft_share = SWEEP_SHARE / 3 * bud.remaining_s if bud.limited else 0.0
         kw = dict(
             batch=sorted({1, max(1, slots // 2), slots}),
             context=[max_in, max_in + max_out],
@@ -492,6 +598,7 @@ def serve_check(
             repeats=5,
             rounds=2,
             progress=False,
+            budget=bud,
         )
         n_tok = sorted(set(sweep_tokens(gammas or [1], [slots])) | {max_in})
         if passes != "eager":
@@ -500,13 +607,32 @@ def serve_check(
             seq = max_in + max_out + max(max(n_tok), 2 * max(gammas or [0]) + 4) + 8
             for m in (target, draft):
                 m.setup_cache(slots, min(seq, m.spec.max_context))
-        df = pd.concat(
-            [sweep(target, new_tokens=n_tok, **kw), sweep(draft, new_tokens=[1, 2, 3, 4, max_in], **kw)],
-            ignore_index=True,
-        )
+            if bud.limited:
+                # the calibrations compile (or capture) every decode shape they run, whatever the budget: refused now,
+                # in one line, where that alone would overrun it
+                shape_s = time_staged_pass(target)
+                fewest = calibration_shapes(slots, gammas, max_in, max_in + max_out, seq)
+                need = PLAN_MARGIN * shape_s * fewest
+                if need > bud.remaining_s - CLOSING_S:
+                    raise SpecroofError(
+                        f"--budget {bud.seconds:g} is too short for measure serve with {passes} passes here: its "
+                        f"calibrations compile ~{fewest} shapes at ~{shape_s:.1f} s each (~{need:.0f} s) and "
+                        f"{bud.remaining_s:.0f} s are left; give a --budget of at least "
+                        f"{bud.elapsed_s + 2 * need + 10 * CLOSING_S:.0f} s, or drop --compile"
+                    )
+        swept = [
+            sweep(target, new_tokens=n_tok, keep_s=after_sweeps + draft_share, essential=3, **kw),
+            sweep(draft, new_tokens=[1, 2, 3, 4, max_in], keep_s=after_sweeps, **kw),
+        ]
+        for name, sw in zip(("target", "draft"), swept, strict=True):
+            never = unvisited_words(sw)
+            if never:
+                dropped[f"{name} verify sweep: {never}"] = "never visited: beyond the sweeps' share of the budget"
+        df = pd.concat(swept, ignore_index=True)
         specs = {target.spec.name: target.spec, draft.spec.name: draft.spec}
         fitted = fit(df, specs, apriori, statistic=statistic)
         say(f"fitted profile: MAPE {100 * fitted.mape:.1f}% over {fitted.n_points} passes")
+        step_done("sweeps_and_fit")
         max_tokens = max(slots * (max(gammas or [0]) + 1), 1) + slots * max_in
         # calibration per policy: a burst of 6 x slots requests (full batches decoding together), then a staircase
         cal_w = synthetic(slots * 6, input_len, output_len, seed=seed + 7)
@@ -570,6 +696,7 @@ def serve_check(
                 spread[p.name] = acceptance_concentration(run.requests)
             if p.kind == "off":
                 plain_step, prefill_s = burst_times(run.steps, slots)
+        step_done("calibrations")
         mean_out = float(base.output_tokens.mean())
         # requests per second the plain engine serves with full batches: its decode share plus its own prefill
         capacity = 1.0 / (mean_out * plain_step / slots + prefill_s)
@@ -577,12 +704,30 @@ def serve_check(
         if any(not (r > 0 and math.isfinite(r)) for r in rate_list):
             raise SpecroofError(f"rates must be positive request rates (got {rate_list})")
         # a calibration again before and after each run (rate x policy), then the replays share what is left
-        per_cal = 2 * (bud.elapsed_s - t_cal) / len(pols) if recalibrate else 0.0
-        n = requests or requests_per_run(
-            bud.remaining_s if budget_s is not None else None, per_cal, rate_list, capacity, len(pols), replays
-        )
+        one_cal = (bud.elapsed_s - t_cal) / len(pols)
+        per_cal = 2 * one_cal if recalibrate else 0.0
+        left = bud.remaining_s - CLOSING_S if bud.limited else None
+        n = requests or requests_per_run(left, per_cal, rate_list, capacity, len(pols), replays)
         w0 = base.subset(np.arange(min(n, base.n)))
         prompts = _prompts(w0, seed)
+        # the rates and replays that fit what is left, most needed first (the lightest rate always)
+        plan = plan_replays(
+            rate_list, w0.n, capacity, len(pols), replays, one_cal, left if left is not None else math.inf, recalibrate
+        )
+        for r in plan.dropped:
+            dropped[f"rate {r:g} req/s"] = "not replayed: it did not fit with the rates before it"
+        if plan.replays < replays:
+            more = f"{plan.replays + 1}" if plan.replays + 1 == replays else f"{plan.replays + 1}-{replays}"
+            dropped[f"replays {more} of {replays} of each trace"] = "they did not fit with every rate kept"
+        if recalibrate and not plan.recalibrate:
+            dropped["the calibrations around each replay"] = "the replays use the first calibration's terms"
+        replays, recalibrate = plan.replays, plan.recalibrate
+        if bud.limited:
+            say(
+                f"plan: rates {sorted(plan.rates)} req/s, {replays} replay(s) of {w0.n} requests each"
+                f"{'' if recalibrate else ', no calibrations around them'}: ~{plan.seconds:.0f} s of the "
+                f"{bud.remaining_s:.0f} s left (calibrations {one_cal:.1f} s per policy)"
+            )
         say(
             f"plain full-batch step {1e3 * plain_step:.2f} ms -> capacity ~{capacity:.1f} req/s; rates {rate_list}; "
             f"{w0.n} requests per run; host per round: "
@@ -592,15 +737,25 @@ def serve_check(
             + "; acceptance concentration: "
             + ", ".join(f"{k} {'none' if v is None else f'{v:.3g}'}" for k, v in spread.items())
         )
-        predicted = sum(max(w0.n / r, w0.n / capacity) for r in rate_list) * len(pols) * replays
-        bar = WorkBar(predicted, "measure serve", progress)
+
+        def price(r: float) -> float:
+            """A run's (rate x policy) seconds as planned: its calibrations and replays."""
+            return (2 * one_cal if recalibrate else 0.0) + replays * w0.n / min(r, capacity)
+
+        predicted = sum(price(r) for r in plan.rates) * len(pols)
+        bar = WorkBar(predicted, "measure serve", progress, budget=bud if bud.limited else None, tail_s=CLOSING_S)
         rows, meas_frames, sim_frames = [], [], []
-        for r in rate_list:
+        run_taken = run_priced = 0.0  # the runs' seconds against their prices: what the next rate should take
+        first_rate = rate_order(plan.rates)[0]
+        for r in sorted(plan.rates):
             w = w0.at_rate(r)
+            need = PLAN_MARGIN * (run_taken / run_priced if run_priced > 0 else 1.0) * price(r) * len(pols)
+            if r != first_rate and not bud.allows(need + CLOSING_S):
+                dropped[f"rate {r:g} req/s"] = "not replayed: out of time (the runs took longer than planned)"
+                bar.update(price(r) * len(pols))
+                continue
             for p in pols:
-                if bud.expired() and rows:
-                    say(f"budget spent: stopped before rate {r} {p.name}")
-                    break
+                t_run = bud.elapsed_s
                 # the host terms of a calibration run just before this replay and of one just after it, as measure
                 # spec brackets each speculative run with baselines: on a shared machine the engine's speed moves
                 # over seconds (a neighbour starting up slowed every pass ~25%), and the two bracket the replay's
@@ -666,8 +821,11 @@ def serve_check(
                 rows.append(row)
                 meas_frames.append(mq.assign(rate_req_s=r, policy=p.name))
                 sim_frames.append(sq.assign(rate_req_s=r, policy=p.name))
-                bar.update(max(w.n / r, w.n / capacity) * replays, f"rate {r} {p.name}")
+                run_taken += bud.elapsed_s - t_run
+                run_priced += price(r)
+                bar.update(price(r), f"rate {r} {p.name}")
         bar.close()
+        step_done("replays")
     table = pd.DataFrame(rows)
     verdicts = _verdicts(table, [p.name for p in pols])
     settings = {
@@ -695,6 +853,9 @@ def serve_check(
         "draft": draft.spec.name,
         "prefill_per_request_s": prefill_s,
         "seconds": bud.elapsed_s,
+        "budget_s": bud.seconds,
+        "dropped": dropped,
+        "steps_s": steps,
         "load": {k: v for k, v in machine_load(load0["ticks"]).items() if k != "ticks"},
     }
     return ServeCheck(

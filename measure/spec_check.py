@@ -55,10 +55,11 @@ LADDER: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = (
 #: acceptance assumed when planning (before anything is measured): only sizes the plan
 PLAN_ALPHA = {"draft": 0.7, "early exit": 0.5}
 
-#: below this budget (seconds) the a-priori microbenchmarks run short (fewer repetitions, a capped matmul search,
-#: a 4x-LLC streaming matrix): the full set took 6.4-10.4 s beside a busy core on the project's 2-core CPU, most of
-#: a 12 s budget, and the short set about a third of that
-SHORT_MICROBENCH_BELOW_S = 40.0
+#: below this many seconds left of the budget the a-priori microbenchmarks run short (fewer repetitions, a capped
+#: matmul search, a 4x-LLC streaming matrix): the full set took 6.4-10.4 s beside a busy core on the project's
+#: 2-core CPU, and 18.3 s at load average 4.5 (2026-12-04), a third of a 60 s budget, the short set about a third
+#: of that; the a-priori profile only starts the fit, which the verify sweeps measure anyway
+SHORT_MICROBENCH_BELOW_S = 120.0
 
 #: seconds kept back from the decoding runs for what follows them (two fits, the validation, the predictions):
 #: 0.2-1.3 s on the project's 2-core CPU beside a busy core (the payload's ``steps_s["fit_and_predict"]``)
@@ -95,6 +96,35 @@ class SpecCheck:
         return out
 
 
+def block_units(
+    target: Any,
+    drafters: dict[str, Any],
+    hw: Hardware,
+    dtype: str,
+    batch: int,
+    gammas: Sequence[int],
+    tokens: int,
+    groups: int,
+    context: int,
+    host_s: float = 0.0,
+) -> dict[Any, float]:
+    """Seconds each unit of a block should take at assumed acceptance: ``"probe"`` (one baseline probe) and
+    ``(label, gamma)`` (that configuration's runs, every prompt group).
+
+    Priced by ``hw`` with ``host_s`` added to every pass: the host cost of this harness's
+    passes, which the a-priori profile (microbenchmarks of single operations) does not see.
+    """
+    base = speedup(hw, target.spec, EarlyExit(1), 0.0, 0, batch=batch, context=context, dtype=dtype, overhead_s=host_s)
+    out: dict[Any, float] = {"probe": float(base.t_target_step_s) * tokens}
+    for label, d in drafters.items():
+        cost = cost_model_of(d)
+        alpha = PLAN_ALPHA["draft" if isinstance(d, Transformer) else "early exit"]
+        for g in gammas:
+            r = speedup(hw, target.spec, cost, alpha, g, batch=batch, context=context, dtype=dtype, overhead_s=host_s)
+            out[(label, g)] = groups * tokens / float(r.expected_tokens) * float(r.t_round_s)
+    return out
+
+
 def predicted_block_s(
     target: Any,
     drafters: dict[str, Any],
@@ -107,23 +137,14 @@ def predicted_block_s(
     context: int,
     host_s: float = 0.0,
 ) -> float:
-    """Seconds a block's decoding (probes, every drafter x gamma) should take at assumed acceptance.
+    """Seconds a block's decoding (probes, every drafter x gamma) should take at assumed acceptance: a probe
+    before the first configuration and after each (:func:`block_units`).
 
     The verify-sweep visit before each block is priced apart (:func:`sweep_visit_s`).
-
-    Priced by ``hw`` with ``host_s`` added to every pass: the host cost of this harness's
-    passes, which the a-priori profile (microbenchmarks of single operations) does not see.
     """
-    base = speedup(hw, target.spec, EarlyExit(1), 0.0, 0, batch=batch, context=context, dtype=dtype, overhead_s=host_s)
-    t_step = float(base.t_target_step_s)
-    total = t_step * tokens * (1 + len(drafters) * len(gammas))  # the probes
-    for d in drafters.values():
-        cost = cost_model_of(d)
-        alpha = PLAN_ALPHA["draft" if isinstance(d, Transformer) else "early exit"]
-        for g in gammas:
-            r = speedup(hw, target.spec, cost, alpha, g, batch=batch, context=context, dtype=dtype, overhead_s=host_s)
-            total += groups * tokens / float(r.expected_tokens) * float(r.t_round_s)
-    return total
+    units = block_units(target, drafters, hw, dtype, batch, gammas, tokens, groups, context, host_s)
+    configs = [v for k, v in units.items() if k != "probe"]
+    return units["probe"] * (1 + len(configs)) + sum(configs)
 
 
 #: passes of a sweep point per visit: the first visit's 2 warm-ups and 3 repetitions (later visits warm up once)
@@ -156,6 +177,71 @@ def sweep_visit_s(
     return total
 
 
+def staged_shapes(
+    batches: Sequence[int],
+    gammas: Sequence[int],
+    tokens: int,
+    sweep_new: Sequence[int],
+    contexts: Sequence[int],
+    max_seq: int,
+    drafts: int = 1,
+) -> int:
+    """Distinct layer shapes (padded batch, new tokens, context bucket) a check with these configurations runs, per
+    model summed over the target and ``drafts`` draft models: what ``--compile`` compiles (each on its first pass)
+    and graphs capture (docs/cost-model.md, section 44).
+
+    The verify sweeps' points (each new-token width at each context); a decoding run's prefill of its prompts, its
+    one-token steps (the baseline's, a draft's chain past its first step) and verify passes of ``gamma + 1`` and its
+    draft chain's first pass (one or two tokens), at every context bucket the run crosses: from the prompt to the
+    prompt, the new tokens and a last round's overshoot (:func:`cache_sizes`).
+    """
+    from measure.models import context_bucket
+
+    def bucket(need: int) -> int:
+        return context_bucket(min(need, max_seq), max_seq)
+
+    target: set[tuple[int, int, int]] = set()
+    for b in batches:
+        target |= {(b, n, bucket(c + n)) for n in sweep_new for c in contexts}
+        top = PROMPT_TOKENS + tokens + 2 * max(gammas) + 6
+        crossed = {bucket(need) for need in range(PROMPT_TOKENS + 1, top + 1)}
+        target.add((b, PROMPT_TOKENS, bucket(PROMPT_TOKENS)))
+        target |= {(b, n, k) for k in crossed for n in (1, *(g + 1 for g in gammas))}
+    draft: set[tuple[int, int, int]] = set()
+    for b in batches:
+        draft |= {(b, n, bucket(c + n)) for n in sweep_new for c in contexts}
+        top = PROMPT_TOKENS + tokens + 2 * max(gammas) + 6
+        draft |= {(b, n, k) for k in {bucket(x) for x in range(PROMPT_TOKENS + 1, top + 1)} for n in (1, 2)}
+        draft.add((b, PROMPT_TOKENS, bucket(PROMPT_TOKENS)))
+    return len(target) + drafts * len(draft)
+
+
+def time_staged_pass(model: Transformer) -> float:
+    """Seconds a compiled (or captured) model's first pass of a new shape takes beyond its second: the one-off each
+    new shape costs, timed on a second shape (a two-token pass at batch 1) after a first (a one-token pass, the
+    baseline's step: it also pays the compiler's own start, once per process, which the shapes after it do not)."""
+    import time
+
+    import torch
+
+    assert model.cache is not None
+    model.cache.rollback([PROMPT_TOKENS] * model.cache.max_batch)
+    extra = []
+    with torch.inference_mode():
+        for n in (1, 2):
+            tokens = torch.zeros(1, n, dtype=torch.long, device=model.device)
+            times = []
+            for _ in range(2):
+                t0 = time.perf_counter()
+                model(tokens)
+                if model.device.type == "cuda":
+                    torch.cuda.synchronize(model.device)
+                times.append(time.perf_counter() - t0)
+            extra.append(max(0.0, times[0] - times[1]))
+    model.cache.rollback([0] * model.cache.max_batch)
+    return extra[1]
+
+
 def plan_configs(
     target: Any,
     drafters: dict[str, Any],
@@ -167,11 +253,15 @@ def plan_configs(
     gammas: Sequence[int] | None = None,
     context: int = 96,
     host_s: float = 0.0,
+    shape_s: float = 0.0,
+    shapes: Callable[[Sequence[int], Sequence[int]], int] | None = None,
 ) -> dict[str, Any]:
     """The largest ladder step (or the given batches/gammas) whose first repetition fits ``seconds`` / 3.
 
     A third, not all: the prediction is the a-priori roofline's, and on a loaded machine a
     repetition can take twice what it predicts; the fit and the page need time after it too.
+    A compiled (or captured) check's first repetition also compiles every shape it runs:
+    ``shapes(batches, gammas)`` of them, ``shape_s`` seconds each (``predicted_compile_s``).
     """
     if batches is not None and gammas is not None:
         ladder = [(tuple(batches), tuple(gammas))]
@@ -181,19 +271,29 @@ def plan_configs(
     est = 0.0
     specs = [target.spec] + [d.spec for d in drafters.values() if isinstance(d, Transformer)]
     contexts = [64, 64 + 2 * tokens]  # the sweeps' contexts (spec_check's kw)
+    staged = 0.0
     for bs, gs in ladder:
         t = sum(predicted_block_s(target, drafters, hw, dtype, b, gs, tokens, _groups(b), context, host_s) for b in bs)
         t += len(bs) * sweep_visit_s(specs, hw, dtype, bs, gs, contexts, host_s)  # a visit before every block
-        if seconds is None or t <= seconds / 3 or (bs, gs) == ladder[0]:
-            chosen, est = (bs, gs), t
+        c = shape_s * shapes(bs, gs) if shapes is not None and shape_s > 0 else 0.0
+        if seconds is None or t + c <= seconds / 3 or (bs, gs) == ladder[0]:
+            chosen, est, staged = (bs, gs), t, c
         if seconds is None:
             break
+    top = ladder[-1]
+    left_out = {
+        **{f"batch {b}": "" for b in top[0] if b not in chosen[0]},
+        **{f"gamma {g}": "" for g in top[1] if g not in chosen[1]},
+    }
     return {
         "batches": list(chosen[0]),
         "gammas": list(chosen[1]),
         "tokens": tokens,
         "predicted_rep_s": est,
+        "predicted_compile_s": staged,
         "host_s_per_pass": host_s,
+        # what the largest step measures and this plan does not: its first repetition would not fit a third
+        "not_planned": list(left_out),
     }
 
 
@@ -458,8 +558,12 @@ def spec_check(
 
     The budget covers every step, the fixed ones included (the device probe, the microbenchmarks, the warm-ups,
     the fits): the decoding runs get what is left less CLOSING_RESERVE_S. A :class:`Budget` may be passed to
-    count from an earlier start (the report's section counts from before torch was imported). The first
-    repetition always runs, so a budget smaller than the fixed steps and one repetition is overrun by them.
+    count from an earlier start (``measure spec`` counts from the process's start, the report's section from
+    before torch was imported). Every unit of the runs is bounded (docs/cost-model.md, section 44): the first
+    block's sweep visit (3 points of each sweep at least), its probe and its first configuration always run,
+    so a budget smaller than the fixed steps and those is overrun by them; every other point, block,
+    configuration and repetition runs only while its price, rescaled by what the units so far took, fits. What
+    was left out is named in the payload's ``dropped``.
 
     Uses the offline pair (``measure.pair``) unless ``target_model`` (and ``draft_model``)
     are given; ``width``/``dtype`` default to what ``measure.choose`` finds this device
@@ -473,8 +577,8 @@ def spec_check(
     its passes' device time, and the predictions price both (docs/cost-model.md, section 39).
     """
     from measure.pair import held_out_prompts, load_pair
-    from measure.specval import error_summary, measure_speedups, predict_speedups
-    from measure.sweep import pool_visits, sweep
+    from measure.specval import PLAN_MARGIN, UnitCosts, error_summary, measure_speedups, predict_speedups
+    from measure.sweep import pool_visits, sweep, unvisited_words
 
     say = log or (lambda _msg: None)
     bud = budget_s if isinstance(budget_s, Budget) else Budget(budget_s)
@@ -578,6 +682,24 @@ def spec_check(
         for m in models:
             m.setup_cache(b, min(seq + 8, m.spec.max_context))
         say(f"passes: {passes['passes']} (--graphs {graphs}{', --compile' if compile else ''})")
+    shape_s = 0.0
+    if passes["passes"] != "eager":
+        # what a new shape costs to compile (or capture): a check compiles dozens, most in its first repetition
+        shape_s = time_staged_pass(target_model)
+        say(f"a new shape's first pass took {shape_s:.2f} s more than its second (compiling or capturing it)")
+        if bud.limited:  # the smallest check's compiling alone would overrun the budget: refused now, in one line
+            bs, gs = (batches or LADDER[0][0]), (gammas or LADDER[0][1])
+            _, seq_, _ = cache_sizes(batches, gammas, tokens)
+            fewest = staged_shapes(bs, gs, tokens, sweep_tokens(gs, bs), [64, 64 + 2 * tokens], seq_ + 8,
+                                   int(draft_model is not None))  # fmt: skip
+            need = PLAN_MARGIN * shape_s * fewest
+            if need > bud.remaining_s - CLOSING_RESERVE_S:
+                raise SpecroofError(
+                    f"--budget {bud.seconds:g} is too short for a compiled check here: its first repetition compiles "
+                    f"~{fewest} shapes at ~{shape_s:.1f} s each (~{need:.0f} s) and {bud.remaining_s:.0f} s are "
+                    f"left; give a --budget of at least {bud.elapsed_s + need + 3 * CLOSING_RESERVE_S:.0f} s, or "
+                    "drop --compile"
+                )
     step_done("setup")  # the probe, the pair's weights, the decode-path timing
     microbench_set = "given" if apriori_hw is not None else "full"
     if apriori_hw is None:
@@ -586,7 +708,7 @@ def spec_check(
             apriori_hw = load_hardware(str(path))
             microbench_set = "resumed"
         else:
-            short = budget_s is not None and budget_s < SHORT_MICROBENCH_BELOW_S
+            short = bud.limited and bud.remaining_s < SHORT_MICROBENCH_BELOW_S
             say(f"microbenchmarks (a-priori profile{', short set' if short else ''}) ...")
             llc = choice.llc_bytes if choice is not None else None
             nbytes = int(max(4 * llc, (64 << 20) if short else (256 << 20))) if llc else None
@@ -600,7 +722,15 @@ def spec_check(
     small = draft_model if draft_model is not None else target_model
     host_s = max(0.0, one_token_step_s(small) - float(pass_time(small.spec, apriori_hw, 1, 1, 64, dtype).t_step_s))
     # the decoding runs (and the sweep visits between them) get what the fixed steps left, less the closing steps
-    runs_bud = Budget(max(1e-3, bud.remaining_s - CLOSING_RESERVE_S)) if budget_s is not None else Budget(None)
+    runs_bud = bud.keeping(CLOSING_RESERVE_S)
+    contexts = [64, 64 + 2 * tokens]
+    n_drafts = int(draft_model is not None)
+
+    def shapes(bs: Sequence[int], gs: Sequence[int]) -> int:
+        ks = [float(crossover_tokens(target_model.spec, apriori_hw, b, 64, dtype)) for b in (min(bs), max(bs))]
+        return staged_shapes(bs, gs, tokens, sweep_tokens(gs, bs, ks), contexts, seq_cap, n_drafts)
+
+    seq_cap = target_model.cache.max_seq if target_model.cache is not None else cache_sizes(batches, gammas, tokens)[1]
     plan = plan_configs(
         target_model,
         drafters,
@@ -611,11 +741,15 @@ def spec_check(
         batches,
         gammas,
         host_s=host_s,
+        shape_s=shape_s,
+        shapes=shapes,
     )
+
     (folder / "plan.json").write_text(dumps(plan | {"choice": choice.reasons if choice else None}))
     say(
         f"plan: batch {plan['batches']}, gamma {plan['gammas']}, {tokens} new tokens per sequence; "
         f"a repetition should take ~{plan['predicted_rep_s']:.0f} s"
+        + (f", and compiling its shapes ~{plan['predicted_compile_s']:.0f} s" if shape_s > 0 else "")
     )
     ks = [
         float(crossover_tokens(target_model.spec, apriori_hw, b, 64, dtype))
@@ -630,13 +764,52 @@ def spec_check(
         progress=False,
         device=dev,
     )
+    # what each unit of a repetition should cost (the plan's prices: docs/cost-model.md, section 44), rescaled as the
+    # units run: a repetition's sweep visit, probes and configurations are bounded by the budget, the first ones
+    # excepted
+    per_block = {
+        b: block_units(target_model, drafters, apriori_hw, dtype, b, plan["gammas"], tokens, _groups(b), 96, host_s)
+        for b in plan["batches"]
+    }
+    sweep_price = {
+        name: sweep_visit_s([m.spec], apriori_hw, dtype, plan["batches"], plan["gammas"], contexts, host_s)
+        for name, m in (("target", target_model), ("draft", draft_model))
+        if m is not None
+    }
+
+    def unit_s(unit: tuple[Any, ...]) -> float:
+        if unit[0] == "sweep":
+            return sum(sweep_price.values())
+        if unit[0] == "probe":
+            return per_block[unit[1]]["probe"]
+        return per_block[unit[1]][(unit[2], unit[3])]
+
+    costs = UnitCosts(unit_s)
+    sweeps_left: dict[str, Any] = {}  # each sweep's last table: its points a budget never visited
 
     def sweep_round(i: int) -> None:
-        # one more visit of every (unconverged) point; visit i+1 of a sweep saved under out/
+        # one more visit of every (unconverged) point; visit i+1 of a sweep saved under out/. Bounded by the budget,
+        # keeping what the block after it needs at least (its probe and one configuration, and the draft's sweep);
+        # the first visit keeps 3 points of each sweep whatever they cost: a fit needs them
+        b = plan["batches"][i % len(plan["batches"])]
+        mean_config = float(np.mean([v for k, v in per_block[b].items() if k != "probe"]))
+        block_need = PLAN_MARGIN * costs.scale * (2 * per_block[b]["probe"] + mean_config)
         for name, model in (("target", target_model), ("draft", draft_model)):
             if model is not None:
                 fresh = i == 0 and not resume
-                sweep(model, rounds=i + 1, resume=not fresh, overwrite=fresh, out=folder / f"sweep-{name}", **kw)
+                after = sweep_price.get("draft", 0.0) if name == "target" else 0.0  # (the draft's sweep follows)
+                keep = block_need + PLAN_MARGIN * costs.scale * after
+                sweeps_left[name] = sweep(
+                    model,
+                    rounds=i + 1,
+                    resume=not fresh,
+                    overwrite=fresh,
+                    out=folder / f"sweep-{name}",
+                    budget=runs_bud,
+                    keep_s=keep,
+                    essential=3,
+                    **kw,
+                )
 
     prompts = {b: held_out_prompts(_groups(b) * b, seed=b) for b in plan["batches"]}
     measured = measure_speedups(
@@ -649,20 +822,40 @@ def spec_check(
         progress=progress,
         before_block=sweep_round,
         statistic=statistic,
-        budget=runs_bud,
+        budget=bud,
+        keep_s=CLOSING_RESERVE_S,
+        costs=costs,
         journal=folder / "runs.jsonl",
         resume=resume,
     )
     step_done("decoding_runs")
+    dropped: dict[str, str] = {p: "not planned: the first repetition would not fit a third of the budget" for p in
+                               plan.get("not_planned", [])}  # fmt: skip
+    dropped |= measured.attrs.get("dropped", {})
+    for name, sw in sweeps_left.items():
+        never = unvisited_words(sw)
+        if never:
+            dropped[f"{name} verify sweep: {never}"] = "never visited: they did not fit what was left"
     launch = None
     if dev.type == "cuda" and passes["passes"] == "eager" and not target_model.spec.is_moe:
-        # --graphs off on a GPU: what the graphs would remove, per pass of the target, at a few verify widths
+        # --graphs off on a GPU: what the graphs would remove, per pass of the target, at a few verify widths, while
+        # their passes (priced a-priori, rescaled as the runs ran) fit what the closing leaves
         from measure.graphs import launch_overhead
+        from measure.sweep import LAUNCH_PASSES
 
         pts = [
             (b, n, PROMPT_TOKENS + tokens) for b in sorted(set(plan["batches"])) for n in (1, max(plan["gammas"]) + 1)
-        ]
-        launch = launch_overhead(target_model, pts[:4]).to_dict(orient="records")
+        ][:4]
+        kept_pts, total = [], 0.0
+        for b, n, c in pts:
+            t = float(pass_time(target_model.spec, apriori_hw, b, n, c, dtype).t_step_s) + host_s
+            need = PLAN_MARGIN * costs.scale * LAUNCH_PASSES * t
+            if runs_bud.allows(total + need):
+                kept_pts.append((b, n, c))
+                total += need
+            else:
+                dropped[f"launch overhead at batch {b} x {n} new tokens"] = "not timed both ways: out of time"
+        launch = launch_overhead(target_model, kept_pts).to_dict(orient="records") if kept_pts else None
         step_done("launch_overhead")
     from measure.store import RESULTS
     from measure.sweep import read_sweep_rows, sweep_drift
@@ -714,6 +907,8 @@ def spec_check(
         "decode_path": decode_path,
         "dtype": dtype,
         "seconds": bud.elapsed_s,
+        "budget_s": bud.seconds,
+        "dropped": dropped,
         "steps_s": steps_s,
         "microbench_set": microbench_set,
         "passes": passes["passes"],

@@ -257,6 +257,55 @@ class Journal:
         return done, secs
 
 
+#: the planning margin on a unit's predicted seconds (docs/cost-model.md, sections 38 and 40)
+PLAN_MARGIN = 1.25
+
+
+class UnitCosts:
+    """What the units of a repetition cost here: the plan's prices (``unit_s``), rescaled by how long the units
+    done so far took against their prices (docs/cost-model.md, section 44).
+
+    A unit is ``("sweep", batch)`` (the verify sweeps' visit before a block), ``("probe", batch)`` (a baseline
+    probe) or ``("spec", batch, label, gamma)`` (a configuration's runs, every group, its warm-up included). The
+    scale is the decoding units' seconds taken over their seconds priced: on a loaded machine a plan priced on the
+    a-priori profile ran 2-4 times long (a 60 s budget: 8 s priced, 35 s taken). A sweep visit is expected to take
+    what the last one took (a first visit, every point warmed up and timed, costs more than a later one, which
+    skips the points that converged), or its price rescaled before any.
+    """
+
+    def __init__(self, unit_s: Callable[[tuple[Any, ...]], float]) -> None:
+        self.unit_s = unit_s
+        self.taken_s = 0.0
+        self.priced_s = 0.0
+        self.sweep_s: float | None = None
+
+    @property
+    def scale(self) -> float:
+        return self.taken_s / self.priced_s if self.priced_s > 0 else 1.0
+
+    def need(self, units: Sequence[tuple[Any, ...]]) -> float:
+        """Seconds to keep for ``units``: their prices, rescaled, with the margin."""
+        total = 0.0
+        for u in units:
+            if u[0] == "sweep" and self.sweep_s is not None:
+                total += self.sweep_s
+            else:
+                total += self.scale * float(self.unit_s(u))
+        return PLAN_MARGIN * total
+
+    def done(self, unit: tuple[Any, ...], seconds: float) -> None:
+        if unit[0] == "sweep":
+            self.sweep_s = max(0.0, float(seconds))
+            return
+        self.taken_s += max(0.0, float(seconds))
+        self.priced_s += max(0.0, float(self.unit_s(unit)))
+
+
+def config_name(label: str, gamma: int, batch: int) -> str:
+    """A configuration as the output names it: ``draft pair-draft gamma 4 at batch 1``."""
+    return f"{label} gamma {gamma} at batch {batch}"
+
+
 def measure_speedups(
     target: Transformer,
     drafters: dict[str, Any],
@@ -272,6 +321,8 @@ def measure_speedups(
     budget: Budget | float | None = None,
     journal: str | Path | None = None,
     resume: bool = False,
+    keep_s: float = 0.0,
+    costs: UnitCosts | None = None,
 ) -> pd.DataFrame:
     """Measured half: one row per (drafter, batch, gamma) with the speedups, acceptance and pass times.
 
@@ -285,8 +336,12 @@ def measure_speedups(
     so the fit sees the machine in the same periods as the decoding).
 
     ``repeats`` is the most repetitions; with a ``budget`` (seconds or a
-    :class:`Budget`) a further repetition starts only if the last one's duration
-    still fits (the first always runs). ``journal`` (a ``runs.jsonl`` path) receives
+    :class:`Budget`, less ``keep_s`` kept for what follows) a further repetition starts
+    only if the last one's duration still fits. With ``costs`` (:class:`UnitCosts`, the
+    plan's prices) the first repetition is bounded too: its first block's sweep visit, probe
+    and first configuration always run; every later block, and every later configuration
+    (with the probe after it), only while its rescaled price fits. What the budget left out
+    is named in ``attrs["dropped"]`` (name: why). ``journal`` (a ``runs.jsonl`` path) receives
     every run as it finishes; ``resume`` reuses the finished blocks found there.
 
     Three speedups per row, all over the steady rounds (the whole batch running):
@@ -326,42 +381,66 @@ def measure_speedups(
             raise SpecroofError(f"batch {batch} needs a non-zero multiple of {batch} prompts (got {len(prompts)})")
         groups[batch] = [prompts[i : i + batch] for i in range(0, len(prompts), batch)]
     bud = budget if isinstance(budget, Budget) else Budget(budget)
+    limit = bud.keeping(keep_s)  # what the runs may take: the rest is the caller's (the fits, writing)
+    clock = bud.clock
     jr = Journal(journal)
     if jr.path is not None and not resume and jr.path.exists():
         jr.path.unlink()
     blocks, block_s = jr.load() if resume else ({}, {})
     per_rep = len(groups) * (1 + 2 * len(configs))
-    bar = WorkBar(repeats * per_rep, "speculative runs", progress)
+    bar = WorkBar(repeats * per_rep, "speculative runs", progress, budget=bud if bud.limited else None, tail_s=keep_s)
     rng = np.random.default_rng(seed)
     runs: list[Run] = [r for rs in blocks.values() for r in rs]
     warmed: set[tuple[str, int, int]] = set()
+    dropped: dict[str, str] = {}
+    reps_run = 0
     try:
         for rep in range(repeats):
             perm = {b: rng.permutation(len(configs)) for b in groups}  # drawn even when resumed: same order
             rep_s = sum(v for (r, _), v in block_s.items() if r == rep - 1)
-            if rep > 0 and not all((rep, b) in blocks for b in groups) and not bud.allows(rep_s):
+            if rep > 0 and not all((rep, b) in blocks for b in groups) and not limit.allows(rep_s):
                 break  # the next repetition would not fit: stop with what is measured
+            reps_run = rep + 1
             for k, (batch, grps) in enumerate(groups.items()):
                 if (rep, batch) in blocks:
                     bar.update(1 + 2 * len(configs))
                     continue
-                t0 = time.perf_counter()
+                first_block = rep == 0 and k == 0
+                one = [("sweep", batch), ("probe", batch), ("spec", batch, *configs[perm[batch][0]]), ("probe", batch)]
+                if costs is not None and limit.limited and not first_block and not limit.allows(costs.need(one)):
+                    for label, g in configs:  # not even its sweep visit, a probe and one configuration fit
+                        dropped[config_name(label, g, batch)] = f"not measured in repetition {rep + 1}: out of time"
+                    bar.update(1 + 2 * len(configs))
+                    continue
+                t0 = clock()
                 if before_block is not None:
                     before_block(rep * len(groups) + k)
+                    if costs is not None:
+                        costs.done(("sweep", batch), clock() - t0)
+
+                def fits(units: list[tuple[Any, ...]]) -> bool:
+                    return costs is None or not limit.limited or limit.allows(costs.need(units))
+
                 block = _measure_block(
-                    target, drafters, configs, perm[batch], grps, rep, batch, max_new_tokens, jr, bar, warmed
-                )
-                block_s[(rep, batch)] = time.perf_counter() - t0
+                    target, drafters, configs, perm[batch], grps, rep, batch, max_new_tokens, jr, bar, warmed,
+                    fits=fits, costs=costs, clock=clock, dropped=dropped,
+                )  # fmt: skip
+                block_s[(rep, batch)] = clock() - t0
                 jr.end_block(rep, batch, block_s[(rep, batch)])
                 blocks[(rep, batch)] = block
                 runs.extend(block)
             if rep == 0 and bud.seconds is not None:  # the bar's total: the repetitions the budget will allow
                 first = sum(v for (r, _), v in block_s.items() if r == 0)
-                fit = 1 + int(bud.remaining_s // max(first, 1e-9))
-                bar.total = min(repeats, fit) * per_rep
+                fit = 1 + int(limit.remaining_s // max(first, 1e-9))
+                bar.set_total(min(repeats, fit) * per_rep)
     finally:
         bar.close()
+    if limit.limited and reps_run < repeats:
+        later = f"{reps_run + 1}" if reps_run + 1 == repeats else f"{reps_run + 1}-{repeats}"
+        dropped[f"repetitions {later} of {repeats}"] = "a further repetition would not fit what was left"
     df = _summarise(runs, drafters, gammas, prompts_by_batch, max_new_tokens, statistic, q)
+    measured = {config_name(r.drafter, int(r.gamma), int(r.batch)) for r in df.itertuples()} if len(df) else set()
+    df.attrs["dropped"] = {k: v for k, v in dropped.items() if k not in measured}
     load = machine_load(start)
     # the machine while this session measured (a resumed table is the same table: it goes in attrs, not columns)
     df.attrs["load"] = {k: v for k, v in load.items() if k != "ticks"}
@@ -388,22 +467,39 @@ def _measure_block(
     jr: Journal,
     bar: WorkBar,
     warmed: set[tuple[str, int, int]],
+    *,
+    fits: Callable[[list[tuple[Any, ...]]], bool] | None = None,
+    costs: UnitCosts | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+    dropped: dict[str, str] | None = None,
 ) -> list[Run]:
     """One (repetition, batch) block: a probe, then each configuration followed by a probe, all journalled.
 
     Every configuration's first run in this process is preceded by a short untimed one
     (``warmed`` remembers which ran): a first use of a shape loads kernels and picks
-    algorithms, which on a GPU costs more than the whole timed run.
+    algorithms, which on a GPU costs more than the whole timed run. ``fits(units)`` says
+    whether a configuration (with the probe after it) still fits the budget: the block's
+    first always runs; one that does not fit is left out and named in ``dropped``.
     """
+    t0 = clock()
     if ("probe", batch, 0) not in warmed:
         _warm_up(target, None, grps[0], 0)
         warmed.add(("probe", batch, 0))
     out = [Run.of("probe", rep, batch, "", 0, _probe(target, grps[0], max_new_tokens))]
     jr.run(out[-1])
     bar.update(1)
+    if costs is not None:
+        costs.done(("probe", batch), clock() - t0)
     n_probes = 1
-    for j in order:  # a shuffled order per repetition: drift cannot line up with gamma
+    for pos, j in enumerate(order):  # a shuffled order per repetition: drift cannot line up with gamma
         label, g = configs[j]
+        unit = ("spec", batch, label, g)
+        if pos > 0 and fits is not None and not fits([unit, ("probe", batch)]):
+            if dropped is not None:
+                dropped[config_name(label, g, batch)] = f"not measured in repetition {rep + 1}: out of time"
+            bar.update(2)
+            continue
+        t0 = clock()
         if (label, batch, g) not in warmed:
             _warm_up(target, drafters[label], grps[0], g)
             warmed.add((label, batch, g))
@@ -415,10 +511,14 @@ def _measure_block(
             )
             jr.run(out[-1])
         bar.update(1)
+        t1 = clock()
         out.append(Run.of("probe", rep, batch, "", 0, _probe(target, grps[n_probes % len(grps)], max_new_tokens)))
         n_probes += 1
         jr.run(out[-1])
         bar.update(1)
+        if costs is not None:
+            costs.done(unit, t1 - t0)
+            costs.done(("probe", batch), clock() - t1)
     return out
 
 

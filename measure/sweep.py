@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -198,6 +198,9 @@ def sweep(
     graphs: str = "auto",
     compile: bool = False,
     launch_points: int = 6,
+    essential: int = 1,
+    keep_s: float = 0.0,
+    refuse_short: bool = False,
 ) -> pd.DataFrame:
     """Time the verify pass at every (dtype, batch, new_tokens, context); one tidy row per point.
 
@@ -216,8 +219,15 @@ def sweep(
     reference minimum more than 2% below the one it had at a point's last visit
     reopens that point, so every minimum is taken from the machine's fastest period
     and not from the state it was in when its point happened to converge.
-    ``budget`` (seconds or a :class:`Budget`) stops further visits once spent; the
-    first visit of every point always runs.
+    ``budget`` (seconds, counted from the call, or a :class:`Budget`) bounds every visit, the
+    first ones included, and the models' building (docs/cost-model.md, section 44): the first
+    ``essential`` points in the order of need (:func:`point_order`) are visited whatever they cost
+    and calibrate what a visit costs here; the others are visited only while they fit what the
+    budget has left less ``keep_s`` (the caller's next steps), in the order of need. A point never
+    visited is a row with status ``budget`` (not saved: a resume visits it), named in
+    ``attrs["dropped"]`` with why. With ``refuse_short`` (``measure sweep``) an essential point
+    whose first pass shows the rest of its visit cannot fit what is left is refused instead, in one
+    line naming the budget it needs: nothing the sweep could measure fits.
 
     ``graphs`` (``--graphs``: auto, on, off): on a GPU each point's pass is captured as a CUDA
     graph and replayed (:mod:`measure.graphs`), timed by CUDA events; "on" without a GPU is an
@@ -329,6 +339,9 @@ def sweep(
             progress,
             seed,
             how,
+            essential=essential,
+            keep_s=keep_s,
+            refuse_short=refuse_short,
         )
     finally:
         if lock is not None:
@@ -340,7 +353,19 @@ def sweep(
     if dev.type == "cuda" and passes == "eager" and not hf and launch_points > 0 and tree is None:
         # what the graphs would remove: a few points timed both ways (eager minus graph, per pass)
         pts = launch_overhead_points(B, N, L, launch_points)
-        frames = [launch_overhead(m, pts).assign(dtype=dtype_name(m.dtype)) for m in models if not m.spec.is_moe]
+        frames = []
+        for m in models:
+            if m.spec.is_moe:
+                continue
+            dt = dtype_name(m.dtype)
+            mine = _launch_within(df, dt, pts, bud.remaining_s - keep_s - CLOSING_S if bud.limited else math.inf)
+            if len(mine) < len(pts):
+                left_out = [p for p in pts if p not in mine]
+                df.attrs.setdefault("dropped", {})[f"{dt} launch overhead at {len(left_out)} of {len(pts)} points"] = (
+                    "not timed both ways: the budget had no room for them"
+                )
+            if mine:
+                frames.append(launch_overhead(m, mine).assign(dtype=dt))
         df.attrs["launch_overhead"] = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     if how is not None and not isinstance(spec_or_model, Transformer):
         for m in models:
@@ -353,6 +378,31 @@ def _mode_name(graphs: bool, compile: bool) -> str:
     if not graphs and not compile:
         return "eager"
     return ("graphs" if graphs else "static") + ("+compile" if compile else "")
+
+
+#: passes :func:`measure.graphs.launch_overhead` runs per point: two interleaved rounds of 3 warm-up and 20 timed
+#: passes, eager and replayed
+LAUNCH_PASSES = 2 * 2 * (3 + 20)
+
+
+def _launch_within(
+    df: pd.DataFrame, dtype: str, points: Sequence[tuple[int, int, int]], seconds: float
+) -> list[tuple[int, int, int]]:
+    """The launch-overhead points (in their order) whose passes, at the sweep's median eager time of each, fit
+    ``seconds`` with PLAN_MARGIN; a point the sweep did not measure is left out."""
+    if df.empty or "t_median_s" not in df:
+        return []
+    ok = df[(df["status"] == "ok") & (df["dtype"].astype(str) == dtype)]
+    t = {(int(r.batch), int(r.new_tokens), int(r.context)): float(r.t_median_s) for r in ok.itertuples()}
+    kept, total = [], 0.0
+    for p in points:
+        if p not in t:
+            continue
+        c = PLAN_MARGIN * LAUNCH_PASSES * t[p]
+        if total + c <= seconds:
+            kept.append(p)
+            total += c
+    return kept
 
 
 def launch_overhead_points(
@@ -481,6 +531,127 @@ def _check_store(store: SweepStore, fingerprint: str, resume: bool, overwrite: b
         raise SpecroofError(f"cannot resume: {str(store.dir)!r} holds {old}, this run measures {fingerprint}")
 
 
+#: the planning margin on a visit's predicted seconds: on a shared machine a pass's time moves by tens of percent
+#: (docs/cost-model.md, sections 38 and 40)
+PLAN_MARGIN = 1.25
+#: seconds a limited sweep keeps at its budget's end: pooling the visits, the summary and the table (0.1-0.4 s on
+#: the project's 2-core CPU beside a busy core), and the interpreter's exit
+CLOSING_S = 1.0
+#: the status of a point a limited budget never visited (a row of the returned table, never of results.csv)
+BUDGET_STATUS = "budget"
+#: a visit given up after a warm-up pass: the rest of it would not fit (never a row)
+ABANDONED = "abandoned"
+
+
+def axis_levels(values: Sequence[Any]) -> dict[Any, int]:
+    """Each value's level in a coarse-to-fine order over its sorted axis: both ends 0, the middle 1, the middles of
+    the two halves 2, and so on (``1, 2, 4, 8, 16, 32, 64``: 1 and 64, then 8, then 2 and 16, then 4 and 32)."""
+    vals = sorted(set(values))
+    level = {vals[0]: 0, vals[-1]: 0}
+    spans, depth = [(0, len(vals) - 1)], 1
+    while spans:
+        nxt = []
+        for lo, hi in spans:
+            if hi - lo > 1:
+                mid = (lo + hi) // 2
+                level.setdefault(vals[mid], depth)
+                nxt += [(lo, mid), (mid, hi)]
+        spans, depth = nxt, depth + 1
+    return level
+
+
+def point_order(rows: Sequence[dict[str, Any]], cost: Sequence[float] | None = None) -> list[int]:
+    """A sweep's points, most needed first: what a short budget keeps (docs/cost-model.md, section 44).
+
+    The reference (:func:`reference_point`: it calibrates what the others cost), then coarse to fine over every
+    axis at once (:func:`axis_levels`: a point at the ends of batch, new tokens and context before one in the
+    middle of any), the cheaper first within a level (``cost``, the predicted seconds: default the tokens).
+    A fit reads the curve's two regimes off the ends of the new-token axis; the middle places the knee.
+    """
+    if not rows:
+        return []
+    ref = reference_point(rows)
+    lv = {k: axis_levels([r[k] for r in rows]) for k in ("batch", "new_tokens", "context")}
+    price = list(cost) if cost is not None else [float(r["batch"] * r["new_tokens"]) for r in rows]
+
+    def need(i: int) -> tuple[int, int, float]:
+        levels = [lv[k][rows[i][k]] for k in lv]
+        return max(levels), sum(levels), price[i]
+
+    return [ref, *sorted((i for i in range(len(rows)) if i != ref), key=need)]
+
+
+class VisitCosts:
+    """What a visit of a sweep point costs here, learned from the visits measured so far (section 44).
+
+    A pass of a point the roofline prices at ``t`` takes ``a + s * t``, ``(a, s)`` fitted (relative least squares,
+    both >= 0) to every visit's median pass so far (one visit: ``s`` alone): the host's time per pass, and how far
+    the machine runs from the price. A visit runs its warm-up and repeated passes, and a first visit also a one-off:
+    the mean of the first visits' wall time beyond their passes so far (the cache grown, a shape captured or
+    compiled); a later visit, likewise the later ones'.
+    """
+
+    def __init__(self, warmup: int, repeats: int) -> None:
+        self.warmup, self.repeats = warmup, repeats
+        self.points: list[tuple[float, float]] = []  # (price, measured median pass)
+        self.extra: dict[bool, list[float]] = {True: [], False: []}
+        self.a, self.s = 0.0, 1.0
+
+    def record(self, price: float, pass_s: float, passes: int, wall_s: float, first: bool) -> None:
+        """A visit done: its price per pass, its median pass, the passes it ran and its wall time."""
+        if np.isfinite(pass_s) and pass_s > 0 and np.isfinite(price) and price > 0:
+            self.points.append((price, pass_s))
+            self._refit()
+            self.extra[first].append(max(0.0, wall_s - passes * pass_s))
+        else:  # (an oom row: no pass timed; its wall time is the visit's one-off)
+            self.extra[first].append(max(0.0, wall_s))
+
+    def _refit(self) -> None:
+        p, t = (np.array(v, dtype=float) for v in zip(*self.points, strict=True))
+        if len(p) < 2 or np.ptp(p) <= 0:
+            self.a, self.s = 0.0, float(np.sum(t) / np.sum(p))
+            return
+        from scipy.optimize import nnls
+
+        (a, s), _ = nnls(np.column_stack([1.0 / t, p / t]), np.ones_like(t))
+        if s <= 0:  # every pass the host's: the prices still order the points
+            a, s = 0.0, float(np.sum(t) / np.sum(p))
+        self.a, self.s = float(a), float(s)
+
+    def pass_s(self, price: float) -> float:
+        return self.a + self.s * price
+
+    def visit_s(self, price: float, first: bool) -> float:
+        extra = self.extra[first] or self.extra[True]
+        one_off = float(np.mean(extra)) if extra else 0.0
+        return (self.warmup + self.repeats if first else 1 + self.repeats) * self.pass_s(price) + one_off
+
+
+def plan_prices(
+    spec: ModelSpec | None, rows: list[dict[str, Any]], hw: Hardware | None, dev: torch.device, tree: Any
+) -> np.ndarray:
+    """Each point's price for planning: the roofline's on ``hw``, else on a shipped profile of the device's kind
+    (what :class:`VisitCosts` learns rescales it), else its tokens (a model the cost model does not know)."""
+    tokens = np.array([r["batch"] * r["new_tokens"] for r in rows], dtype=float) * 1e-3
+    if spec is None or not rows:
+        return tokens
+    for profile in (hw, "epyc-9654" if dev.type == "cpu" else "h100-sxm-80gb", "h100-sxm-80gb"):
+        if profile is None:
+            continue
+        try:
+            p = predict_times(pd.DataFrame(rows), spec, profile, tree=tree)
+        except SpecroofError:
+            continue
+        if np.isfinite(p).all() and (p > 0).all():
+            return np.asarray(p, dtype=float)
+    return tokens
+
+
+def point_name(row: dict[str, Any]) -> str:
+    """A point as the output names it: ``bf16 batch 4 x 64 new tokens at context 512``."""
+    return f"{row['dtype']} batch {row['batch']} x {row['new_tokens']} new tokens at context {row['context']}"
+
+
 def _sweep_points(
     spec_or_model: Any,
     dtypes: list[str],
@@ -500,82 +671,259 @@ def _sweep_points(
     progress: bool,
     seed: int,
     how: tuple[bool, bool] | None = None,
+    essential: int = 1,
+    keep_s: float = 0.0,
+    refuse_short: bool = False,
 ) -> tuple[pd.DataFrame, list[Any]]:
     """The measuring loop of :func:`sweep`: shuffled visits, per-visit rows, budget and convergence. Returns the
-    pooled rows and the harness models measured (``how``: (graphs, compile) to attach to each)."""
+    pooled rows and the harness models measured (``how``: (graphs, compile) to attach to each).
+
+    With a limited budget (docs/cost-model.md, section 44) the first ``essential`` points of the first dtype, in
+    the order of need (:func:`point_order`), are visited first whatever they cost: they calibrate what a visit
+    costs here (:class:`VisitCosts`). Then, before every visit, the first visits still to make are planned in that
+    order against what the budget has left (less ``keep_s`` and :data:`CLOSING_S`): each is kept while it fits with
+    those kept before it (a later, cheaper one still tried), a dtype's model build counted with its first point.
+    A first visit is made only while it is kept, a later one only while it fits beside every kept first visit.
+    Points never visited are rows with status ``budget`` (not saved), named in ``attrs["dropped"]`` with why."""
     tree_id = "chain" if tree is None else f"tree{tree.n_nodes}d{tree.depth}"
     rng = np.random.default_rng(seed)
     visits: list[dict[str, Any]] = saved.to_dict(orient="records") if not saved.empty else []
     models: list[Any] = []
-    for dt in dtypes:
+    spec_all = _spec_of(spec_or_model)
+    name0 = spec_all.name if spec_all is not None else type(spec_or_model).__name__
+    grid = list(itertools.product(B, N, L))
+    rows = {
+        dt: [
+            {"model": name0, "dtype": dt, "batch": b, "new_tokens": n, "context": c, "tree": tree_id}
+            for b, n, c in grid
+        ]
+        for dt in dtypes
+    }
+    keys = {dt: [tuple(str(r[k]) for k in KEY) for r in rows[dt]] for dt in dtypes}
+    ref = reference_point(rows[dtypes[0]])
+    prices = {dt: plan_prices(spec_all, rows[dt], hw, dev, tree) for dt in dtypes}
+    order = point_order(rows[dtypes[0]], list(prices[dtypes[0]]))
+    # the first visits in the order of need, the dtypes interleaved: a short budget keeps a point in every dtype
+    items = [(d, i) for i in order for d in range(len(dtypes))]
+    history: dict[tuple[int, int], list[dict[str, Any]]] = {it: [] for it in items}
+    for v in visits:
+        k = tuple(str(v.get(kk)) for kk in KEY)
+        for d, dt in enumerate(dtypes):
+            if k in keys[dt]:
+                history[(d, keys[dt].index(k))].append(v)
+    costs = VisitCosts(warmup, repeats)
+    built: dict[int, float] = {}  # seconds each dtype's model took to build (0: given, not built)
+    must = {(0, i) for i in order[: max(1, essential)]}  # the first dtype's: they calibrate the costs
+    limited = bud.limited
+    wall = bud.clock
+
+    def build_s(d: int) -> float:
+        if d in built:
+            return 0.0
+        return max(built.values()) if built else 0.0
+
+    def plan() -> tuple[list[tuple[int, int]], list[tuple[int, int]], float]:
+        """The first visits still to make that fit what is left, in the order of need; those that do not; the
+        seconds the kept ones are predicted to take (with the margin, and the builds)."""
+        pending = [it for it in items if not history[it] and it not in abandoned]
+        if not limited:
+            return pending, [], 0.0
+        left = bud.remaining_s - keep_s - CLOSING_S
+        kept, dropped, total, building = [], [], 0.0, set()
+        for it in pending:
+            d, i = it
+            c = PLAN_MARGIN * costs.visit_s(float(prices[dtypes[d]][i]), first=True)
+            c += build_s(d) if d not in building else 0.0
+            if it in must or total + c <= left:
+                kept.append(it)
+                total += c
+                building.add(d)
+            else:
+                dropped.append(it)
+        return kept, dropped, total
+
+    def units(it: tuple[int, int], first: bool) -> float:
+        """A visit's passes at its price: the bar's unit (it rescales them by the seconds they took)."""
+        return ((warmup + repeats) if first else (1 + repeats)) * float(prices[dtypes[it[0]]][it[1]])
+
+    def work(its: Sequence[tuple[int, int]]) -> float:
+        return sum(units(it, True) + (rounds - 1) * units(it, False) for it in its)
+
+    bar = WorkBar(
+        work(items), f"verify sweep {name0}", progress, budget=bud if limited else None, tail_s=keep_s + CLOSING_S
+    )
+    planned_once = False
+    dropped_said: list[tuple[int, int]] = []
+    abandoned: dict[tuple[int, int], float] = {}  # points given up after a warm-up: the seconds of its pass
+
+    def one_dtype(d: int, dt: str) -> None:
+        """The visits of dtype ``dt`` (the ``d``-th): its model built, its rounds, then what an early estimate left out."""
+        mine = [it for it in items if it[0] == d]
+        if limited and d > 0 and not any(it[0] == d for it in plan()[0]) and not any(history[it] for it in mine):
+            return  # no point of this dtype fits: its model is not built
+        t0 = wall()
         runner, spec = _runner(spec_or_model, dt, dev, max(B), max(L) + max(N))
         if isinstance(runner, ModelRunner):
             if how is not None and runner.model.runner is None:
                 from measure.graphs import attach
 
                 attach(runner.model, capture=how[0], compile=how[1])
+            if dev.type == "cpu" and runner.model.auto_kernels:
+                runner.model.choose_kernels()  # the kernel race a first cache would run: the build's, not a visit's
             models.append(runner.model)
-        name = spec.name if spec is not None else type(spec_or_model).__name__
+        built[d] = wall() - t0 if not isinstance(spec_or_model, Transformer) and not _is_hf(spec_or_model) else 0.0
         vocab = spec.vocab_size if spec is not None else spec_or_model.config.vocab_size
         gen = torch.Generator().manual_seed(seed)
-        rows: list[dict[str, Any]] = [
-            {"model": name, "dtype": dt, "batch": b, "new_tokens": n, "context": c, "tree": tree_id}
-            for b, n, c in itertools.product(B, N, L)
-        ]
-        tokens = [torch.randint(0, vocab, (r["batch"], r["new_tokens"]), generator=gen).to(dev) for r in rows]
+        tokens = [torch.randint(0, vocab, (b, n), generator=gen).to(dev) for b, n, _ in grid]
         # every point priced in one call, by the fit's own route (NaN where there is no profile to price with)
         preds = (
-            predict_times(pd.DataFrame(rows), spec, hw, tree=tree)
+            predict_times(pd.DataFrame(rows[dt]), spec, hw, tree=tree)
             if spec is not None and hw is not None
-            else np.full(len(rows), np.nan)
+            else np.full(len(grid), np.nan)
         )
-        points = [(r, t, float(p)) for r, t, p in zip(rows, tokens, preds, strict=True)]
-        too_big = _too_big_now(spec, dt, rows, dev)
-        history: dict[int, list[dict[str, Any]]] = {i: [] for i in range(len(points))}
-        keys = [tuple(str(r[k]) for k in KEY) for r, _, _ in points]
-        ref = reference_point(rows)
-        watch = ReferenceWatch(ref)  # fed every visit in the order measured (a saved sweep's rows are in that order)
-        for v in visits:
-            k = tuple(str(v.get(kk)) for kk in KEY)
-            if k in keys:
-                j = keys.index(k)
-                history[j].append(v)
-                watch.record(j, _visit_min(v))
-        unit = [(warmup + repeats) * (t if np.isfinite(t) else 1e-3) for _, _, t in points]
-        todo_visits = sum(max(0, (rounds if rounds > 1 else 1) - len(history[i])) for i in range(len(points)))
-        bar = WorkBar(sum(unit) * max(1, todo_visits / max(1, len(points))), f"verify sweep {name} {dt}", progress)
-        try:
-            for r in range(rounds):
-                order = rng.permutation(len(points)) if rounds > 1 else np.arange(len(points))
-                order = [ref, *(i for i in order.tolist() if i != ref)]  # the reference opens every visit
-                for i in order:
-                    row, tokens, t_pred = points[i]
-                    h = history[i]
-                    if len(h) > r or (h and h[-1]["status"] != "ok"):
-                        continue  # saved by an earlier run, or failed (an OOM does not heal)
-                    if i != ref and len(h) >= 2 and _converged(h) and not watch.sped_up_since(i):
+        too_big = _too_big_now(spec, dt, rows[dt], dev)
+        # fed every visit in the order measured (a saved sweep's rows are in that order)
+        watch = ReferenceWatch(ref)
+        for i in range(len(grid)):
+            for v in history[(d, i)]:
+                watch.record(i, _visit_min(v))
+
+        def visit(i: int, r: int) -> None:
+            it = (d, i)
+            h = history[it]
+            first = not h
+            w0 = wall()
+            if spec is not None and i in too_big:
+                out = dict(_OOM)  # would not fit the memory now free: not attempted (the kernel kills)
+            else:
+                used = warmup if first else 1
+                # a point is given up after a warm-up pass if the rest of its visit would not fit; an essential one
+                # runs whole, unless ``refuse_short``: then it needs what is left (the caller's next steps wait for
+                # it), and where even that is short nothing this sweep could measure fits: it is refused below
+                essential = it in must and first
+                allows = (
+                    None
+                    if not limited or (essential and not refuse_short)
+                    else lambda s: bud.allows(PLAN_MARGIN * s + (0.0 if essential else keep_s) + CLOSING_S)
+                )
+                # a captured or compiled model's first pass of a shape is its capture or its compile: not judged by
+                staged = isinstance(runner, ModelRunner) and runner.model.runner is not None
+                out = _measure_visit(
+                    runner, rows[dt][i], tokens[i], tree, dev, used, repeats, threads, allows, int(first and staged)
+                )
+            if out["status"] == ABANDONED and it in must and first:
+                rest = PLAN_MARGIN * (warmup + repeats - int(out["passes"])) * float(out["t_probe_s"])
+                raise SpecroofError(
+                    f"a budget of {bud.seconds:g} s is too short for this sweep here: {bud.elapsed_s:.0f} s went to "
+                    f"the imports, building {name0} in {dt} (its kernels chosen, compiled or captured) and a first "
+                    f"pass of {point_name(rows[dt][i])}, and that point, which the sweep needs at least, would take "
+                    f"~{rest:.0f} s more; give a --budget of at least {bud.elapsed_s + rest + CLOSING_S + keep_s:.0f} s"
+                )
+            if out["status"] == ABANDONED:
+                passes = int(out["passes"])
+                costs.record(float(prices[dt][i]), float(out["t_probe_s"]), passes, wall() - w0, first)
+                abandoned[it] = float(out["t_probe_s"])
+                return
+            row = {**rows[dt][i], "visit": len(h), **out, "device": str(dev), "t_predicted_s": float(preds[i])}
+            h.append(row)
+            watch.record(i, _visit_min(row))
+            if store is not None:
+                store.append(row)
+            passes = (warmup if first else 1) + repeats
+            costs.record(float(prices[dt][i]), float(row.get("t_median_s", np.nan)), passes, wall() - w0, first)
+            bar.update(units(it, first), f"{sum(bool(x) for x in history.values())}/{len(items)} points")
+
+        def fits(i: int, first: bool) -> bool:
+            """Whether visiting point ``i`` now keeps the first visits the budget planned."""
+            nonlocal planned_once
+            if not limited:
+                return True
+            kept, dropped, total = plan()
+            if not planned_once and not any(it in must and not history[it] for it in items):
+                planned_once = True  # the calibration done: the plan the run starts from
+                bar.set_total(work(items) - work(dropped))
+                dropped_said.extend(dropped)
+            if first:
+                return (d, i) in kept
+            later = PLAN_MARGIN * costs.visit_s(float(prices[dt][i]), first=False)
+            return bud.allows(later + total + keep_s + CLOSING_S)
+
+        for r in range(rounds):
+            perm = rng.permutation(len(grid)) if rounds > 1 else np.arange(len(grid))
+            # the essential points open the first round (they calibrate the plan); the reference every visit
+            head = [ref, *(i for _, i in items if (d, i) in must and i != ref)] if r == 0 else [ref]
+            seq = [*head, *(i for i in (order if r == 0 and rounds == 1 else perm.tolist()) if i not in head)]
+            for i in seq:
+                h = history[(d, i)]
+                if len(h) > r or (h and h[-1]["status"] != "ok"):
+                    continue  # saved by an earlier run, or failed (an OOM does not heal)
+                if i != ref and len(h) >= 2 and _converged(h) and not watch.sped_up_since(i):
+                    continue
+                if (d, i) in abandoned:
+                    continue
+                if (d, i) not in must or h:
+                    if not fits(i, first=not h):
                         continue
-                    if h and bud.expired():
-                        continue  # every point has its first visit; the budget says stop
-                    if spec is not None and i in too_big:
-                        visit = dict(_OOM)  # would not fit the memory now free: not attempted (the kernel kills)
-                    else:
-                        visit = _measure_visit(runner, row, tokens, tree, dev, warmup if not h else 1, repeats, threads)
-                    out = {**row, "visit": len(h), **visit, "device": str(dev), "t_predicted_s": t_pred}
-                    h.append(out)
-                    watch.record(i, _visit_min(out))
-                    if store is not None:
-                        store.append(out)
-                    bar.update(unit[i], f"{sum(len(x) > 0 for x in history.values())}/{len(points)} points")
-                if bud.expired() and all(history.values()):
-                    break
-        finally:
-            bar.close()
-        visits = [v for v in visits if tuple(str(v.get(kk)) for kk in KEY) not in keys]
-        visits += [v for h in history.values() for v in h]
-    if not visits:
-        return pd.DataFrame(), models
-    return pool_visits(pd.DataFrame(visits)), models
+                visit(i, r)
+            if limited and bud.expired():
+                break
+        # first visits an early estimate left out, in the order of need, while they fit now
+        for it in mine:
+            if not history[it] and fits(it[1], first=True):
+                visit(it[1], 0)
+
+    try:
+        for d, dt in enumerate(dtypes):
+            one_dtype(d, dt)
+    finally:
+        bar.close()
+    keyset = {k for dt in dtypes for k in keys[dt]}
+    visits = [v for v in visits if tuple(str(v.get(kk)) for kk in KEY) not in keyset]
+    visits += [v for it in items for v in history[it]]
+    never = [it for it in items if not history[it]]
+    df = pool_visits(pd.DataFrame(visits)) if visits else pd.DataFrame()
+    if never:
+        unvisited = [
+            {**rows[dtypes[d]][i], "status": BUDGET_STATUS, "t_median_s": np.nan, "t_min_s": np.nan,
+             "t_iqr_s": np.nan, "repeats": 0, "device": str(dev), "t_predicted_s": np.nan, "visits": 0}
+            for d, i in never
+        ]  # fmt: skip
+        df = pd.concat([df, pd.DataFrame(unvisited)], ignore_index=True) if len(df) else pd.DataFrame(unvisited)
+    if len(df):  # in the grid's order (the visits ran in the order of need, or shuffled)
+        rank = {(dt, *k): j for j, (dt, k) in enumerate((dt, k) for dt in dtypes for k in keys[dt])}
+        at = [rank.get((str(r["dtype"]), *(str(r[k]) for k in KEY)), len(rank)) for r in df.to_dict("records")]
+        df = df.iloc[np.argsort(at, kind="stable")].reset_index(drop=True)
+    at_start = {it for it in dropped_said}
+    df.attrs["dropped"] = {
+        point_name(rows[dtypes[d]][i]): (
+            f"given up after a warm-up pass of {abandoned[(d, i)]:.2g} s: its visit would not fit"
+            if (d, i) in abandoned
+            else "dropped up front: it did not fit the budget with the points before it"
+            if (d, i) in at_start
+            else "the budget ran out before it"
+        )
+        for d, i in never
+    }
+    return df, models
+
+
+def unvisited_words(df: pd.DataFrame) -> str:
+    """The points a budget never visited (status ``budget``), in a line: ``bf16 batch 4 at context 512: 2, 8 and
+    64 new tokens; ...`` (empty when there are none)."""
+    if df.empty or "status" not in df:
+        return ""
+    never = df[df["status"] == BUDGET_STATUS]
+    parts = []
+    for (dt, b, c), g in never.groupby(["dtype", "batch", "context"], sort=False):
+        ns = [str(int(n)) for n in sorted(g["new_tokens"])]
+        listed = ns[0] if len(ns) == 1 else ", ".join(ns[:-1]) + " and " + ns[-1]
+        parts.append(f"{dt} batch {int(b)} at context {int(c)}: {listed} new tokens")
+    return "; ".join(parts)
+
+
+def _is_hf(obj: Any) -> bool:
+    """A ``transformers`` model object (measured through :class:`HFRunner`), not a preset, spec or Transformer."""
+    return not isinstance(obj, (ModelSpec, str, Transformer))
 
 
 #: the row of a point that does not fit the memory
@@ -688,14 +1036,34 @@ def _measure_visit(
     warmup: int,
     repeats: int,
     threads: int | None,
+    allows: Callable[[float], bool] | None = None,
+    unchecked: int = 0,
 ) -> dict[str, Any]:
-    """One visit of one point: ``repeats`` timed passes; an out-of-memory error becomes status ``oom``."""
+    """One visit of one point: ``repeats`` timed passes; an out-of-memory error becomes status ``oom``.
+
+    With ``allows`` (a budget's: whether that many seconds still fit), the warm-up passes are timed one by one and
+    after each the visit goes on only if ``allows(passes still to run x that pass's wall time)``; else it is given
+    up (status ``abandoned``, ``t_probe_s`` the pass's time): a point priced far below what it takes costs a budget
+    one pass, not its visit. The first ``unchecked`` passes are not judged by: a shape's first pass captures or
+    compiles it (a one-off, not what the others will take).
+    """
     try:
         if isinstance(runner, ModelRunner):
             runner.prepare(row["batch"], row["context"], row["new_tokens"])
         else:
             runner.prepare(row["batch"], row["context"])
-        t = time_fn(lambda: runner.run(tokens, tree), warmup=warmup, repeats=repeats, device=dev, threads=threads)
+
+        def run() -> None:
+            runner.run(tokens, tree)
+
+        if allows is not None:
+            for k in range(warmup):
+                probe = time_fn(run, warmup=0, repeats=1, device=dev, threads=threads)
+                pass_s = max((*probe.samples_s, *probe.wall_samples_s))
+                if k >= unchecked and not allows((warmup - k - 1 + repeats) * pass_s):
+                    return {"status": ABANDONED, "t_probe_s": pass_s, "passes": k + 1}
+            warmup = 0
+        t = time_fn(run, warmup=warmup, repeats=repeats, device=dev, threads=threads)
     except Exception as exc:
         if not _is_oom(exc):
             raise

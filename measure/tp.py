@@ -68,6 +68,11 @@ from roofline.model import ModelSpec, get_model
 #: the file format this module writes (bumped when a field changes meaning)
 FORMAT = "specroof-tp-sweep-v1"
 
+#: seconds a TP sweep keeps at its budget's end: the ranks' teardown, the fit (200 bootstrap resamples) and writing
+TP_CLOSING_S = 3.0
+#: seconds the parent waits for the ranks past the budget before it kills them (a hang, or a teardown stuck)
+TP_GRACE_S = 30.0
+
 #: default target when no --model is given: 8 layers of a 1024-wide GQA model (126M weights)
 DEFAULT_SHAPE = "8x1024x16x8x2816x32000"
 
@@ -344,8 +349,19 @@ def _agree(flag: bool) -> bool:
     return bool(box[0])
 
 
+def rank_budget(deadline: float | None) -> Budget:
+    """A rank's budget: until ``deadline`` (``time.time()``, which every process on the machine reads alike; the
+    parent's budget end less its closing), so the spawn and the process group's setup are inside it."""
+    if deadline is None:
+        return Budget(None)
+    return Budget(max(1e-3, deadline - time.time()))
+
+
 def _sweep_job(rank: int, world: int, dev: torch.device, cfg: dict[str, Any]) -> dict[str, Any]:
+    from measure.sweep import PLAN_MARGIN, VisitCosts, plan_prices
+
     spec = _spec_of(cfg)
+    budget = rank_budget(cfg.get("deadline"))
     full = build_target(spec, cfg["dtype"], cfg["seed"])
     model = to_device(shard_model(full, rank, world), dev)
     del full
@@ -356,29 +372,67 @@ def _sweep_job(rank: int, world: int, dev: torch.device, cfg: dict[str, Any]) ->
     points = [(b, n) for b in batch for n in tokens]
     sizes = sorted({b * n * spec.d_model * elt for b, n in points})
     rng = np.random.default_rng(cfg["seed"])  # the same order on every rank: they must run the same passes
-    budget = Budget(cfg["budget_s"])
     kw = dict(warmup=cfg["warmup"], repeats=cfg["repeats"], device=dev)
+    ar_repeats = max(cfg["repeats"], 10)
+    # a verify pass is priced by the roofline of the whole model on a shipped profile of the device's kind (section
+    # 40's a + s t, learned as the points are timed: the shards' share and this machine's speed); an all-reduce size
+    # at what its last visit took
+    rows = [{"dtype": cfg["dtype"], "batch": b, "new_tokens": n, "context": context} for b, n in points]
+    price = plan_prices(spec, rows, None, dev, None)
+    costs = VisitCosts(cfg["warmup"], cfg["repeats"])
+    last_ar: dict[int, float] = {}
+    cheapest = min(range(len(points)), key=lambda i: points[i][0] * points[i][1])
     verify: list[dict[str, Any]] = []
     allreduce: list[dict[str, Any]] = []
+    visited: set[int] = set()
+
+    def timed(i: int, visit: int) -> dict[str, Any]:
+        """Point ``i``'s passes, timed on every rank (the slowest rank's times); its cost learned."""
+        b, n = points[i]
+        x = torch.randint(0, spec.vocab_size, (b, n), generator=torch.Generator().manual_seed(n)).to(dev)
+        assert model.cache is not None
+        model.cache.rollback([context] * model.cache.max_batch)  # only lengths: latency ignores values
+        dist.barrier()
+        t0 = time.perf_counter()
+        t = time_fn(lambda: model(x), **kw)  # type: ignore[arg-type]
+        wall = time.perf_counter() - t0
+        stats = _stats(_slowest(t.samples_s, dev))
+        costs.record(float(price[i]), stats["t_median_s"], cfg["warmup"] + cfg["repeats"], wall, i not in visited)
+        visited.add(i)
+        return {"batch": b, "new_tokens": n, "context": context, "visit": visit,
+                "allreduce_bytes": b * n * spec.d_model * elt, **stats}  # fmt: skip
+
+    def go(essential: bool, seconds: float) -> bool:
+        # rank 0's clock decides for every rank: they must run the same passes
+        return _agree(essential or budget.allows(PLAN_MARGIN * seconds))
+
     with torch.no_grad():
         for visit in range(cfg["rounds"]):
-            if not _agree(visit == 0 or not budget.expired()):
+            if visit > 0 and not _agree(not budget.expired()):
                 break
-            for i in rng.permutation(len(points)):
-                b, n = points[i]
-                x = torch.randint(0, spec.vocab_size, (b, n), generator=torch.Generator().manual_seed(n)).to(dev)
-                model.cache.rollback([context] * model.cache.max_batch)  # only lengths: latency ignores values
-                dist.barrier()
-                t = time_fn(lambda x=x: model(x), **kw)  # type: ignore[arg-type]
-                row = {"batch": b, "new_tokens": n, "context": context, "visit": visit}
-                row |= {"allreduce_bytes": b * n * spec.d_model * elt, **_stats(_slowest(t.samples_s, dev))}
-                verify.append(row)
+            # the all-reduce sizes first: the fit is what the sweep is for (the first visit's are essential)
             for i in rng.permutation(len(sizes)):
+                if not go(visit == 0, last_ar.get(int(i), 0.0)):
+                    continue
                 buf = torch.zeros(sizes[i] // elt, dtype=TORCH_DTYPES[cfg["dtype"]], device=dev)  # zeros stay finite
                 dist.barrier()
-                t = time_fn(lambda buf=buf: dist.all_reduce(buf), **{**kw, "repeats": max(cfg["repeats"], 10)})  # type: ignore[arg-type]
+                t0 = time.perf_counter()
+                t = time_fn(lambda buf=buf: dist.all_reduce(buf), **{**kw, "repeats": ar_repeats})  # type: ignore[arg-type]
+                last_ar[int(i)] = time.perf_counter() - t0
                 allreduce.append({"bytes": sizes[i], "visit": visit, **_stats(_slowest(t.samples_s, dev))})
-    return {"verify": verify, "allreduce": allreduce, "threads": torch.get_num_threads()}
+            # the cheapest verify point first, on the first visit (essential: the table's), then shuffled
+            order = [int(i) for i in rng.permutation(len(points))]
+            if visit == 0:
+                order = [cheapest, *(i for i in order if i != cheapest)]
+            for i in order:
+                if go(visit == 0 and i == cheapest, costs.visit_s(float(price[i]), i not in visited)):
+                    verify.append(timed(i, visit))
+        # points no visit reached (an early estimate, or a shuffled order, left them out): cheapest first, while they fit
+        for i in sorted(range(len(points)), key=lambda j: float(price[j])):
+            if i not in visited and go(False, costs.visit_s(float(price[i]), True)):
+                verify.append(timed(i, 0))
+    never = [f"batch {points[i][0]} x {points[i][1]} new tokens" for i in range(len(points)) if i not in visited]
+    return {"verify": verify, "allreduce": allreduce, "threads": torch.get_num_threads(), "never": never}
 
 
 def _check_target(spec: ModelSpec, seed: int, dev: torch.device) -> Transformer:
@@ -501,7 +555,7 @@ def tp_sweep(
     repeats: int = 5,
     warmup: int = 2,
     rounds: int = 3,
-    budget_s: float | None = 120.0,
+    budget_s: float | Budget | None = 120.0,
     threads: int | None = None,
     seed: int = 0,
     timeout_s: float | None = None,
@@ -510,8 +564,12 @@ def tp_sweep(
 ) -> dict[str, Any] | None:
     """Time sharded verify passes and the all-reduce over ``tp`` ranks; the timings (and the fit) as one dict.
 
-    ``rounds`` shuffled visits of every point, the first always, the others while
-    ``budget_s`` lasts. Under torchrun only rank 0 returns (and writes ``out``); the others get None.
+    ``rounds`` shuffled visits of every point while ``budget_s`` (seconds from the call, or a :class:`Budget` that
+    may count from the process's start) lasts (docs/cost-model.md, section 44): the ranks share its deadline less
+    :data:`TP_CLOSING_S`, the first visit's all-reduce sizes and cheapest verify point always run, every other
+    point only while it fits; the points never visited are named in ``dropped``. The ranks are killed
+    ``timeout_s`` seconds after the start (default: what the budget has left and :data:`TP_GRACE_S`). Under
+    torchrun only rank 0 returns (and writes ``out``); the others get None.
     """
     from measure.device import resolve_device
 
@@ -527,8 +585,9 @@ def tp_sweep(
     for name, v, lo in (("--repeats", repeats, 1), ("--warmup", warmup, 0), ("--rounds", rounds, 1)):
         if int(v) != v or v < lo:
             raise SpecroofError(f"{name} must be a whole number >= {lo} (got {v})")
-    if budget_s is not None and not budget_s > 0:
+    if budget_s is not None and not isinstance(budget_s, Budget) and not budget_s > 0:
         raise SpecroofError(f"--budget must be > 0 seconds (got {budget_s})")
+    bud = budget_s if isinstance(budget_s, Budget) else Budget(budget_s)
     if threads is not None and threads < 1:
         raise SpecroofError(f"--threads must be >= 1 (got {threads})")
     if out is not None and not (Path(out).parent.is_dir() and os.access(Path(out).parent, os.W_OK)):
@@ -547,12 +606,14 @@ def tp_sweep(
         "repeats": int(repeats),
         "warmup": int(warmup),
         "rounds": int(rounds),
-        "budget_s": budget_s,
+        "budget_s": bud.seconds,
+        # the ranks' deadline on the clock every process reads alike: spawning them and their group are inside it
+        "deadline": time.time() + bud.remaining_s - TP_CLOSING_S if bud.limited else None,
         "threads": threads,
         "seed": int(seed),
     }
-    # the budget bounds the extra visits; the first visit, start-up and a slow machine get the rest
-    limit = timeout_s if timeout_s is not None else 300.0 + 2.0 * (budget_s or 600.0)
+    # a hang is killed once the budget and a grace for the ranks' teardown are spent
+    limit = timeout_s if timeout_s is not None else (bud.remaining_s + TP_GRACE_S if bud.limited else 1500.0)
     from measure.specval import machine_load
 
     load0 = machine_load()
@@ -573,6 +634,8 @@ def tp_sweep(
         "threads_per_rank": res["threads"],
         "verify": res["verify"],
         "allreduce": res["allreduce"],
+        "budget_s": bud.seconds,
+        "dropped": {p: "never visited: it did not fit what was left" for p in res.get("never", [])},
     }
     data["fit"] = dataclasses.asdict(fit_allreduce(data))
     if out is not None:
@@ -803,7 +866,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda when present")
     s.add_argument("--repeats", type=int, default=5, help="timed passes per visit of a point (default 5)")
     s.add_argument("--rounds", type=int, default=3, help="most shuffled visits of every point (default 3)")
-    s.add_argument("--budget", type=float, default=120.0, help="seconds; no new visit once spent (default 120)")
+    s.add_argument(
+        "--budget",
+        type=float,
+        default=120.0,
+        help="seconds for the whole command, the ranks' start included (default 120); points that do not fit are "
+        "not visited, and named",
+    )
     s.add_argument("--threads", type=int, default=None, help="CPU threads per rank (default: cores / tp)")
     s.add_argument("--timeout", type=float, default=None, help="kill the ranks after this many seconds")
     s.add_argument("--out", default=None, help="JSON file for the timings and the fit")
@@ -824,9 +893,14 @@ def report(data: dict[str, Any], statistic: str = "min", as_json: bool = False) 
     """What ``sweep`` and ``fit`` print: per verify point the all-reduce share, then the fit (or all of it as JSON)."""
     fit = fit_allreduce(data, statistic)
     shares = pass_shares(data, fit, statistic)
+    dropped = data.get("dropped") or {}
     if as_json:
-        return json.dumps({"fit": dataclasses.asdict(fit), "passes": shares.to_dict(orient="records")}, indent=1)
-    return shares.to_string(index=False) + "\n" + describe_fit(fit)
+        out = {"fit": dataclasses.asdict(fit), "passes": shares.to_dict(orient="records"), "dropped": dropped}
+        return json.dumps(out, indent=1)
+    text = shares.to_string(index=False) + "\n" + describe_fit(fit)
+    if dropped:
+        text += "\ndropped for the budget: " + ", ".join(dropped) + ": never visited, they did not fit what was left"
+    return text
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -834,9 +908,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = "python -m measure.tp " + " ".join(sys.argv[1:] if argv is None else argv)
     try:
         if args.command == "sweep":
+            if not args.budget > 0:
+                raise SpecroofError(f"--budget must be > 0 seconds (got {args.budget})")
             data = tp_sweep(
                 args.model, args.tp, batch=args.batch, tokens=args.tokens, context=args.context, dtype=args.dtype,
-                device=args.device, repeats=args.repeats, rounds=args.rounds, budget_s=args.budget,
+                device=args.device, repeats=args.repeats, rounds=args.rounds,
+                budget_s=Budget.for_command(args.budget, ["sweep"]),
                 threads=args.threads, timeout_s=args.timeout, out=args.out, command=command,
             )  # fmt: skip
             if data is not None:

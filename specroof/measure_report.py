@@ -278,12 +278,20 @@ def _time_part(check: SpecCheck, budget: float, quick: bool) -> str:
     body = (
         f"<p>Time: the check took {pay['seconds']:.0f} s of this section's {budget:.0f} s budget, which counts every "
         f"step ({spent}) and keeps {PAGE_RESERVE_S:g} s for this page's figure and tables; "
-        f"the plan fitted batch {check.plan['batches']} and gamma {check.plan['gammas']}, {reps} repetition(s).</p>"
+        f"the plan fitted batch {check.plan['batches']} and gamma {check.plan['gammas']}, {reps} repetition(s)"
+        + (
+            "; left out for the budget: "
+            + "; ".join(f"{esc(k)} ({esc(v)})" for k, v in (pay.get("dropped") or {}).items())
+            if pay.get("dropped")
+            else ""
+        )
+        + ".</p>"
     )
     if pay["seconds"] > budget - PAGE_RESERVE_S + 0.5:
         body += (
-            "<p class='note'>Over budget: on this machine now, the fixed steps and the first repetition (which always "
-            "runs, so that something is measured) took longer than the budget allows; the load average was "
+            "<p class='note'>Over budget: on this machine now, the fixed steps and the least a result needs (three "
+            "points of each verify sweep, a baseline probe and one configuration, which always run) took longer than "
+            "the budget allows; the load average was "
             f"{pay.get('load', {}).get('load_avg_1m', float('nan')):.1f} on {pay.get('load', {}).get('cpus', '?')} "
             "cores at the end.</p>"
         )

@@ -105,9 +105,16 @@ def test_a_second_run_on_the_same_folder_is_refused(tmp_path):
         assert lock.held and (tmp_path / ".lock").read_text() == str(os.getpid())
 
 
-def test_budget_stops_revisits_but_keeps_first_visits(tmp_path):
-    df = sweeps.sweep(TINY, rounds=50, budget=Budget(1e-6), **{**GRID, "new_tokens": [1, 2, 3]})
-    assert len(df) == 3 and (df["visits"] == 1).all()
+def test_a_spent_budget_visits_the_reference_only_and_names_the_rest(tmp_path):
+    # first visits are the budget's too: only the reference (the calibration, which an API caller gets whatever the
+    # budget) runs; the others are rows with status "budget", never saved (a resume visits them), and named
+    df = sweeps.sweep(TINY, rounds=50, budget=Budget(1e-6), out=tmp_path, **{**GRID, "new_tokens": [1, 2, 3]})
+    assert len(df) == 3 and list(df["new_tokens"]) == [1, 2, 3]
+    assert list(df["status"]) == ["ok", "budget", "budget"] and list(df["visits"]) == [1, 0, 0]
+    assert sorted(df.attrs["dropped"]) == [f"fp32 batch 1 x {n} new tokens at context 0" for n in (2, 3)]
+    assert len(read_results(tmp_path / "results.csv")) == 1
+    again = sweeps.sweep(TINY, resume=True, out=tmp_path, **{**GRID, "new_tokens": [1, 2, 3]})
+    assert (again["status"] == "ok").all() and not again.attrs["dropped"]
 
 
 def test_dtype_choice_follows_the_rates():

@@ -114,7 +114,7 @@ def test_sweep_command_times_passes_and_fits_the_allreduce(tmp_path, capsys):
         "--rounds",
         "2",
         "--budget",
-        "3",
+        "60",
         "--threads",
         "1",
         "--timeout",
@@ -141,6 +141,21 @@ def test_sweep_command_times_passes_and_fits_the_allreduce(tmp_path, capsys):
     assert mtp.main(["fit", str(out), "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["fit"]["latency_s"] == pytest.approx(fit.latency_s) and len(printed["passes"]) == 3
+
+
+@gloo
+def test_a_budget_the_ranks_start_spends_measures_the_essentials_and_names_the_rest(tmp_path, capsys):
+    # the ranks share the command's deadline: spawning them (seconds here) is inside it, so a 1 s budget leaves the
+    # first visit's all-reduce sizes (the fit) and its cheapest verify pass (the table), and names the others
+    out = tmp_path / "tp.json"
+    args = ["sweep", "--tp", "2", "--model", TINY_SHAPE, "--tokens", "1,4,16", "--context", "32", "--repeats", "2"]
+    assert mtp.main([*args, "--rounds", "3", "--budget", "1", "--threads", "1", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    data = mtp.load_tp_sweep(out)
+    assert [r["new_tokens"] for r in data["verify"]] == [1]
+    assert {r["bytes"] for r in data["allreduce"]} == {n * 64 * 4 for n in (1, 4, 16)}
+    assert sorted(data["dropped"]) == ["batch 1 x 16 new tokens", "batch 1 x 4 new tokens"]
+    assert "dropped for the budget: " in printed and "batch 1 x 4 new tokens" in printed
 
 
 @gloo

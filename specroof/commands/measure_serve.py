@@ -19,10 +19,14 @@ from specroof.shell import _add_json, _note, emit, float_list
 
 
 def cmd_measure_serve(args: argparse.Namespace) -> int:
-    from measure.serve_check import serve_check
-
     if not (args.budget > 0 and math.isfinite(args.budget)):
         raise SpecroofError(f"--budget must be a positive number of seconds (got {args.budget})")
+    from specroof.measure_cli import command_budget, freeze_at_exit
+
+    # counted from the process's start when it was started for the command: the imports are inside it
+    budget = command_budget(args, ["measure", "serve"])
+    from measure.serve_check import serve_check
+
     if args.threads is not None and args.threads < 1:
         raise SpecroofError(f"--threads must be >= 1 (got {args.threads})")
     if not 1 <= args.replays <= 5:
@@ -46,7 +50,7 @@ def cmd_measure_serve(args: argparse.Namespace) -> int:
         requests=args.requests,
         input_len=args.input_len,
         output_len=args.output_len,
-        budget_s=args.budget,
+        budget_s=budget,
         threads=args.threads,
         seed=args.seed,
         replays=args.replays,
@@ -70,7 +74,9 @@ def cmd_measure_serve(args: argparse.Namespace) -> int:
         "settings": check.settings,
         "out": str(out) if out else None,
     }
+    payload["spent_s"] = budget.elapsed_s
     emit(args, payload, text(check))
+    freeze_at_exit()
     return 0
 
 
@@ -189,7 +195,9 @@ def text(check: Any) -> str:
             f"sim {'yes' if v['pays_simulated'] else 'no'} ({v['ratio_simulated']:.2f}x)"
             + ("" if v["agree"] else "  <- verdicts differ")
         )
-    lines.append(f"{s['seconds']:.0f} s")
+    from specroof.measure_cli import budget_words
+
+    lines.append(budget_words(s["seconds"], s.get("budget_s"), s.get("dropped") or {}))
     return "\n".join(lines)
 
 
@@ -217,7 +225,13 @@ def add_parser(msub: Any) -> None:
         default=2,
         help="real replays of each trace (default 2): a figure they disagree on by more than its error is noisy",
     )
-    p.add_argument("--budget", type=float, default=240.0, help="seconds for the whole run (default 240)")
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=240.0,
+        help="seconds for the whole command (default 240): the imports, loading, microbenchmarks, sweeps, "
+        "calibrations and replays; rates and replays that do not fit are left out, and named",
+    )
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
     p.add_argument("--out", default=None, help="folder for the side-by-side and per-request CSVs")
     from specroof.measure_cli import add_graph_flags
