@@ -817,7 +817,7 @@ def _sweep_points(
                     f"a budget of {bud.seconds:g} s is too short for this sweep here: {bud.elapsed_s:.0f} s went to "
                     f"the imports, building {name0} in {dt} (its kernels chosen, compiled or captured) and a first "
                     f"pass of {point_name(rows[dt][i])}, and that point, which the sweep needs at least, would take "
-                    f"~{rest:.0f} s more; give a --budget of at least {bud.elapsed_s + rest + CLOSING_S + keep_s:.0f} s"
+                    f"~{rest:.1f} s more; give a --budget of at least {math.ceil(bud.elapsed_s + rest + CLOSING_S + keep_s)} s"
                 )
             if out["status"] == ABANDONED:
                 passes = int(out["passes"])

@@ -84,7 +84,7 @@ def test_the_cpu_plumbing_check_runs_and_writes_the_summary(tmp_path):
         "BATCH": "1,2",
         "TOKENS": "1,2,4,8,16,32,64",
         "CONTEXT": "64",
-        "SWEEP_BUDGET": "3",
+        "SWEEP_BUDGET": "20",
         "STEPS": "device bench sweep fit eager summary",
         "PYTHON": sys.executable,
     }

@@ -55,7 +55,7 @@ def _scripted(monkeypatch, speed):
     """Replace the timing of a visit by a scripted machine: every point's time is its token count x speed(visit no.)."""
     calls = {"n": 0}
 
-    def fake_visit(runner, row, tokens, tree, dev, warmup, repeats, threads):
+    def fake_visit(runner, row, tokens, tree, dev, warmup, repeats, threads, allows=None, unchecked=0):
         calls["n"] += 1
         t = 1e-3 * row["new_tokens"] * speed(calls["n"])
         return {"status": "ok", "t_median_s": t, "t_min_s": t, "t_iqr_s": 0.0, "repeats": repeats}
