@@ -264,7 +264,9 @@ class WorkBar:
         if self.bar is None:
             return
         self.bar.set_postfix_str(self.postfix(note), refresh=False)
-        self.bar.update(100.0 * self.done / self.total - self.bar.n)  # redraws at most every mininterval
+        # the position set, not stepped: summed float steps overshoot 100% by a rounding (tqdm's "clamping frac")
+        self.bar.n = min(100.0, 100.0 * self.done / self.total)
+        self.bar.update(0)  # redraws at most every mininterval
 
     def close(self) -> None:
         if self.bar is not None:
