@@ -262,6 +262,8 @@ def cmd_measure_sweep(args: argparse.Namespace) -> int:
         raise SpecroofError("--resume needs --out (the folder to resume)")
     if args.tp != 1:
         return _measure_sweep_tp(args, budget)
+    if not (args.hf or args.spec or args.model):  # before torch is imported: a usage error answers at once
+        raise SpecroofError("give a model: --model PRESET, --spec config.json or --hf CHECKPOINT_FOLDER")
     from measure.device import resolve_device
     from measure.sweep import sweep, unvisited_words
 
@@ -279,10 +281,8 @@ def cmd_measure_sweep(args: argparse.Namespace) -> int:
         target: Any = Transformer.from_hf(args.hf, dtype=args.dtype.split(",")[0], device=dev)
     elif args.spec:
         target = ModelSpec.from_hf_config(args.spec)
-    elif args.model:
-        target = get_model(args.model)
     else:
-        raise SpecroofError("give a model: --model PRESET, --spec config.json or --hf CHECKPOINT_FOLDER")
+        target = get_model(args.model)
     df = sweep(
         target,
         args.batch,
@@ -447,9 +447,7 @@ def cmd_measure_fit(args: argparse.Namespace) -> int:
 @_keeps_on_interrupt("measure spec")
 def cmd_measure_spec(args: argparse.Namespace) -> int:
     budget = command_budget(args, ["measure", "spec"])
-    from measure.device import resolve_device
-    from measure.spec_check import spec_check
-
+    # the flags checked before torch is imported: a usage error answers at once
     not_both({"--pair": args.pair, "--hf": args.hf})
     not_both({"--pair": args.pair, "--draft-hf": args.draft_hf})  # the offline pair brings its own draft
     not_both({"--early-exit-only": args.early_exit_only or None, "--draft-hf": args.draft_hf})
@@ -457,6 +455,9 @@ def cmd_measure_spec(args: argparse.Namespace) -> int:
         raise SpecroofError(
             "give --pair offline or --hf TARGET_FOLDER (with --draft-hf DRAFT_FOLDER or --early-exit L)"
         )
+    from measure.device import resolve_device
+    from measure.spec_check import spec_check
+
     _check_counts(args, {"--gamma": "gamma", "--batch": "batch", "--tokens": "tokens", "--repeats": "batch"})
     if args.width is not None and (args.width < 1 or args.width & (args.width - 1)):
         raise SpecroofError(f"--width must be a power of two >= 1 (got {args.width})")

@@ -604,6 +604,25 @@ def test_issue_46_families_are_one_line_before_any_work(family, capsys, tmp_path
     assert not (tmp_path / "r").exists()
 
 
+def test_measuring_commands_missing_their_model_answer_before_torch_is_imported():
+    """A usage error of measure sweep or spec is one line and exit 2 at once: torch (seconds to import) never
+    loaded for it."""
+    import subprocess
+    import sys
+
+    code = [
+        "import sys, specroof.cli as cli",
+        "for argv in (['measure', 'sweep'], ['measure', 'spec']):",
+        "    assert cli.main(argv) == 2, argv",
+        "    assert 'torch' not in sys.modules, ('torch imported by', argv)",
+        "print('ok')",
+    ]
+    res = subprocess.run([sys.executable, "-c", "\n".join(code)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and res.stdout.strip().endswith("ok"), res.stderr[-2000:]
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 2 and "give a model" in lines[0] and "give --pair offline" in lines[1], lines
+
+
 def test_an_engine_file_without_a_device_table_is_refused(tmp_path, capsys):
     bare = tmp_path / "bare.toml"
     bare.write_text('name = "bare"\ndescription = "no device table"\n')
