@@ -105,8 +105,22 @@ def inductor_missing(device: torch.device | str) -> str | None:
             return "--compile needs triton beside torch on a GPU (inductor's kernels are triton's): pip install triton"
         return None
     cxx = os.environ.get("CXX", "g++")
-    if shutil.which(cxx) is None and shutil.which("c++") is None:
-        return f"--compile on the CPU needs a C++ compiler for inductor's kernels ({cxx} not found)"
+    try:
+        # inductor's own search (CXX, else g++, each run with --version): what it will compile with, no guess
+        from torch._inductor.cpp_builder import get_cpp_compiler
+    except ImportError:  # an older inductor: the same rule by hand
+        found = shutil.which(cxx) is not None
+    else:
+        try:
+            get_cpp_compiler()
+            found = True
+        except Exception:
+            found = False
+    if not found:
+        return (
+            f"--compile on the CPU needs a C++ compiler for inductor's kernels: {cxx} (CXX, else g++) does not run "
+            "here; install g++ or point CXX at a compiler"
+        )
     return None
 
 

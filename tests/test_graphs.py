@@ -161,6 +161,22 @@ def test_graphs_on_without_a_gpu_and_unknown_modes_are_refused():
     assert graphs.inductor_missing("cpu") is None or "compile" in graphs.inductor_missing("cpu")
 
 
+def test_compile_without_a_working_cxx_is_one_line_before_any_work(tmp_path):
+    # inductor compiles with $CXX (else g++) and nothing else: a c++ elsewhere on PATH does not count. A fresh
+    # interpreter, since inductor reads CXX when it is imported and caches its search.
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "CXX": str(tmp_path / "no-such-cxx")}
+    cmd = [sys.executable, "-m", "specroof", "measure", "sweep", "--model", "qwen2.5-0.5b", "--compile"]
+    proc = subprocess.run([*cmd, "--budget", "60"], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("specroof")]
+    assert len(lines) == 1 and "no-such-cxx" in lines[0] and "C++ compiler" in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
+
+
 def test_the_largest_batch_that_fits_is_a_function_of_memory_alone():
     gb = 1e9
     # 80 GB free, 16 GB of weights to load, 1 GiB aside, 0.5 GB of cache and 0.25 GB of graphs per sequence
