@@ -77,6 +77,9 @@ class Budget:
     seconds: float | None
     start: float = math.nan
     clock: Clock = field(default=time.perf_counter, repr=False, compare=False)
+    #: the --budget the user gave, where this allowance is only part of it (the page keeps some for itself): what
+    #: a refusal names and adds back to the budget it asks for. None: ``seconds`` is the user's
+    stated_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.seconds is not None and not self.seconds > 0:
@@ -97,6 +100,16 @@ class Budget:
     @property
     def limited(self) -> bool:
         return self.seconds is not None
+
+    @property
+    def stated(self) -> float | None:
+        """The --budget the user gave for the command this allowance belongs to."""
+        return self.seconds if self.stated_s is None else self.stated_s
+
+    def asking(self, seconds: float) -> int:
+        """The --budget (whole seconds) to ask the user for when this allowance needs ``seconds`` in all."""
+        kept = 0.0 if self.stated_s is None or self.seconds is None else self.stated_s - self.seconds
+        return math.ceil(seconds + kept)
 
     @property
     def end(self) -> float:
@@ -134,7 +147,9 @@ class Budget:
         """
         if self.seconds is None:
             return Budget(None, start=self.start, clock=self.clock)
-        return Budget(max(1e-9, self.seconds - max(0.0, seconds)), start=self.start, clock=self.clock)
+        return Budget(
+            max(1e-9, self.seconds - max(0.0, seconds)), start=self.start, clock=self.clock, stated_s=self.stated
+        )
 
 
 def unlimited() -> Budget:

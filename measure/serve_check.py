@@ -615,10 +615,10 @@ def serve_check(
                 need = PLAN_MARGIN * shape_s * fewest
                 if need > bud.remaining_s - CLOSING_S:
                     raise SpecroofError(
-                        f"--budget {bud.seconds:g} is too short for measure serve with {passes} passes here: its "
+                        f"--budget {bud.stated:g} is too short for measure serve with {passes} passes here: its "
                         f"calibrations compile ~{fewest} shapes at ~{shape_s:.1f} s each (~{need:.0f} s) and "
                         f"{bud.remaining_s:.0f} s are left; give a --budget of at least "
-                        f"{math.ceil(bud.elapsed_s + 2 * need + 10 * CLOSING_S)} s, or drop --compile"
+                        f"{bud.asking(bud.elapsed_s + 2 * need + 10 * CLOSING_S)} s, or drop --compile"
                     )
         swept = [
             sweep(target, new_tokens=n_tok, keep_s=after_sweeps + draft_share, essential=3, **kw),

@@ -22,7 +22,6 @@ Everything lands in ``out`` as it is measured (``sweep-target/``, ``sweep-draft/
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -696,9 +695,9 @@ def spec_check(
             need = PLAN_MARGIN * shape_s * fewest
             if need > bud.remaining_s - CLOSING_RESERVE_S:
                 raise SpecroofError(
-                    f"--budget {bud.seconds:g} is too short for a compiled check here: its first repetition compiles "
+                    f"--budget {bud.stated:g} is too short for a compiled check here: its first repetition compiles "
                     f"~{fewest} shapes at ~{shape_s:.1f} s each (~{need:.0f} s) and {bud.remaining_s:.0f} s are "
-                    f"left; give a --budget of at least {math.ceil(bud.elapsed_s + need + 3 * CLOSING_RESERVE_S)} s, or "
+                    f"left; give a --budget of at least {bud.asking(bud.elapsed_s + need + 3 * CLOSING_RESERVE_S)} s, or "
                     "drop --compile"
                 )
     step_done("setup")  # the probe, the pair's weights, the decode-path timing

@@ -814,10 +814,10 @@ def _sweep_points(
             if out["status"] == ABANDONED and it in must and first:
                 rest = PLAN_MARGIN * (warmup + repeats - int(out["passes"])) * float(out["t_probe_s"])
                 raise SpecroofError(
-                    f"a budget of {bud.seconds:g} s is too short for this sweep here: {bud.elapsed_s:.0f} s went to "
+                    f"a budget of {bud.stated:g} s is too short for this sweep here: {bud.elapsed_s:.0f} s went to "
                     f"the imports, building {name0} in {dt} (its kernels chosen, compiled or captured) and a first "
                     f"pass of {point_name(rows[dt][i])}, and that point, which the sweep needs at least, would take "
-                    f"~{rest:.1f} s more; give a --budget of at least {math.ceil(bud.elapsed_s + rest + CLOSING_S + keep_s)} s"
+                    f"~{rest:.1f} s more; give a --budget of at least {bud.asking(bud.elapsed_s + rest + CLOSING_S + keep_s)} s"
                 )
             if out["status"] == ABANDONED:
                 passes = int(out["passes"])

@@ -123,7 +123,8 @@ def measurement_section(
     budget = budget_s if budget_s is not None else (QUICK_BUDGET_S if quick else DEFAULT_BUDGET_S)
     start = getattr(w, "section_started", None)
     check_s = max(1.0, budget - PAGE_RESERVE_S)  # the check's share: the page's figure comes after it
-    bud = Budget(check_s) if start is None else Budget(check_s, start=start)
+    # refusals inside the check name the page's --budget, not the check's share of it
+    bud = Budget(check_s, stated_s=budget) if start is None else Budget(check_s, start=start, stated_s=budget)
     dev = default_device()
     info = describe(dev)
     check = spec_check(

@@ -46,6 +46,18 @@ def test_a_budget_runs_on_its_clock_and_keeps_time_for_what_follows():
         Budget(0.0)
 
 
+def test_a_share_of_the_users_budget_names_and_asks_for_the_users_budget():
+    # the page keeps a little of `report --budget 3` for itself: a refusal inside the check says "--budget 3" and
+    # asks for what the check needs plus what the page keeps, not for the check's own share
+    clock = FakeClock()
+    part = Budget(1.5, clock=clock, stated_s=3.0)
+    assert part.stated == 3.0 and part.asking(19.0) == 21 and part.keeping(0.5).stated == 3.0
+    assert part.keeping(0.5).asking(19.0) == 21  # 19 s from its start, and the 2 s kept after it (page and fit)
+    own = Budget(60.0, clock=clock)
+    assert own.stated == 60.0 and own.asking(18.2) == 19 and own.keeping(10).stated == 60.0
+    assert own.keeping(10).asking(18.2) == 29
+
+
 def test_a_budget_from_the_process_start_counts_what_came_before():
     clock = FakeClock()
     b = Budget.from_process_start(60.0, clock=clock)
