@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -79,7 +80,7 @@ def test_the_measured_budget_counts_from_the_section_start_and_keeps_room_for_th
     assert bud.seconds == pytest.approx(mr.QUICK_BUDGET_S - mr.PAGE_RESERVE_S)
     assert bud.remaining_s < mr.QUICK_BUDGET_S - mr.PAGE_RESERVE_S - 4.9  # the 5 s already spent count
     # a refusal inside the check names the page's --budget and asks for the page's share back
-    assert bud.stated == mr.QUICK_BUDGET_S and bud.asking(20.0) == -(-(20 + mr.PAGE_RESERVE_S) // 1)
+    assert bud.stated == mr.QUICK_BUDGET_S and bud.asking(20.0) == math.ceil(20 + mr.PAGE_RESERVE_S)
     assert got["tokens"] == 16
 
 
