@@ -278,9 +278,16 @@ def sweep(
         dtypes = [check_choice("dtype", d, tuple(TORCH_DTYPES)) for d in dtype]
     spec0 = _spec_of(spec_or_model)
     if spec0 is not None and max(L) + max(N) > spec0.max_context:
+        room_ctx, room_new = spec0.max_context - max(N), spec0.max_context - max(L)
+        fix = (
+            f"use contexts up to {room_ctx}"
+            if room_ctx >= 0
+            else f"use at most {room_new} new tokens"
+            if room_new >= 1
+            else f"new tokens and context together must stay within {spec0.max_context}"
+        )
         raise SpecroofError(
-            f"context {max(L)} + {max(N)} new tokens exceeds {spec0.name}'s max context {spec0.max_context}: "
-            f"use contexts up to {spec0.max_context - max(N)}"
+            f"context {max(L)} + {max(N)} new tokens exceeds {spec0.name}'s max context {spec0.max_context}: {fix}"
         )
     hw = load_hardware(hardware) if hardware is not None else None
     if hw is None:

@@ -20,7 +20,7 @@ from roofline.hardware import load_hardware
 from roofline.model import ModelSpec, get_model
 from roofline.units import format_quantity
 from roofline.validation import check_quantity, not_both
-from specroof.shell import _add_json, _note, emit, int_list
+from specroof.shell import _add_json, _note, add_list_flag, emit
 
 
 def _writable_file(path: str, what: str) -> Path:
@@ -369,7 +369,7 @@ def _measure_sweep_tp(args: argparse.Namespace, budget: Any) -> int:
     from measure.tp import DEFAULT_SHAPE, report, tp_sweep
 
     if args.tp < 2:
-        raise SpecroofError(f"--tp must be >= 2 to shard the target (got {args.tp})")
+        raise SpecroofError(f"--tp must be >= 1 (got {args.tp}): 1 runs the target whole, 2 or more shard it")
     if args.graphs == "on" or args.compile:
         raise SpecroofError("--tp sweeps run eagerly (their all-reduces are not captured): drop --graphs on/--compile")
     if args.hf:
@@ -586,10 +586,10 @@ def register(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     g.add_argument("--model", help="preset (random weights)")
     g.add_argument("--spec", help="a config.json (random weights)")
     g.add_argument("--hf", help="a Hugging Face checkpoint folder")
-    p.add_argument("--batch", type=int_list, default=[1])
-    p.add_argument("--tokens", type=int_list, default=[1, 2, 4, 8, 16, 32, 64])
-    p.add_argument("--context", type=int_list, default=[128])
-    p.add_argument("--dtype", default="bf16")
+    add_list_flag(p, "--batch", [1], "sequences per verify pass")
+    add_list_flag(p, "--tokens", [1, 2, 4, 8, 16, 32, 64], "new tokens per sequence in each pass (what K verifies)")
+    add_list_flag(p, "--context", [128], "tokens already in each sequence's KV cache")
+    p.add_argument("--dtype", default="bf16", help="dtypes to sweep, comma-separated: fp32, bf16, fp16 (default bf16)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
     p.add_argument("--hardware", default=None, help="profile for the predicted column (e.g. a measured TOML)")
     p.add_argument("--repeats", type=int, default=5, help="timed passes per visit of a point")
@@ -636,8 +636,8 @@ def register(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     p.add_argument("--draft-hf", help="draft: a Hugging Face checkpoint folder")
     p.add_argument("--early-exit", type=int, help="also an early-exit drafter after L target layers")
     p.add_argument("--early-exit-only", action="store_true", help="skip the separate draft model")
-    p.add_argument("--gamma", type=int_list, default=None, help="speculation lengths (default: as the budget allows)")
-    p.add_argument("--batch", type=int_list, default=None, help="batch sizes (default: as the budget allows)")
+    add_list_flag(p, "--gamma", None, "speculation lengths", default_text="as the budget allows")
+    add_list_flag(p, "--batch", None, "batch sizes", default_text="as the budget allows")
     p.add_argument("--tokens", type=int, default=32, help="new tokens per sequence")
     p.add_argument("--width", type=int, default=None, help="widen the offline target (default: chosen for the device)")
     p.add_argument("--dtype", choices=["bf16", "fp32"], default=None, help="default: what the device runs well")

@@ -85,14 +85,28 @@ class _FlatList(argparse.Action):
 
 def add_int_list(p: argparse.ArgumentParser, flag: str, lo: int, hi: int, default: list[int], help: str) -> None:
     """A list flag that takes ``1,8,64``, ``1 8 64`` or a range ``1-64``, each value in [lo, hi]."""
+    add_list_flag(p, flag, default, help, bounded_int_list(lo, hi))
+
+
+def add_list_flag(
+    p: argparse.ArgumentParser,
+    flag: str,
+    default: list[int] | None,
+    help: str,
+    parse: Callable[[str], list[int]] = int_list,
+    default_text: str | None = None,
+) -> None:
+    """A list flag of integers, ``1,8,64``, ``1 8 64`` or ``1-64`` alike, each word parsed by ``parse`` (the values'
+    ranges checked there or by the command); ``default_text`` says what None means."""
+    shown = default_text if default is None else ",".join(map(str, default))
     p.add_argument(
         flag,
         nargs="+",
-        type=bounded_int_list(lo, hi),
+        type=parse,
         action=_FlatList,
         default=default,
         metavar="N",
-        help=f"{help}: 1,8,64 or 1 8 64 or a range 1-64 (default {','.join(map(str, default))})",
+        help=f"{help}: 1,8,64 or 1 8 64 or a range 1-64 (default {shown})",
     )
 
 

@@ -280,6 +280,24 @@ def test_batch_lists_by_comma_or_by_space(capsys, command):
     assert a[0] == b[0] == c[0] == 0 and a[1] == b[1] == c[1]
 
 
+@pytest.mark.parametrize(
+    "words, flag",
+    [(["measure", "sweep", "--model", "qwen2.5-0.5b"], "--batch"), (["measure", "sweep", "--model", "x"], "--tokens"),
+     (["measure", "sweep", "--model", "x"], "--context"), (["measure", "spec", "--pair", "offline"], "--gamma"),
+     (["measure", "spec", "--pair", "offline"], "--batch"), (["measure", "engine", "--framework", "hf"], "--batch"),
+     (["measure", "engine", "--framework", "hf"], "--gamma"), (["measure", "engine", "--framework", "hf"], "--fit-gamma"), (["measure", "engine", "--framework", "hf"], "--depth")],
+)  # fmt: skip
+def test_the_measuring_commands_take_lists_by_comma_or_by_space(words, flag):
+    from specroof.cli import build_parser
+
+    parser = build_parser()
+    dest = flag.lstrip("-").replace("-", "_")
+    got = [
+        getattr(parser.parse_args([*words, flag, *form]), dest) for form in (["1,2,4"], ["1", "2", "4"], ["1", "2-4"])
+    ]
+    assert got[0] == got[1] == [1, 2, 4] and got[2] == [1, 2, 3, 4]
+
+
 def test_version(capsys):
     from importlib.metadata import version
 

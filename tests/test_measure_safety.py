@@ -59,6 +59,11 @@ def test_context_beyond_the_model_is_refused_before_anything_is_written(tmp_path
     with pytest.raises(SpecroofError, match="exceeds llama-68m's max context 2048: use contexts up to"):
         sweeps.sweep("llama-68m", batch=[1], new_tokens=[64], context=[128, 2048], out=tmp_path / "x", progress=False)
     assert not (tmp_path / "x" / "meta.json").exists()
+    # more new tokens than the model holds: no context fixes it, fewer tokens do (it said "contexts up to -67232")
+    with pytest.raises(SpecroofError, match="max context 2048: use at most 1920 new tokens$"):
+        sweeps.sweep("llama-68m", batch=[1], new_tokens=[4096], context=[128], progress=False)
+    with pytest.raises(SpecroofError, match="max context 2048: new tokens and context together must stay within 2048$"):
+        sweeps.sweep("llama-68m", batch=[1], new_tokens=[2049], context=[2048], progress=False)
 
 
 def test_resume_refuses_another_models_rows(tmp_path):

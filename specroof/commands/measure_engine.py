@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from roofline.errors import SpecroofError
-from specroof.cli import _add_json, _note, emit, int_list
+from specroof.cli import _add_json, _note, emit
+from specroof.shell import add_list_flag
 
 FRAMEWORK_CHOICES = ("hf", "torch-eager", "torch-compile", "vllm", "sglang")
 
@@ -181,10 +182,10 @@ def add_parser(msub: Any) -> None:
     )
     p.add_argument("--framework", required=True, choices=FRAMEWORK_CHOICES)
     p.add_argument("--model", default=None, help="preset shape of the plain-decoding models (default: the pair's)")
-    p.add_argument("--depth", type=int_list, default=[2, 4, 8], help="layers of the plain-decoding models")
-    p.add_argument("--batch", type=int_list, default=[1, 2, 4], help="batch sizes of plain decoding")
-    p.add_argument("--gamma", type=int_list, default=[1, 2, 3, 4, 5, 6], help="fixed speculation lengths")
-    p.add_argument("--fit-gamma", type=int_list, default=None, help="gammas the fit sees (default: every other)")
+    add_list_flag(p, "--depth", [2, 4, 8], "layers of the plain-decoding models")
+    add_list_flag(p, "--batch", [1, 2, 4], "batch sizes of plain decoding")
+    add_list_flag(p, "--gamma", [1, 2, 3, 4, 5, 6], "fixed speculation lengths")
+    add_list_flag(p, "--fit-gamma", None, "gammas the fit sees", default_text="every other")
     p.add_argument("--no-heuristic", action="store_true", help="skip Hugging Face's heuristic schedule")
     p.add_argument("--tokens", type=int, default=96, help="new tokens per run (and half as many)")
     p.add_argument("--repeats", type=int, default=12, help="most repetitions (the budget may allow fewer)")
