@@ -402,6 +402,9 @@ PLAN_MARGIN = 1.25
 #: seconds kept at the budget's end: the verdicts, the settings, the CSVs and the text (0.1-0.5 s on the project's
 #: 2-core CPU beside a busy core), and the interpreter's exit
 CLOSING_S = 1.5
+
+#: how far past its budget a command may end (the measuring commands' promise: the budget, plus 10%)
+OVERRUN = 1.1
 #: the share of what is left after loading and the microbenchmarks that the verify sweeps (both models, both visits)
 #: may take: the fit needs their points, the calibrations and the replays the rest
 SWEEP_SHARE = 0.25
@@ -440,6 +443,22 @@ class ReplayPlan:
     replays: int
     recalibrate: bool
     seconds: float
+
+
+def serve_policies(policies: Sequence[str]) -> list[Any]:
+    """The policies a side-by-side runs: ``off`` first, always (the baseline every verdict compares against, as
+    ``specroof serve`` runs it; ``static:0`` is off too), then the speculating chains asked for, each once."""
+    asked = [q for q in (engine_policy(p) for p in policies) if q.kind != "off"]
+    if not asked:
+        raise SpecroofError(
+            "--policy off alone compares nothing: plain decoding (off) is always run; give a speculating chain to set "
+            "against it (static:G) or leave --policy out (static:3)"
+        )
+    if len({p.name for p in asked}) != len(asked):
+        raise SpecroofError(f"policies repeat: {', '.join(p.name for p in asked)}")
+    if any(p.kind == "tree" for p in asked):
+        raise SpecroofError("the side-by-side compares off and static:G chains (measure.serve.serve runs trees)")
+    return [engine_policy("off"), *asked]
 
 
 def plan_replays(
@@ -543,13 +562,7 @@ def serve_check(
     if compile and (missing := inductor_missing(dev)):
         raise SpecroofError(missing)
     dtype = "fp32" if dev.type == "cpu" else "bf16"
-    pols = [engine_policy(p) for p in policies]
-    if len({p.name for p in pols}) != len(pols):
-        raise SpecroofError(f"policies repeat: {', '.join(p.name for p in pols)}")
-    if not any(p.kind == "off" for p in pols):
-        raise SpecroofError("the policies must include off: the verdicts compare speculation against it")
-    if any(p.kind == "tree" for p in pols):
-        raise SpecroofError("the side-by-side compares off and static:G chains (measure.serve.serve runs trees)")
+    pols = serve_policies(policies)
     if not (isinstance(slots, int) and 1 <= slots <= 64):
         raise SpecroofError(f"slots must be a whole number in [1, 64] (got {slots!r})")
     if not (isinstance(replays, int) and 1 <= replays <= 5):
@@ -575,6 +588,15 @@ def serve_check(
         passes = prepare([target, draft], dev, graphs, compile)["passes"]
         base = synthetic(requests or 100_000, input_len, output_len, seed=seed)
         max_in, max_out = int(base.input_tokens.max()), int(base.output_tokens.max())
+        # a request's prompt, its output and a last round of drafts past it live in one cache: refused before any
+        # measurement where the pair cannot hold them
+        room = target.spec.max_context - 2 * max(gammas or [0]) - 4
+        if max_in + max_out > room:
+            raise SpecroofError(
+                f"--input-len {input_len} and --output-len {output_len} reach {max_in} + {max_out} tokens, beyond "
+                f"the {room} the offline pair holds with a last round of drafts (its max context "
+                f"{target.spec.max_context}): keep prompt + output within {room}"
+            )
         step_done("load")
         short = bud.limited and bud.remaining_s < SHORT_MICROBENCH_BELOW_S
         say(f"microbenchmarks (a-priori profile{', short set' if short else ''}) ...")
@@ -714,6 +736,16 @@ def serve_check(
         plan = plan_replays(
             rate_list, w0.n, capacity, len(pols), replays, one_cal, left if left is not None else math.inf, recalibrate
         )
+        finish_s = bud.elapsed_s + plan.seconds + CLOSING_S
+        if bud.limited and bud.seconds is not None and finish_s > OVERRUN * bud.seconds:
+            # even the lightest rate replayed once would end past the budget (and its 10%): refused, as a sweep
+            # refuses a budget below its first point, with the budget that would do
+            raise SpecroofError(
+                f"--budget {bud.stated:g} is too short for measure serve here: {bud.elapsed_s:.0f} s went to the "
+                f"imports, loading, microbenchmarks, sweeps, the fit and the calibrations, and one replay of "
+                f"{w0.n} requests at {min(plan.rates):g} req/s needs ~{plan.seconds:.0f} s more; give a --budget of "
+                f"at least {bud.asking(finish_s)} s"
+            )
         for r in plan.dropped:
             dropped[f"rate {r:g} req/s"] = "not replayed: it did not fit with the rates before it"
         if plan.replays < replays:

@@ -175,6 +175,42 @@ def test_the_command_registers_and_checks_its_numbers():
     args = parser.parse_args(["serve", "--rate", "0"])
     with pytest.raises(SpecroofError, match="--rate"):
         cmd_measure_serve(args)
+    assert parser.parse_args(["serve", "--rate", "2", "8,16"]).rate == [2.0, 8.0, 16.0]  # by comma or by space
+    with pytest.raises(SpecroofError, match="--seed must be >= 0"):
+        cmd_measure_serve(parser.parse_args(["serve", "--seed", "-1"]))
+
+
+def test_off_always_runs_and_a_side_by_side_needs_something_against_it():
+    from measure.serve_check import serve_policies
+
+    assert [p.name for p in serve_policies(["static:4"])] == ["off", "static:4"]  # off added, as `serve` does
+    assert [p.name for p in serve_policies(["off", "static:2", "static:0"])] == ["off", "static:2"]
+    for alone in (["off"], ["static:0"], ["off", "static:0"]):
+        with pytest.raises(SpecroofError, match="--policy off alone compares nothing"):
+            serve_policies(alone)
+    with pytest.raises(SpecroofError, match="policies repeat: static:3, static:3"):
+        serve_policies(["static:3", "static:3"])
+
+
+def test_prompts_the_pair_cannot_hold_are_refused_before_any_measurement():
+    from measure.serve_check import serve_check
+
+    with pytest.raises(SpecroofError, match="keep prompt \\+ output within 2038$"):
+        serve_check(input_len=2000, output_len="uniform:16-48", budget_s=600.0, progress=False, device="cpu")
+
+
+def test_a_budget_even_one_replay_overruns_is_refused_with_the_budget_that_would_do():
+    # what the fixed steps and the lightest rate's one replay take is measured, then refused: a 1 s budget ran
+    # 23 s and said "23.3 s spent of the 1 s budget"
+    import re
+
+    from measure.serve_check import serve_check
+
+    # (under heavy load the target's sweep may refuse first, in the same words: both are the budget's refusal)
+    with pytest.raises(SpecroofError, match="1 s? ?is too short for (measure serve|this sweep) here") as e:
+        serve_check(rates=[1.0], budget_s=1.0, progress=False, device="cpu")
+    asked = int(re.search(r"give a --budget of at least (\d+) s", str(e.value)).group(1))
+    assert asked > 1
 
 
 def test_the_engine_host_terms_are_read_back_from_rounds_priced_by_the_fit():

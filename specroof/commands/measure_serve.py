@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from roofline.errors import SpecroofError
-from specroof.shell import _add_json, _note, emit, float_list
+from specroof.shell import _add_json, _FlatList, _note, emit, float_list
 
 
 def cmd_measure_serve(args: argparse.Namespace) -> int:
@@ -25,8 +25,7 @@ def cmd_measure_serve(args: argparse.Namespace) -> int:
 
     # counted from the process's start when it was started for the command: the imports are inside it
     budget = command_budget(args, ["measure", "serve"])
-    from measure.serve_check import serve_check
-
+    # every number refused before torch is imported
     if args.threads is not None and args.threads < 1:
         raise SpecroofError(f"--threads must be >= 1 (got {args.threads})")
     if not 1 <= args.replays <= 5:
@@ -34,11 +33,14 @@ def cmd_measure_serve(args: argparse.Namespace) -> int:
     if args.requests is not None and args.requests < 2:
         raise SpecroofError(f"--requests must be >= 2 (got {args.requests})")
     if args.rate is not None and any(not (r > 0 and math.isfinite(r)) for r in args.rate):
-        raise SpecroofError(f"--rate takes positive request rates (got {args.rate})")
+        raise SpecroofError(f"--rate takes positive request rates (got {', '.join(f'{r:g}' for r in args.rate)})")
+    if args.seed < 0:
+        raise SpecroofError(f"--seed must be >= 0 (got {args.seed})")
     out = Path(args.out) if args.out else None
     if out is not None and out.exists() and not out.is_dir():
         raise SpecroofError(f"--out {args.out!r} is a file, not a folder")
     from measure.device import resolve_device
+    from measure.serve_check import serve_check
     from specroof.measure_cli import check_graph_flags
 
     dev = resolve_device(args.device)
@@ -211,14 +213,21 @@ def add_parser(msub: Any) -> None:
         "--policy", action="append", default=None, help="off, static:G (repeatable; default: off and static:3)"
     )
     p.add_argument(
-        "--rate", type=float_list, default=None, help="request rates (default: light, near saturation, over)"
+        "--rate",
+        nargs="+",
+        type=float_list,
+        action=_FlatList,
+        default=None,
+        metavar="R",
+        help="request rates in requests per second: 2,8,16 or 2 8 16 (default: light, near saturation and overloaded "
+        "for this device)",
     )
     p.add_argument("--slots", type=int, default=4, help="KV slots: the most requests decoding at once (default 4)")
     p.add_argument("--requests", type=int, default=None, help="requests per trace (default: as the budget allows)")
     p.add_argument("--input-len", default="32", help="prompt tokens: N, uniform:A-B or lognormal:MEDIAN,SIGMA")
     p.add_argument("--output-len", default="uniform:16-48", help="output tokens: N, uniform:A-B or lognormal:M,S")
     p.add_argument("--threads", type=int, default=1, help="CPU threads (default 1)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the arrival trace and the lengths (default 0)")
     p.add_argument(
         "--replays",
         type=int,
