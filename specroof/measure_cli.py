@@ -405,6 +405,8 @@ def cmd_measure_fit(args: argparse.Namespace) -> int:
     from measure.fit import fit, validate
     from measure.sweep import load_sweep
 
+    if not Path(args.sweep).exists():
+        raise SpecroofError(f"--sweep {args.sweep!r}: no such folder (give the folder `measure sweep --out` wrote)")
     tp_file = Path(args.sweep) if Path(args.sweep).is_file() else Path(args.sweep) / "tp-sweep.json"
     if tp_file.is_file():  # a --tp sweep: fit the all-reduce latency (measure/tp.py)
         from measure.tp import load_tp_sweep, report

@@ -339,6 +339,9 @@ MEASURE = [
     (["measure", "sweep", "--hf", "{tmp}"], ""),
     (["measure", "sweep", "--hf", "{garbage}"], ""),
     (["measure", "fit", "--sweep", "{tmp}", "--hardware", HW], "no results.csv"),
+    (["measure", "fit", "--sweep", "{tmp}/gone"], "no such folder"),  # named before --hardware is asked for
+    (["measure", "serve", "--policy", "static:0"], "compares nothing"),
+    (["measure", "serve", "--seed", "-1"], "--seed"),
     (["measure", "fit", "--sweep", "{damaged}", "--hardware", HW, "--model", "llama-68m"], "line 2"),
     (["measure", "bench", "--out", "/proc/x.toml"], "cannot write"),
     (["measure", "bench", "--dtype", "fp17"], "fp17"),
