@@ -210,7 +210,11 @@ def add_parser(msub: Any) -> None:
         help="real continuous batching (KV slots, ragged speculative rounds) on a trace, beside the simulator",
     )
     p.add_argument(
-        "--policy", action="append", default=None, help="off, static:G (repeatable; default: off and static:3)"
+        "--policy",
+        action="append",
+        default=None,
+        help="a speculating chain static:G to set against plain decoding (repeatable; off, the baseline, always runs; "
+        "default static:3)",
     )
     p.add_argument(
         "--rate",
