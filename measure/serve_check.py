@@ -56,6 +56,7 @@ from roofline.errors import SpecroofError
 from roofline.hardware import Hardware
 from roofline.serving import pricing_context, simulate, step_prices, synthetic
 from roofline.serving.metrics import percentile
+from roofline.serving.policies import ServingPolicy
 from roofline.serving.workload import Workload
 
 #: request rates as fractions of the plain engine's measured capacity: light, near saturation, overloaded
@@ -445,7 +446,7 @@ class ReplayPlan:
     seconds: float
 
 
-def serve_policies(policies: Sequence[str]) -> list[Any]:
+def serve_policies(policies: Sequence[str]) -> list[ServingPolicy]:
     """The policies a side-by-side runs: ``off`` first, always (the baseline every verdict compares against, as
     ``specroof serve`` runs it; ``static:0`` is off too), then the speculating chains asked for, each once."""
     asked = [q for q in (engine_policy(p) for p in policies) if q.kind != "off"]
@@ -737,7 +738,7 @@ def serve_check(
             rate_list, w0.n, capacity, len(pols), replays, one_cal, left if left is not None else math.inf, recalibrate
         )
         finish_s = bud.elapsed_s + plan.seconds + CLOSING_S
-        if bud.limited and bud.seconds is not None and finish_s > OVERRUN * bud.seconds:
+        if bud.seconds is not None and finish_s > OVERRUN * bud.seconds:
             # even the lightest rate replayed once would end past the budget (and its 10%): refused, as a sweep
             # refuses a budget below its first point, with the budget that would do
             raise SpecroofError(

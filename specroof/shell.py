@@ -91,13 +91,14 @@ def add_int_list(p: argparse.ArgumentParser, flag: str, lo: int, hi: int, defaul
 def add_list_flag(
     p: argparse.ArgumentParser,
     flag: str,
-    default: list[int] | None,
+    default: list[Any] | None,
     help: str,
-    parse: Callable[[str], list[int]] = int_list,
+    parse: Callable[[str], list[Any]] = int_list,
     default_text: str | None = None,
+    forms: str = "1,8,64 or 1 8 64 or a range 1-64",
 ) -> None:
-    """A list flag of integers, ``1,8,64``, ``1 8 64`` or ``1-64`` alike, each word parsed by ``parse`` (the values'
-    ranges checked there or by the command); ``default_text`` says what None means."""
+    """A list flag, ``1,8,64``, ``1 8 64`` or ``1-64`` alike (the ``forms`` its help shows), each word parsed by
+    ``parse`` (the values' ranges checked there or by the command); ``default_text`` says what None means."""
     shown = default_text if default is None else ",".join(map(str, default))
     p.add_argument(
         flag,
@@ -106,7 +107,7 @@ def add_list_flag(
         action=_FlatList,
         default=default,
         metavar="N",
-        help=f"{help}: 1,8,64 or 1 8 64 or a range 1-64 (default {shown})",
+        help=f"{help}: {forms} (default {shown})",
     )
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from roofline.errors import SpecroofError
-from specroof.shell import _add_json, _FlatList, _note, emit, float_list
+from specroof.shell import _add_json, _note, add_list_flag, emit, float_list
 
 
 def cmd_measure_serve(args: argparse.Namespace) -> int:
@@ -216,15 +216,14 @@ def add_parser(msub: Any) -> None:
         help="a speculating chain static:G to set against plain decoding (repeatable; off, the baseline, always runs; "
         "default static:3)",
     )
-    p.add_argument(
+    add_list_flag(
+        p,
         "--rate",
-        nargs="+",
-        type=float_list,
-        action=_FlatList,
-        default=None,
-        metavar="R",
-        help="request rates in requests per second: 2,8,16 or 2 8 16 (default: light, near saturation and overloaded "
-        "for this device)",
+        None,
+        "request rates in requests per second",
+        float_list,
+        default_text="light, near saturation and overloaded for this device",
+        forms="2,8,16 or 2 8 16",
     )
     p.add_argument("--slots", type=int, default=4, help="KV slots: the most requests decoding at once (default 4)")
     p.add_argument("--requests", type=int, default=None, help="requests per trace (default: as the budget allows)")
