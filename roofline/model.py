@@ -20,7 +20,9 @@ from roofline.dtypes import WEIGHT_FORMAT_GRAMMAR, dtype_bytes
 from roofline.errors import SpecroofError, as_array, check_choice
 from roofline.validation import check_quantity
 
-MLP_KINDS = ("swiglu", "gelu")
+#: ``swiglu`` and ``geglu`` are gated (gate, up, down: three matrices; Gemma's GeGLU differs from SwiGLU only in its
+#: activation, which the cost model does not price); ``gelu`` is the ungated two-matrix MLP
+MLP_KINDS = ("swiglu", "gelu", "geglu")
 
 #: each shape field's kind in :data:`roofline.validation.RANGES`
 _FIELD_KINDS = {
@@ -246,8 +248,8 @@ class ModelSpec:
 
     @property
     def mlp_matrices(self) -> int:
-        """Weight matrices per MLP: 3 for SwiGLU (gate, up, down), 2 for GELU."""
-        return 3 if self.mlp_kind == "swiglu" else 2
+        """Weight matrices per MLP: 3 for the gated SwiGLU and GeGLU (gate, up, down), 2 for GELU."""
+        return 2 if self.mlp_kind == "gelu" else 3
 
     @property
     def dense_mlp_params(self) -> int:
@@ -403,14 +405,28 @@ _CONFIG_KINDS = {
 
 _SUPPORTED = (
     "llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "kimi_k2",
-    "gpt_oss",
+    "gpt_oss", "glm4_moe", "minimax_m2", "gemma3_text", "llama4_text",
 )  # fmt: skip
-#: the DeepSeek MoE layout (Kimi K2 ships DeepSeek-V3's modelling code under its own model_type)
-_DEEPSEEK_LIKE = ("deepseek_v2", "deepseek_v3", "kimi_k2")
+#: the DeepSeek MoE layout (Kimi K2 ships DeepSeek-V3's modelling code under its own model_type; GLM-4.5's glm4_moe
+#: keeps its field names with standard attention)
+_DEEPSEEK_LIKE = ("deepseek_v2", "deepseek_v3", "kimi_k2", "glm4_moe")
+#: multimodal checkpoints whose language model is the config's ``text_config`` (Gemma 3, Llama 4, Mistral Small 3.1,
+#: Kimi K2.5): the text stack is what a decode step runs
+_TEXT_CONFIG_WRAPPERS = {"gemma3": "gemma3_text", "llama4": "llama4_text", "mistral3": "mistral", "kimi_k25": "kimi_k2"}
 
 
 def _from_hf_dict(cfg: dict[str, Any], name: str | None) -> ModelSpec:
     arch = str(cfg.get("model_type", ""))
+    if arch in _TEXT_CONFIG_WRAPPERS:
+        text = cfg.get("text_config")
+        if not isinstance(text, dict):
+            raise SpecroofError(f"config for model_type={arch!r} must hold its language model in 'text_config'")
+        name = name or (str(cfg["_name_or_path"]) if cfg.get("_name_or_path") else None)
+        cfg = {"model_type": _TEXT_CONFIG_WRAPPERS[arch], **text}
+        cfg["model_type"] = str(text.get("model_type") or _TEXT_CONFIG_WRAPPERS[arch])
+        if cfg["model_type"] == "gemma3":  # some Gemma 3 text configs name the outer type
+            cfg["model_type"] = "gemma3_text"
+        arch = cfg["model_type"]
     if arch not in _SUPPORTED:
         raise SpecroofError(f"unsupported architecture model_type={arch!r}; supported: {', '.join(_SUPPORTED)}")
 
@@ -435,8 +451,9 @@ def _from_hf_dict(cfg: dict[str, Any], name: str | None) -> ModelSpec:
     heads = req("num_attention_heads")
     kv = opt("num_key_value_heads", heads)
     head_dim = opt("head_dim", max(1, d // heads))
-    act = str(cfg.get("hidden_act", "silu"))
-    kind = "swiglu" if act in ("silu", "swish") else "gelu"
+    act = str(cfg.get("hidden_act") or cfg.get("hidden_activation") or "silu")
+    # Gemma 3's MLP is gated (gate, up, down) with a GELU: GeGLU, three matrices like SwiGLU
+    kind = "swiglu" if act in ("silu", "swish") else "geglu" if arch == "gemma3_text" else "gelu"
     fields: dict[str, Any] = dict(
         name=name or str(cfg.get("_name_or_path") or arch),
         n_layers=req("num_hidden_layers"),
@@ -447,7 +464,7 @@ def _from_hf_dict(cfg: dict[str, Any], name: str | None) -> ModelSpec:
         d_ff=opt("intermediate_size", 0) if cfg.get("intermediate_size") else 0,
         vocab_size=req("vocab_size"),
         mlp_kind=kind,
-        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        tie_embeddings=bool(cfg.get("tie_word_embeddings", arch == "gemma3_text")),
         qkv_bias=bool(cfg.get("attention_bias", arch == "qwen2" or arch == "qwen2_moe")),
         max_context=opt("max_position_embeddings", 4096),
     )
@@ -483,6 +500,46 @@ def _from_hf_dict(cfg: dict[str, Any], name: str | None) -> ModelSpec:
         sliding = sum(1 for t in types if t == "sliding_attention")
         if sliding:
             fields.update(sliding_window=req("sliding_window"), n_sliding_layers=sliding)
+    elif arch == "minimax_m2":  # every layer full attention and MoE; ``intermediate_size`` is each expert's width
+        fields.update(
+            n_experts=req("num_local_experts"),
+            experts_per_token=req("num_experts_per_tok"),
+            d_ff_expert=req("intermediate_size"),
+            d_ff=0,
+            mtp_modules=int(cfg.get("num_mtp_modules") or 0),
+        )
+        shared = int(cfg.get("shared_intermediate_size") or 0)
+        if shared:
+            fields.update(n_shared_experts=1, d_ff_shared=shared)
+    elif arch == "gemma3_text":
+        types = cfg.get("layer_types")
+        if isinstance(types, list) and len(types) == fields["n_layers"]:
+            sliding = sum(1 for t in types if t == "sliding_attention")
+        else:  # sliding_window_pattern P (default 6): layer i is global when (i + 1) % P == 0
+            pattern = opt("sliding_window_pattern", 6)
+            sliding = fields["n_layers"] - fields["n_layers"] // pattern
+        if sliding and cfg.get("sliding_window"):
+            fields.update(sliding_window=req("sliding_window"), n_sliding_layers=sliding)
+    elif arch == "llama4_text":
+        step = opt("interleave_moe_layer_step", 1)
+        moe_layers = cfg.get("moe_layers")
+        n_moe = len(moe_layers) if isinstance(moe_layers, list) else fields["n_layers"] // step
+        fields.update(
+            d_ff=opt("intermediate_size_mlp", 0) if cfg.get("intermediate_size_mlp") else 0,
+            n_experts=req("num_local_experts"),
+            experts_per_token=req("num_experts_per_tok"),
+            d_ff_expert=req("intermediate_size"),
+            n_shared_experts=1,  # Llama4TextMoe: one shared expert of the routed experts' width
+            n_dense_layers=fields["n_layers"] - n_moe,
+        )
+        if cfg.get("attention_chunk_size"):  # chunked layers read at most one chunk: priced as sliding (section 48)
+            nope = cfg.get("no_rope_layers")
+            if isinstance(nope, list) and len(nope) == fields["n_layers"]:
+                chunked = sum(1 for flag in nope if flag)  # 1: a RoPE layer, which attends within its chunk
+            else:  # transformers' default: every fourth layer is a global NoPE layer
+                chunked = fields["n_layers"] - fields["n_layers"] // opt("no_rope_layer_interval", 4)
+            if chunked:
+                fields.update(sliding_window=req("attention_chunk_size"), n_sliding_layers=chunked)
     if arch in _DEEPSEEK_LIKE:
         if cfg.get("kv_lora_rank"):  # multi-head latent attention: the shapes the cost model prices it by
             for key in ("qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
@@ -552,6 +609,55 @@ def _gpt_oss(name: str, L: int, E: int) -> ModelSpec:
     )  # fmt: skip
 
 
+def _qwen3(name: str, L: int, d: int, H: int, ff: int, *, tie: bool) -> ModelSpec:
+    """A Qwen3 dense model (Qwen/Qwen3-*/config.json: 8 KV heads of 128, vocabulary 151936, 40960 positions; q/k
+    RMS norms, no qkv bias)."""
+    return ModelSpec(name, L, d, H, 8, 128, ff, 151936, max_context=40960, tie_embeddings=tie)
+
+
+def _qwen3_moe(name: str, L: int, d: int, H: int, kv: int, E: int, ff_e: int, ctx: int) -> ModelSpec:
+    """A Qwen3 MoE model (model_type qwen3_moe): every layer MoE, 8 routed experts per token, no shared expert."""
+    return ModelSpec(
+        name, L, d, H, kv, 128, 0, 151936, max_context=ctx, n_experts=E, experts_per_token=8, d_ff_expert=ff_e
+    )
+
+
+def _gemma3(
+    name: str, L: int, d: int, H: int, kv: int, hd: int, ff: int, vocab: int, window: int, ctx: int
+) -> ModelSpec:
+    """A Gemma 3 text stack (config.json text_config, model_type gemma3_text): GeGLU MLP, tied embeddings, and five
+    local (sliding-window) layers to each global one (``sliding_window_pattern`` 6: layer i is global when
+    (i + 1) % 6 == 0), so L - L // 6 layers slide."""
+    return ModelSpec(
+        name, L, d, H, kv, hd, ff, vocab, mlp_kind="geglu", tie_embeddings=True, max_context=ctx,
+        sliding_window=window, n_sliding_layers=L - L // 6,
+    )  # fmt: skip
+
+
+def _llama4(name: str, E: int, moe_step: int, ctx: int) -> ModelSpec:
+    """A Llama 4 text stack (config.json text_config, model_type llama4_text): 48 layers of width 5120, 40 query
+    and 8 KV heads of 128; an MoE layer every ``interleave_moe_layer_step`` layers (16 or 128 routed experts of width
+    ``intermediate_size`` 8192, one per token, plus one shared expert of the same width), the others dense with
+    ``intermediate_size_mlp`` 16384. Three layers in four attend within chunks of ``attention_chunk_size`` 8192
+    tokens (every fourth is a global NoPE layer): priced as 8192-token sliding layers (cost-model section 48)."""
+    L = 48
+    return ModelSpec(
+        name, L, 5120, 40, 8, 128, 16384, 202048, max_context=ctx, n_experts=E, experts_per_token=1,
+        d_ff_expert=8192, n_shared_experts=1, d_ff_shared=8192, n_dense_layers=L - L // moe_step,
+        sliding_window=8192, n_sliding_layers=L - L // 4,
+    )  # fmt: skip
+
+
+def _glm4_moe(name: str, L: int, d: int, E: int, ff: int, ff_e: int, dense: int, ctx: int) -> ModelSpec:
+    """A GLM-4.5-family MoE (model_type glm4_moe): 96 query and 8 KV heads of 128 with qkv bias, ``first_k_dense_replace``
+    dense layers, then 8 of E routed experts and one shared expert per token; one MTP layer
+    (``num_nextn_predict_layers`` 1)."""
+    return ModelSpec(
+        name, L, d, 96, 8, 128, ff, 151552, max_context=ctx, qkv_bias=True, n_experts=E, experts_per_token=8,
+        d_ff_expert=ff_e, n_shared_experts=1, n_dense_layers=dense, mtp_modules=1,
+    )  # fmt: skip
+
+
 #: Published shapes (from each model's config.json) of the models people pair in speculation.
 PRESETS: dict[str, ModelSpec] = {
     m.name: m
@@ -603,6 +709,53 @@ PRESETS: dict[str, ModelSpec] = {
         # quantization_config: quant_method mxfp4, modules_to_not_convert the attention, router, embedding and head)
         _gpt_oss("gpt-oss-20b", 24, 32),
         _gpt_oss("gpt-oss-120b", 36, 128),
+        # -- the models people serve in 2026 (each shape from the config.json of the first id in HF_IDS) --
+        # meta-llama/Llama-3.3-70B-Instruct: the Llama-3.1-70B architecture (80 layers, 8192 wide, 64/8 heads)
+        _llama("llama-3.3-70b", 80, 8192, 64, 8, 28672, 128256, 131072),
+        _llama4("llama-4-scout", 16, 1, 10485760),  # 16 experts, interleave_moe_layer_step 1: every layer MoE
+        _llama4("llama-4-maverick", 128, 2, 1048576),  # 128 experts, step 2: 24 MoE and 24 dense layers
+        # Qwen/Qwen3-*: hidden_size, num_hidden_layers, num_attention_heads, intermediate_size, tie_word_embeddings
+        _qwen3("qwen3-0.6b", 28, 1024, 16, 3072, tie=True),
+        _qwen3("qwen3-1.7b", 28, 2048, 16, 6144, tie=True),
+        _qwen3("qwen3-4b", 36, 2560, 32, 9728, tie=True),
+        _qwen3("qwen3-8b", 36, 4096, 32, 12288, tie=False),
+        _qwen3("qwen3-14b", 40, 5120, 40, 17408, tie=False),
+        _qwen3("qwen3-32b", 64, 5120, 64, 25600, tie=False),
+        _qwen3_moe("qwen3-235b-a22b", 94, 4096, 64, 4, 128, 1536, 40960),
+        _qwen3_moe("qwen3-coder-30b-a3b", 48, 2048, 32, 4, 128, 768, 262144),
+        _qwen3_moe("qwen3-coder-480b-a35b", 62, 6144, 96, 8, 160, 2560, 262144),
+        # google/gemma-3-*-it text_config: 1B slides over 512 tokens, the others over 1024
+        _gemma3("gemma-3-1b", 26, 1152, 4, 1, 256, 6912, 262144, 512, 32768),
+        _gemma3("gemma-3-4b", 34, 2560, 8, 4, 256, 10240, 262208, 1024, 131072),
+        _gemma3("gemma-3-12b", 48, 3840, 16, 8, 256, 15360, 262208, 1024, 131072),
+        _gemma3("gemma-3-27b", 62, 5376, 32, 16, 128, 21504, 262208, 1024, 131072),
+        # zai-org/GLM-4.5, -4.6 (same shapes, a longer context), -4.5-Air
+        _glm4_moe("glm-4.5", 92, 5120, 160, 12288, 1536, 3, 131072),
+        _glm4_moe("glm-4.6", 92, 5120, 160, 12288, 1536, 3, 202752),
+        _glm4_moe("glm-4.5-air", 46, 4096, 128, 10944, 1408, 1, 131072),
+        # mistralai/Mistral-Small-3.1-24B-Instruct-2503 text_config (3.2 has the same text stack) and
+        # Mistral-Large-Instruct-2407 (Mistral Large 2, 123B: a 32768-token vocabulary)
+        _llama("mistral-small-3.1-24b", 40, 5120, 32, 8, 32768, 131072, 131072, head_dim=128),
+        _llama("mistral-large-2-123b", 88, 12288, 96, 8, 28672, 32768, 131072),
+        # moonshotai/Kimi-K2.5 text_config (model_type kimi_k2): Kimi K2's shapes with 262144 positions
+        _mla("kimi-k2.5", 61, 7168, 64, 18432, 163840, 262144, 384, 8, 2048, 1, 1, q_lora=1536),
+        # MiniMaxAI/MiniMax-M2: full attention in every layer (48 query, 8 KV heads of 128), 256 experts of width
+        # 1536 (config ``intermediate_size``), 8 per token, no shared expert; num_mtp_modules 3
+        ModelSpec(
+            "minimax-m2",
+            62,
+            3072,
+            48,
+            8,
+            128,
+            0,
+            200064,
+            max_context=196608,
+            n_experts=256,
+            experts_per_token=8,
+            d_ff_expert=1536,
+            mtp_modules=3,
+        ),  # fmt: skip
     )
 }
 
@@ -624,7 +777,6 @@ HF_IDS: dict[str, tuple[str, ...]] = {
     "llama-3.1-70b": (
         "meta-llama/Llama-3.1-70B-Instruct",
         "meta-llama/Llama-3.1-70B",
-        "meta-llama/Llama-3.3-70B-Instruct",
     ),
     "llama-3.2-1b": ("meta-llama/Llama-3.2-1B-Instruct", "meta-llama/Llama-3.2-1B"),
     "llama-3.2-3b": ("meta-llama/Llama-3.2-3B-Instruct", "meta-llama/Llama-3.2-3B"),
@@ -648,6 +800,53 @@ HF_IDS: dict[str, tuple[str, ...]] = {
     "kimi-k2": ("moonshotai/Kimi-K2-Instruct", "moonshotai/Kimi-K2-Base"),
     "gpt-oss-20b": ("openai/gpt-oss-20b",),
     "gpt-oss-120b": ("openai/gpt-oss-120b",),
+    "llama-3.3-70b": ("meta-llama/Llama-3.3-70B-Instruct",),
+    "llama-4-scout": ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "meta-llama/Llama-4-Scout-17B-16E"),
+    "llama-4-maverick": (
+        "meta-llama/Llama-4-Maverick-17B-128E-Instruct",
+        "meta-llama/Llama-4-Maverick-17B-128E-Instruct-FP8",
+        "meta-llama/Llama-4-Maverick-17B-128E",
+    ),
+    "qwen3-0.6b": ("Qwen/Qwen3-0.6B", "Qwen/Qwen3-0.6B-Base"),
+    "qwen3-1.7b": ("Qwen/Qwen3-1.7B", "Qwen/Qwen3-1.7B-Base"),
+    "qwen3-4b": ("Qwen/Qwen3-4B", "Qwen/Qwen3-4B-Base"),
+    "qwen3-8b": ("Qwen/Qwen3-8B", "Qwen/Qwen3-8B-Base"),
+    "qwen3-14b": ("Qwen/Qwen3-14B", "Qwen/Qwen3-14B-Base"),
+    "qwen3-32b": ("Qwen/Qwen3-32B",),
+    "qwen3-235b-a22b": ("Qwen/Qwen3-235B-A22B", "Qwen/Qwen3-235B-A22B-FP8"),
+    "qwen3-coder-30b-a3b": ("Qwen/Qwen3-Coder-30B-A3B-Instruct",),
+    "qwen3-coder-480b-a35b": ("Qwen/Qwen3-Coder-480B-A35B-Instruct", "Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8"),
+    "gemma-3-1b": ("google/gemma-3-1b-it", "google/gemma-3-1b-pt"),
+    "gemma-3-4b": ("google/gemma-3-4b-it", "google/gemma-3-4b-pt"),
+    "gemma-3-12b": ("google/gemma-3-12b-it", "google/gemma-3-12b-pt"),
+    "gemma-3-27b": ("google/gemma-3-27b-it", "google/gemma-3-27b-pt"),
+    "glm-4.5": ("zai-org/GLM-4.5", "zai-org/GLM-4.5-FP8"),
+    "glm-4.6": ("zai-org/GLM-4.6", "zai-org/GLM-4.6-FP8"),
+    "glm-4.5-air": ("zai-org/GLM-4.5-Air", "zai-org/GLM-4.5-Air-FP8"),
+    "mistral-small-3.1-24b": (
+        "mistralai/Mistral-Small-3.1-24B-Instruct-2503",
+        "mistralai/Mistral-Small-3.1-24B-Base-2503",
+        "mistralai/Mistral-Small-3.2-24B-Instruct-2506",
+    ),
+    "mistral-large-2-123b": ("mistralai/Mistral-Large-Instruct-2407",),
+    "kimi-k2.5": ("moonshotai/Kimi-K2.5",),
+    "minimax-m2": ("MiniMaxAI/MiniMax-M2",),
+}
+
+#: other names a preset answers to (the issue's and the docs' short names), matched case-insensitively
+ALIASES: dict[str, str] = {
+    "llama-4-scout-17b-16e": "llama-4-scout",
+    "llama-4-maverick-17b-128e": "llama-4-maverick",
+    "mistral-small-3.1": "mistral-small-3.1-24b",
+    "mistral-small-3.2": "mistral-small-3.1-24b",
+    "mistral-small-24b": "mistral-small-3.1-24b",
+    "mistral-large-2": "mistral-large-2-123b",
+    "mistral-large": "mistral-large-2-123b",
+    "qwen3-coder-30b": "qwen3-coder-30b-a3b",
+    "qwen3-coder-480b": "qwen3-coder-480b-a35b",
+    "qwen3-235b": "qwen3-235b-a22b",
+    "kimi-k2-5": "kimi-k2.5",
+    "glm-4.5air": "glm-4.5-air",
 }
 _BY_HF_ID = {i.lower(): preset for preset, ids in HF_IDS.items() for i in ids}
 
@@ -687,9 +886,67 @@ def cached_hf_config(model_id: str) -> Path | None:
     return None
 
 
+#: models read from a Hugging Face id this process (the cache or the hub), by lower-cased id: read and announced once
+_FROM_HUB: dict[str, ModelSpec] = {}
+
+
+def _hub_config(model_id: str) -> Path:
+    """``config.json`` of ``model_id`` through ``huggingface_hub`` (only that file): from the local cache, or downloaded
+    when online. ``HF_HUB_OFFLINE=1`` keeps it to the cache. One line names what is missing."""
+    import os
+
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        raise SpecroofError(
+            f"{model_id!r} is not a preset and not in the local Hugging Face cache, and HF_HUB_OFFLINE is set: "
+            "unset it to fetch its config.json, or give the path of its config.json"
+        )
+    try:
+        from huggingface_hub import hf_hub_download
+    except ImportError:
+        raise SpecroofError(
+            f"{model_id!r} is not a preset and not in the local Hugging Face cache: fetching its config.json needs "
+            "huggingface_hub (pip install huggingface_hub), or give the path of its config.json"
+        ) from None
+    try:
+        # the cache the environment names now (the hub reads HF_HUB_CACHE / HF_HOME once, when it is imported)
+        cache = os.environ.get("HF_HUB_CACHE") or (
+            str(Path(os.environ["HF_HOME"]) / "hub") if os.environ.get("HF_HOME") else None
+        )
+        return Path(hf_hub_download(model_id, "config.json", cache_dir=cache))
+    except Exception as exc:  # the hub's errors (offline, gated, not found, network) all end here as one line
+        reason = type(exc).__name__
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise SpecroofError(
+            f"could not fetch config.json of {model_id!r} from the Hugging Face hub ({reason}"
+            f"{': ' + detail[:160] if detail else ''}): check the id, log in for a gated model, unset HF_HUB_OFFLINE, "
+            "or give the path of its config.json"
+        ) from None
+
+
+def _from_hub_id(model_id: str) -> ModelSpec:
+    """A model by a Hugging Face id no preset stands for: its config.json from the local cache, else fetched through
+    ``huggingface_hub``; named by its id (not its snapshot folder) and announced on stderr once per process."""
+    import sys
+
+    key = model_id.strip().lower()
+    if key in _FROM_HUB:
+        return _FROM_HUB[key]
+    cfg = cached_hf_config(model_id)
+    where = "the local Hugging Face cache"
+    if cfg is None:
+        cfg = _hub_config(model_id.strip())
+        where = "the Hugging Face hub (config.json only)"
+    spec = ModelSpec.from_hf_config(cfg, name=model_id.strip())
+    print(f"specroof: read {model_id.strip()} from {where}: {cfg}", file=sys.stderr)
+    _FROM_HUB[key] = spec
+    return spec
+
+
 def get_model(name: str | ModelSpec) -> ModelSpec:
-    """A preset (``'llama-3.1-8b'``), a Hugging Face id (``'meta-llama/Llama-3.1-8B-Instruct'``: a preset's, or one in
-    the local Hugging Face cache; never the network), a ``config.json`` path or checkpoint folder, or the spec itself."""
+    """A preset (``'llama-3.1-8b'``) or one of its :data:`ALIASES`, a Hugging Face id (``'Qwen/Qwen3-8B'``: a
+    preset's, else its config.json from the local Hugging Face cache or, through ``huggingface_hub`` when it is
+    installed and online, from the hub; ``HF_HUB_OFFLINE=1`` keeps to the cache), a ``config.json`` path or checkpoint
+    folder, or the spec itself."""
     if isinstance(name, ModelSpec):
         return name
     if not isinstance(name, str):
@@ -697,6 +954,8 @@ def get_model(name: str | ModelSpec) -> ModelSpec:
     key = name.strip().lower()
     if key in PRESETS:
         return PRESETS[key]
+    if key in ALIASES:
+        return PRESETS[ALIASES[key]]
     if key in _BY_HF_ID:
         return PRESETS[_BY_HF_ID[key]]
     path = Path(name)
@@ -704,17 +963,14 @@ def get_model(name: str | ModelSpec) -> ModelSpec:
         return ModelSpec.from_hf_config(path)
     import difflib
 
-    if "/" in key:  # a Hugging Face id that no preset stands for: the local cache, or one line saying what to do
-        cfg = cached_hf_config(name)
-        if cfg is not None:
-            return ModelSpec.from_hf_config(cfg)
-        tail = key.rsplit("/", 1)[-1]
-        close = difflib.get_close_matches(tail, list(PRESETS), n=1, cutoff=0.3)
-        hint = f"the closest preset is {close[0]!r}; " if close else ""
-        raise SpecroofError(
-            f"{name!r} is not a preset's Hugging Face id and is not in the local Hugging Face cache: {hint}"
-            "pass its config.json (a path) instead (specroof never downloads)"
-        )
-    close = difflib.get_close_matches(key, list(PRESETS), n=3, cutoff=0.5)
+    if "/" in key:  # a Hugging Face id that no preset stands for: the local cache, else the hub
+        try:
+            return _from_hub_id(name)
+        except SpecroofError as exc:
+            tail = key.rsplit("/", 1)[-1]
+            close = difflib.get_close_matches(tail, list(PRESETS), n=1, cutoff=0.3)
+            hint = f" (the closest preset is {close[0]!r})" if close else ""
+            raise SpecroofError(f"{exc}{hint}") from None
+    close = difflib.get_close_matches(key, list(PRESETS) + list(ALIASES), n=3, cutoff=0.5)
     hint = f"; closest: {', '.join(close)}" if close else f"; presets: {', '.join(PRESETS)}"
     raise SpecroofError(f"unknown model preset {name!r}{hint}")
