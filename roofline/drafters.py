@@ -29,7 +29,8 @@ The grammar (:func:`as_drafter`, the only resolver; ``named_drafter`` is the sam
   config.json path or a :class:`roofline.model.ModelSpec` mean the same.
 * ``early-exit:L``: the target's first L layers (LayerSkip); ``prompt-lookup[:MATCH]``: n-grams
   from the context on the host, MATCH the share of requests whose n-gram matched (default 1); ``block:NAME``: a DFlash-style block drafter (one pass of
-  NAME drafts the whole block); ``window:W``: the target drafting over its last W cached
+  NAME drafts the whole block); ``dflash[:ID]``: a published DFlash drafter (the target's, or by its Hugging Face id or
+  config.json, with the block size its config gives: :mod:`roofline.drafter_presets`); ``window:W``: the target drafting over its last W cached
   tokens (MagicDec/TriForce).
 """
 
@@ -68,7 +69,7 @@ from roofline.trees import Tree, TreeLevels
 Array = npt.NDArray[np.float64]
 
 #: the grammar, as the error messages and the CLI's help print it
-DRAFTER_GRAMMAR = "eagle|eagle2|eagle3|mtp[:N]|medusa[:HEADS]|hydra|model:NAME_OR_CONFIG|early-exit:L|prompt-lookup[:MATCH]|block:NAME|window:W"
+DRAFTER_GRAMMAR = "eagle|eagle2|eagle3|mtp[:N]|medusa[:HEADS]|hydra|model:NAME_OR_CONFIG|early-exit:L|prompt-lookup[:MATCH]|block:NAME|dflash[:ID]|window:W"
 
 
 @dataclass(frozen=True, init=False)
@@ -426,6 +427,13 @@ class ParallelBlock(_SmallModel):
     """DFlash-style block drafter: one pass of a small model proposes the whole gamma-token block."""
 
     _label = "block"
+    #: a published block drafter's positions per block (its config.json ``block_size``; 0: not known): a block
+    #: verifies the anchor and ``block_size - 1`` drafts, the chain it is built for (:func:`default_gamma`)
+    block_size: int = 0
+
+    @property
+    def default_gamma(self) -> int | None:
+        return self.block_size - 1 if self.block_size > 1 else None
 
     def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
         _check_smaller(self.spec, ctx.target)
@@ -1083,7 +1091,7 @@ def as_drafter(d: Any, target: Any = None) -> Any:
     """The one drafter resolver: a drafter from a name in the grammar (module docstring), a draft model
     (ModelSpec, preset name or config.json path), None (prompt lookup), or a drafter object as it is.
 
-    ``target`` is accepted for callers that pass it; no drafter's construction needs it.
+    ``target`` picks a published drafter where the name leaves it to the target (``dflash``).
     """
     if d is None:
         return PromptLookup()
@@ -1093,6 +1101,11 @@ def as_drafter(d: Any, target: Any = None) -> Any:
         if hasattr(d, "draft_time") and hasattr(d, "verify_time"):
             return d
         raise SpecroofError(f"cannot use {d!r} as a drafter: give a name ({DRAFTER_GRAMMAR}), a ModelSpec or a drafter")
+    from roofline import drafter_presets  # published drafters by name (a data table)
+
+    if drafter_presets.is_dflash_name(d.lower()):  # dflash (the target's), dflash:ID, or a published DFlash id
+        spec, block, label = drafter_presets.dflash(d, target)
+        return ParallelBlock(spec, name=label, block_size=block)
     hit = _BY_NAME.get(d)
     if hit is not None:
         return hit

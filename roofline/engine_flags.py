@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from roofline.drafter_presets import draft_repos
 from roofline.engine_trees import FRAMEWORKS, EngineSetting
 from roofline.errors import SpecroofError
 from roofline.model import ModelSpec, get_model, hf_id
@@ -33,7 +34,7 @@ DRAFT_REPOS = {
     ("llama-3.1-8b", "eagle"): "yuhuili/EAGLE-LLaMA3.1-Instruct-8B",
     ("llama-3.1-8b", "eagle2"): "yuhuili/EAGLE-LLaMA3.1-Instruct-8B",
     ("llama-3.1-8b", "eagle3"): "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
-}
+} | {k: v for k, v in draft_repos().items() if k[1] == "eagle3"}  # the presets' published EAGLE-3 heads
 
 #: each engine's name for a drafter: SGLang --speculative-algorithm, vLLM "method", TensorRT-LLM decoding_type
 #: (a separate draft model: SGLang STANDALONE, vLLM draft_model, TensorRT-LLM DraftTarget; n-gram lookup:
@@ -120,7 +121,7 @@ def emit_flags(
     draft = draft_model or (None if d_name in _NO_DRAFT_CHECKPOINT else DRAFT_REPOS.get((t_name.lower(), d_name)))
     if draft is None and d_name not in _NO_DRAFT_CHECKPOINT:
         raise SpecroofError(
-            f"no known {d_name} draft checkpoint for target {t_name!r}: give draft_model (a Hugging Face id or path)"
+            f"no known {d_name} draft checkpoint for target {t_name!r}: give --draft-model (a Hugging Face id or path)"
         )
     method = _METHODS[eng][d_name]
     if eng == "sglang":

@@ -109,6 +109,8 @@ def plan(
                 measured, acc = acc.length, acc.for_plan()
             is_curve = isinstance(acc, (list, tuple, np.ndarray)) and np.ndim(acc) == 1 if curve is None else curve
             g = g_all[g_all <= len(acc)] if is_curve else g_all
+            block = getattr(d, "block_size", 0)  # a published block drafter drafts at most block - 1 tokens a pass
+            g = g[g < block] if block else g
             limit = None if is_curve else reused_step_limit(d, spec)
             if limit is not None:
                 # one rate is not stretched over a reused module's steps (docs/cost-model.md, section 29): it prices

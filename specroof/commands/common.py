@@ -107,12 +107,12 @@ LEGACY_DRAFTER_FLAGS = {
 }
 #: old `--acceptance` keys, kept as aliases of the grammar's names
 ACCEPTANCE_KEY_ALIASES = {"draft": "model", "heads": "medusa"}
-DRAFTER_GRAMMAR = "eagle|eagle2|eagle3|mtp[:N]|medusa[:HEADS]|hydra|model:NAME_OR_CONFIG|early-exit:L|prompt-lookup|block:NAME|window:W"
+DRAFTER_GRAMMAR = "eagle|eagle2|eagle3|mtp[:N]|medusa[:HEADS]|hydra|model:NAME_OR_CONFIG|early-exit:L|prompt-lookup|block:NAME|dflash[:ID]|window:W"
 
 
 #: the drafter grammar's method names (what comes before any ``:``)
 GRAMMAR_NAMES = ("eagle", "eagle1", "eagle2", "eagle3", "mtp", "medusa", "hydra", "model", "early-exit", "prompt-lookup",
-                 "block", "window")  # fmt: skip
+                 "block", "dflash", "window")  # fmt: skip
 
 
 def draft_spec(value: str) -> str:
@@ -140,7 +140,7 @@ def resolve_drafter(spec: str, target: Any = None) -> Any:
     """One drafter from the grammar (``roofline.speculative.as_drafter`` is the only resolver)."""
     from roofline.speculative import as_drafter
 
-    return as_drafter(spec)
+    return as_drafter(spec, target)
 
 
 def drafters_by_key(args: argparse.Namespace) -> dict[str, Any]:
@@ -300,6 +300,20 @@ def default_acceptance(drafters: dict[str, Any]) -> dict[str, tuple[Any, str]]:
     return {k: published_acceptance(drafter_key(k)) for k in drafters}
 
 
+def _at_built_length(key: str, acc: Any, drafter: Any) -> Any:
+    """A mean accepted length given without its length (``mean:3.7``), for a chain drafter built for one length (a
+    published DFlash drafter: its config's block less the anchor), read as measured at that length."""
+    from roofline.acceptance import MeanAccepted
+    from roofline.drafters import default_gamma
+
+    g = default_gamma(drafter)
+    if not isinstance(acc, MeanAccepted) or acc.gamma is not None or acc.depth is not None or g is None:
+        return acc
+    if drafter_key(key) in TREE_DRAFTER_KEYS:  # EAGLE and MTP means are read on the engine's default tree
+        return acc
+    return MeanAccepted(acc.mean, gamma=g, source=acc.source or f"measured at {drafter.name}'s {g} drafts per block")
+
+
 def acceptance_from_args(args: argparse.Namespace, drafters: dict[str, Any]) -> Any:
     """Acceptance per drafter (``--acceptance KEY=VALUE``, repeated; VALUE in any kind of roofline.acceptance), or one
     shared value only with --same-alpha. Returns what the planner takes, keyed by drafter name; the sentences saying
@@ -324,6 +338,7 @@ def acceptance_from_args(args: argparse.Namespace, drafters: dict[str, Any]) -> 
         kinds = parse_acceptance_items(args.acceptance, list(drafters), aliases=aliases)
         out: dict[str, Any] = {}
         for key, acc in kinds.items():
+            acc = _at_built_length(key, acc, drafters[key])
             out[drafters[key].name], note = _for_plan(key, acc)
             args.acceptance_notes.append(note)
             args.acceptance_kinds[key] = acc
