@@ -10,7 +10,7 @@ from roofline.drafter_presets import PUBLISHED_DRAFTERS, draft_repos, published
 from roofline.drafters import ParallelBlock, as_drafter, default_gamma
 from roofline.engine_flags import EngineSetting, emit_flags
 from roofline.errors import SpecroofError
-from roofline.model import PRESETS, get_model
+from roofline.model import HF_IDS, PRESETS, get_model
 
 
 def test_every_published_drafter_names_a_preset_target_and_a_method():
@@ -72,3 +72,13 @@ def test_the_cli_plans_dflash_by_name_with_the_block_from_its_config(capsys):
                "--hardware", "h100-sxm-80gb"])  # fmt: skip
     out = capsys.readouterr().out
     assert rc in (0, None) and "z-lab/Qwen3-8B-DFlash-b16 (block 16)" in out and "at gamma 15" in out
+
+
+def test_the_models_page_lists_every_preset_and_published_drafter():
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "guide" / "models.md").read_text()
+    for name, ids in HF_IDS.items():
+        assert f"| `{name}` | `{ids[0]}` |" in page, name
+    for p in PUBLISHED_DRAFTERS:
+        assert f"`{p.target}`" in page and (p.repo in page or p.spec is None), p.repo
