@@ -87,7 +87,7 @@ def plan(
     g_all = check_min("gammas", np.atleast_1d(np.asarray(gammas)).ravel(), 0, integer=True)
     B = check_min("batch", np.atleast_1d(batch), 1, integer=True)
     L = check_min("context", np.atleast_1d(context), 0, integer=True)
-    drafters = [as_drafter(d) for d in _listify(drafter)]
+    drafters = [as_drafter(d, spec) for d in _listify(drafter)]
     if isinstance(acceptance, dict):
         missing = [d.name for d in drafters if d.name not in acceptance]
         if missing:

@@ -120,7 +120,8 @@ def speedup_by_engine(
     ``hardware`` may be a Pricing; each engine then replaces the Pricing's own.
     """
     rows = []
-    spec, d = get_model(target), as_drafter(drafter)
+    spec = get_model(target)
+    d = as_drafter(drafter, spec)
     for e in engines:
         if isinstance(hardware, Pricing):
             pr = hardware.with_(engine=e)
@@ -170,7 +171,8 @@ def predict_speedup(
     nor ``tree`` is given; any other chain drafter needs ``gamma``.
     """
     pr = pricing_for(hardware, dtype, weight_dtype, kv_dtype, tp=tp, engine=engine)
-    spec, d = get_model(target), as_drafter(drafter)
+    spec = get_model(target)
+    d = as_drafter(drafter, spec)
     B, L = scalar_count(batch, 1), scalar_count(context, 0)  # a valid count as it is; anything else checked here
     if B is None:
         B = int(check_min("batch", batch, 1, integer=True))

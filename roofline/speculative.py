@@ -444,7 +444,8 @@ def draft_cost_ratio(
 ) -> float:
     """Leviathan's c: one draft step over one target step, priced by the cost model."""
     pr = pricing_of(hardware, dtype=dtype)
-    spec, d = get_model(target), as_drafter(drafter)
+    spec = get_model(target)
+    d = as_drafter(drafter, spec)
     one = np.asarray(1)
     return float(
         d.draft_time(Ctx(spec, draft_pricing(pr, d)), one, batch, context) / pass_seconds(spec, pr, batch, 1, context)

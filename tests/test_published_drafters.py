@@ -82,3 +82,11 @@ def test_the_models_page_lists_every_preset_and_published_drafter():
         assert f"| `{name}` | `{ids[0]}` |" in page, name
     for p in PUBLISHED_DRAFTERS:
         assert f"`{p.target}`" in page and (p.repo in page or p.spec is None), p.repo
+
+
+def test_the_api_and_speedup_resolve_dflash_by_the_target():
+    from roofline import load_hardware
+    from roofline.predict import predict_speedup
+
+    r = predict_speedup(hardware=load_hardware("h100-sxm-80gb"), target="qwen3-8b", drafter="dflash", alpha=0.7)
+    assert r.gamma == 15  # the published block of 16: the anchor and 15 drafts

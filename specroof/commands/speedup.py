@@ -89,7 +89,7 @@ def _acceptance(args: argparse.Namespace, gamma: int | str | None) -> tuple[floa
         from roofline.drafters import as_drafter, default_tree, tree_preset
         from roofline.trees import IIDAcceptance
 
-        tree = tree_preset(args.tree) if args.tree is not None else default_tree(as_drafter(args.drafter))
+        tree = tree_preset(args.tree) if args.tree is not None else default_tree(as_drafter(args.drafter, args.target))
         if tree is not None:
             mean = float(tree.expected_tokens(IIDAcceptance(rate)))
             return (
