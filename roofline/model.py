@@ -189,7 +189,7 @@ class ModelSpec:
             raise SpecroofError(f"{str(p)!r} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
         if not isinstance(data, dict):
             raise SpecroofError(f"{str(p)!r} must hold a JSON object (got a {type(data).__name__})")
-        return _from_hf_dict(data, name or p.parent.name)
+        return _from_hf_dict(data, name or _cache_id(p) or p.parent.name)
 
     def replace(self, **changes: Any) -> ModelSpec:
         """A copy with fields changed (validated again).
@@ -858,6 +858,14 @@ def hf_id(spec: ModelSpec | str) -> str | None:
     if ids:
         return ids[0]
     return name if "/" in name and not Path(name).exists() else None
+
+
+def _cache_id(config: Path) -> str | None:
+    """The Hugging Face id of a config.json inside a hub cache (``models--ORG--NAME/snapshots/<hash>/config.json``):
+    a snapshot is named by its model, not by its hash."""
+    snap = config.resolve().parent if config.name == "config.json" else config.resolve()
+    repo = snap.parent.parent.name if snap.parent.name == "snapshots" else ""
+    return repo[len("models--") :].replace("--", "/") if repo.startswith("models--") else None
 
 
 def _hf_cache_dirs() -> list[Path]:

@@ -203,3 +203,11 @@ def test_multimodal_configs_are_read_from_their_text_config(tmp_path):
         "max_position_embeddings": 131072,
     }  # fmt: skip
     assert ModelSpec.from_hf_config(glm).total_params == PRESETS["glm-4.5-air"].total_params
+
+
+def test_a_snapshot_path_is_named_by_its_model_id(tmp_path):
+    from roofline.model import ModelSpec
+
+    path = _cache_fixture(tmp_path, "acme/Qwen3-8B-finetune", QWEN3_8B, snapshot="0123abcd")
+    assert ModelSpec.from_hf_config(path).name == "acme/Qwen3-8B-finetune"
+    assert ModelSpec.from_hf_config(path.parent).name == "acme/Qwen3-8B-finetune"
