@@ -20,9 +20,9 @@ from roofline.dtypes import WEIGHT_FORMAT_GRAMMAR, dtype_bytes
 from roofline.errors import SpecroofError, as_array, check_choice
 from roofline.validation import check_quantity
 
-#: ``swiglu`` and ``geglu`` are gated (gate, up, down: three matrices; Gemma's GeGLU differs from SwiGLU only in its
-#: activation, which the cost model does not price); ``gelu`` is the ungated two-matrix MLP
-MLP_KINDS = ("swiglu", "gelu", "geglu")
+#: the MLP by its matrices: ``swiglu`` is any gated MLP (gate, up, down: three matrices; Gemma's GeGLU too, as the cost
+#: model prices matrices, not the activation between them), ``gelu`` the ungated two-matrix MLP
+MLP_KINDS = ("swiglu", "gelu")
 
 #: each shape field's kind in :data:`roofline.validation.RANGES`
 _FIELD_KINDS = {
@@ -248,8 +248,8 @@ class ModelSpec:
 
     @property
     def mlp_matrices(self) -> int:
-        """Weight matrices per MLP: 3 for the gated SwiGLU and GeGLU (gate, up, down), 2 for GELU."""
-        return 2 if self.mlp_kind == "gelu" else 3
+        """Weight matrices per MLP: 3 for a gated MLP (SwiGLU, GeGLU: gate, up, down), 2 for GELU."""
+        return 3 if self.mlp_kind == "swiglu" else 2
 
     @property
     def dense_mlp_params(self) -> int:
@@ -452,8 +452,8 @@ def _from_hf_dict(cfg: dict[str, Any], name: str | None) -> ModelSpec:
     kv = opt("num_key_value_heads", heads)
     head_dim = opt("head_dim", max(1, d // heads))
     act = str(cfg.get("hidden_act") or cfg.get("hidden_activation") or "silu")
-    # Gemma 3's MLP is gated (gate, up, down) with a GELU: GeGLU, three matrices like SwiGLU
-    kind = "swiglu" if act in ("silu", "swish") else "geglu" if arch == "gemma3_text" else "gelu"
+    # Gemma 3's MLP is gated (gate, up, down) with a tanh GELU: GeGLU, priced as its three matrices ("swiglu")
+    kind = "swiglu" if act in ("silu", "swish") or arch == "gemma3_text" else "gelu"
     fields: dict[str, Any] = dict(
         name=name or str(cfg.get("_name_or_path") or arch),
         n_layers=req("num_hidden_layers"),
@@ -625,11 +625,11 @@ def _qwen3_moe(name: str, L: int, d: int, H: int, kv: int, E: int, ff_e: int, ct
 def _gemma3(
     name: str, L: int, d: int, H: int, kv: int, hd: int, ff: int, vocab: int, window: int, ctx: int
 ) -> ModelSpec:
-    """A Gemma 3 text stack (config.json text_config, model_type gemma3_text): GeGLU MLP, tied embeddings, and five
-    local (sliding-window) layers to each global one (``sliding_window_pattern`` 6: layer i is global when
-    (i + 1) % 6 == 0), so L - L // 6 layers slide."""
+    """A Gemma 3 text stack (config.json text_config, model_type gemma3_text): a GeGLU MLP (gated: three matrices, the
+    ``swiglu`` kind), tied embeddings, and five local (sliding-window) layers to each global one
+    (``sliding_window_pattern`` 6: layer i is global when (i + 1) % 6 == 0), so L - L // 6 layers slide."""
     return ModelSpec(
-        name, L, d, H, kv, hd, ff, vocab, mlp_kind="geglu", tie_embeddings=True, max_context=ctx,
+        name, L, d, H, kv, hd, ff, vocab, tie_embeddings=True, max_context=ctx,
         sliding_window=window, n_sliding_layers=L - L // 6,
     )  # fmt: skip
 
