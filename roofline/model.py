@@ -506,7 +506,9 @@ def _from_hf_dict(cfg: dict[str, Any], name: str | None) -> ModelSpec:
             experts_per_token=req("num_experts_per_tok"),
             d_ff_expert=req("intermediate_size"),
             d_ff=0,
-            mtp_modules=int(cfg.get("num_mtp_modules") or 0),
+            # config.json declares num_mtp_modules 3 but the published weights hold none (MiniMax-AI/MiniMax-M2 issue
+            # #47; M2.5 and M2.7 alike): no MTP drafter runs on it
+            mtp_modules=0,
         )
         shared = int(cfg.get("shared_intermediate_size") or 0)
         if shared:
@@ -658,6 +660,13 @@ def _glm4_moe(name: str, L: int, d: int, E: int, ff: int, ff_e: int, dense: int,
     )  # fmt: skip
 
 
+def _minimax_m2() -> ModelSpec:
+    return ModelSpec(
+        "minimax-m2", 62, 3072, 48, 8, 128, 0, 200064, max_context=196608, n_experts=256, experts_per_token=8,
+        d_ff_expert=1536, mtp_modules=0,
+    )  # fmt: skip
+
+
 #: Published shapes (from each model's config.json) of the models people pair in speculation.
 PRESETS: dict[str, ModelSpec] = {
     m.name: m
@@ -740,22 +749,9 @@ PRESETS: dict[str, ModelSpec] = {
         # moonshotai/Kimi-K2.5 text_config (model_type kimi_k2): Kimi K2's shapes with 262144 positions
         _mla("kimi-k2.5", 61, 7168, 64, 18432, 163840, 262144, 384, 8, 2048, 1, 1, q_lora=1536),
         # MiniMaxAI/MiniMax-M2: full attention in every layer (48 query, 8 KV heads of 128), 256 experts of width
-        # 1536 (config ``intermediate_size``), 8 per token, no shared expert; num_mtp_modules 3
-        ModelSpec(
-            "minimax-m2",
-            62,
-            3072,
-            48,
-            8,
-            128,
-            0,
-            200064,
-            max_context=196608,
-            n_experts=256,
-            experts_per_token=8,
-            d_ff_expert=1536,
-            mtp_modules=3,
-        ),  # fmt: skip
+        # 1536 (config ``intermediate_size``), 8 per token, no shared expert; its config declares num_mtp_modules 3
+        # but the published weights hold no MTP module (MiniMax-AI/MiniMax-M2 issue #47): mtp_modules 0
+        _minimax_m2(),
     )
 }
 

@@ -157,6 +157,7 @@ def test_the_served_presets_are_shaped_as_their_configs_say():
     assert (s.n_moe_layers, m.n_moe_layers, m.n_dense_layers) == (48, 24, 24)  # interleave_moe_layer_step 1 and 2
     assert s.n_sliding_layers == 36 and s.sliding_window == 8192  # chunked attention on 3 layers in 4
     assert get_model("kimi-k2.5").is_mla and get_model("minimax-m2").n_sliding_layers == 0
+    assert get_model("minimax-m2").mtp_modules == 0  # declared in its config, absent from its weights
     assert get_model("glm-4.5").mtp_modules == 1 and get_model("glm-4.6").max_context == 202752
     assert (
         get_model("Qwen/Qwen3-8B") is PRESETS["qwen3-8b"]
