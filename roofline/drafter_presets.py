@@ -47,6 +47,15 @@ PUBLISHED_DRAFTERS: tuple[PublishedDrafter, ...] = (
     PublishedDrafter(
         "yuhuili/EAGLE3-LLaMA3.3-Instruct-70B", "llama-3.3-70b", "eagle3", "the EAGLE authors' EAGLE-3 head"
     ),
+    # Red Hat AI's EAGLE-3 heads in the speculators format (vLLM loads them as method eagle3)
+    PublishedDrafter("RedHatAI/Qwen3-8B-speculator.eagle3", "qwen3-8b", "eagle3", "Red Hat AI's EAGLE-3 head"),
+    PublishedDrafter("RedHatAI/Qwen3-32B-speculator.eagle3", "qwen3-32b", "eagle3", "Red Hat AI's EAGLE-3 head"),
+    PublishedDrafter(
+        "lmsys/SGLang-EAGLE3-Qwen3-Coder-480B-A35B-Instruct-SpecForge-EigenAI",
+        "qwen3-coder-480b-a35b",
+        "eagle3",
+        "LMSYS SpecForge's EAGLE-3 head",
+    ),
     # z-lab/Qwen3-8B-DFlash-b16 config.json: 5 Qwen3 layers of the target's width (hidden 4096, intermediate 12288,
     # 32 query / 8 KV heads of 128), block_size 16, dflash_config.target_layer_ids [1, 9, 17, 25, 33]
     PublishedDrafter(

@@ -614,13 +614,25 @@ def _gpt_oss(name: str, L: int, E: int) -> ModelSpec:
 def _qwen3(name: str, L: int, d: int, H: int, ff: int, *, tie: bool) -> ModelSpec:
     """A Qwen3 dense model (Qwen/Qwen3-*/config.json: 8 KV heads of 128, vocabulary 151936, 40960 positions; q/k
     RMS norms, no qkv bias)."""
-    return ModelSpec(name, L, d, H, 8, 128, ff, 151936, max_context=40960, tie_embeddings=tie)
+    return ModelSpec(name, L, d, H, 8, 128, ff, 151936, max_context=40960, tie_embeddings=tie, mtp_modules=0)
 
 
 def _qwen3_moe(name: str, L: int, d: int, H: int, kv: int, E: int, ff_e: int, ctx: int) -> ModelSpec:
     """A Qwen3 MoE model (model_type qwen3_moe): every layer MoE, 8 routed experts per token, no shared expert."""
     return ModelSpec(
-        name, L, d, H, kv, 128, 0, 151936, max_context=ctx, n_experts=E, experts_per_token=8, d_ff_expert=ff_e
+        name,
+        L,
+        d,
+        H,
+        kv,
+        128,
+        0,
+        151936,
+        max_context=ctx,
+        n_experts=E,
+        experts_per_token=8,
+        d_ff_expert=ff_e,
+        mtp_modules=0,
     )
 
 
@@ -632,7 +644,7 @@ def _gemma3(
     (``sliding_window_pattern`` 6: layer i is global when (i + 1) % 6 == 0), so L - L // 6 layers slide."""
     return ModelSpec(
         name, L, d, H, kv, hd, ff, vocab, tie_embeddings=True, max_context=ctx,
-        sliding_window=window, n_sliding_layers=L - L // 6,
+        sliding_window=window, n_sliding_layers=L - L // 6, mtp_modules=0,
     )  # fmt: skip
 
 
@@ -646,7 +658,7 @@ def _llama4(name: str, E: int, moe_step: int, ctx: int) -> ModelSpec:
     return ModelSpec(
         name, L, 5120, 40, 8, 128, 16384, 202048, max_context=ctx, n_experts=E, experts_per_token=1,
         d_ff_expert=8192, n_shared_experts=1, d_ff_shared=8192, n_dense_layers=L - L // moe_step,
-        sliding_window=8192, n_sliding_layers=L - L // 4,
+        sliding_window=8192, n_sliding_layers=L - L // 4, mtp_modules=0,
     )  # fmt: skip
 
 
@@ -718,9 +730,10 @@ PRESETS: dict[str, ModelSpec] = {
         # quantization_config: quant_method mxfp4, modules_to_not_convert the attention, router, embedding and head)
         _gpt_oss("gpt-oss-20b", 24, 32),
         _gpt_oss("gpt-oss-120b", 36, 128),
-        # -- the models people serve in 2026 (each shape from the config.json of the first id in HF_IDS) --
+        # -- the models people serve in 2026 (each shape from the config.json of the first id in HF_IDS); the ones
+        # whose checkpoints ship no multi-token-prediction module say so (mtp_modules 0: mtp is refused on them) --
         # meta-llama/Llama-3.3-70B-Instruct: the Llama-3.1-70B architecture (80 layers, 8192 wide, 64/8 heads)
-        _llama("llama-3.3-70b", 80, 8192, 64, 8, 28672, 128256, 131072),
+        _llama("llama-3.3-70b", 80, 8192, 64, 8, 28672, 128256, 131072, mtp_modules=0),
         _llama4("llama-4-scout", 16, 1, 10485760),  # 16 experts, interleave_moe_layer_step 1: every layer MoE
         _llama4("llama-4-maverick", 128, 2, 1048576),  # 128 experts, step 2: 24 MoE and 24 dense layers
         # Qwen/Qwen3-*: hidden_size, num_hidden_layers, num_attention_heads, intermediate_size, tie_word_embeddings
@@ -744,8 +757,8 @@ PRESETS: dict[str, ModelSpec] = {
         _glm4_moe("glm-4.5-air", 46, 4096, 128, 10944, 1408, 1, 131072),
         # mistralai/Mistral-Small-3.1-24B-Instruct-2503 text_config (3.2 has the same text stack) and
         # Mistral-Large-Instruct-2407 (Mistral Large 2, 123B: a 32768-token vocabulary)
-        _llama("mistral-small-3.1-24b", 40, 5120, 32, 8, 32768, 131072, 131072, head_dim=128),
-        _llama("mistral-large-2-123b", 88, 12288, 96, 8, 28672, 32768, 131072),
+        _llama("mistral-small-3.1-24b", 40, 5120, 32, 8, 32768, 131072, 131072, head_dim=128, mtp_modules=0),
+        _llama("mistral-large-2-123b", 88, 12288, 96, 8, 28672, 32768, 131072, mtp_modules=0),
         # moonshotai/Kimi-K2.5 text_config (model_type kimi_k2): Kimi K2's shapes with 262144 positions
         _mla("kimi-k2.5", 61, 7168, 64, 18432, 163840, 262144, 384, 8, 2048, 1, 1, q_lora=1536),
         # MiniMaxAI/MiniMax-M2: full attention in every layer (48 query, 8 KV heads of 128), 256 experts of width
