@@ -61,7 +61,7 @@ def test_the_eagle3_70b_head_is_emitted_by_its_checkpoint_and_missing_ones_name_
     flags = emit_flags(EngineSetting("vllm", 3, 1, 4), target="llama-3.3-70b", drafter="eagle3")
     assert "yuhuili/EAGLE3-LLaMA3.3-Instruct-70B" in flags and "meta-llama/Llama-3.3-70B-Instruct" in flags
     with pytest.raises(SpecroofError) as e:
-        emit_flags(EngineSetting("vllm", 3, 1, 4), target="qwen3-32b", drafter="eagle3")
+        emit_flags(EngineSetting("vllm", 3, 1, 4), target="gemma-3-27b", drafter="eagle3")
     assert "--draft-model" in str(e.value) and "draft_model" not in str(e.value).replace("--draft-model", "")
 
 
