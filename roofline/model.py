@@ -620,20 +620,9 @@ def _qwen3(name: str, L: int, d: int, H: int, ff: int, *, tie: bool) -> ModelSpe
 def _qwen3_moe(name: str, L: int, d: int, H: int, kv: int, E: int, ff_e: int, ctx: int) -> ModelSpec:
     """A Qwen3 MoE model (model_type qwen3_moe): every layer MoE, 8 routed experts per token, no shared expert."""
     return ModelSpec(
-        name,
-        L,
-        d,
-        H,
-        kv,
-        128,
-        0,
-        151936,
-        max_context=ctx,
-        n_experts=E,
-        experts_per_token=8,
-        d_ff_expert=ff_e,
+        name, L, d, H, kv, 128, 0, 151936, max_context=ctx, n_experts=E, experts_per_token=8, d_ff_expert=ff_e,
         mtp_modules=0,
-    )
+    )  # fmt: skip
 
 
 def _gemma3(
@@ -673,6 +662,7 @@ def _glm4_moe(name: str, L: int, d: int, E: int, ff: int, ff_e: int, dense: int,
 
 
 def _minimax_m2() -> ModelSpec:
+    """MiniMax-M2 (model_type minimax_m2): see its row in :data:`PRESETS`."""
     return ModelSpec(
         "minimax-m2", 62, 3072, 48, 8, 128, 0, 200064, max_context=196608, n_experts=256, experts_per_token=8,
         d_ff_expert=1536, mtp_modules=0,
