@@ -186,6 +186,7 @@ def recommend(
     engine: Engine | str | None = None,
     weight_dtype: str | None = None,
     kv_dtype: str | None = None,
+    resolution: float = 0.0,
     **kwargs: Any,
 ) -> Recommendation:
     """Best strategy and gamma for one GPU, batch and context, with why.
@@ -193,7 +194,9 @@ def recommend(
     ``hardware`` is a Pricing or a profile priced with the keyword options; the crossover K
     in the reason is priced the same way (engine, TP, dtypes). ``table``: a :func:`plan`
     table that already covers this GPU, batch and context (the CLI plans every cell once
-    and reads each recommendation out of it). Other keywords go to :func:`plan`.
+    and reads each recommendation out of it). ``resolution``: the relative speedup within which two settings are
+    one answer (the CLI's 2%, docs/cost-model.md section 50.3): among the fitting rows within it of the fastest, the
+    cheapest wins (fewest draft tokens per sequence, so the least KV and draft work). Other keywords go to :func:`plan`.
     """
     pr = pricing_of(
         hardware, dtype=dtype, efficiency=efficiency, tp=tp, engine=engine, weight_dtype=weight_dtype, kv_dtype=kv_dtype
@@ -207,6 +210,12 @@ def recommend(
             raise SpecroofError(f"the plan table has no row for {hw.id}, batch {batch}, context {context}")
         table = table.reset_index(drop=True)  # plan() ranked it already
     best = {str(k): v for k, v in table.iloc[0].items()}
+    fastest = best
+    if resolution > 0 and bool(best["fits_in_memory"]):
+        # one answer within the band resolution: the fewest draft tokens (gamma 0, plain decoding, is the cheapest)
+        near = table[table["fits_in_memory"].astype(bool) & (table["speedup"] >= best["speedup"] * (1 - resolution))]
+        cheapest = near.sort_values(["gamma", "speedup"], ascending=[True, False], kind="stable").iloc[0]
+        best = {str(k): v for k, v in cheapest.items()}
     k = int(crossover_tokens(target, pr, batch, context))
     if best["gamma"] == 0:
         reason = (
@@ -218,6 +227,11 @@ def recommend(
             f"{best['strategy']} with gamma {best['gamma']}: {best['speedup']:.2f}x "
             f"({best['expected_tokens']:.2f} tokens per {best['t_round_s'] * 1e3:.2f} ms round; "
             f"verify of {best['gamma'] + 1} tokens is {'under' if best['gamma'] + 1 <= k else 'past'} the crossover K = {k})"
+        )
+    if fastest["gamma"] != best["gamma"] or fastest["strategy"] != best["strategy"]:
+        reason += (
+            f"; {fastest['strategy']} at gamma {fastest['gamma']} gives {fastest['speedup']:.2f}x, within the "
+            f"{resolution:.0%} resolution: the cheaper setting wins"
         )
     if not best["fits_in_memory"]:
         cap = f" of {hw.memory_bytes / 1e9:.0f} GB" if hw.memory_bytes else ""

@@ -171,9 +171,18 @@ def drafter_from_args(args: argparse.Namespace) -> Any:
 TREE_DRAFTER_KEYS = ("eagle", "eagle1", "eagle2", "eagle3", "mtp")
 
 
-def _for_plan(key: str, acc: Any) -> tuple[Any, str]:
-    """What the planner takes for one drafter's acceptance (an alpha or a curve), and the sentence saying so."""
+def _for_plan(key: str, acc: Any, args: argparse.Namespace | None = None) -> tuple[Any, str]:
+    """What the planner takes for one drafter's acceptance (an alpha or a curve), and the sentence saying so.
+
+    A chain measurement is read under the shape it was measured with, the engine's own when none is written, and
+    carried past it by its class's per-position decay (roofline.acceptance_positions; docs/cost-model.md, 50.1)."""
     from roofline.acceptance import MeanAccepted
+    from roofline.acceptance_positions import engine_family, read_for_plan
+
+    family = engine_family(getattr(args, "engine", None), getattr(args, "emit", None))
+    read = read_for_plan(key, acc, family, max(16, int(getattr(args, "max_gamma", 16) or 16)))
+    if read is not None:
+        return read
 
     if (
         isinstance(acc, MeanAccepted)
@@ -324,14 +333,14 @@ def acceptance_from_args(args: argparse.Namespace, drafters: dict[str, Any]) -> 
         kinds = parse_acceptance_items(args.acceptance, list(drafters), aliases=aliases)
         out: dict[str, Any] = {}
         for key, acc in kinds.items():
-            out[drafters[key].name], note = _for_plan(key, acc)
+            out[drafters[key].name], note = _for_plan(key, acc, args)
             args.acceptance_notes.append(note)
             args.acceptance_kinds[key] = acc
         return out
     if not shared:  # none given: each drafter's published figure, named on the output
         out = {}
         for key, (acc, source) in default_acceptance(drafters).items():
-            out[drafters[key].name], _ = _for_plan(key, acc)
+            out[drafters[key].name], _ = _for_plan(key, acc, args)
             args.acceptance_notes.append(
                 f"{key}: none given: {source} (--acceptance {drafter_key(key)}=VALUE for yours)"
             )
@@ -345,7 +354,7 @@ def acceptance_from_args(args: argparse.Namespace, drafters: dict[str, Any]) -> 
     from roofline.acceptance import PerToken, parse_acceptance
 
     acc = parse_acceptance(args.acceptance_curve) if args.acceptance_curve else PerToken(args.alpha)
-    value, note = _for_plan(next(iter(drafters)), acc) if len(drafters) == 1 else (acc.for_plan(), acc.describe())
+    value, note = _for_plan(next(iter(drafters)), acc, args) if len(drafters) == 1 else (acc.for_plan(), acc.describe())
     args.acceptance_notes.append(note if len(drafters) == 1 else f"every drafter (--same-alpha): {note}")
     return value
 

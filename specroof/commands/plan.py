@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from roofline.acceptance_positions import engine_family, extrapolation_note, measured_length
 from roofline.errors import SpecroofError
 from roofline.hardware import load_hardware
 from roofline.model import get_model
@@ -45,7 +46,11 @@ from specroof.shell import (
 
 #: the columns of the ranked table the text shows (--json has every column)
 SHOWN = ["hardware", "strategy", "gamma", "batch", "context", "expected_tokens", "t_round_s", "tokens_per_s_per_user",
-         "tokens_per_s_total", "speedup", "kv_bound_context"]  # fmt: skip
+         "tokens_per_s_total", "speedup", "kv_bound_context", "extrapolated"]  # fmt: skip
+
+#: the relative speedup within which two settings are one answer (the error bands' resolution): the cheaper wins
+#: (docs/cost-model.md, section 50.3)
+RESOLUTION = 0.02
 
 #: what the table's last column means, printed under it (docs/cost-model.md, section 31)
 KV_LEGEND = (
@@ -217,12 +222,20 @@ def cmd_plan(args: argparse.Namespace) -> int:
     pricings = [pricing_from_args(args, h) for h in args.hardware]  # each GPU's pricing resolved once
     args.pricings = dict(zip(args.hardware, pricings, strict=True))
     table = plan(pricings, args.target, drafters, acceptance, batch=args.batch, context=args.context, gammas=gammas)
+    family = engine_family(args.engine, args.emit)
+    measured = {by_key[k].name: measured_length(k, a, family) for k, a in args.acceptance_kinds.items()}
+    table["extrapolated"] = [
+        bool(measured.get(st) is not None and int(g) > int(measured[st] or 0)) for st, g in
+        zip(table["strategy"], table["gamma"], strict=True)
+    ]  # fmt: skip
     best = []
     for pr in pricings:
         for b in args.batch:
             for c in args.context:
-                rec = recommend(pr, args.target, drafters, acceptance, batch=b, context=c, table=table, gammas=gammas)
+                rec = recommend(pr, args.target, drafters, acceptance, batch=b, context=c, table=table, gammas=gammas,
+                                resolution=RESOLUTION)  # fmt: skip
                 row = {"hardware": pr.hardware.id, "batch": b, "context": c, **rec.row, "reason": rec.reason}
+                _mark_extrapolated(row, measured, family)
                 if not rec.row["fits_in_memory"]:  # marked and not ranked: no strategy is an answer on this GPU
                     cap = pr.hardware.memory_bytes * max(1, args.tp) if pr.hardware.memory_bytes else float("nan")
                     row |= {"strategy": None, "gamma": None, "speedup": None}
@@ -254,6 +267,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     lines = [_priced_under(args), *_band_lines(best), "", *lines]
     if getattr(args, "acceptance_notes", None):
         lines = ["acceptance, as given and as priced:", *(f"  {n}" for n in args.acceptance_notes), "", *lines]
+    payload["notes"] += _batch_notes(best)
     lines += [f"note: {n}" for n in payload["notes"]]
     if args.emit:
         lines += [
@@ -278,6 +292,43 @@ def cmd_plan(args: argparse.Namespace) -> int:
     shown = table[fits].head(args.top)[SHOWN]
     emit(args, payload, "\n".join(lines) + "\n\n" + shown.round(4).to_string(index=False) + "\n" + KV_LEGEND)
     return 0
+
+
+def _mark_extrapolated(row: dict[str, Any], measured: dict[str, int | None], family: str | None) -> None:
+    """A recommendation past the measured draft length says so (first when more than one position past it)."""
+    g, at = row.get("gamma"), measured.get(str(row.get("strategy")))
+    row["measured_at"] = at
+    row["extrapolated"] = bool(at is not None and g is not None and int(g) > at)
+    if not row["extrapolated"] or at is None or g is None:
+        return
+    first = extrapolation_note(int(g), at, family)
+    if first is not None:
+        row["reason"] = f"{first}. {row['reason']}"
+    else:
+        row["reason"] += f" (extrapolated: one position past the {at} measured)"
+
+
+def _batch_notes(best: list[dict[str, Any]]) -> list[str]:
+    """Where a larger batch's speedup is above a smaller one's, why: the plain step grows more than the round."""
+    out = []
+    rows = [r for r in best if r.get("speedup") and r.get("gamma")]
+    for a in rows:
+        for b in rows:
+            if (a["hardware"], a["context"]) != (b["hardware"], b["context"]) or not b["batch"] > a["batch"]:
+                continue
+            if b["speedup"] <= a["speedup"]:
+                continue
+            step_a = a["t_round_s"] * a["speedup"] / a["expected_tokens"]
+            step_b = b["t_round_s"] * b["speedup"] / b["expected_tokens"]
+            out.append(
+                f"at batch {b['batch']} the speedup ({b['speedup']:.2f}x) is above batch {a['batch']}'s "
+                f"({a['speedup']:.2f}x): a plain step grows {step_b / step_a - 1:+.0%} ({step_a * 1e3:.2f} -> "
+                f"{step_b * 1e3:.2f} ms, more KV and activations to read) while the round grows "
+                f"{b['t_round_s'] / a['t_round_s'] - 1:+.0%}, its draft passes ({a['t_draft_s'] * 1e3:.2f} -> "
+                f"{b['t_draft_s'] * 1e3:.2f} ms) being small and nearly flat in batch"
+            )
+            break
+    return out
 
 
 def _priced_under(args: argparse.Namespace) -> str:
