@@ -23,7 +23,7 @@ from roofline.errors import SpecroofError
 Array = npt.NDArray[np.float64]
 
 #: the published per-position records (one [[run]] per published run), beside the other published figures
-DATA = Path(__file__).resolve().parents[1] / "published" / "acceptance_per_position.toml"
+DATA = Path(__file__).resolve().parents[1] / "published" / "acceptance" / "per_position.toml"
 
 #: which records speak for a drafter of the grammar (its name before any ':'); a class with none takes the pool
 CLASS_OF = {"eagle": "eagle3", "eagle1": "eagle3", "eagle2": "eagle3", "eagle3": "eagle3", "mtp": "mtp",

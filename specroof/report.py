@@ -317,6 +317,7 @@ def validate_inputs(gpus: Sequence[str], pairing: dict[str, Any] | None) -> None
 def answer(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | None = None) -> Section:
     """The question first: on each GPU, speculate or not, with which gamma, and how big a draft tree."""
     from roofline.planner import recommend
+    from specroof.commands.plan import RESOLUTION
 
     cfg = _pairing(pairing)
     target, (draft_name, exit_layer), acc = cfg["target"], cfg["drafters"], cfg["acceptance"]
@@ -327,7 +328,7 @@ def answer(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | None 
     notes: dict[str, list[str]] = {}
     for g in gpus:
         hw = load_hardware(g)
-        rec = recommend(hw, target, _ranked(cfg), acc, batch=1, context=context, engine=engine)
+        rec = recommend(hw, target, _ranked(cfg), acc, batch=1, context=context, engine=engine, resolution=RESOLUTION)
         if not rec.row["fits_in_memory"]:  # marked, not ranked: a speedup on a GPU that cannot hold the model is none
             rows.append({"hardware": hw.id, "best_strategy": "does not fit in memory", "gamma": None,
                          "chain_speedup": np.nan, "tree_nodes": None, "tree_depth": None, "tree_speedup": np.nan,
@@ -514,6 +515,7 @@ def speculation(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | 
     from roofline.planner import recommend, speculation_stops_paying
     from roofline.plot import optimal_gamma_vs_alpha, speedup_map, speedup_vs_batch
     from roofline.speculative import draft_cost_ratio
+    from specroof.commands.plan import RESOLUTION
 
     cfg = _pairing(pairing)
     target = cfg["target"]
@@ -549,7 +551,16 @@ def speculation(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | 
     for g in gpus:
         for batch in (1, 8, 64):
             for context in contexts:
-                rec = recommend(g, target, drafters, acc, batch=batch, context=context, engine=cfg.get("engine"))
+                rec = recommend(
+                    g,
+                    target,
+                    drafters,
+                    acc,
+                    batch=batch,
+                    context=context,
+                    engine=cfg.get("engine"),
+                    resolution=RESOLUTION,
+                )
                 fits = bool(rec.row["fits_in_memory"])
                 band, note = band_for(cfg.get("engine"), g, speculative=True, batch=batch, model=spec, context=context)
                 if fits:

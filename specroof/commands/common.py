@@ -252,7 +252,7 @@ def _tree_rate(mean: float, tree: Any) -> float:
     return (lo + hi) / 2
 
 
-def published_acceptance(kind: str) -> tuple[Any, str]:
+def published_acceptance(kind: str, target: Any = None) -> tuple[Any, str]:
     """A drafter kind's acceptance from a named published figure, and the sentence that names it.
 
     Returns ``(PerToken, sentence)``. Spec-Bench's tokens per round on a tree (EAGLE, Medusa, Hydra) is read on the
@@ -263,6 +263,15 @@ def published_acceptance(kind: str) -> tuple[Any, str]:
     from roofline.acceptance import MeanAccepted, PerToken
 
     kind = "eagle" if kind == "eagle1" else kind
+    if target is not None:  # a matched pair only (roofline.acceptance_defaults; docs/cost-model.md, 50.2)
+        from roofline.acceptance import parse_acceptance
+        from roofline.acceptance_defaults import NoMatchedDefault, matched_default, no_match_sentence
+
+        pair = matched_default(kind, target)
+        if pair is None:
+            raise NoMatchedDefault(f"{no_match_sentence(kind, target)}: give --acceptance {kind}=VALUE for one answer")
+        if not pair.value.startswith("spec-bench:"):
+            return parse_acceptance(pair.value), f"the matched pair's {pair.sentence()}"
     if kind == "mtp":
         return PerToken(MTP_ACCEPTANCE[0]), f"{MTP_ACCEPTANCE[0]:g} per token, from the {MTP_ACCEPTANCE[1]}"
     if kind not in SPEC_BENCH_ROWS:
@@ -295,18 +304,18 @@ def published_acceptance(kind: str) -> tuple[Any, str]:
     return PerToken(p), f"{p:.3f} per candidate, {where} on its {tree.n_nodes}-node tree of depth {tree.depth}"
 
 
-def default_acceptance(drafters: dict[str, Any]) -> dict[str, tuple[Any, str]]:
+def default_acceptance(drafters: dict[str, Any], target: Any = None) -> dict[str, tuple[Any, str]]:
     """Each drafter's published default (:func:`published_acceptance`), keyed as ``drafters``; one line naming every
     drafter that has none."""
     missing = [k for k in drafters if drafter_key(k) not in (*SPEC_BENCH_ROWS, "mtp")]
-    if missing:
+    if missing and target is None:
         from roofline.acceptance import GRAMMAR
 
         raise SpecroofError(
             f"no published acceptance for {', '.join(missing)}: give --acceptance KEY=VALUE for "
             f"{'it' if len(missing) == 1 else 'each'} (VALUE {GRAMMAR})"
         )
-    return {k: published_acceptance(drafter_key(k)) for k in drafters}
+    return {k: published_acceptance(drafter_key(k), target) for k in drafters}
 
 
 def acceptance_from_args(args: argparse.Namespace, drafters: dict[str, Any]) -> Any:
@@ -339,7 +348,7 @@ def acceptance_from_args(args: argparse.Namespace, drafters: dict[str, Any]) -> 
         return out
     if not shared:  # none given: each drafter's published figure, named on the output
         out = {}
-        for key, (acc, source) in default_acceptance(drafters).items():
+        for key, (acc, source) in default_acceptance(drafters, getattr(args, "target", None)).items():
             out[drafters[key].name], _ = _for_plan(key, acc, args)
             args.acceptance_notes.append(
                 f"{key}: none given: {source} (--acceptance {drafter_key(key)}=VALUE for yours)"

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from roofline.acceptance_defaults import CURVE_ALPHAS, NoMatchedDefault
 from roofline.acceptance_positions import engine_family, extrapolation_note, measured_length
 from roofline.errors import SpecroofError
 from roofline.hardware import load_hardware
@@ -200,7 +201,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return _plan_engine_config(args, config)
     emit_prices(args)
     by_key = drafters_by_key(args)
-    acceptance: Any = acceptance_from_args(args, by_key)
+    try:
+        acceptance: Any = acceptance_from_args(args, by_key)
+    except NoMatchedDefault as e:  # no published figure for this pair: the answer is a curve over acceptance
+        return _plan_over_acceptance(args, by_key, str(e))
     drafters = list(by_key.values())
     target = get_model(args.target)
     if not target.is_abstract:
@@ -291,6 +295,47 @@ def cmd_plan(args: argparse.Namespace) -> int:
         lines += ["", f"{int((~fits).sum())} configurations do not fit in memory: not ranked (--json lists them)"]
     shown = table[fits].head(args.top)[SHOWN]
     emit(args, payload, "\n".join(lines) + "\n\n" + shown.round(4).to_string(index=False) + "\n" + KV_LEGEND)
+    return 0
+
+
+def _plan_over_acceptance(args: argparse.Namespace, by_key: dict[str, Any], why: str) -> int:
+    """No matched published acceptance: per (GPU, batch, context), the best speedup over a range of per-token rates
+    and the break-even rate (docs/cost-model.md, section 50.2), instead of one number borrowed from another pair."""
+    from roofline.planner import plan
+
+    target = get_model(args.target)
+    if not target.is_abstract:
+        check_tp(target, args.tp)
+    apply_weight_only(args)
+    pricings = [pricing_from_args(args, h) for h in args.hardware]
+    drafters = list(by_key.values())
+    gammas = range(0, max(1, args.max_gamma) + 1)
+    rows: list[dict[str, Any]] = []
+    for a in CURVE_ALPHAS:
+        t = plan(pricings, args.target, drafters, float(a), batch=args.batch, context=args.context, gammas=gammas)
+        t = t[t["fits_in_memory"].astype(bool)]
+        for (hw, b, c), g in t.groupby(["hardware", "batch", "context"], sort=False):
+            top = g.iloc[0]  # plan() ranked it: the fastest setting first (gamma 0 when nothing pays)
+            rows.append({"hardware": hw, "batch": int(b), "context": int(c), "alpha": float(a),
+                         "strategy": str(top["strategy"]), "gamma": int(top["gamma"]), "speedup": float(top["speedup"])})  # fmt: skip
+    cells: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
+    for r in rows:
+        cells.setdefault((r["hardware"], r["batch"], r["context"]), []).append(r)
+    lines = [
+        f"acceptance: {why}; the answer is the speedup over a range of per-token rates, with the break-even rate",
+        "",
+    ]
+    breakeven = []
+    for (hw, b, c), rs in cells.items():
+        pays = [r for r in rs if r["gamma"] > 0 and r["speedup"] > 1.0]
+        be = min((r["alpha"] for r in pays), default=None)
+        breakeven.append({"hardware": hw, "batch": b, "context": c, "break_even_alpha": be})
+        where = f"speculation pays from a per-token rate of {be:g}" if be is not None else "speculation never pays here"
+        curve = ", ".join(f"{r['alpha']:g}: {r['speedup']:.2f}x@{r['gamma']}" for r in rs)
+        lines.append(f"{hw}  batch {b:>4}  context {c:>6}:  {where}; best speedup (at gamma) by rate: {curve}")
+    payload = {"recommendations": [], "acceptance": [why], "break_even": breakeven, "curve": rows,
+               "engine": args.engine}  # fmt: skip
+    emit(args, payload, "\n".join([lines[0], _priced_under(args), *lines[1:]]))
     return 0
 
 
