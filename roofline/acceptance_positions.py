@@ -185,7 +185,7 @@ def describe(mc: MeasuredCurve, given: str, shape: str) -> str:
     c = mc.curve()
     head = ", ".join(f"{x:.3f}" for x in c[: min(len(c), mc.measured_at + 2)])
     return (
-        f"{given}, read as measured on {shape}: conditional per-position rates {head}{' ...' if len(c) > mc.measured_at + 2 else ''} "
+        f"given {given}, read as measured on {shape}: conditional per-position rates {head}{' ...' if len(c) > mc.measured_at + 2 else ''} "
         f"(exact at {mc.measured_at}; past it {mc.source()}, marked extrapolated)"
     )
 

@@ -11,6 +11,7 @@ from roofline.acceptance_defaults import CURVE_ALPHAS, NoMatchedDefault
 from roofline.acceptance_positions import engine_family, extrapolation_note, measured_length
 from roofline.errors import SpecroofError
 from roofline.hardware import load_hardware
+from roofline.memory import largest_fit, reserved_share
 from roofline.model import get_model
 from roofline.validation import check_tp
 from specroof.commands.common import (
@@ -48,6 +49,10 @@ from specroof.shell import (
 #: the columns of the ranked table the text shows (--json has every column)
 SHOWN = ["hardware", "strategy", "gamma", "batch", "context", "expected_tokens", "t_round_s", "tokens_per_s_per_user",
          "tokens_per_s_total", "speedup", "kv_bound_context", "extrapolated"]  # fmt: skip
+
+#: what a configuration that does not fit carries no figure of (text and --json): only the reason and what fits
+NOT_FIT_BLANK = ("strategy", "gamma", "speedup", "expected_tokens", "t_round_s", "tokens_per_s_per_user",
+                 "tokens_per_s_total", "t_draft_s", "t_verify_s", "t_round_host_s")  # fmt: skip
 
 #: the relative speedup within which two settings are one answer (the error bands' resolution): the cheaper wins
 #: (docs/cost-model.md, section 50.3)
@@ -227,6 +232,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     args.pricings = dict(zip(args.hardware, pricings, strict=True))
     table = plan(pricings, args.target, drafters, acceptance, batch=args.batch, context=args.context, gammas=gammas)
     family = engine_family(args.engine, args.emit)
+    share, share_why = reserved_share(family, args.tp, args.memory_fraction)
+    caps = {pr.hardware.id: (pr.hardware.memory_bytes or float("inf")) * share for pr in pricings}
+    # a row fits when its footprint per device is within the engine's reserved share of one device (section 50.4)
+    table["fits_in_memory"] = table["memory_bytes"] <= table["hardware"].map(caps)
+    table = table.sort_values(["fits_in_memory", "speedup", "gamma"], ascending=[False, False, True], kind="stable")
+    table = table.reset_index(drop=True)
     measured = {by_key[k].name: measured_length(k, a, family) for k, a in args.acceptance_kinds.items()}
     table["extrapolated"] = [
         bool(measured.get(st) is not None and int(g) > int(measured[st] or 0)) for st, g in
@@ -241,21 +252,22 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 row = {"hardware": pr.hardware.id, "batch": b, "context": c, **rec.row, "reason": rec.reason}
                 _mark_extrapolated(row, measured, family)
                 if not rec.row["fits_in_memory"]:  # marked and not ranked: no strategy is an answer on this GPU
-                    cap = pr.hardware.memory_bytes * max(1, args.tp) if pr.hardware.memory_bytes else float("nan")
-                    row |= {"strategy": None, "gamma": None, "speedup": None}
-                    row["reason"] = (
-                        f"does not fit in memory: needs {rec.row['memory_bytes'] / 1e9:.0f} GB (weights + KV), the "
-                        f"{'device holds' if args.tp == 1 else f'{args.tp} devices hold'} {cap / 1e9:.0f} GB: raise "
-                        "--tp, store the weights in "
-                        "fewer bits (--weight-dtype) or shorten --context"
+                    row["reason"] = _does_not_fit(args, pr, target, b, c, rec.row, caps[pr.hardware.id], share_why)
+                    row["largest_batch"], row["largest_context"] = _largest(
+                        args, pr, target, rec.row, caps[pr.hardware.id]
                     )
+                    row |= {k: None for k in NOT_FIT_BLANK}
                 best.append(row)
     if args.dynamic_gamma:
         _add_dynamic_gamma(best, args, by_key, acceptance, {pr.hardware.id: pr for pr in pricings})
     payload = {
         "recommendations": best,
-        "table": table.head(args.top).to_dict(orient="records"),
+        "table": [
+            r if r["fits_in_memory"] else r | {k: None for k in NOT_FIT_BLANK}
+            for r in table.head(args.top).to_dict(orient="records")
+        ],
         "acceptance": getattr(args, "acceptance_notes", []),
+        "memory_share": {"fraction": share, "source": share_why},
     }
     if args.emit:  # before the sentences: a tree the engine builds may replace the chosen chain, and says so
         payload["deploy"] = _deploy(args, by_key, acceptance, best)
@@ -337,6 +349,36 @@ def _plan_over_acceptance(args: argparse.Namespace, by_key: dict[str, Any], why:
                "engine": args.engine}  # fmt: skip
     emit(args, payload, "\n".join([lines[0], _priced_under(args), *lines[1:]]))
     return 0
+
+
+def _largest(args: argparse.Namespace, pr: Any, target: Any, row: dict[str, Any], cap: float) -> tuple[int, int]:
+    """The largest batch at this context and the longest context at this batch that fit the row's setting, its
+    drafter's own memory included (section 50.4)."""
+    from roofline.memory import per_device_bytes
+
+    b, c, k = int(row["batch"]), int(row["context"]), int(row["gamma"] or 0) + 1
+    kw = {"weight_dtype": pr.stored_weight_dtype, "kv_dtype": pr.kv_dtype, "act_dtype": pr.dtype}
+    extra = max(0.0, float(row["memory_bytes"]) - per_device_bytes(target, b, c, k, max(1, args.tp), **kw))
+    got = largest_fit(target, cap, batch=b, context=c, new_tokens=k, tp=max(1, args.tp), extra_bytes=extra, **kw)
+    return got.batch, got.context
+
+
+def _does_not_fit(args: argparse.Namespace, pr: Any, target: Any, b: int, c: int, row: dict[str, Any], cap: float,
+                  share_why: str) -> str:  # fmt: skip
+    """The one sentence a configuration that does not fit gets: per device, against the engine's share, what fits."""
+    lb, lc = _largest(args, pr, target, row, cap)
+    dev = pr.hardware.memory_bytes or float("nan")
+    per = f" per device (TP {args.tp})" if args.tp > 1 else ""
+    fits = (
+        f"the largest batch that fits at context {c} is {lb}, the longest context at batch {b} is {lc:,}"
+        if lb or lc
+        else "not even one sequence fits"
+    )
+    return (
+        f"does not fit in memory: needs {row['memory_bytes'] / 1e9:.1f} GB{per} (weights + KV + activations), over the "
+        f"{cap / 1e9:.1f} GB the engine may use of each {dev / 1e9:.0f} GB device ({share_why}); {fits}: or raise --tp, "
+        "store the weights in fewer bits (--weight-dtype)"
+    )
 
 
 def _mark_extrapolated(row: dict[str, Any], measured: dict[str, int | None], family: str | None) -> None:
@@ -549,5 +591,12 @@ def add_parser(sub: Any) -> None:
         "(priced under this engine's profile unless --engine names another)",
     )
     p.add_argument("--draft-model", help="with --emit: the draft checkpoint to name (a Hugging Face id or a path)")
+    p.add_argument(
+        "--memory-fraction",
+        type=finite_float,
+        default=None,
+        help="the share of each device the engine may use (vLLM's --gpu-memory-utilization, SGLang's "
+        "--mem-fraction-static; default: that engine's default when --emit or --engine names it, else the whole device)",
+    )
     _add_json(p)
     p.set_defaults(func=cmd_plan)
