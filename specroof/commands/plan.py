@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from roofline.acceptance_defaults import CURVE_ALPHAS, NoMatchedDefault
-from roofline.acceptance_positions import engine_family, extrapolation_note, measured_length
+from roofline.acceptance_positions import VLLM_READING_GAMMA, engine_family, extrapolation_note, measured_length
 from roofline.errors import SpecroofError
 from roofline.hardware import load_hardware
 from roofline.memory import largest_fit, reserved_share
@@ -80,8 +80,12 @@ def _engine_trees(args: argparse.Namespace, key: str, d: Any, acceptance: Any, h
 
     kind = drafter_key(key)
     acc = getattr(args, "acceptance_kinds", {}).get(key)
-    if acc is not None and getattr(acc, "kind", "") == "mean" and acc.gamma is None:
-        kw: dict[str, Any] = {"mean_accepted": acc.mean, "measured_at": SGLANG_DEFAULT}
+    family = engine_family(args.engine, args.emit)
+    if acc is not None and getattr(acc, "kind", "") == "mean" and acc.gamma is None and family == "vllm":
+        g = VLLM_READING_GAMMA  # a bare mean under vLLM: measured on its chain (section 50.1), as the plan read it
+        kw: dict[str, Any] = {"mean_accepted": acc.mean, "measured_at": EngineSetting(args.emit, g, 1, g + 1)}
+    elif acc is not None and getattr(acc, "kind", "") == "mean" and acc.gamma is None:
+        kw = {"mean_accepted": acc.mean, "measured_at": SGLANG_DEFAULT}
     elif acc is not None and getattr(acc, "kind", "") == "mean" and acc.gamma:
         g = int(acc.gamma)
         kw = {"mean_accepted": acc.mean, "measured_at": EngineSetting(args.emit, g, 1, g + 1)}
@@ -134,7 +138,9 @@ def _deploy(args: argparse.Namespace, by_key: dict[str, Any], acceptance: Any, b
             ep = searched[hw, c, key]
             i = [int(b) for b in ep.best["batch"]].index(int(r["batch"]))
             tree_setting, tree_speedup = ep.best_settings[i], float(ep.best["speedup"].iloc[i])
-            if not tree_setting.is_chain and tree_speedup > speedup:
+            # a tree replaces the chain only past the answer's resolution: within it the chain (fewer draft tokens per
+            # sequence, less KV and draft work) is the same answer at a lower cost (docs/cost-model.md, section 50.3)
+            if not tree_setting.is_chain and tree_speedup > speedup * (1 + RESOLUTION):
                 setting, speedup = tree_setting, tree_speedup
                 r["reason"] += (
                     f"; as {ENGINE_NAMES[args.emit]} builds {kind}'s tree, {setting.label} is faster still "

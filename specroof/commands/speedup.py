@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+import numpy as np
+
 from roofline.errors import SpecroofError
 from roofline.hardware import load_hardware
 from roofline.model import get_model
@@ -84,6 +86,16 @@ def _acceptance(args: argparse.Namespace, gamma: int | str | None) -> tuple[floa
     if isinstance(acc, MeanAccepted) and (acc.gamma is None or acc.gamma == gamma or gamma is None):
         # tokens per round as measured: the round priced is taken to be the one it was measured on
         return acc.mean, None, f"{drafter_key(args.drafter)}: given {acc.given()}, priced as the round's tokens"
+    if isinstance(acc, MeanAccepted) and acc.gamma is not None and isinstance(gamma, int):
+        # a chain mean at another gamma: its class's per-position decay, not an i.i.d. rate (docs/cost-model.md, 50.1)
+        from roofline.acceptance_positions import MeasuredCurve
+
+        curve = MeasuredCurve(acc.mean, acc.gamma, drafter_key(args.drafter), max(gamma, acc.gamma)).curve()
+        mean = 1.0 + float(np.sum(np.cumprod(curve[:gamma])))
+        past = (
+            f", extrapolated {gamma - acc.gamma} positions past the {acc.gamma} measured" if gamma > acc.gamma else ""
+        )
+        return mean, None, f"{note}; at gamma {gamma}: {mean:.3f} tokens per round{past}"
     rate = float(value) if isinstance(value, (int, float)) else float(acc.alpha())
     if gamma is None:
         from roofline.drafters import as_drafter, default_tree, tree_preset
