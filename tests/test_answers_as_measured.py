@@ -76,7 +76,7 @@ def test_the_issue_case_marks_every_gamma_past_four_and_says_why_batch_16_is_fas
             assert r["extrapolated"] and r["reason"].startswith("extrapolated: gamma")
         assert r["measured_at"] == 3
     if by_batch[16]["speedup"] > by_batch[1]["speedup"]:
-        assert any(n.startswith("at batch 16 the speedup") for n in d["notes"])
+        assert any(n.startswith("at batch 16 the speedup") for n in d["batch_notes"])
     assert all(row["extrapolated"] == (row["gamma"] > 3) for row in d["table"] if row["strategy"] == "eagle3")
     # the text's first line says what the mean was read as
     code, out, _ = run(capsys, *PLAN, "--acceptance", "eagle3=mean:3@3")

@@ -368,7 +368,7 @@ def acceptance_from_args(args: argparse.Namespace, drafters: dict[str, Any]) -> 
     return value
 
 
-def single_acceptance(value: str | None, drafter: str) -> tuple[Any, Any, str]:
+def single_acceptance(value: str | None, drafter: str, target: Any = None) -> tuple[Any, Any, str]:
     """One drafter's acceptance in the grammar every command shares: ``VALUE`` or ``KEY=VALUE`` (KEY the drafter's
     name, as ``plan --acceptance`` takes it), or None for its published figure (:func:`published_acceptance`).
 
@@ -377,8 +377,8 @@ def single_acceptance(value: str | None, drafter: str) -> tuple[Any, Any, str]:
     from roofline.acceptance import parse_acceptance, parse_acceptance_items
 
     key = drafter_key(drafter)
-    if value is None:
-        acc, source = published_acceptance(key)
+    if value is None:  # with the target: its matched pair's figure (docs/cost-model.md, 50.2)
+        acc, source = published_acceptance(key, target)
         plan_value, _ = _for_plan(key, acc)
         return acc, plan_value, f"{key}: none given: {source} (--acceptance {key}=VALUE for yours)"
     text = str(value).strip()

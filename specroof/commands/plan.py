@@ -48,7 +48,7 @@ from specroof.shell import (
 
 #: the columns of the ranked table the text shows (--json has every column)
 SHOWN = ["hardware", "strategy", "gamma", "batch", "context", "expected_tokens", "t_round_s", "tokens_per_s_per_user",
-         "tokens_per_s_total", "speedup", "kv_bound_context", "extrapolated"]  # fmt: skip
+         "tokens_per_s_total", "speedup", "extrapolated", "kv_bound_context"]  # fmt: skip
 
 #: what a configuration that does not fit carries no figure of (text and --json): only the reason and what fits
 NOT_FIT_BLANK = ("strategy", "gamma", "speedup", "expected_tokens", "t_round_s", "tokens_per_s_per_user",
@@ -81,9 +81,14 @@ def _engine_trees(args: argparse.Namespace, key: str, d: Any, acceptance: Any, h
     kind = drafter_key(key)
     acc = getattr(args, "acceptance_kinds", {}).get(key)
     family = engine_family(args.engine, args.emit)
-    if acc is not None and getattr(acc, "kind", "") == "mean" and acc.gamma is None and family == "vllm":
+    value = acceptance[d.name] if isinstance(acceptance, dict) else acceptance
+    if isinstance(value, list):  # a chain measurement read as a curve (section 50.1): the trees are priced on it too
+        from roofline.trees import ChainCurveAcceptance
+
+        kw: dict[str, Any] = {"acceptance": ChainCurveAcceptance(np.asarray(value, dtype=float))}
+    elif acc is not None and getattr(acc, "kind", "") == "mean" and acc.gamma is None and family == "vllm":
         g = VLLM_READING_GAMMA  # a bare mean under vLLM: measured on its chain (section 50.1), as the plan read it
-        kw: dict[str, Any] = {"mean_accepted": acc.mean, "measured_at": EngineSetting(args.emit, g, 1, g + 1)}
+        kw = {"mean_accepted": acc.mean, "measured_at": EngineSetting(args.emit, g, 1, g + 1)}
     elif acc is not None and getattr(acc, "kind", "") == "mean" and acc.gamma is None:
         kw = {"mean_accepted": acc.mean, "measured_at": SGLANG_DEFAULT}
     elif acc is not None and getattr(acc, "kind", "") == "mean" and acc.gamma:
@@ -289,8 +294,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     lines = [_priced_under(args), *_band_lines(best), "", *lines]
     if getattr(args, "acceptance_notes", None):
         lines = ["acceptance, as given and as priced:", *(f"  {n}" for n in args.acceptance_notes), "", *lines]
-    payload["notes"] += _batch_notes(best)
-    lines += [f"note: {n}" for n in payload["notes"]]
+    payload["batch_notes"] = _batch_notes(best)
+    lines += [f"note: {n}" for n in payload["notes"] + payload["batch_notes"]]
     if args.emit:
         lines += [
             "",
@@ -416,9 +421,10 @@ def _batch_notes(best: list[dict[str, Any]]) -> list[str]:
             out.append(
                 f"at batch {b['batch']} the speedup ({b['speedup']:.2f}x) is above batch {a['batch']}'s "
                 f"({a['speedup']:.2f}x): a plain step grows {step_b / step_a - 1:+.0%} ({step_a * 1e3:.2f} -> "
-                f"{step_b * 1e3:.2f} ms, more KV and activations to read) while the round grows "
-                f"{b['t_round_s'] / a['t_round_s'] - 1:+.0%}, its draft passes ({a['t_draft_s'] * 1e3:.2f} -> "
-                f"{b['t_draft_s'] * 1e3:.2f} ms) being small and nearly flat in batch"
+                f"{step_b * 1e3:.2f} ms, more KV and activations to read) while the round grows only "
+                f"{b['t_round_s'] / a['t_round_s'] - 1:+.0%} (its draft passes {a['t_draft_s'] * 1e3:.2f} -> "
+                f"{b['t_draft_s'] * 1e3:.2f} ms, verify {a['t_verify_s'] * 1e3:.2f} -> {b['t_verify_s'] * 1e3:.2f} ms): "
+                "the fixed part of a round weighs less at the larger batch"
             )
             break
     return out

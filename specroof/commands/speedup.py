@@ -82,7 +82,7 @@ def _acceptance(args: argparse.Namespace, gamma: int | str | None) -> tuple[floa
         return args.mean_accepted, args.alpha, ""
     from roofline.acceptance import MeanAccepted
 
-    acc, value, note = single_acceptance(args.acceptance, args.drafter)
+    acc, value, note = single_acceptance(args.acceptance, args.drafter, args.target)
     if isinstance(acc, MeanAccepted) and (acc.gamma is None or acc.gamma == gamma or gamma is None):
         # tokens per round as measured: the round priced is taken to be the one it was measured on
         return acc.mean, None, f"{drafter_key(args.drafter)}: given {acc.given()}, priced as the round's tokens"
@@ -194,7 +194,7 @@ def _speedup_engine_config(args: argparse.Namespace) -> int:
         unit = "per token" if s.is_chain else "per candidate (i.i.d. over the engine's tree)"
         kw, note = {"acceptance": args.alpha}, f"{config.drafter}: given rate {args.alpha:g} {unit}"
     else:
-        acc, value, note = single_acceptance(args.acceptance, config.drafter)
+        acc, value, note = single_acceptance(args.acceptance, config.drafter, args.target)
         kw, note = config_acceptance(config, acc, value, note)
     pricing = pricing_from_args(args)
     row = price_engine_config(config, pricing, target=args.target, batch=args.batch, context=args.context, **kw)
