@@ -98,6 +98,7 @@ def _engine_trees(args: argparse.Namespace, key: str, d: Any, acceptance: Any, h
         a = acceptance[d.name] if isinstance(acceptance, dict) else acceptance
         kw = {"acceptance": IIDAcceptance(float(a if np.isscalar(a) else np.mean(a)))}
     return plan_engine(
+        resolution=RESOLUTION,
         hardware=args.pricings[hw],
         target=args.target,
         drafter=kind if kind != "eagle1" else "eagle",
@@ -502,7 +503,7 @@ def _plan_engine_config(args: argparse.Namespace, config: Any) -> int:
         for b in args.batch:
             for c in args.context:
                 v = compare_engine_config(config, pr, target=target, batch=b, context=c,
-                                          max_gamma=max(1, args.max_gamma), **kw)  # fmt: skip
+                                          max_gamma=max(1, args.max_gamma), resolution=RESOLUTION, **kw)  # fmt: skip
                 n = v.table["num_draft_tokens"].to_numpy()
                 t = v.table.assign(hardware=pr.hardware.id, kv_bound_context=kv_bound_context(target, pr, b, n),
                                    yours=v.table["label"] == v.yours["label"])  # fmt: skip
