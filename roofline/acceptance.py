@@ -132,7 +132,7 @@ def parse_acceptance(text: str | float, *, gamma: int | None = None) -> Acceptan
     if x is not None:
         if math.isfinite(x) and x > 1.0:  # a rate lies in [0, 1]: a number past 1 is most likely a mean accepted length
             raise SpecroofError(
-                f"acceptance {t!r} is not a per-token rate (a rate lies in [0, 1]): a mean accepted length of {t} "
+                f"acceptance {t!r} is not a per-token rate alpha (a rate lies in [0, 1]): a mean accepted length of {t} "
                 f"tokens per round is written mean:{t} (or mean:{t}@G, measured at G drafts per round)"
             )
         return PerToken(x)
