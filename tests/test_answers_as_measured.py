@@ -164,3 +164,27 @@ def test_a_configuration_that_does_not_fit_carries_no_speedup(capsys):
     assert d["memory_share"]["source"] == "--memory-fraction 1" and d["recommendations"][0]["speedup"] is not None
     code, out, _ = run(capsys, *argv[:-1])
     assert "1.00x" not in out.split("does not fit")[1].splitlines()[0]
+
+
+def test_speedup_gives_no_figure_for_what_the_engine_cannot_hold(capsys):
+    argv = ["speedup", "--hardware", HW, "--target", "llama-3.1-70b", "--drafter", "eagle3", "--acceptance",
+            "mean:3@3", "--engine", "vllm"]  # fmt: skip
+    code, out, err = run(capsys, *argv, "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["speedup"] is None and not d["fits_in_memory"] and "tokens_per_s" not in d
+    assert "gpu_memory_utilization default 0.9" in d["reason"] and d["largest_batch"] == 0
+    code, out, _ = run(capsys, *argv)
+    assert "does not fit in memory" in out and "x (" not in out
+
+
+def test_speedup_under_vllm_prices_vllms_chain_at_the_measured_length(capsys):
+    base = ["speedup", "--hardware", HW, "--target", TARGET, "--drafter", "eagle3", "--engine", "vllm", "--json"]
+    got = {}
+    for value in ("mean:3", "mean:3@3", "mean:3.53@7"):
+        code, out, err = run(capsys, *base, "--acceptance", value)
+        assert code == 0, err
+        d = json.loads(out)
+        assert d["tree_nodes"] is None  # a chain, as vLLM drafts it
+        got[value] = (d["gamma"], d["speedup"])
+    assert got["mean:3"] == got["mean:3@3"] and got["mean:3@3"][0] == 3 and got["mean:3.53@7"][0] == 7
