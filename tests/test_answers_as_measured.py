@@ -188,3 +188,20 @@ def test_speedup_under_vllm_prices_vllms_chain_at_the_measured_length(capsys):
         assert d["tree_nodes"] is None  # a chain, as vLLM drafts it
         got[value] = (d["gamma"], d["speedup"])
     assert got["mean:3"] == got["mean:3@3"] and got["mean:3@3"][0] == 3 and got["mean:3.53@7"][0] == 7
+
+
+def test_tree_ranks_the_searched_tree_and_the_engines_setting_in_one_labelled_table(capsys, tmp_path):
+    vec = tmp_path / "vec.json"
+    vec.write_text("[0.6, 0.2, 0.1]")
+    argv = ["tree", "--acceptance-vector", str(vec), "--hardware", HW, "--target", TARGET, "--drafter", "eagle3",
+            "--batch", "16", "--emit", "sglang", "--json"]  # fmt: skip
+    code, out, err = run(capsys, *argv)
+    assert code == 0, err
+    rows = json.loads(out)["answers"]
+    assert {r["answer"] for r in rows} == {"best tree searched", "SGLang's best setting"}
+    searched = next(r for r in rows if r["answer"] == "best tree searched")
+    assert searched["deployable"].startswith("not deployable in SGLang")
+    top = max(r["speedup"] for r in rows)
+    # a deployable setting within 2% of the fastest is ranked first; never the undeployable one over it
+    if any(r["deployable"].startswith("deployable") and r["speedup"] >= top * 0.98 for r in rows):
+        assert rows[0]["deployable"].startswith("deployable")
