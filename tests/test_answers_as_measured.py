@@ -205,3 +205,16 @@ def test_tree_ranks_the_searched_tree_and_the_engines_setting_in_one_labelled_ta
     # a deployable setting within 2% of the fastest is ranked first; never the undeployable one over it
     if any(r["deployable"].startswith("deployable") and r["speedup"] >= top * 0.98 for r in rows):
         assert rows[0]["deployable"].startswith("deployable")
+
+
+def test_plan_takes_one_drafters_bare_value_and_says_what_a_number_past_one_could_mean(capsys):
+    base = ["plan", "--hardware", HW, "--target", TARGET, "--drafter", "eagle3", "--json"]
+    code, out, err = run(capsys, *base, "--acceptance", "0.7")
+    code2, out2, _ = run(capsys, *base, "--acceptance", "eagle3=0.7")
+    assert code == 0 == code2, err
+    assert json.loads(out)["recommendations"] == json.loads(out2)["recommendations"]
+    code, out, err = run(capsys, *base, "--acceptance", "eagle3=1.3")
+    assert code == 2 and not out and len(err.strip().splitlines()) == 1
+    assert "a rate lies in [0, 1]" in err and "mean:1.3" in err
+    code, out, err = run(capsys, *base[:-1], "--drafter", "model:llama-3.2-1b", "--acceptance", "0.7")
+    assert code == 2 and "with 2 drafters write KEY=VALUE, KEY one of eagle3, model" in err
