@@ -334,10 +334,12 @@ def _plan_over_acceptance(args: argparse.Namespace, by_key: dict[str, Any], why:
     pricings = [pricing_from_args(args, h) for h in args.hardware]
     drafters = list(by_key.values())
     gammas = range(0, max(1, args.max_gamma) + 1)
+    share, share_why = reserved_share(engine_family(args.engine, args.emit), args.tp, args.memory_fraction)
+    caps = {pr.hardware.id: (pr.hardware.memory_bytes or float("inf")) * share for pr in pricings}
     rows: list[dict[str, Any]] = []
     for a in CURVE_ALPHAS:
         t = plan(pricings, args.target, drafters, float(a), batch=args.batch, context=args.context, gammas=gammas)
-        t = t[t["fits_in_memory"].astype(bool)]
+        t = t[t["memory_bytes"] <= t["hardware"].map(caps)]  # what the engine's share holds (section 50.4)
         for (hw, b, c), g in t.groupby(["hardware", "batch", "context"], sort=False):
             top = g.iloc[0]  # plan() ranked it: the fastest setting first (gamma 0 when nothing pays)
             rows.append({"hardware": hw, "batch": int(b), "context": int(c), "alpha": float(a),
@@ -358,7 +360,7 @@ def _plan_over_acceptance(args: argparse.Namespace, by_key: dict[str, Any], why:
         curve = ", ".join(f"{r['alpha']:g}: {r['speedup']:.2f}x@{r['gamma']}" for r in rs)
         lines.append(f"{hw}  batch {b:>4}  context {c:>6}:  {where}; best speedup (at gamma) by rate: {curve}")
     payload = {"recommendations": [], "acceptance": [why], "break_even": breakeven, "curve": rows,
-               "engine": args.engine}  # fmt: skip
+               "engine": args.engine, "memory_share": {"fraction": share, "source": share_why}}  # fmt: skip
     emit(args, payload, "\n".join([lines[0], _priced_under(args), *lines[1:]]))
     return 0
 
