@@ -351,6 +351,13 @@ def _plan_over_acceptance(args: argparse.Namespace, by_key: dict[str, Any], why:
         f"acceptance: {why}; the answer is the speedup over a range of per-token rates, with the break-even rate",
         "",
     ]
+    for pr in pricings:  # a cell nothing fits in gets no curve, only the reason
+        for b in args.batch:
+            for c in args.context:
+                if (pr.hardware.id, int(b), int(c)) not in cells:
+                    lines.append(
+                        f"{pr.hardware.id}  batch {b:>4}  context {c:>6}:  does not fit in memory ({share_why})"
+                    )
     breakeven = []
     for (hw, b, c), rs in cells.items():
         pays = [r for r in rs if r["gamma"] > 0 and r["speedup"] > 1.0]
