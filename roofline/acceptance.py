@@ -9,6 +9,7 @@ files and metrics dumps (:mod:`roofline.importers`) become one.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -125,9 +126,16 @@ def parse_acceptance(text: str | float, *, gamma: int | None = None) -> Acceptan
         values = tuple(_number(x, f"{head} value") for x in rest.replace(",", " ").split())
         return PositionCurve(values, conditional=head == "curve")
     try:
-        return PerToken(float(t))
+        x = float(t)
     except ValueError:
-        pass
+        x = None
+    if x is not None:
+        if math.isfinite(x) and x > 1.0:  # a rate lies in [0, 1]: a number past 1 is most likely a mean accepted length
+            raise SpecroofError(
+                f"acceptance {t!r} is not a per-token rate alpha (a rate lies in [0, 1]): a mean accepted length of {t} "
+                f"tokens per round is written mean:{t} (or mean:{t}@G, measured at G drafts per round)"
+            )
+        return PerToken(x)
     if Path(t).is_file():
         return read_acceptance_file(t, gamma=gamma)
     if "/" in t or t.endswith((".json", ".txt", ".csv", ".prom", ".log", ".jsonl")):
@@ -154,17 +162,26 @@ def parse_acceptance_items(
     for item in items:
         key, sep, value = item.partition("=")
         key = key.strip()
+        if not sep and len(keys) == 1 and key not in (keys[0], short[keys[0]], *(aliases or {})):
+            # one drafter: its value alone names it (as speedup and serve take it)
+            key, value, sep = keys[0], item, "="
         match = (
             [k for k in keys if k == key]
             or [k for k, s in short.items() if s == key]
             or [k for a, k in (aliases or {}).items() if a == key and k in short]
         )
         if not sep or not value.strip():
-            raise SpecroofError(f"--acceptance {item!r}: write KEY=VALUE, VALUE {GRAMMAR}")
+            raise SpecroofError(
+                f"--acceptance {item!r}: {f'with {len(keys)} drafters ' if len(keys) > 1 else ''}write KEY=VALUE, KEY "
+                f"one of {', '.join(keys)} and VALUE one of: {GRAMMAR}"
+            )
         if not match:
             raise SpecroofError(f"--acceptance {item!r}: KEY must be one of the drafters asked for ({', '.join(keys)})")
         if len(match) > 1:
-            raise SpecroofError(f"--acceptance {item!r}: {key!r} names {len(match)} drafters; use the full name")
+            raise SpecroofError(
+                f"--acceptance {item!r}: {key!r} names {len(match)} drafters ({', '.join(match)}); use the full name, "
+                f"e.g. {match[0]}={value.strip()}"
+            )
         if match[0] in out:
             raise SpecroofError(f"--acceptance for {match[0]!r} given twice: give one value per drafter")
         out[match[0]] = parse_acceptance(value, gamma=gamma)

@@ -148,8 +148,10 @@ def plan_engine(
     dtype: str | None = None,
     weight_dtype: str | None = None,
     tp: int | None = None,
+    resolution: float = 0.0,
 ) -> EnginePlan:
-    """Price every setting of ``framework`` at each batch and pick the fastest per batch.
+    """Price every setting of ``framework`` at each batch and pick the fastest per batch (with ``resolution`` > 0,
+    the cheapest of those within it of the fastest: fewest draft tokens, then fewest draft passes; section 50.3).
 
     Acceptance is ``acceptance`` (an :class:`roofline.trees.AcceptanceModel`) or
     ``mean_accepted`` tokens per round measured with ``measured_at`` (default: SGLang's
@@ -207,9 +209,19 @@ def plan_engine(
                 }
             )
     table = pd.DataFrame(rows)
-    # ties (equal speedups) go to the smaller verify pass, then fewer draft passes: less to run for the same gain
-    order = table.sort_values(
-        ["batch", "speedup", "num_draft_tokens", "num_steps"], ascending=[True, False, True, True]
+    # ties (equal speedups) go to the smaller verify pass, then fewer draft passes: less to run for the same gain;
+    # within the answer's resolution every speedup is a tie (docs/cost-model.md, section 50.3)
+    top = table.groupby("batch")["speedup"].transform("max")
+    near = table["speedup"] >= top * (1.0 - max(0.0, float(resolution)))
+    order = (
+        table.assign(_near=near)
+        .sort_values(
+            ["batch", "_near", "num_draft_tokens", "num_steps", "speedup"]
+            if resolution > 0
+            else ["batch", "speedup", "num_draft_tokens", "num_steps"],
+            ascending=[True, False, True, True, False] if resolution > 0 else [True, False, True, True],
+        )
+        .drop(columns="_near")
     )
     best = order.groupby("batch", sort=True).head(1).reset_index(drop=True)
     table["best"] = table.index.isin(order.groupby("batch", sort=True).head(1).index)

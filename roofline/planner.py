@@ -188,6 +188,7 @@ def recommend(
     engine: Engine | str | None = None,
     weight_dtype: str | None = None,
     kv_dtype: str | None = None,
+    resolution: float = 0.0,
     **kwargs: Any,
 ) -> Recommendation:
     """Best strategy and gamma for one GPU, batch and context, with why.
@@ -195,7 +196,9 @@ def recommend(
     ``hardware`` is a Pricing or a profile priced with the keyword options; the crossover K
     in the reason is priced the same way (engine, TP, dtypes). ``table``: a :func:`plan`
     table that already covers this GPU, batch and context (the CLI plans every cell once
-    and reads each recommendation out of it). Other keywords go to :func:`plan`.
+    and reads each recommendation out of it). ``resolution``: the relative speedup within which two settings are
+    one answer (the CLI's 2%, docs/cost-model.md section 50.3): among the fitting rows within it of the fastest, the
+    cheapest wins (fewest draft tokens per sequence, so the least KV and draft work). Other keywords go to :func:`plan`.
     """
     pr = pricing_of(
         hardware, dtype=dtype, efficiency=efficiency, tp=tp, engine=engine, weight_dtype=weight_dtype, kv_dtype=kv_dtype
@@ -209,6 +212,12 @@ def recommend(
             raise SpecroofError(f"the plan table has no row for {hw.id}, batch {batch}, context {context}")
         table = table.reset_index(drop=True)  # plan() ranked it already
     best = {str(k): v for k, v in table.iloc[0].items()}
+    fastest = best
+    if resolution > 0 and bool(best["fits_in_memory"]):
+        # one answer within the band resolution: the fewest draft tokens (gamma 0, plain decoding, is the cheapest)
+        near = table[table["fits_in_memory"].astype(bool) & (table["speedup"] >= best["speedup"] * (1 - resolution))]
+        cheapest = near.sort_values(["gamma", "speedup"], ascending=[True, False], kind="stable").iloc[0]
+        best = {str(k): v for k, v in cheapest.items()}
     k = int(crossover_tokens(target, pr, batch, context))
     if best["gamma"] == 0:
         reason = (
@@ -220,6 +229,11 @@ def recommend(
             f"{best['strategy']} with gamma {best['gamma']}: {best['speedup']:.2f}x "
             f"({best['expected_tokens']:.2f} tokens per {best['t_round_s'] * 1e3:.2f} ms round; "
             f"verify of {best['gamma'] + 1} tokens is {'under' if best['gamma'] + 1 <= k else 'past'} the crossover K = {k})"
+        )
+    if fastest["gamma"] != best["gamma"] or fastest["strategy"] != best["strategy"]:
+        reason += (
+            f"; {fastest['strategy']} at gamma {fastest['gamma']} gives {fastest['speedup']:.2f}x, within the "
+            f"{resolution:.0%} resolution: the cheaper setting wins"
         )
     if not best["fits_in_memory"]:
         cap = f" of {hw.memory_bytes / 1e9:.0f} GB" if hw.memory_bytes else ""
@@ -424,13 +438,16 @@ def compare_engine_config(
     kv_dtype: str | None = None,
     tp: int | None = None,
     max_gamma: int = 16,
+    resolution: float = 0.0,
 ) -> EngineVerdict:
     """ "Yours gives X; the best setting gives Y, with these flags": ``config`` priced beside every setting of its
     engine (:func:`roofline.engine_search.engine_settings` for EAGLE-family drafters, chains of 1..``max_gamma``
     drafts for the others; ``settings`` replaces the grid) under one acceptance (as :func:`price_engine_config`).
 
     A mean measured with your setting fits the acceptance model on your setting (EAGLE trees: the i.i.d. candidate
-    rate of section 9; chains: the per-token rate), then prices the others with it. A drafter that reuses a module
+    rate of section 9; chains: the per-token rate), then prices the others with it. With ``resolution`` > 0 a setting
+    within it of the fastest is the same answer: the cheapest such setting is "the best", and yours when it is one
+    (section 50.3). A drafter that reuses a module
     (DeepSeek's one MTP module) is searched only up to the depth your acceptance covers (section 29).
     """
     from roofline.acceptance_kinds import reused_step_limit
@@ -468,7 +485,7 @@ def compare_engine_config(
             grid = [s for s in grid if s.num_steps <= (model.max_depth or 0)]
         ep = plan_engine(hardware=pr, target=spec, drafter=config.drafter, framework=config.engine, settings=grid,
                          acceptance=model, mean_accepted=mean, measured_at=config.setting if mean is not None else None,
-                         batches=[batch], context=context)  # fmt: skip
+                         batches=[batch], context=context, resolution=resolution)  # fmt: skip
         used: Any = ep.acceptance
         table = ep.table.sort_values(["speedup", "num_draft_tokens"], ascending=[False, True]).reset_index(drop=True)
         best_setting = ep.best_settings[0]
@@ -487,9 +504,13 @@ def compare_engine_config(
                          "expected_tokens": float(r.expected_tokens), "t_round_s": float(r.t_round_s),
                          "label": one.label, "batch": int(batch), "context": int(context)})  # fmt: skip
         table = pd.DataFrame(rows).sort_values(["speedup", "num_steps"], ascending=[False, True]).reset_index(drop=True)
-        best = {str(k): (v.item() if isinstance(v, np.generic) else v) for k, v in table.iloc[0].items()}
+        # within the resolution of the fastest, the shortest chain (section 50.3)
+        near = table[table["speedup"] >= float(table["speedup"].iloc[0]) * (1.0 - max(0.0, resolution))]
+        pick = near.sort_values(["num_steps", "speedup"], ascending=[True, False]).iloc[0]
+        best = {str(k): (v.item() if isinstance(v, np.generic) else v) for k, v in pick.items()}
         best_setting = EngineSetting(config.engine, int(best["num_steps"]), 1, int(best["num_steps"]) + 1)
-    if float(yours["speedup"]) >= float(best["speedup"]):  # yours is (one of) the best: say so, do not churn flags
+    # yours is (one of) the best, or within the resolution of it: say so, do not churn flags for nothing
+    if float(yours["speedup"]) >= float(best["speedup"]) * (1.0 - max(0.0, resolution)):
         best, best_setting = dict(yours), config.setting
     draft_model = config.draft_model
     flags = emit_flags(best_setting, target=config.target or spec.name, drafter=config.drafter.split(":", 1)[0],

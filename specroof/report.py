@@ -136,6 +136,8 @@ COLUMN_WORDS = {
     "tree_nodes": "best tree: nodes",
     "tree_depth": "best tree: depth",
     "tree_speedup": "tree speedup (x)",
+    "tree_deployable": "tree deployable?",
+    "break_even_alpha": "draft model pays from rate",
     "speedup": "speedup (x)",
     "n_nodes": "tree nodes",
     "depth": "tree depth",
@@ -173,20 +175,35 @@ def column_words(name: str) -> str:
     return name.replace("_", " ")
 
 
-def acceptance_pairing(draft: str, exit_layer: int, model: Any = None, early_exit: Any = None) -> dict[str, Any]:
+def acceptance_pairing(
+    draft: str, exit_layer: int, model: Any = None, early_exit: Any = None, target: Any = "llama-3.1-8b"
+) -> dict[str, Any]:
     """The page's acceptance per drafter, and the sentence naming where each came from.
 
     ``model`` / ``early_exit`` are (rate, sentence) pairs given by the user. Without one, the draft model takes its
     published figure (:func:`specroof.commands.common.published_acceptance`, as ``plan`` does); the early exit has
     none (LayerSkip's figures are for models trained to exit early), so it is compared only when given one.
     """
+    from roofline.acceptance_defaults import NoMatchedDefault
     from specroof.commands.common import published_acceptance
 
-    if model is None:
-        acc, note = published_acceptance("model")
-        model = (float(acc.for_plan()), f"none given: {note}")
+    stand_in = False
+    if model is None:  # the target's matched pair (docs/cost-model.md, 50.2), else a stand-in that says it is one
+        try:
+            acc, note = published_acceptance("model", target)
+            model = (float(acc.alpha()), f"none given: {note}")
+        except NoMatchedDefault as e:
+            acc, note = published_acceptance("model")
+            why = str(e).partition(": give")[0]
+            model = (
+                float(acc.for_plan()),
+                f"none given, and {why}: priced at a stand-in from an unmatched pair, {note}; the answer's "
+                "break-even column says from which rate speculation pays on each GPU",
+            )
+            stand_in = True
     keys = (f"draft {draft}", f"early exit @{exit_layer}")
-    out: dict[str, Any] = {"acceptance": {keys[0]: float(model[0])}, "acceptance_notes": {keys[0]: model[1]}}
+    out: dict[str, Any] = {"acceptance": {keys[0]: float(model[0])}, "acceptance_notes": {keys[0]: model[1]},
+                           "stand_in": stand_in}  # fmt: skip
     if early_exit is not None:
         out["acceptance"][keys[1]] = float(early_exit[0])
         out["acceptance_notes"][keys[1]] = early_exit[1]
@@ -208,6 +225,10 @@ DEFAULT_PAIRING: dict[str, Any] = {
 }
 
 _TREE_CACHE: dict[tuple[Any, ...], Any] = {}
+
+#: the page's tree columns are for a separate draft model, which vLLM and SGLang (the flags the page prints) draft as
+#: a chain: the tree is what a tree-verifying runtime would gain, never the headline (docs/cost-model.md, 50.3)
+TREE_NOT_DEPLOYABLE = "not deployable in vLLM or SGLang (a draft model drafts a chain there)"
 
 
 def tree_choice(gpu: Any, target: str, draft: str, alpha: float, context: int, engine: str | None) -> Any:
@@ -316,7 +337,9 @@ def validate_inputs(gpus: Sequence[str], pairing: dict[str, Any] | None) -> None
 
 def answer(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | None = None) -> Section:
     """The question first: on each GPU, speculate or not, with which gamma, and how big a draft tree."""
+    from roofline.acceptance_defaults import CURVE_ALPHAS
     from roofline.planner import recommend
+    from specroof.commands.plan import RESOLUTION
 
     cfg = _pairing(pairing)
     target, (draft_name, exit_layer), acc = cfg["target"], cfg["drafters"], cfg["acceptance"]
@@ -327,14 +350,16 @@ def answer(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | None 
     notes: dict[str, list[str]] = {}
     for g in gpus:
         hw = load_hardware(g)
-        rec = recommend(hw, target, _ranked(cfg), acc, batch=1, context=context, engine=engine)
+        rec = recommend(hw, target, _ranked(cfg), acc, batch=1, context=context, engine=engine, resolution=RESOLUTION)
         if not rec.row["fits_in_memory"]:  # marked, not ranked: a speedup on a GPU that cannot hold the model is none
             rows.append({"hardware": hw.id, "best_strategy": "does not fit in memory", "gamma": None,
                          "chain_speedup": np.nan, "tree_nodes": None, "tree_depth": None, "tree_speedup": np.nan,
-                         "error_band_pct": np.nan})  # fmt: skip
+                         "tree_deployable": None, "break_even_alpha": np.nan, "error_band_pct": np.nan})  # fmt: skip
             continue
         tree = tree_choice(g, target, draft_name, alpha, context, engine)
         band, note = band_for(engine, hw, speculative=True, batch=1, model=target, context=context)
+        pays = [a for a in CURVE_ALPHAS if (r := recommend(hw, target, draft_name, a, batch=1, context=context,
+                                                            engine=engine).row)["gamma"] > 0 and r["speedup"] > 1]  # fmt: skip
         notes.setdefault(note, []).append(hw.id)
         rows.append(
             {
@@ -345,6 +370,8 @@ def answer(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | None 
                 "tree_nodes": int(tree.best["n_nodes"]),
                 "tree_depth": int(tree.best["depth"]),
                 "tree_speedup": float(tree.best["speedup"]),
+                "tree_deployable": TREE_NOT_DEPLOYABLE,
+                "break_even_alpha": min(pays) if pays else np.nan,
                 "error_band_pct": band_pct(band),
             }
         )
@@ -360,7 +387,10 @@ def answer(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | None 
         f"<p>Drafters: {esc(str(draft_name))} (a separate draft model) and early exit after layer "
         f"{int(exit_layer)} (the target's own first layers). Acceptance (the chance each draft token is accepted): "
         + _acceptance_words(cfg)
-        + ". The tree column assumes every sibling of a tree node is "
+        + ". The headline is the chain (gamma): vLLM and SGLang, whose flags follow, draft a chain for a separate "
+        "draft model, so the tree columns are what a tree-verifying runtime would gain, not deployable in either. "
+        "The break-even column is the lowest per-token rate (of 0.3, 0.4, 0.5, 0.55, ... 0.95) at which the draft "
+        "model pays on that GPU. The tree column assumes every sibling of a tree node is "
         f"accepted independently with that same rate ({alpha:.3g}), which flatters wide trees: with a measured "
         "per-rank vector (<code>specroof tree --acceptance-vector</code>) the best tree is usually smaller. "
         "Speedup is tokens per second against plain decoding on the same GPU. Pass your own models and rates with "
@@ -514,6 +544,7 @@ def speculation(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | 
     from roofline.planner import recommend, speculation_stops_paying
     from roofline.plot import optimal_gamma_vs_alpha, speedup_map, speedup_vs_batch
     from roofline.speculative import draft_cost_ratio
+    from specroof.commands.plan import RESOLUTION
 
     cfg = _pairing(pairing)
     target = cfg["target"]
@@ -549,7 +580,16 @@ def speculation(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | 
     for g in gpus:
         for batch in (1, 8, 64):
             for context in contexts:
-                rec = recommend(g, target, drafters, acc, batch=batch, context=context, engine=cfg.get("engine"))
+                rec = recommend(
+                    g,
+                    target,
+                    drafters,
+                    acc,
+                    batch=batch,
+                    context=context,
+                    engine=cfg.get("engine"),
+                    resolution=RESOLUTION,
+                )
                 fits = bool(rec.row["fits_in_memory"])
                 band, note = band_for(cfg.get("engine"), g, speculative=True, batch=batch, model=spec, context=context)
                 if fits:

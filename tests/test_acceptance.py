@@ -251,8 +251,22 @@ def test_acceptance_items_per_drafter():
         parse_acceptance_items(["medusa=0.7"], keys[:1])
     with pytest.raises(SpecroofError, match="write KEY=VALUE"):
         parse_acceptance_items(["model"], keys[:1])
-    with pytest.raises(SpecroofError, match="names 2 drafters; use the full name"):
+    with pytest.raises(
+        SpecroofError, match=r"names 2 drafters \(model:a, model:b\); use the full name, e.g. model:a=0.7"
+    ):
         parse_acceptance_items(["model=0.7"], ["model:a", "model:b"])
+    # one drafter: its value alone (as speedup and serve take it); with two, the message names the keys to write
+    assert parse_acceptance_items(["0.7"], keys[:1]) == {keys[0]: PerToken(0.7)}
+    with pytest.raises(SpecroofError, match=r"with 2 drafters write KEY=VALUE, KEY one of model:llama-3.2-1b, early"):
+        parse_acceptance_items(["0.7"], keys[:2])
+
+
+def test_a_number_past_one_says_what_it_could_mean():
+    # a rate lies in [0, 1]: 1.3 is most likely a mean accepted length written without its kind
+    with pytest.raises(SpecroofError, match=r"rate lies in \[0, 1\].*written mean:1.3"):
+        parse_acceptance("1.3")
+    with pytest.raises(SpecroofError, match=r"written mean:1.3"):
+        parse_acceptance_items(["model=1.3"], ["model"])
 
 
 # -- Sequoia's sibling-rank vector: detected, never shifted ---------------------------------------

@@ -246,7 +246,9 @@ def test_plan_says_yours_gives_x_and_the_best_gives_y_per_cell(capsys):
     assert [c["batch"] for c in d["verdicts"]] == [1, 64]
     config = read_engine_config(SGLANG)
     for cell in d["verdicts"]:
-        v = compare_engine_config(config, Pricing.of(HW, engine="sglang"), mean_accepted=3.2, batch=cell["batch"])
+        v = compare_engine_config(
+            config, Pricing.of(HW, engine="sglang"), mean_accepted=3.2, batch=cell["batch"], resolution=0.02
+        )  # plan answers within its 2% resolution (section 50.3)
         assert cell["sentence"] == v.sentence() and cell["flags"] == v.flags
         assert cell["yours"]["speedup"] == pytest.approx(v.yours["speedup"], rel=1e-12)
         assert cell["error_band_note"] and cell["kv_bound_context"] > 0

@@ -171,9 +171,18 @@ def drafter_from_args(args: argparse.Namespace) -> Any:
 TREE_DRAFTER_KEYS = ("eagle", "eagle1", "eagle2", "eagle3", "mtp")
 
 
-def _for_plan(key: str, acc: Any) -> tuple[Any, str]:
-    """What the planner takes for one drafter's acceptance (an alpha or a curve), and the sentence saying so."""
+def _for_plan(key: str, acc: Any, args: argparse.Namespace | None = None) -> tuple[Any, str]:
+    """What the planner takes for one drafter's acceptance (an alpha or a curve), and the sentence saying so.
+
+    A chain measurement is read under the shape it was measured with, the engine's own when none is written, and
+    carried past it by its class's per-position decay (roofline.acceptance_positions; docs/cost-model.md, 50.1)."""
     from roofline.acceptance import MeanAccepted
+    from roofline.acceptance_positions import engine_family, read_for_plan
+
+    family = engine_family(getattr(args, "engine", None), getattr(args, "emit", None))
+    read = read_for_plan(key, acc, family, max(16, int(getattr(args, "max_gamma", 16) or 16)))
+    if read is not None:
+        return read
 
     if (
         isinstance(acc, MeanAccepted)
@@ -243,7 +252,7 @@ def _tree_rate(mean: float, tree: Any) -> float:
     return (lo + hi) / 2
 
 
-def published_acceptance(kind: str) -> tuple[Any, str]:
+def published_acceptance(kind: str, target: Any = None) -> tuple[Any, str]:
     """A drafter kind's acceptance from a named published figure, and the sentence that names it.
 
     Returns ``(PerToken, sentence)``. Spec-Bench's tokens per round on a tree (EAGLE, Medusa, Hydra) is read on the
@@ -254,6 +263,15 @@ def published_acceptance(kind: str) -> tuple[Any, str]:
     from roofline.acceptance import MeanAccepted, PerToken
 
     kind = "eagle" if kind == "eagle1" else kind
+    if target is not None:  # a matched pair only (roofline.acceptance_defaults; docs/cost-model.md, 50.2)
+        from roofline.acceptance import parse_acceptance
+        from roofline.acceptance_defaults import NoMatchedDefault, matched_default, no_match_sentence
+
+        pair = matched_default(kind, target)
+        if pair is None:
+            raise NoMatchedDefault(f"{no_match_sentence(kind, target)}: give --acceptance {kind}=VALUE for one answer")
+        if not pair.value.startswith("spec-bench:"):
+            return parse_acceptance(pair.value), f"the matched pair's {pair.sentence()}"
     if kind == "mtp":
         return PerToken(MTP_ACCEPTANCE[0]), f"{MTP_ACCEPTANCE[0]:g} per token, from the {MTP_ACCEPTANCE[1]}"
     if kind not in SPEC_BENCH_ROWS:
@@ -286,18 +304,18 @@ def published_acceptance(kind: str) -> tuple[Any, str]:
     return PerToken(p), f"{p:.3f} per candidate, {where} on its {tree.n_nodes}-node tree of depth {tree.depth}"
 
 
-def default_acceptance(drafters: dict[str, Any]) -> dict[str, tuple[Any, str]]:
+def default_acceptance(drafters: dict[str, Any], target: Any = None) -> dict[str, tuple[Any, str]]:
     """Each drafter's published default (:func:`published_acceptance`), keyed as ``drafters``; one line naming every
     drafter that has none."""
     missing = [k for k in drafters if drafter_key(k) not in (*SPEC_BENCH_ROWS, "mtp")]
-    if missing:
+    if missing and target is None:
         from roofline.acceptance import GRAMMAR
 
         raise SpecroofError(
             f"no published acceptance for {', '.join(missing)}: give --acceptance KEY=VALUE for "
             f"{'it' if len(missing) == 1 else 'each'} (VALUE {GRAMMAR})"
         )
-    return {k: published_acceptance(drafter_key(k)) for k in drafters}
+    return {k: published_acceptance(drafter_key(k), target) for k in drafters}
 
 
 def _at_built_length(key: str, acc: Any, drafter: Any) -> Any:
@@ -339,14 +357,14 @@ def acceptance_from_args(args: argparse.Namespace, drafters: dict[str, Any]) -> 
         out: dict[str, Any] = {}
         for key, acc in kinds.items():
             acc = _at_built_length(key, acc, drafters[key])
-            out[drafters[key].name], note = _for_plan(key, acc)
+            out[drafters[key].name], note = _for_plan(key, acc, args)
             args.acceptance_notes.append(note)
             args.acceptance_kinds[key] = acc
         return out
     if not shared:  # none given: each drafter's published figure, named on the output
         out = {}
-        for key, (acc, source) in default_acceptance(drafters).items():
-            out[drafters[key].name], _ = _for_plan(key, acc)
+        for key, (acc, source) in default_acceptance(drafters, getattr(args, "target", None)).items():
+            out[drafters[key].name], _ = _for_plan(key, acc, args)
             args.acceptance_notes.append(
                 f"{key}: none given: {source} (--acceptance {drafter_key(key)}=VALUE for yours)"
             )
@@ -360,12 +378,12 @@ def acceptance_from_args(args: argparse.Namespace, drafters: dict[str, Any]) -> 
     from roofline.acceptance import PerToken, parse_acceptance
 
     acc = parse_acceptance(args.acceptance_curve) if args.acceptance_curve else PerToken(args.alpha)
-    value, note = _for_plan(next(iter(drafters)), acc) if len(drafters) == 1 else (acc.for_plan(), acc.describe())
+    value, note = _for_plan(next(iter(drafters)), acc, args) if len(drafters) == 1 else (acc.for_plan(), acc.describe())
     args.acceptance_notes.append(note if len(drafters) == 1 else f"every drafter (--same-alpha): {note}")
     return value
 
 
-def single_acceptance(value: str | None, drafter: str) -> tuple[Any, Any, str]:
+def single_acceptance(value: str | None, drafter: str, target: Any = None) -> tuple[Any, Any, str]:
     """One drafter's acceptance in the grammar every command shares: ``VALUE`` or ``KEY=VALUE`` (KEY the drafter's
     name, as ``plan --acceptance`` takes it), or None for its published figure (:func:`published_acceptance`).
 
@@ -374,8 +392,8 @@ def single_acceptance(value: str | None, drafter: str) -> tuple[Any, Any, str]:
     from roofline.acceptance import parse_acceptance, parse_acceptance_items
 
     key = drafter_key(drafter)
-    if value is None:
-        acc, source = published_acceptance(key)
+    if value is None:  # with the target: its matched pair's figure (docs/cost-model.md, 50.2)
+        acc, source = published_acceptance(key, target)
         plan_value, _ = _for_plan(key, acc)
         return acc, plan_value, f"{key}: none given: {source} (--acceptance {key}=VALUE for yours)"
     text = str(value).strip()

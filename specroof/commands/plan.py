@@ -7,8 +7,11 @@ from typing import Any
 
 import numpy as np
 
+from roofline.acceptance_defaults import CURVE_ALPHAS, NoMatchedDefault
+from roofline.acceptance_positions import VLLM_READING_GAMMA, engine_family, extrapolation_note, measured_length
 from roofline.errors import SpecroofError
 from roofline.hardware import load_hardware
+from roofline.memory import largest_fit, reserved_share
 from roofline.model import get_model
 from roofline.validation import check_tp
 from specroof.commands.common import (
@@ -45,7 +48,15 @@ from specroof.shell import (
 
 #: the columns of the ranked table the text shows (--json has every column)
 SHOWN = ["hardware", "strategy", "gamma", "batch", "context", "expected_tokens", "t_round_s", "tokens_per_s_per_user",
-         "tokens_per_s_total", "speedup", "kv_bound_context"]  # fmt: skip
+         "tokens_per_s_total", "speedup", "extrapolated", "kv_bound_context"]  # fmt: skip
+
+#: what a configuration that does not fit carries no figure of (text and --json): only the reason and what fits
+NOT_FIT_BLANK = ("strategy", "gamma", "speedup", "expected_tokens", "t_round_s", "tokens_per_s_per_user",
+                 "tokens_per_s_total", "t_draft_s", "t_verify_s", "t_round_host_s")  # fmt: skip
+
+#: the relative speedup within which two settings are one answer (the error bands' resolution): the cheaper wins
+#: (docs/cost-model.md, section 50.3)
+RESOLUTION = 0.02
 
 #: what the table's last column means, printed under it (docs/cost-model.md, section 31)
 KV_LEGEND = (
@@ -69,8 +80,17 @@ def _engine_trees(args: argparse.Namespace, key: str, d: Any, acceptance: Any, h
 
     kind = drafter_key(key)
     acc = getattr(args, "acceptance_kinds", {}).get(key)
-    if acc is not None and getattr(acc, "kind", "") == "mean" and acc.gamma is None:
-        kw: dict[str, Any] = {"mean_accepted": acc.mean, "measured_at": SGLANG_DEFAULT}
+    family = engine_family(args.engine, args.emit)
+    value = acceptance[d.name] if isinstance(acceptance, dict) else acceptance
+    if isinstance(value, list):  # a chain measurement read as a curve (section 50.1): the trees are priced on it too
+        from roofline.trees import ChainCurveAcceptance
+
+        kw: dict[str, Any] = {"acceptance": ChainCurveAcceptance(np.asarray(value, dtype=float))}
+    elif acc is not None and getattr(acc, "kind", "") == "mean" and acc.gamma is None and family == "vllm":
+        g = VLLM_READING_GAMMA  # a bare mean under vLLM: measured on its chain (section 50.1), as the plan read it
+        kw = {"mean_accepted": acc.mean, "measured_at": EngineSetting(args.emit, g, 1, g + 1)}
+    elif acc is not None and getattr(acc, "kind", "") == "mean" and acc.gamma is None:
+        kw = {"mean_accepted": acc.mean, "measured_at": SGLANG_DEFAULT}
     elif acc is not None and getattr(acc, "kind", "") == "mean" and acc.gamma:
         g = int(acc.gamma)
         kw = {"mean_accepted": acc.mean, "measured_at": EngineSetting(args.emit, g, 1, g + 1)}
@@ -78,6 +98,7 @@ def _engine_trees(args: argparse.Namespace, key: str, d: Any, acceptance: Any, h
         a = acceptance[d.name] if isinstance(acceptance, dict) else acceptance
         kw = {"acceptance": IIDAcceptance(float(a if np.isscalar(a) else np.mean(a)))}
     return plan_engine(
+        resolution=RESOLUTION,
         hardware=args.pricings[hw],
         target=args.target,
         drafter=kind if kind != "eagle1" else "eagle",
@@ -123,7 +144,9 @@ def _deploy(args: argparse.Namespace, by_key: dict[str, Any], acceptance: Any, b
             ep = searched[hw, c, key]
             i = [int(b) for b in ep.best["batch"]].index(int(r["batch"]))
             tree_setting, tree_speedup = ep.best_settings[i], float(ep.best["speedup"].iloc[i])
-            if not tree_setting.is_chain and tree_speedup > speedup:
+            # a tree replaces the chain only past the answer's resolution: within it the chain (fewer draft tokens per
+            # sequence, less KV and draft work) is the same answer at a lower cost (docs/cost-model.md, section 50.3)
+            if not tree_setting.is_chain and tree_speedup > speedup * (1 + RESOLUTION):
                 setting, speedup = tree_setting, tree_speedup
                 r["reason"] += (
                     f"; as {ENGINE_NAMES[args.emit]} builds {kind}'s tree, {setting.label} is faster still "
@@ -195,7 +218,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return _plan_engine_config(args, config)
     emit_prices(args)
     by_key = drafters_by_key(args)
-    acceptance: Any = acceptance_from_args(args, by_key)
+    try:
+        acceptance: Any = acceptance_from_args(args, by_key)
+    except NoMatchedDefault as e:  # no published figure for this pair: the answer is a curve over acceptance
+        return _plan_over_acceptance(args, by_key, str(e))
     drafters = list(by_key.values())
     target = get_model(args.target)
     if not target.is_abstract:
@@ -217,28 +243,43 @@ def cmd_plan(args: argparse.Namespace) -> int:
     pricings = [pricing_from_args(args, h) for h in args.hardware]  # each GPU's pricing resolved once
     args.pricings = dict(zip(args.hardware, pricings, strict=True))
     table = plan(pricings, args.target, drafters, acceptance, batch=args.batch, context=args.context, gammas=gammas)
+    family = engine_family(args.engine, args.emit)
+    share, share_why = reserved_share(family, args.tp, args.memory_fraction)
+    caps = {pr.hardware.id: (pr.hardware.memory_bytes or float("inf")) * share for pr in pricings}
+    # a row fits when its footprint per device is within the engine's reserved share of one device (section 50.4)
+    table["fits_in_memory"] = table["memory_bytes"] <= table["hardware"].map(caps)
+    table = table.sort_values(["fits_in_memory", "speedup", "gamma"], ascending=[False, False, True], kind="stable")
+    table = table.reset_index(drop=True)
+    measured = {by_key[k].name: measured_length(k, a, family) for k, a in args.acceptance_kinds.items()}
+    table["extrapolated"] = [
+        bool(measured.get(st) is not None and int(g) > int(measured[st] or 0)) for st, g in
+        zip(table["strategy"], table["gamma"], strict=True)
+    ]  # fmt: skip
     best = []
     for pr in pricings:
         for b in args.batch:
             for c in args.context:
-                rec = recommend(pr, args.target, drafters, acceptance, batch=b, context=c, table=table, gammas=gammas)
+                rec = recommend(pr, args.target, drafters, acceptance, batch=b, context=c, table=table, gammas=gammas,
+                                resolution=RESOLUTION)  # fmt: skip
                 row = {"hardware": pr.hardware.id, "batch": b, "context": c, **rec.row, "reason": rec.reason}
+                _mark_extrapolated(row, measured, family)
                 if not rec.row["fits_in_memory"]:  # marked and not ranked: no strategy is an answer on this GPU
-                    cap = pr.hardware.memory_bytes * max(1, args.tp) if pr.hardware.memory_bytes else float("nan")
-                    row |= {"strategy": None, "gamma": None, "speedup": None}
-                    row["reason"] = (
-                        f"does not fit in memory: needs {rec.row['memory_bytes'] / 1e9:.0f} GB (weights + KV), the "
-                        f"{'device holds' if args.tp == 1 else f'{args.tp} devices hold'} {cap / 1e9:.0f} GB: raise "
-                        "--tp, store the weights in "
-                        "fewer bits (--weight-dtype) or shorten --context"
+                    row["reason"] = _does_not_fit(args, pr, target, b, c, rec.row, caps[pr.hardware.id], share_why)
+                    row["largest_batch"], row["largest_context"] = _largest(
+                        args, pr, target, rec.row, caps[pr.hardware.id]
                     )
+                    row |= {k: None for k in NOT_FIT_BLANK}
                 best.append(row)
     if args.dynamic_gamma:
         _add_dynamic_gamma(best, args, by_key, acceptance, {pr.hardware.id: pr for pr in pricings})
     payload = {
         "recommendations": best,
-        "table": table.head(args.top).to_dict(orient="records"),
+        "table": [
+            r if r["fits_in_memory"] else r | {k: None for k in NOT_FIT_BLANK}
+            for r in table.head(args.top).to_dict(orient="records")
+        ],
         "acceptance": getattr(args, "acceptance_notes", []),
+        "memory_share": {"fraction": share, "source": share_why},
     }
     if args.emit:  # before the sentences: a tree the engine builds may replace the chosen chain, and says so
         payload["deploy"] = _deploy(args, by_key, acceptance, best)
@@ -254,7 +295,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     lines = [_priced_under(args), *_band_lines(best), "", *lines]
     if getattr(args, "acceptance_notes", None):
         lines = ["acceptance, as given and as priced:", *(f"  {n}" for n in args.acceptance_notes), "", *lines]
-    lines += [f"note: {n}" for n in payload["notes"]]
+    payload["batch_notes"] = _batch_notes(best)
+    lines += [f"note: {n}" for n in payload["notes"] + payload["batch_notes"]]
     if args.emit:
         lines += [
             "",
@@ -278,6 +320,124 @@ def cmd_plan(args: argparse.Namespace) -> int:
     shown = table[fits].head(args.top)[SHOWN]
     emit(args, payload, "\n".join(lines) + "\n\n" + shown.round(4).to_string(index=False) + "\n" + KV_LEGEND)
     return 0
+
+
+def _plan_over_acceptance(args: argparse.Namespace, by_key: dict[str, Any], why: str) -> int:
+    """No matched published acceptance: per (GPU, batch, context), the best speedup over a range of per-token rates
+    and the break-even rate (docs/cost-model.md, section 50.2), instead of one number borrowed from another pair."""
+    from roofline.planner import plan
+
+    target = get_model(args.target)
+    if not target.is_abstract:
+        check_tp(target, args.tp)
+    apply_weight_only(args)
+    pricings = [pricing_from_args(args, h) for h in args.hardware]
+    drafters = list(by_key.values())
+    gammas = range(0, max(1, args.max_gamma) + 1)
+    share, share_why = reserved_share(engine_family(args.engine, args.emit), args.tp, args.memory_fraction)
+    caps = {pr.hardware.id: (pr.hardware.memory_bytes or float("inf")) * share for pr in pricings}
+    rows: list[dict[str, Any]] = []
+    for a in CURVE_ALPHAS:
+        t = plan(pricings, args.target, drafters, float(a), batch=args.batch, context=args.context, gammas=gammas)
+        t = t[t["memory_bytes"] <= t["hardware"].map(caps)]  # what the engine's share holds (section 50.4)
+        for (hw, b, c), g in t.groupby(["hardware", "batch", "context"], sort=False):
+            top = g.iloc[0]  # plan() ranked it: the fastest setting first (gamma 0 when nothing pays)
+            rows.append({"hardware": hw, "batch": int(b), "context": int(c), "alpha": float(a),
+                         "strategy": str(top["strategy"]), "gamma": int(top["gamma"]), "speedup": float(top["speedup"])})  # fmt: skip
+    cells: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
+    for r in rows:
+        cells.setdefault((r["hardware"], r["batch"], r["context"]), []).append(r)
+    lines = [
+        f"acceptance: {why}; the answer is the speedup over a range of per-token rates, with the break-even rate",
+        "",
+    ]
+    for pr in pricings:  # a cell nothing fits in gets no curve, only the reason
+        for b in args.batch:
+            for c in args.context:
+                if (pr.hardware.id, int(b), int(c)) not in cells:
+                    lines.append(
+                        f"{pr.hardware.id}  batch {b:>4}  context {c:>6}:  does not fit in memory ({share_why})"
+                    )
+    breakeven = []
+    for (hw, b, c), rs in cells.items():
+        pays = [r for r in rs if r["gamma"] > 0 and r["speedup"] > 1.0]
+        be = min((r["alpha"] for r in pays), default=None)
+        breakeven.append({"hardware": hw, "batch": b, "context": c, "break_even_alpha": be})
+        where = f"speculation pays from a per-token rate of {be:g}" if be is not None else "speculation never pays here"
+        curve = ", ".join(f"{r['alpha']:g}: {r['speedup']:.2f}x@{r['gamma']}" for r in rs)
+        lines.append(f"{hw}  batch {b:>4}  context {c:>6}:  {where}; best speedup (at gamma) by rate: {curve}")
+    payload = {"recommendations": [], "acceptance": [why], "break_even": breakeven, "curve": rows,
+               "engine": args.engine, "memory_share": {"fraction": share, "source": share_why}}  # fmt: skip
+    emit(args, payload, "\n".join([lines[0], _priced_under(args), *lines[1:]]))
+    return 0
+
+
+def _largest(args: argparse.Namespace, pr: Any, target: Any, row: dict[str, Any], cap: float) -> tuple[int, int]:
+    """The largest batch at this context and the longest context at this batch that fit the row's setting, its
+    drafter's own memory included (section 50.4)."""
+    from roofline.memory import per_device_bytes
+
+    b, c, k = int(row["batch"]), int(row["context"]), int(row["gamma"] or 0) + 1
+    kw = {"weight_dtype": pr.stored_weight_dtype, "kv_dtype": pr.kv_dtype, "act_dtype": pr.dtype}
+    extra = max(0.0, float(row["memory_bytes"]) - per_device_bytes(target, b, c, k, max(1, args.tp), **kw))
+    got = largest_fit(target, cap, batch=b, context=c, new_tokens=k, tp=max(1, args.tp), extra_bytes=extra, **kw)
+    return got.batch, got.context
+
+
+def _does_not_fit(args: argparse.Namespace, pr: Any, target: Any, b: int, c: int, row: dict[str, Any], cap: float,
+                  share_why: str) -> str:  # fmt: skip
+    """The one sentence a configuration that does not fit gets: per device, against the engine's share, what fits."""
+    lb, lc = _largest(args, pr, target, row, cap)
+    dev = pr.hardware.memory_bytes or float("nan")
+    per = f" per device (TP {args.tp})" if args.tp > 1 else ""
+    fits = (
+        f"the largest batch that fits at context {c} is {lb}, the longest context at batch {b} is {lc:,}"
+        if lb or lc
+        else "not even one sequence fits"
+    )
+    return (
+        f"does not fit in memory: needs {row['memory_bytes'] / 1e9:.1f} GB{per} (weights + KV + activations), over the "
+        f"{cap / 1e9:.1f} GB the engine may use of each {dev / 1e9:.0f} GB device ({share_why}); {fits}: or raise --tp, "
+        "store the weights in fewer bits (--weight-dtype)"
+    )
+
+
+def _mark_extrapolated(row: dict[str, Any], measured: dict[str, int | None], family: str | None) -> None:
+    """A recommendation past the measured draft length says so (first when more than one position past it)."""
+    g, at = row.get("gamma"), measured.get(str(row.get("strategy")))
+    row["measured_at"] = at
+    row["extrapolated"] = bool(at is not None and g is not None and int(g) > at)
+    if not row["extrapolated"] or at is None or g is None:
+        return
+    first = extrapolation_note(int(g), at, family)
+    if first is not None:
+        row["reason"] = f"{first}. {row['reason']}"
+    else:
+        row["reason"] += f" (extrapolated: one position past the {at} measured)"
+
+
+def _batch_notes(best: list[dict[str, Any]]) -> list[str]:
+    """Where a larger batch's speedup is above a smaller one's, why: the plain step grows more than the round."""
+    out = []
+    rows = [r for r in best if r.get("speedup") and r.get("gamma")]
+    for a in rows:
+        for b in rows:
+            if (a["hardware"], a["context"]) != (b["hardware"], b["context"]) or not b["batch"] > a["batch"]:
+                continue
+            if b["speedup"] <= a["speedup"]:
+                continue
+            step_a = a["t_round_s"] * a["speedup"] / a["expected_tokens"]
+            step_b = b["t_round_s"] * b["speedup"] / b["expected_tokens"]
+            out.append(
+                f"at batch {b['batch']} the speedup ({b['speedup']:.2f}x) is above batch {a['batch']}'s "
+                f"({a['speedup']:.2f}x): a plain step grows {step_b / step_a - 1:+.0%} ({step_a * 1e3:.2f} -> "
+                f"{step_b * 1e3:.2f} ms, more KV and activations to read) while the round grows only "
+                f"{b['t_round_s'] / a['t_round_s'] - 1:+.0%} (its draft passes {a['t_draft_s'] * 1e3:.2f} -> "
+                f"{b['t_draft_s'] * 1e3:.2f} ms, verify {a['t_verify_s'] * 1e3:.2f} -> {b['t_verify_s'] * 1e3:.2f} ms): "
+                "the fixed part of a round weighs less at the larger batch"
+            )
+            break
+    return out
 
 
 def _priced_under(args: argparse.Namespace) -> str:
@@ -352,7 +512,7 @@ def _plan_engine_config(args: argparse.Namespace, config: Any) -> int:
         for b in args.batch:
             for c in args.context:
                 v = compare_engine_config(config, pr, target=target, batch=b, context=c,
-                                          max_gamma=max(1, args.max_gamma), **kw)  # fmt: skip
+                                          max_gamma=max(1, args.max_gamma), resolution=RESOLUTION, **kw)  # fmt: skip
                 n = v.table["num_draft_tokens"].to_numpy()
                 t = v.table.assign(hardware=pr.hardware.id, kv_bound_context=kv_bound_context(target, pr, b, n),
                                    yours=v.table["label"] == v.yours["label"])  # fmt: skip
@@ -453,5 +613,12 @@ def add_parser(sub: Any) -> None:
         "(priced under this engine's profile unless --engine names another)",
     )
     p.add_argument("--draft-model", help="with --emit: the draft checkpoint to name (a Hugging Face id or a path)")
+    p.add_argument(
+        "--memory-fraction",
+        type=finite_float,
+        default=None,
+        help="the share of each device the engine may use (vLLM's --gpu-memory-utilization, SGLang's "
+        "--mem-fraction-static; default: that engine's default when --emit or --engine names it, else the whole device)",
+    )
     _add_json(p)
     p.set_defaults(func=cmd_plan)

@@ -140,7 +140,13 @@ def cmd_report(args: argparse.Namespace) -> int:
         pairing = {
             "target": args.target or DEFAULT_PAIRING["target"],
             "drafters": (draft, exit_layer),
-            **acceptance_pairing(draft, exit_layer, given.get("model"), given.get("early-exit")),
+            **acceptance_pairing(
+                draft,
+                exit_layer,
+                given.get("model"),
+                given.get("early-exit"),
+                target=args.target or DEFAULT_PAIRING["target"],
+            ),  # fmt: skip
         }
     pairing["objective"] = args.objective
     pairing["engine"] = args.engine  # None: --engine none, the datasheet roofline

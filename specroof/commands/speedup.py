@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+import numpy as np
+
 from roofline.errors import SpecroofError
 from roofline.hardware import load_hardware
 from roofline.model import get_model
@@ -80,10 +82,20 @@ def _acceptance(args: argparse.Namespace, gamma: int | str | None) -> tuple[floa
         return args.mean_accepted, args.alpha, ""
     from roofline.acceptance import MeanAccepted
 
-    acc, value, note = single_acceptance(args.acceptance, args.drafter)
+    acc, value, note = single_acceptance(args.acceptance, args.drafter, args.target)
     if isinstance(acc, MeanAccepted) and (acc.gamma is None or acc.gamma == gamma or gamma is None):
         # tokens per round as measured: the round priced is taken to be the one it was measured on
         return acc.mean, None, f"{drafter_key(args.drafter)}: given {acc.given()}, priced as the round's tokens"
+    if isinstance(acc, MeanAccepted) and acc.gamma is not None and isinstance(gamma, int):
+        # a chain mean at another gamma: its class's per-position decay, not an i.i.d. rate (docs/cost-model.md, 50.1)
+        from roofline.acceptance_positions import MeasuredCurve
+
+        curve = MeasuredCurve(acc.mean, acc.gamma, drafter_key(args.drafter), max(gamma, acc.gamma)).curve()
+        mean = 1.0 + float(np.sum(np.cumprod(curve[:gamma])))
+        past = (
+            f", extrapolated {gamma - acc.gamma} positions past the {acc.gamma} measured" if gamma > acc.gamma else ""
+        )
+        return mean, None, f"{note}; at gamma {gamma}: {mean:.3f} tokens per round{past}"
     rate = float(value) if isinstance(value, (int, float)) else float(acc.alpha())
     if gamma is None:
         from roofline.drafters import as_drafter, default_tree, tree_preset
@@ -119,7 +131,24 @@ def _speedup_priced(args: argparse.Namespace) -> int:
             gamma = check_gamma(int(gamma), "--gamma")
         except ValueError:
             raise SpecroofError(f"--gamma must be a whole number or 'heuristic' (got {args.gamma!r})") from None
+    chain_note = ""
+    if gamma is None and args.tree is None:
+        from roofline.acceptance_positions import VLLM_READING_GAMMA, engine_family
+
+        if engine_family(args.engine) == "vllm":  # vLLM drafts a chain: its shape, not the drafter's own tree
+            from roofline.acceptance_positions import measured_length
+
+            acc = None
+            if args.mean_accepted is None and args.alpha is None:
+                acc = single_acceptance(args.acceptance, args.drafter, args.target)[0]
+            gamma = (measured_length(drafter_key(args.drafter), acc, "vllm") if acc is not None else None) or (
+                VLLM_READING_GAMMA
+            )
+            chain_note = (
+                f"vLLM drafts a chain: priced at num_speculative_tokens={gamma}, as measured (--gamma for another)"
+            )
     mean_accepted, alpha, note = _acceptance(args, gamma)
+    note = "; ".join(x for x in (note, chain_note) if x)
     r = predict_speedup(
         hardware=pricing_from_args(args),
         target=args.target,
@@ -133,6 +162,12 @@ def _speedup_priced(args: argparse.Namespace) -> int:
     )
     # the engine as asked (serving by default) and the profile it resolved to (serving is an alias of vLLM's)
     asked = args.engine or "roofline"
+    unfit = _does_not_fit(args, r)
+    if unfit is not None:  # no speedup for a configuration the engine cannot hold (docs/cost-model.md, 50.4)
+        payload = {"hardware": args.hardware, "target": args.target, "drafter": r.drafter, "engine": asked,
+                   "fits_in_memory": False, "speedup": None, **unfit}  # fmt: skip
+        emit(args, payload, f"{args.target} + {r.drafter} on {args.hardware}: {unfit['reason']}")
+        return 0
     payload = r.to_dict() | {"hardware": args.hardware, "target": args.target, "engine": asked}
     payload["engine_profile"] = r.engine
     band = band_for(args.engine, load_hardware(args.hardware), speculative=True)
@@ -155,6 +190,45 @@ def _speedup_priced(args: argparse.Namespace) -> int:
         payload["acceptance"] = note
     emit(args, payload, text)
     return 0
+
+
+def _does_not_fit(args: argparse.Namespace, r: Any) -> dict[str, Any] | None:
+    """None when the configuration fits the engine's share of each device; else the reason, per device, and the
+    largest batch and context that fit it (roofline.memory; docs/cost-model.md, section 50.4)."""
+    from roofline.acceptance_positions import engine_family
+    from roofline.memory import largest_fit, per_device_bytes, reserved_share
+    from roofline.speculative import speedup
+
+    pr = pricing_from_args(args)
+    dev = pr.hardware.memory_bytes
+    if dev is None:
+        return None
+    k = int(r.tree_nodes or r.gamma or 0)
+    mem = float(speedup(pr, args.target, args.drafter, 0.5, k, batch=args.batch, context=args.context).memory_bytes)
+    share, why = reserved_share(engine_family(args.engine), args.tp, getattr(args, "memory_fraction", None))
+    cap = dev * share
+    if mem <= cap:
+        return None
+    kw = {"weight_dtype": pr.stored_weight_dtype, "kv_dtype": pr.kv_dtype, "act_dtype": pr.dtype}
+    extra = max(0.0, mem - per_device_bytes(args.target, args.batch, args.context, k + 1, args.tp, **kw))
+    fit = largest_fit(args.target, cap, batch=args.batch, context=args.context, new_tokens=k + 1, tp=args.tp,
+                      extra_bytes=extra, **kw)  # fmt: skip
+    per = f" per device (TP {args.tp})" if args.tp > 1 else ""
+    what = (
+        f"the largest batch that fits at context {args.context} is {fit.batch}, the longest context at batch "
+        f"{args.batch} is {fit.context:,}"
+        if fit.batch or fit.context
+        else "not even one sequence fits"
+    )
+    return {
+        "reason": f"does not fit in memory: needs {mem / 1e9:.1f} GB{per}, over the {cap / 1e9:.1f} GB the engine may "
+        f"use of each {dev / 1e9:.0f} GB device ({why}); {what}: raise --tp or store the weights in fewer bits "
+        "(--weight-dtype)",
+        "memory_bytes": mem,
+        "largest_batch": fit.batch,
+        "largest_context": fit.context,
+        "memory_share": {"fraction": share, "source": why},
+    }
 
 
 def _speedup_engine_config(args: argparse.Namespace) -> int:
@@ -182,7 +256,7 @@ def _speedup_engine_config(args: argparse.Namespace) -> int:
         unit = "per token" if s.is_chain else "per candidate (i.i.d. over the engine's tree)"
         kw, note = {"acceptance": args.alpha}, f"{config.drafter}: given rate {args.alpha:g} {unit}"
     else:
-        acc, value, note = single_acceptance(args.acceptance, config.drafter)
+        acc, value, note = single_acceptance(args.acceptance, config.drafter, args.target)
         kw, note = config_acceptance(config, acc, value, note)
     pricing = pricing_from_args(args)
     row = price_engine_config(config, pricing, target=args.target, batch=args.batch, context=args.context, **kw)
@@ -250,6 +324,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--weight-dtype", default=None, help=WEIGHT_DTYPE_HELP)
     p.add_argument("--kv-dtype", default=None, help=KV_DTYPE_HELP)
     p.add_argument("--tp", type=bounded_int(1, 1024), action=GivenStore, default=1)
+    p.add_argument(
+        "--memory-fraction",
+        type=finite_float,
+        default=None,
+        help="the share of each device the engine may use (vLLM's --gpu-memory-utilization, SGLang's "
+        "--mem-fraction-static; default: that engine's default when --engine names it, else the whole device)",
+    )
     _add_engine(p)
     add_engine_config(p)
     _add_json(p)

@@ -221,6 +221,10 @@ def cmd_tree(args: argparse.Namespace) -> int:
                 f"round, {r['speedup']:.2f}x)",
                 *(f"  {line}" for line in str(r["flags"]).splitlines()),
             ]
+            from specroof.commands.tree_labels import one_table  # the two answers, labelled (section 50.3)
+
+            table_lines, payload["answers"] = one_table(b | _tree_payload(choice.tree), r, framework)
+            lines += table_lines
         else:
             lines += [
                 "",
