@@ -1270,7 +1270,11 @@ def round_time(
             t_draft = np.asarray(float(d.tree_draft_time(dctx, list(lv.widths), _scalar(batch), _scalar(context))))
         n = lv.n_nodes
         # a drafter whose verify pass is not the target's whole tree-masked pass prices its own (early exit's remainder)
-        own = d.tree_verify_time(ctx, shape, batch, context) if hasattr(d, "tree_verify_time") else None
+        own = (
+            d.tree_verify_time(ctx, shape, batch, context)
+            if verify_latency is None and hasattr(d, "tree_verify_time")
+            else None
+        )
         if verify_latency is not None:
             if n + 1 not in verify_latency and n not in verify_latency:
                 raise SpecroofError(f"verify_latency has no entry for a {n}-node tree")
