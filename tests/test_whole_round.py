@@ -116,3 +116,19 @@ def test_early_exit_tree_verify_broadcasts_over_a_serving_grid():
     one = float(round_time(pr, T8B, EarlyExit(8), tree, 8, 1024).t_verify_s)
     assert grid[1, 1] == pytest.approx(one, rel=1e-9)
     assert EarlyExit(8, reuse_kv=False).tree_verify_time(ctx, tree, 1, 1024) is None
+
+
+def test_the_harness_prices_what_it_runs_every_layer_and_agrees_at_batch_one():
+    # specroof's harness verifies early exit with the whole target over gamma + 1 tokens (it shares the target's
+    # cache and recomputes the first layers): its cost model is the recompute, which this section left unchanged
+    from measure.decode import cost_model_of
+
+    harness = cost_model_of(8)
+    assert harness == EarlyExit(8, reuse_kv=False)
+    pr = Pricing.of(rf.load_hardware(H100))
+    for g in (1, 4):
+        ran = round_time(pr, T8B, harness, g, 1, 1024)
+        full = rf.pass_time(T8B, pr, 1, g + 1, 1024).t_step_s
+        assert float(ran.t_verify_s) == pytest.approx(float(full), rel=1e-12)
+        reuse = round_time(pr, T8B, EarlyExit(8), g, 1, 1024)
+        assert float(reuse.t_round_s) == pytest.approx(float(ran.t_round_s), rel=0.01)
