@@ -66,6 +66,9 @@ class PassCost:
     #: the distinct routed experts (shared ones not counted) each MoE layer runs for this pass: the fused-MoE
     #: kernel's per-expert time (docs/cost-model.md, section 40)
     routed_experts: Array | float = 0.0
+    #: of the mlp operator's weight bytes, those of routed experts stored in their own format (gpt-oss: MXFP4): an
+    #: engine's kernels for the weight dtype do not stream them (docs/cost-model.md, section 51)
+    expert_format_bytes: Array | float = 0.0
     #: multi-head latent attention: one latent per token serves every head, so tensor parallelism splits the heads
     #: but not the cache, and every rank reads and writes all of it (vLLM's MLA under TP)
     kv_replicated: bool = False
@@ -328,6 +331,7 @@ class ScalarTerms(NamedTuple):
     experts_touched: float
     kv_replicated: bool = False
     routed_experts: float = 0.0
+    expert_format_bytes: float = 0.0
 
     def to_cost(self, compute_dtype: str, weight_dtype: str, rows: Any = None) -> PassCost:
         """The same numbers as the :class:`PassCost` :func:`forward_cost` returns for this configuration.
@@ -345,6 +349,7 @@ class ScalarTerms(NamedTuple):
                 "weight_dtype": weight_dtype, "vocab_size": self.vocab_size, "mlp_matrices": self.mlp_matrices,
                 "n_moe_layers": self.n_moe_layers, "experts_touched": self.experts_touched,
                 "kv_replicated": self.kv_replicated, "routed_experts": self.routed_experts,
+                "expert_format_bytes": self.expert_format_bytes,
             },
         )  # fmt: skip
 
@@ -409,7 +414,7 @@ def scalar_terms(
     if s.mla:
         for i, (fi, wi, kri, kwi, ai) in enumerate(mla_attention(s, T, Bf, Lf, n, vis, wb, ab, kb), start=1):
             f[i], w[i], kr[i], kw[i], a[i] = fi, wi, kri, kwi, ai
-    touched = 0.0
+    touched = own = 0.0
     if s.moe:
         m, k = s.n_moe_layers, s.k
         touched = s.n_experts * (1.0 - (1.0 - k / s.n_experts) ** T)
@@ -419,6 +424,7 @@ def scalar_terms(
             rows = float(moe_expert_rows(s.n_experts, k, T, moe_kernel))
             mlp_flops = mlp_flops + 2.0 * (rows * s.expert + T * s.shared) * m
         if s.expert_wb:  # experts stored in their own format (gpt-oss: MXFP4)
+            own = m * touched * s.expert * s.expert_wb
             mlp_w = mlp_w + m * (touched * s.expert * s.expert_wb + s.shared * wb)
         else:
             mlp_w = mlp_w + m * (touched * s.expert + s.shared) * wb
@@ -431,7 +437,7 @@ def scalar_terms(
     a += [mlp_act, 2 * (2 * nl + 1) * T * d * ab, T * (d + s.vocab) * ab]
     return ScalarTerms(
         names, f, w, kr, kw, a, B, n, L, nl, T * d * ab, s.vocab, s.mlp_matrices, s.n_moe_layers,
-        (touched + s.n_shared) if s.moe else 0.0, s.mla, touched,
+        (touched + s.n_shared) if s.moe else 0.0, s.mla, touched, own,
     )  # fmt: skip
 
 
@@ -464,7 +470,7 @@ def linear_terms(spec: ModelSpec, wb: float, ab: float, kb: float, moe_kernel: s
         flops[1, 0], w[0, 0] = 2.0 * spec.raw_params, spec.raw_params * wb
         return LinearTerms(ABSTRACT_OPERATORS, flops, w, z, z.copy(), z.copy())
     s = model_shape(spec)
-    if s.mla or s.n_sliding:
+    if s.mla or s.n_sliding or s.expert_wb:  # experts in their own format: their own rate (section 51)
         return None
     nl, d, H, KV, hd, moe, vocab = s.nl, s.d, s.H, s.KV, s.hd, s.moe, s.vocab
     names = OPERATORS if moe else _DENSE_OPERATORS
@@ -646,6 +652,7 @@ def forward_cost(
     router_f: Any = 0.0
     router_w: Any = 0.0
     touched: Any = 0.0
+    own: Any = 0.0
     if spec.is_moe:
         m = spec.n_moe_layers
         k = spec.experts_per_token
@@ -657,6 +664,7 @@ def forward_cost(
             mlp_flops = mlp_flops + 2.0 * (rows * spec.expert_params + T * spec.shared_expert_params) * m
         if spec.expert_format:  # experts stored in their own format (gpt-oss: MXFP4)
             ewb = spec.expert_bytes(wb)
+            own = m * touched * spec.expert_params * ewb
             mlp_w = mlp_w + m * (touched * spec.expert_params * ewb + spec.shared_expert_params * wb)
         else:
             mlp_w = mlp_w + m * (touched * spec.expert_params + spec.shared_expert_params) * wb
@@ -672,5 +680,5 @@ def forward_cost(
         names, out["f"], out["w"], out["kr"], out["kw"], out["a"], B, n, L, act_dtype, nl, T * d * ab, weight_dtype,
         vocab_size=spec.vocab_size, mlp_matrices=spec.mlp_matrices, n_moe_layers=spec.n_moe_layers,
         experts_touched=(touched + spec.n_shared_experts) if spec.is_moe else 0.0, kv_replicated=spec.is_mla,
-        routed_experts=touched,
+        routed_experts=touched, expert_format_bytes=own,
     )  # fmt: skip

@@ -327,13 +327,27 @@ class DraftModel(_SmallModel):
         return _tree_levels(ctx, self.tree_passes(ctx, widths, context), batch)
 
 
+def _first_layers_s(
+    ctx: Ctx, target: ModelSpec, rest: ModelSpec, batch: ArrayLike, new: ArrayLike, context: ArrayLike
+) -> Array:
+    """Seconds of the target's first layers alone over ``new`` tokens after ``context``: the whole target's pass
+    less the pass of its remaining layers (``rest``) over the same tokens, so that the embedding, the head and the
+    pass's own host time, which a layer range does not pay twice, cancel (docs/cost-model.md, section 51)."""
+    full = ctx.pass_s(target, batch, new, context, tp=ctx.tp)
+    return np.asarray(full - ctx.pass_s(rest, batch, new, context, tp=ctx.tp))
+
+
 @dataclass(frozen=True)
 class EarlyExit:
     """Self-speculation (LayerSkip): the target's first ``layers`` layers plus its head draft.
 
-    Verification reuses those layers' KV and activations, so the verify pass runs
-    only the remaining layers over the gamma + 1 tokens (``reuse_kv=False`` prices
-    an implementation that recomputes every layer). No extra weights or KV.
+    The round's verification is LayerSkip's ``forward_remainder``: the last drafted token, which no draft step fed,
+    runs through the first ``layers`` layers (one token, attending to the KV the draft steps wrote), then all
+    gamma + 1 tokens run through the remaining layers from the exit layer's cached hidden states. Reusing the
+    draft's KV saves only the first layers' KV reads and FLOPs over the other gamma tokens: the weights of every
+    layer are read in the round's verify pass as in a full one (docs/cost-model.md, section 51).
+    ``reuse_kv=False`` prices an implementation that recomputes every layer over the gamma + 1 tokens (specroof's
+    own harness). No extra weights or KV.
     """
 
     layers: int
@@ -350,6 +364,10 @@ class EarlyExit:
         """The target's first ``layers`` layers (the drafter)."""
         return _derived(("first", self.layers), target, lambda: target.replace(n_layers=self.layers))
 
+    def _rest(self, target: ModelSpec) -> ModelSpec:
+        """The target's layers after the exit (the remainder's pass over every token of the round)."""
+        return _derived(("rest", self.layers), target, lambda: target.replace(n_layers=target.n_layers - self.layers))
+
     def _check(self, ctx: Ctx) -> None:
         if not 1 <= self.layers < ctx.target.n_layers:
             raise SpecroofError(f"early-exit layers must lie in [1, {ctx.target.n_layers - 1}] (got {self.layers})")
@@ -361,12 +379,31 @@ class EarlyExit:
     def verify_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
         self._check(ctx)
         t = ctx.target
-        verified = (
-            _derived(("rest", self.layers), t, lambda: t.replace(n_layers=t.n_layers - self.layers))
-            if self.reuse_kv
-            else t
-        )
-        return _verify(ctx, verified, gamma, batch, context)
+        if not self.reuse_kv:
+            return _verify(ctx, t, gamma, batch, context)
+        rest = self._rest(t)
+        # the remaining layers over the gamma + 1 tokens, and the first layers over the last drafted token alone
+        # (after the context and the gamma tokens before it, whose first-layer KV the draft steps wrote)
+        last = np.asarray(context) + np.asarray(gamma)
+        return np.asarray(_verify(ctx, rest, gamma, batch, context) + _first_layers_s(ctx, t, rest, batch, 1, last))
+
+    def tree_verify_time(self, ctx: Ctx, tree: Tree, batch: ArrayLike, context: ArrayLike) -> Array | None:
+        """The tree round's remainder pass (:meth:`verify_time` for a tree): the last level's nodes, which no draft
+        pass fed, through the first layers after the nodes the levels before fed, then the pending token and every
+        node tree-masked through the remaining layers; None without KV reuse (the target's whole tree-masked pass,
+        as for any drafter)."""
+        if not self.reuse_kv:
+            return None
+        self._check(ctx)
+        t, widths = ctx.target, tree.widths
+        rest = self._rest(t)
+        depths = np.concatenate([[1], tree.depths + 1])  # the pending token is the root
+        t_rest = ctx.pass_s(rest, batch, None, context, tree=depths, tp=ctx.tp)
+        if len(widths) == 0:  # no node: the pending token alone, through every layer
+            return np.asarray(t_rest + _first_layers_s(ctx, t, rest, batch, 1, context))
+        w = int(widths[-1])
+        fed = np.asarray(context) + (int(tree.n_nodes) + 1 - w)
+        return np.asarray(t_rest + _first_layers_s(ctx, t, rest, batch, w, fed))
 
     def extra_memory_bytes(self, ctx: Ctx, batch: ArrayLike, context: ArrayLike) -> Array:
         return _no_memory(batch, context)
@@ -520,6 +557,7 @@ def _mixed_verify(ctx: Ctx, share: float, gamma: ArrayLike, batch: ArrayLike, co
         allreduce_bytes=mix(one.allreduce_bytes, many.allreduce_bytes),
         experts_touched=mix(one.experts_touched, many.experts_touched),
         routed_experts=mix(one.routed_experts, many.routed_experts),
+        expert_format_bytes=mix(one.expert_format_bytes, many.expert_format_bytes),
     )
     return pr.time_model.pass_seconds(cost, pr.dtype, overhead_s=pr.overhead_s, tp=ctx.tp)
 
@@ -1244,10 +1282,18 @@ def round_time(
         else:
             t_draft = np.asarray(float(d.tree_draft_time(dctx, list(lv.widths), _scalar(batch), _scalar(context))))
         n = lv.n_nodes
+        # a drafter whose verify pass is not the target's whole tree-masked pass prices its own (early exit's remainder)
+        own = (
+            d.tree_verify_time(ctx, shape, batch, context)
+            if verify_latency is None and hasattr(d, "tree_verify_time")
+            else None
+        )
         if verify_latency is not None:
             if n + 1 not in verify_latency and n not in verify_latency:
                 raise SpecroofError(f"verify_latency has no entry for a {n}-node tree")
             t_verify = np.asarray(float(verify_latency.get(n + 1, verify_latency.get(n, np.nan))))
+        elif own is not None:
+            t_verify = np.asarray(own)
         else:
             # the pending token is the root (depth 1), every node one deeper: n + 1 tokens, each seeing its depth
             one = visible_seconds(target, pricing, batch, n + 1, context, _tree_visible(lv), pricing.tp)
@@ -1284,7 +1330,7 @@ class TreePlan:
     held draft :class:`Ctx`, so every drafter's formula is the one :func:`round_time` calls. Nothing here
     depends on the tree or the round's configuration."""
 
-    __slots__ = ("drafter", "dctx", "pricer", "max_context", "host", "of_tree", "passes", "dspec", "dpricer")
+    __slots__ = ("drafter", "dctx", "pricer", "max_context", "host", "of_tree", "passes", "dspec", "dpricer", "tctx")
 
     def __init__(self, pricing: Pricing, target: ModelSpec, drafter: Any, pricer: Any) -> None:
         self.drafter = drafter
@@ -1297,6 +1343,8 @@ class TreePlan:
         self.passes = drafter.tree_passes if via_passes else None
         self.dspec: ModelSpec | None = None
         self.dpricer: Any = None
+        # the target's Ctx, for a drafter that prices its own tree verify pass (round_time's tree branch)
+        self.tctx = Ctx.of(target, pricing) if hasattr(drafter, "tree_verify_time") else None
 
     def base(self, batch: int, context: int) -> float | None:
         """Seconds of one plain decode pass of the target (:func:`roofline.passtime.pass_seconds`' float); None
@@ -1325,6 +1373,9 @@ class TreePlan:
             t_draft = summed if summed is not None else _levels(self.dctx, spec, widths, batch, c)
         else:
             t_draft = float(self.drafter.tree_draft_time(self.dctx, list(lv.widths), batch, context))
+        own = None if self.tctx is None else self.drafter.tree_verify_time(self.tctx, tree, batch, context)
+        if own is not None:
+            return t_draft, float(own), self.host(batch)
         return t_draft, self.pricer.seconds(batch, n + 1, context, _tree_visible(lv)), self.host(batch)
 
 

@@ -281,6 +281,9 @@ def _scalar_times(
         mem = [w[i] * factor / w_bw + (total[i] - w[i]) / bw for i in range(len(w))]
     else:
         mem = [t / bw for t in total]
+    if terms.expert_format_bytes and "mlp" in terms.operators:  # experts in their own format (operator_times)
+        mlp = terms.operators.index("mlp")
+        mem[mlp] = mem[mlp] + terms.expert_format_bytes * tm.own_format_excess(bw, weight_dtype, tp)
     if tp > 1 and terms.kv_replicated:  # a latent cache (MLA) is whole on every rank (TimeModel.operator_times)
         mem = [mem[i] + (kr[i] + kw[i]) * (tp - 1) / bw for i in range(len(w))]
         kr = [r * tp for r in kr]

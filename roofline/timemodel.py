@@ -135,6 +135,11 @@ class TimeModel:
             op_mem = w_bytes / w_bw + (cost.bytes - cost.bytes_weights) / bw
         else:
             op_mem = cost.bytes / bw
+        own = cost.expert_format_bytes
+        if np.any(own) and "mlp" in cost.operators:
+            # routed experts stored in their own format stream as bytes, not through the weight dtype's kernels
+            op_mem = op_mem.copy()
+            op_mem[cost.operators.index("mlp")] += own * self.own_format_excess(bw, wdt, tp)
         kv_read: Any = cost.bytes_kv_read
         if tp > 1 and getattr(cost, "kv_replicated", False):
             # a latent cache (MLA) is whole on every rank: each reads and writes all of it, not its 1/tp share
@@ -163,6 +168,17 @@ class TimeModel:
             attn = np.isin(np.asarray(cost.operators), ATTENTION_OPERATORS)
             op_comp[attn] = cost.flops[attn] / (self.attention_flop_per_s * tp)
         return op_mem, op_comp
+
+    def own_format_excess(self, bw: Any, wdt: str, tp: int) -> Any:
+        """Seconds per byte of a weight in its own format (routed experts in MXFP4) beyond what the pass priced it at:
+        its bytes stream at the plain rate, where the weight dtype's bytes take that dtype's engine factor and rate
+        (docs/cost-model.md, section 51); zero where the weight dtype has neither."""
+        factor = self.weight_bytes_factor.get(wdt, 1.0)
+        if self.weights_link_bytes_per_s is not None:
+            return (1.0 - factor) / (self.weights_link_bytes_per_s * tp)
+        if wdt in self.weight_bandwidth_ratio or wdt in self.weight_bytes_factor:
+            return 1.0 / bw - factor / (bw * self.weight_bandwidth_ratio.get(wdt, 1.0))
+        return 0.0
 
     def overhead_s(self, n_layers: int, n_moe_layers: int = 0) -> float:
         """Fixed seconds per pass outside the operators: per pass plus per layer, plus the engine's fused-MoE floor per

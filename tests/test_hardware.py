@@ -141,3 +141,74 @@ def test_invalid_toml_file(tmp_path):
     p.write_text("name = \n")
     with pytest.raises(SpecroofError, match="bad.toml: not valid TOML"):
         load_hardware(str(p))
+
+
+# -- the GPUs of 2026 (issue 55, Build 4) -------------------------------------------------------
+
+GPUS_2026 = {
+    # id: (bandwidth GB/s, capacity GB, dense bf16-or-fp16 TFLOP/s, link GB/s per direction)
+    "b300-288gb": (8000, 288, 2250, 900),
+    "gb300-288gb": (8000, 288, 2500, 900),
+    "mi355x-288gb": (8000, 288, 2500, 535.5),
+    "mi350x-288gb": (8000, 288, 2306.9, 535.5),
+    "rtx-pro-6000-96gb": (1792, 96, 503.8, 64),
+    "rtx-2080-ti-11gb": (616, 11, 56.9, 16),
+}
+
+
+@pytest.mark.parametrize("profile", sorted(GPUS_2026))
+def test_gpus_of_2026_load_with_a_source_for_every_block(profile):
+    bw, cap, half, link = GPUS_2026[profile]
+    hw = load_hardware(profile)
+    assert hw.bandwidth() == pytest.approx(bw * 1e9)
+    assert hw.memory_bytes == pytest.approx(cap * 1e9)
+    assert hw.peak("fp16") == pytest.approx(half * 1e12)
+    assert hw.interconnect_bytes_per_s == pytest.approx(link * 1e9)  # per direction, not both together
+    for block in ("memory", "compute", "interconnect", "efficiency"):
+        assert hw.sources[block].strip(), (profile, block)
+
+
+def test_gpus_of_2026_leave_unverified_cells_out():
+    b300, gb300, mi355x, mi350x, pro, turing = (load_hardware(p) for p in GPUS_2026)
+    # Blackwell Ultra cut int8 and the sources disagree on B300's dense fp4: neither is guessed
+    assert "int8" not in b300.dtypes and "fp4" not in b300.dtypes and "int8" not in gb300.dtypes
+    assert gb300.peak("fp4") == pytest.approx(15000e12)
+    # Turing's tensor cores have no bf16 and no fp8
+    with pytest.raises(SpecroofError, match="no verified bf16"):
+        turing.peak("bf16")
+    assert "fp8" not in turing.dtypes
+    # AMD's dense figures: fp8 twice bf16 (the with-sparsity rates are another 2x)
+    assert mi355x.peak("fp8") == pytest.approx(2 * mi355x.peak("bf16"))
+    # the MI350X is the MI355X's silicon at 2200 MHz: clock x 512 FMA x 2 x 1024 matrix cores
+    assert mi350x.peak("bf16") == pytest.approx(2200e6 * 512 * 2 * 1024, rel=1e-4)
+    # the professional Blackwell card runs fp32 accumulate at the full tensor rate: 4000 sparse fp4 TOPS / 8
+    assert pro.peak("bf16") == pytest.approx(4000e12 / 8, rel=0.01)
+
+
+def test_gpus_of_2026_achievable_shares_follow_their_sources():
+    # own mamf-finder figures over the profile's own datasheet rate; memory borrowed from the same HBM generation
+    b300, mi355x = load_hardware("b300"), load_hardware("mi355x")
+    assert b300.compute_efficiency("bf16") == pytest.approx(1769.0 / 2250, abs=1e-3)
+    assert b300.compute_efficiency("fp8") == pytest.approx(3353.3 / 4500, abs=1e-3)
+    assert mi355x.compute_efficiency("bf16") == pytest.approx(1565.0 / 2500, abs=1e-3)
+    assert b300.efficiency_memory == load_hardware("h200").efficiency_memory
+    assert mi355x.efficiency_memory == load_hardware("mi300x").efficiency_memory
+    assert all(load_hardware(p).efficiency_estimated for p in GPUS_2026)
+
+
+@pytest.mark.parametrize(
+    ("name", "profile"),
+    [
+        ("b300", "b300-288gb"),
+        ("GB300", "gb300-288gb"),
+        ("MI355X", "mi355x-288gb"),
+        ("mi350x", "mi350x-288gb"),
+        ("RTX PRO 6000", "rtx-pro-6000-96gb"),
+        ("rtx 2080 ti", "rtx-2080-ti-11gb"),
+        ("b200", "b200-180gb"),
+        ("gb200", "gb200-186gb"),
+        ("rtx 6000 ada", "rtx-6000-ada-48gb"),
+    ],
+)
+def test_gpus_of_2026_resolve_apart_from_their_neighbours(name, profile):
+    assert load_hardware(name).id == profile

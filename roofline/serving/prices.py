@@ -422,7 +422,14 @@ def step_prices(
             raise SpecroofError("a tree policy needs a drafter")
         d = _unbounded(drafter)
         depths = np.concatenate([[1], tree.depths + 1])  # the pending token is the root
-        verify_t = ctx.pass_s(ctx.target, b_grid[:, None], None, l_grid[None, :], tree=depths, tp=ctx.tp)
+        own = (
+            d.tree_verify_time(ctx, tree, b_grid[:, None], l_grid[None, :]) if hasattr(d, "tree_verify_time") else None
+        )
+        verify_t = (
+            own
+            if own is not None
+            else ctx.pass_s(ctx.target, b_grid[:, None], None, l_grid[None, :], tree=depths, tp=ctx.tp)
+        )
         widths = [int(x) for x in tree.widths]
         # tree_draft_time takes one batch and context: the grid is small (hundreds of points)
         draft_t = np.array([[d.tree_draft_time(dctx, widths, int(b), int(c)) for c in l_grid] for b in b_grid])

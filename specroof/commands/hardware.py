@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from roofline.hardware import list_hardware, load_hardware
+from roofline.hardware import builtin_profile_dir, list_hardware, load_hardware
 from roofline.units import format_quantity
 from specroof.shell import (
     _add_json,
@@ -13,8 +13,25 @@ from specroof.shell import (
 )
 
 
+def _sources_table(ids: list[str]) -> tuple[list[dict[str, str]], str]:
+    """One row per profile and block: where each block's figures come from (``hardware list --sources``)."""
+    rows = [
+        {"id": i, "block": block, "source": src}
+        for i in ids
+        for block, src in load_hardware(f"{builtin_profile_dir()}/{i}.toml").sources.items()
+    ]
+    width = max(len(r["id"]) for r in rows)
+    # left-aligned: a source is prose, read from its start
+    text = "\n".join(f"{r['id']:<{width}}  {r['block']:<12}  {r['source']}" for r in rows)
+    return rows, text
+
+
 def cmd_hardware_list(args: argparse.Namespace) -> int:
     df = list_hardware()
+    if getattr(args, "sources", False):
+        rows, table = _sources_table(list(df["id"]))
+        emit(args, rows, table)
+        return 0
     cols = [
         "id",
         "name",
@@ -59,6 +76,9 @@ def add_parser(sub: Any) -> None:
     hw = sub.add_parser("hardware", help="list or show hardware profiles")
     hw_sub = hw.add_subparsers(dest="hw_command", required=True, parser_class=type(hw))
     p = hw_sub.add_parser("list", help="all built-in profiles")
+    p.add_argument(
+        "--sources", action="store_true", help="list where each profile's blocks come from, one row per block"
+    )
     _add_json(p)
     p.set_defaults(func=cmd_hardware_list)
     p = hw_sub.add_parser("show", help="one profile with its sources")

@@ -12,7 +12,8 @@ import pandas as pd
 from roofline.errors import SpecroofError
 from roofline.hardware import load_hardware
 from roofline.model import PRESETS, ModelSpec
-from roofline.passtime import crossover_tokens, memory_footprint, pass_time, weights_only_crossover
+from roofline.passtime import crossover_tokens, memory_footprint, pass_cost, pass_time, weights_only_crossover
+from roofline.pricing import pricing_of
 from roofline.units import format_quantity
 from roofline.validation import check_tp
 from specroof.commands.common import (
@@ -46,41 +47,14 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     if max(len(args.batch), len(args.tokens), len(args.context)) > 1:
         return _roofline_sweep(args, spec, hw)
     batch, tokens, context = args.batch[0], args.tokens[0], args.context[0]
-    st = pass_time(
-        spec,
-        hw,
-        batch,
-        tokens,
-        context,
-        args.dtype,
-        weight_dtype=args.weight_dtype,
-        kv_dtype=args.kv_dtype,
-        tp=args.tp,
-        engine=engine_of(args),
+    # one pricing for every figure of the answer: the pass time, its cost (flops / total_bytes = intensity, the fused
+    # MoE kernel's padding included) and the crossover K, all under the same engine, dtypes and TP
+    pr = pricing_of(
+        hw, dtype=args.dtype, weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype, tp=args.tp, engine=engine_of(args)
     )
-    k = int(
-        crossover_tokens(
-            spec,
-            hw,
-            batch,
-            context,
-            args.dtype,
-            weight_dtype=args.weight_dtype,
-            kv_dtype=args.kv_dtype,
-            engine=engine_of(args),
-        )
-    )
-    from roofline.cost import forward_cost
-
-    cost = forward_cost(
-        spec,
-        batch,
-        tokens,
-        context,
-        weight_dtype=args.weight_dtype or args.dtype,
-        kv_dtype=args.kv_dtype,
-        act_dtype=args.dtype,
-    )
+    st = pass_time(spec, pr, batch, tokens, context)
+    k = int(crossover_tokens(spec, pr, batch, context))
+    cost = pass_cost(spec, pr, batch, tokens, context)
     fp = memory_footprint(
         spec,
         batch,

@@ -170,7 +170,9 @@ def _speedup_priced(args: argparse.Namespace) -> int:
         return 0
     payload = r.to_dict() | {"hardware": args.hardware, "target": args.target, "engine": asked}
     payload["engine_profile"] = r.engine
-    band = band_for(args.engine, load_hardware(args.hardware), speculative=True)
+    # the band of this answer's own group: its batch bucket, a dense or MoE target, its context class
+    band = band_for(args.engine, load_hardware(args.hardware), speculative=True, batch=args.batch,
+                    model=args.target, context=args.context)  # fmt: skip
     payload["error_band"], payload["error_band_note"] = band
     shape = f"tree of {r.tree_nodes} nodes" if r.tree_nodes else f"gamma {r.gamma:g}"
     text = "\n".join(
