@@ -47,8 +47,8 @@ def test_a_kind_no_group_covers_falls_back_to_the_old_sentence(capsys):
 
 def test_speedup_tree_plan_and_serve_carry_the_band_of_their_answer(capsys, tmp_path):
     d = json.loads(run(capsys, "speedup", "--hardware", HW, "--target", T8B, "--drafter", "eagle3", "--engine", "vllm",
-                       "--batch", "64", "--context", "16384", "--json"))  # fmt: skip
-    assert d["error_band_note"] == note_of("vllm", "speculative", batch=64, context=16384)
+                       "--batch", "64", "--context", "4096", "--json"))  # fmt: skip
+    assert d["error_band_note"] == note_of("vllm", "speculative", batch=64, context=4096)
     vec = tmp_path / "v.json"
     vec.write_text("[0.6, 0.2, 0.1]")
     d = json.loads(run(capsys, "tree", "--hardware", HW, "--target", T8B, "--drafter", "eagle2", "--acceptance-vector",
