@@ -1167,7 +1167,13 @@ class RoundTime:
 
     @property
     def t_round_s(self) -> Array:
-        return self.t_draft_s + self.t_verify_s + self.t_round_host_s
+        return round_seconds(self.t_draft_s, self.t_verify_s, self.t_round_host_s)
+
+
+def round_seconds(t_draft: Any, t_verify: Any, t_round_host: Any) -> Any:
+    """The round formula (docs/cost-model.md, sections 4-7): t_round = t_draft + t_verify + round host time, on one
+    round's floats and on arrays alike (:class:`RoundTime`, the speedup, the plans' rounds)."""
+    return t_draft + t_verify + t_round_host
 
 
 def _scalar(x: ArrayLike) -> int:
@@ -1358,30 +1364,16 @@ class ChainPlan:
     :func:`round_time` on a :class:`DraftModel` and a whole-number chain length, batch and context is
     ``gamma`` one-token draft passes, one (gamma + 1)-token verify pass and the round host time; this holds
     the two scalar pricers (:func:`roofline.passtime.scalar_pricer`: the target's, and the draft model's on
-    :func:`draft_pricing` over :func:`draft_tp` devices), the round host time, and the constants of the device-memory sums :func:`roofline.speculative.speedup` reports
-    (:func:`roofline.passtime.memory_footprint`'s terms, in its order of operations), so that a round is the
-    pricers' arithmetic and nothing else. Nothing here depends on the round's configuration."""
+    :func:`draft_pricing` over :func:`draft_tp` devices) and the round host time, so that a round is the
+    calls :func:`round_time` ends in (the pricers' ``chain`` and ``seconds``) without the lookups before them.
+    Nothing here depends on the round's configuration."""
 
-    __slots__ = ("target", "draft", "target_context", "draft_context", "host", "weights_bytes", "kv_per_token",
-                 "kv_bytes", "act_per_token", "act_bytes", "offloaded", "tp", "capacity", "draft_weights_bytes",
-                 "draft_kv_per_token", "draft_kv_bytes")  # fmt: skip
+    __slots__ = ("target", "draft", "target_context", "draft_context", "host")
 
     def __init__(self, pricing: Pricing, target: ModelSpec, drafter: DraftModel, t_pricer: Any, d_pricer: Any) -> None:
         self.target, self.draft = t_pricer, d_pricer
         self.target_context, self.draft_context = target.max_context, drafter.spec.max_context
         self.host = pricing.round_host_at
-        wb = dtype_bytes(pricing.stored_weight_dtype)
-        s, sd = model_shape(target), model_shape(drafter.spec)
-        self.weights_bytes = target.weight_bytes(wb)
-        self.kv_per_token, self.kv_bytes = s.kv_elements_per_token, dtype_bytes(pricing.kv_dtype or pricing.dtype)
-        self.act_per_token = 2 * max(s.d, s.mlp_matrices * max(s.d_ff, s.d_ff_expert), s.vocab)
-        self.act_bytes = dtype_bytes(pricing.dtype)
-        self.offloaded, self.tp = pricing.offloaded, pricing.tp
-        cap = pricing.hardware.memory_bytes
-        self.capacity = cap if cap is not None else np.inf
-        # the draft model's own weights and KV (DraftModel.extra_memory_bytes: its KV in the activations' dtype)
-        self.draft_weights_bytes = drafter.spec.weight_bytes(wb)
-        self.draft_kv_per_token, self.draft_kv_bytes = sd.kv_elements_per_token, dtype_bytes(pricing.dtype)
 
     def times(self, gamma: int, batch: int, context: int, round_overhead_s: float = 0.0) -> tuple[float, ...] | None:
         """(t_base, t_draft, t_verify, t_round_host) of one round in seconds, :func:`round_time`'s floats; None where

@@ -228,23 +228,33 @@ def fused_moe_layer_seconds(
     ``tuning_fused_moe_triton.py``) times. Broadcasts over ``tokens``."""
     tm, e, tp = pr.time_model, pr.time_model.engine, pr.tp
     T = np.asarray(tokens, dtype=float)
-    wdt = pr.stored_weight_dtype
-    wb = dtype_bytes(wdt) if expert_bytes_per_weight is None else float(expert_bytes_per_weight)
-    bw = tm.bandwidth_bytes_per_s * tp
-    if expert_bytes_per_weight is None and (wdt in tm.weight_bandwidth_ratio or wdt in tm.weight_bytes_factor):
-        per_byte = tm.weight_bytes_factor.get(wdt, 1.0) / (bw * tm.weight_bandwidth_ratio.get(wdt, 1.0))
-    else:
-        per_byte = 1.0 / bw
-    slice_params = 3.0 * hidden * expert_width  # over tp devices: the rates above are tp devices' rates
+    wb = dtype_bytes(pr.stored_weight_dtype) if expert_bytes_per_weight is None else float(expert_bytes_per_weight)
+    slice_params = 3.0 * hidden * expert_width  # over tp devices: the rates below are tp devices' rates
     touched = expected_experts_touched(experts, experts_per_token, T)
     kernel = moe_kernel_of(pr)
     rows = moe_expert_rows(experts, experts_per_token, T, kernel)
-    mem = touched * slice_params * wb * per_byte
-    comp = 2.0 * np.asarray(rows, dtype=float) * slice_params / (tm.peak(pr.dtype) * tp)
-    floor = 0.0
-    if e is not None and kernel is not None:
-        mem = mem + touched * e.moe_expert_s
-        floor = e.moe_layer_s
+    zero = np.zeros((1, *T.shape))
+    # the routed experts as one MoE layer's MLP operator, priced by the time model's own rules at the weight
+    # stream's rate: the weights' dtype rate (none for explicit bytes per weight), the fused kernel's time per expert
+    layer = PassCost(
+        operators=("mlp",),
+        flops=(2.0 * np.asarray(rows, dtype=float) * slice_params)[None],
+        bytes_weights=(touched * slice_params * wb)[None],
+        bytes_kv_read=zero,
+        bytes_kv_write=zero,
+        bytes_act=zero,
+        batch=np.ones(T.shape, dtype=np.int64),
+        new_tokens=np.ones(T.shape, dtype=np.int64),
+        context=np.zeros(T.shape, dtype=np.int64),
+        compute_dtype=pr.dtype,
+        n_layers=1,
+        weight_dtype=pr.stored_weight_dtype if expert_bytes_per_weight is None else "",
+        n_moe_layers=1 if kernel is not None else 0,
+        routed_experts=touched,
+    )
+    mem = tm.operator_memory(layer, tm.bandwidth_bytes_per_s * tp, tp)[0]
+    comp = layer.flops[0] / tm.compute_rates(("mlp",), pr.dtype, tp)[0][0]
+    floor = e.moe_layer_s if e is not None and kernel is not None else 0.0
     return np.asarray(floor + combine(mem, comp, tm.overlap), dtype=float)
 
 
