@@ -1232,18 +1232,15 @@ def round_time(
     host = pricing.round_host_at(batch) + round_overhead_s
     if isinstance(shape, Tree):
         lv = shape.levels()
-        if hasattr(d, "tree_draft_time_of"):  # a drafter whose cost depends on which nodes have children (Hydra)
-            t_draft = np.asarray(d.tree_draft_time_of(dctx, shape, _scalar(batch), _scalar(context)))
-        else:
-            t_draft = np.asarray(float(d.tree_draft_time(dctx, list(lv.widths), _scalar(batch), _scalar(context))))
+        t_draft = np.asarray(_tree_draft_s(d, dctx, shape, lv, _scalar(batch), _scalar(context)))
         n = lv.n_nodes
         if verify_latency is not None:
             if n + 1 not in verify_latency and n not in verify_latency:
                 raise SpecroofError(f"verify_latency has no entry for a {n}-node tree")
             t_verify = np.asarray(float(verify_latency.get(n + 1, verify_latency.get(n, np.nan))))
         else:
-            # the pending token is the root (depth 1), every node one deeper: n + 1 tokens, each seeing its depth
-            one = visible_seconds(target, pricing, batch, n + 1, context, _tree_visible(lv), pricing.tp)
+            tokens, visible = _tree_verify(lv)
+            one = visible_seconds(target, pricing, batch, tokens, context, visible, pricing.tp)
             if one is not None:
                 t_verify = np.asarray(one)
             else:
@@ -1260,10 +1257,19 @@ def round_time(
     return result
 
 
-def _tree_visible(lv: TreeLevels) -> float:
-    """New tokens each verify-pass token sees, summed: the root sees itself (1), a node at depth k sees its k
-    ancestors, the root and itself (k + 1)."""
-    return 1.0 + float(lv.depth_sum) + lv.n_nodes
+def _tree_verify(lv: TreeLevels) -> tuple[int, float]:
+    """A tree's verify pass: its tokens and the new tokens they see, summed. The pending token is the root (depth 1)
+    and every node one deeper: n + 1 tokens; the root sees itself (1), a node at depth k its k ancestors, the root
+    and itself (k + 1)."""
+    return lv.n_nodes + 1, 1.0 + float(lv.depth_sum) + lv.n_nodes
+
+
+def _tree_draft_s(d: Any, dctx: Ctx, tree: Tree, lv: TreeLevels, batch: int, context: int) -> float:
+    """Seconds to draft ``tree`` (``lv``: its levels): the drafter's own method, by which nodes have children for a
+    drafter whose cost depends on it (Hydra), by the levels' widths otherwise."""
+    if hasattr(d, "tree_draft_time_of"):
+        return float(d.tree_draft_time_of(dctx, tree, batch, context))
+    return float(d.tree_draft_time(dctx, list(lv.widths), batch, context))
 
 
 # -- a tree round on scalars: everything but (tree, batch, context) resolved once per (pricing, target, drafter) ----
@@ -1272,24 +1278,17 @@ def _tree_visible(lv: TreeLevels) -> float:
 class TreePlan:
     """:func:`round_time`'s tree rounds for one (pricing, target, drafter) on whole-number scalars, resolved once.
 
-    Holds the two :class:`Ctx` the round formula builds, the target's scalar pricer (its plain pass and its
-    tree-masked verify pass) and the round host time; the draft passes stay the drafter's own method on the
-    held draft :class:`Ctx`, so every drafter's formula is the one :func:`round_time` calls. Nothing here
+    Holds the draft :class:`Ctx` the round formula builds, the target's scalar pricer (its plain pass and its
+    tree-masked verify pass) and the round host time; the draft and the verify pass are :func:`round_time`'s own
+    (:func:`_tree_draft_s`, :func:`_tree_verify`), so a plan only skips the lookups before them. Nothing here
     depends on the tree or the round's configuration."""
 
-    __slots__ = ("drafter", "dctx", "pricer", "max_context", "host", "of_tree", "passes", "dspec", "dpricer")
+    __slots__ = ("drafter", "dctx", "pricer", "max_context", "host")
 
     def __init__(self, pricing: Pricing, target: ModelSpec, drafter: Any, pricer: Any) -> None:
         self.drafter = drafter
         self.dctx = Ctx.of(target, draft_pricing(pricing, drafter), draft_tp(pricing, drafter))
         self.pricer, self.max_context, self.host = pricer, target.max_context, pricing.round_host_at
-        self.of_tree = hasattr(drafter, "tree_draft_time_of")
-        # a drafter whose tree_draft_time is _tree_levels of its tree_passes (not one a subclass replaced) says which
-        # passes it drafts; the draft model's scalar pricer is then held here, found again by the model object
-        via_passes = getattr(type(drafter), "tree_draft_time", None) in _VIA_PASSES
-        self.passes = drafter.tree_passes if via_passes else None
-        self.dspec: ModelSpec | None = None
-        self.dpricer: Any = None
 
     def base(self, batch: int, context: int) -> float | None:
         """Seconds of one plain decode pass of the target (:func:`roofline.passtime.pass_seconds`' float); None
@@ -1303,27 +1302,12 @@ class TreePlan:
         the caller holds them), :func:`round_time`'s floats; None where the verify pass runs past the target's
         context (the array path names it)."""
         lv = tree.levels() if levels is None else levels
-        n = lv.n_nodes
-        if context + n + 1 > self.max_context:
+        tokens, visible = _tree_verify(lv)
+        if context + tokens > self.max_context:
             return None
-        if self.of_tree:
-            t_draft = float(self.drafter.tree_draft_time_of(self.dctx, tree, batch, context))
-        elif self.passes is not None:  # the drafter's _tree_levels, with the draft model's pricer held
-            spec, widths, c = self.passes(self.dctx, list(lv.widths), context)
-            if spec is not self.dspec:
-                self.dspec, self.dpricer = spec, scalar_pricer(spec, self.dctx.pricing, self.dctx.draft_tp)
-            summed = None
-            if self.dpricer is not None and type(widths) is list:
-                summed = self.dpricer.levels(batch, c, widths, spec.max_context)
-            t_draft = summed if summed is not None else _levels(self.dctx, spec, widths, batch, c)
-        else:
-            t_draft = float(self.drafter.tree_draft_time(self.dctx, list(lv.widths), batch, context))
-        return t_draft, self.pricer.seconds(batch, n + 1, context, _tree_visible(lv)), self.host(batch)
+        t_draft = _tree_draft_s(self.drafter, self.dctx, tree, lv, batch, context)
+        return t_draft, self.pricer.seconds(batch, tokens, context, visible), self.host(batch)
 
-
-#: the tree_draft_time methods that price ``_tree_levels(ctx, self.tree_passes(...), batch)``
-_VIA_PASSES = (DraftModel.tree_draft_time, EarlyExit.tree_draft_time, SlidingWindowSelfDraft.tree_draft_time,
-               Eagle.tree_draft_time)  # fmt: skip
 
 _TREE_PLANS: dict[tuple[Any, ...], tuple[Pricing, ModelSpec, Any, TreePlan | None]] = {}
 
