@@ -224,8 +224,11 @@ class Engine:
     # -- the terms of a speculative round at batch (docs/cost-model.md, section 32) -------------------------
 
     def step_host_s(self, batch: Any) -> Any:
-        """The per-step host time at ``batch`` running sequences: ``step_us + batch x step_per_seq_us``."""
-        return self.host_step_s + self.host_step_per_seq_s * np.asarray(batch, dtype=float)
+        """The per-step host time at ``batch`` running sequences: ``step_us + batch x step_per_seq_us`` (a float for
+        one configuration's float batch: the scalar pricers' pass; an array otherwise)."""
+        return self.host_step_s + self.host_step_per_seq_s * (
+            batch if type(batch) is float else np.asarray(batch, dtype=float)
+        )
 
     @property
     def step_hidden_only_when_plain(self) -> bool:

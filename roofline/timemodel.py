@@ -287,9 +287,7 @@ class TimeModel:
         ops = ops_for(device_s, batch)
         t = ops.larger(device_s, host_s) if host_s > 0 else device_s
         if e is not None and (e.host_step_s or e.host_step_per_seq_s):
-            step = e.host_step_s + e.host_step_per_seq_s * (
-                batch if type(batch) is float else np.asarray(batch, dtype=float)
-            )
+            step = e.step_host_s(batch)
             t = ops.larger(t, step) if e.step_overlap else t + step
         return t
 
