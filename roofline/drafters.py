@@ -62,7 +62,6 @@ from roofline.passtime import (
 )
 from roofline.pricing import Pricing, pricing_of
 from roofline.timemodel import _dense_layer_kernels as dense_layer_kernels
-from roofline.timemodel import combine
 from roofline.trees import Tree, TreeLevels
 
 Array = npt.NDArray[np.float64]
@@ -1014,7 +1013,7 @@ def _device_s(
     pr = ctx.pricing
     cost = pass_cost(spec, pr, batch, tokens, context)
     op_mem, op_comp = pr.time_model.operator_times(cost, pr.dtype, ctx.draft_tp)
-    op_t = combine(op_mem, op_comp, pr.time_model.overlap)
+    op_t = pr.time_model.operator_seconds(op_mem, op_comp)
     keep = np.array([name not in skip for name in cost.operators])
     return np.asarray(np.sum(op_t[keep], axis=0), dtype=float)
 

@@ -173,7 +173,7 @@ def _step_time(cost: PassCost, pr: Pricing, memory_bytes: Array | None = None) -
     tm, dtype = pr.time_model, pr.dtype
     fixed = tm.overhead_s(cost.n_layers, cost.n_moe_layers) if pr.overhead_s is None else pr.overhead_s
     op_mem, op_comp = tm.operator_times(cost, dtype, pr.tp)
-    op_t = combine(op_mem, op_comp, tm.overlap)
+    op_t = tm.operator_seconds(op_mem, op_comp)
     comm = tm.allreduce_s(cost, pr.tp)
     return StepTime(
         operators=cost.operators,
@@ -255,7 +255,7 @@ def fused_moe_layer_seconds(
     mem = tm.operator_memory(layer, tm.bandwidth_bytes_per_s * tp, tp)[0]
     comp = layer.flops[0] / tm.compute_rates(("mlp",), pr.dtype, tp)[0][0]
     floor = e.moe_layer_s if e is not None and kernel is not None else 0.0
-    return np.asarray(floor + combine(mem, comp, tm.overlap), dtype=float)
+    return np.asarray(floor + tm.operator_seconds(mem, comp), dtype=float)
 
 
 # -- the scalar pricer: one configuration's seconds from the time model's own coefficients, tabulated once --------
@@ -277,7 +277,9 @@ def _unit_cost(spec: ModelSpec, pr: Pricing, lin: LinearTerms) -> PassCost:
         bytes_kv_read=lin.bytes_kv_read.T,
         bytes_kv_write=lin.bytes_kv_write.T,
         bytes_act=lin.bytes_act.T,
-        batch=unit[1].astype(np.int64),  # tokens = batch x new tokens: 1 in the tokens column (the sampler's logits per token)
+        batch=unit[1].astype(
+            np.int64
+        ),  # tokens = batch x new tokens: 1 in the tokens column (the sampler's logits per token)
         new_tokens=np.ones(nv, dtype=np.int64),
         context=np.zeros(nv, dtype=np.int64),
         compute_dtype=pr.dtype,
@@ -299,14 +301,14 @@ class _Pricer:
     seconds per unit of each variable are tabulated here once, per memory regime, by the array path's own
     functions (:meth:`roofline.timemodel.TimeModel.operator_memory` on :func:`_unit_cost`,
     :meth:`~roofline.timemodel.TimeModel.compute_rates`), and a pass evaluates them: each operator's two sides are
-    dot products, then :func:`roofline.timemodel.combine` and :meth:`~roofline.timemodel.TimeModel.finish` compose
+    dot products, then :meth:`~roofline.timemodel.TimeModel.operator_seconds` and :meth:`~roofline.timemodel.TimeModel.finish` compose
     them, the functions the array path calls (docs/cost-model.md, section 47). Nothing here restates a rule.
 
     The operators whose coefficients on the pairs and the cached tokens are all zero (all but attention) depend on
     T alone: their sum is kept per T (``memo``), since a decode step, a chain's draft steps and a tree's levels run
     at a few token counts call after call."""
 
-    __slots__ = ("tm", "lin", "mem", "comp", "scaled", "tops", "overlap", "vocab", "moe", "n_experts", "k",
+    __slots__ = ("tm", "lin", "mem", "comp", "scaled", "tops", "vocab", "moe", "n_experts", "k",
                  "k_share", "moe_kernel", "rest_ops", "call_ops", "fixed", "tp", "nl", "d_ab", "host", "finishing",
                  "memo")  # fmt: skip
 
@@ -319,7 +321,6 @@ class _Pricer:
         rates, scaled = tm.compute_rates(lin.operators, pr.dtype, tp)
         self.comp, self.scaled = unit.flops / rates[:, None], scaled
         self.tops = tuple(top for top, _ in tm.rows_bandwidth_bytes_per_s)
-        self.overlap = tm.overlap
         s = None if spec.is_abstract else model_shape(spec)
         self.moe = s is not None and s.moe
         self.vocab = float(s.vocab) if s is not None else 0.0
@@ -392,7 +393,7 @@ class _Pricer:
         for m, c, scaled in self.rest_ops[k]:
             mem = m[0] * v[0] + m[1] * v[1] + m[4] * v[4] + m[5] * v[5] + m[6] * v[6]
             comp = c[0] * v[0] + c[1] * v[1] + c[4] * v[4] + c[5] * v[5] + c[6] * v[6]
-            rest += combine(mem, comp * factor if scaled else comp, self.overlap)
+            rest += self.tm.operator_seconds(mem, comp * factor if scaled else comp)
         parts = []
         for _, i, *_ in self.call_ops[k]:
             m, c = self.mem[k][i], self.comp[i]
@@ -417,7 +418,7 @@ class _Pricer:
         t = rest
         for (n, _, m2, m3, c2, c3, scaled), (mT, cT) in calls:
             comp = cT + c2 * pairs + c3 * cached
-            t += n * combine(mT + m2 * pairs + m3 * cached, comp * factor if scaled else comp, self.overlap)
+            t += n * self.tm.operator_seconds(mT + m2 * pairs + m3 * cached, comp * factor if scaled else comp)
         return t + fixed  # type: ignore[no-any-return]
 
     def pass_s(self, T: float, B: float, pairs: float, cached: float) -> float:
@@ -666,7 +667,7 @@ class _StepPricer:
     """One configuration's :class:`StepTime` for one model, pricing and device count, from the :class:`_Pricer`'s
     table: per memory regime a (7, 7 n_operators + 2) matrix holds the per-unit FLOPs, bytes, memory and compute
     seconds of every operator (the coefficients the array path's functions gave, section 47) and the FLOPs' and
-    bytes' totals, so a pass is one vector-matrix product; the small-pass factor, :func:`combine` and the sums
+    bytes' totals, so a pass is one vector-matrix product; the small-pass factor, :meth:`~roofline.timemodel.TimeModel.operator_seconds` and the sums
     over the operators are then the array path's own. The pass's total is :meth:`_Pricer.seconds`, the float
     pass_seconds and speedup use. Built only where :func:`scalar_pricer` would be and for concrete models
     (``step_pricer``)."""
@@ -716,7 +717,7 @@ class _StepPricer:
         op_mem, op_comp = out[s_mem], out[s_comp]
         if self.tm.matmul_half_tokens:
             op_comp = np.where(self.scaled, op_comp * self.tm.small_pass_factor(T), op_comp)
-        op_t = combine(op_mem, op_comp, p.overlap)
+        op_t = self.tm.operator_seconds(op_mem, op_comp)
         # the total is the scalar pricer's float, so pass_time, pass_seconds and speedup give one number to the bit
         t = p.seconds(B, n, L, vis)
         memory = self.weights_bytes + B * (L + n) * self.kv_per_token

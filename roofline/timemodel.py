@@ -226,6 +226,10 @@ class TimeModel:
         """Compute time x (1 + half / tokens): products of few rows do not fill the matrix units (1 without it)."""
         return 1.0 + self.matmul_half_tokens / tokens if self.matmul_half_tokens else 1.0
 
+    def operator_seconds(self, op_mem: Any, op_comp: Any) -> Any:
+        """An operator's seconds from its two sides under this model's overlap (:func:`combine`): floats or arrays."""
+        return combine(op_mem, op_comp, self.overlap)
+
     def operator_times(self, cost: PassCost, dtype: str, tp: int = 1) -> tuple[Array, Array]:
         """Per-operator memory and compute seconds of ``cost``: the roofline's two sides, before combining."""
         op_mem = self.operator_memory(cost, self.stream_rate(cost.tokens, tp), tp)
@@ -320,7 +324,7 @@ class TimeModel:
         """Seconds of the pass ``cost`` (the composition; ``overhead_s`` replaces the fixed overheads)."""
         op_mem, op_comp = self.operator_times(cost, dtype, tp)
         fixed = self.overhead_s(cost.n_layers, cost.n_moe_layers) if overhead_s is None else overhead_s
-        op_t = combine(op_mem, op_comp, self.overlap)
+        op_t = self.operator_seconds(op_mem, op_comp)
         return self.compose(op_t, fixed, self.allreduce_s(cost, tp), cost.n_layers, cost=cost)
 
 
