@@ -312,13 +312,6 @@ def _where(cond: Any, a: Any, b: Any) -> Any:
     return (a if cond else b) if type(cond) is bool else np.where(cond, a, b)
 
 
-#: the fields one configuration's floats are given as 0-d arrays and as numpy scalars: the types the array path's
-#: np.where and its arithmetic on 0-d arrays give, so that a result does not say which path made it
-_ZERO_D = ("expected_tokens", "t_base_s", "t_draft_s", "t_verify_s", "t_round_s")
-_NUMPY_SCALARS = ("speedup", "tokens_per_s_per_user", "tokens_per_s_total", "baseline_tokens_per_s_per_user",
-                  "memory_bytes")  # fmt: skip
-
-
 def _speedup_result(
     pr: Pricing,
     g: Any,
@@ -340,23 +333,62 @@ def _speedup_result(
     E = _where(plain, 1.0, E)
     mem = (on_device / pr.tp) + extra
     cap = pr.hardware.memory_bytes if pr.hardware.memory_bytes is not None else np.inf
-    fields = {
-        "gamma": g, "expected_tokens": E, "t_base_s": base, "t_draft_s": _where(plain, 0.0, t_draft),
-        "t_verify_s": _where(plain, base, t_verify), "t_round_host_s": host, "t_round_s": t_round,
-        "speedup": E * base / t_round, "tokens_per_s_per_user": E / t_round, "tokens_per_s_total": B * E / t_round,
-        "baseline_tokens_per_s_per_user": 1.0 / base, "extra_memory_bytes": extra, "memory_bytes": mem,
-        "fits_in_memory": mem <= cap, "drafter": name,
-    }  # fmt: skip
+    speed, per_user, total, baseline = E * base / t_round, E / t_round, B * E / t_round, 1.0 / base
+    t_draft, t_verify, fits = _where(plain, 0.0, t_draft), _where(plain, base, t_verify), mem <= cap
     if type(plain) is bool:  # one configuration's floats, typed as the array path types them
-        fields["gamma"] = np.asarray(g, dtype=np.int64)
-        for key in _ZERO_D:
-            fields[key] = np.asarray(fields[key])
-        for key in _NUMPY_SCALARS:
-            fields[key] = np.float64(fields[key])
-        fields["fits_in_memory"] = np.bool_(fields["fits_in_memory"])
+        a, f = np.asarray, np.float64
+        g, E, base, t_draft, t_verify, t_round = (
+            a(g, dtype=np.int64),
+            a(E),
+            a(base),
+            a(t_draft),
+            a(t_verify),
+            a(t_round),
+        )
+        speed, per_user, total, baseline, mem, fits = (
+            f(speed),
+            f(per_user),
+            f(total),
+            f(baseline),
+            f(mem),
+            np.bool_(fits),
+        )
+    fields = {
+        "gamma": g, "expected_tokens": E, "t_base_s": base, "t_draft_s": t_draft, "t_verify_s": t_verify,
+        "t_round_host_s": host, "t_round_s": t_round, "speedup": speed, "tokens_per_s_per_user": per_user,
+        "tokens_per_s_total": total, "baseline_tokens_per_s_per_user": baseline, "extra_memory_bytes": extra,
+        "memory_bytes": mem, "fits_in_memory": fits, "drafter": name,
+    }  # fmt: skip
     # every field given: the instance without the frozen dataclass's per-field __setattr__ (cost.frozen)
     result: SpeedupResult = frozen(SpeedupResult, fields)
     return result
+
+
+_MEMORY: dict[tuple[int, int, int], tuple[Any, ...]] = {}
+
+
+def _memory_table(spec: ModelSpec, pr: Pricing, d: Any) -> tuple[float, float, float, dict[tuple[int, int], Any]]:
+    """:func:`memory_footprint` of the target tabulated once per (model, pricing): its weights, KV bytes per cached
+    token and activation bytes per new token, from the function itself at one sequence, one new token and no
+    context (it is linear in batch x (context + new tokens) and batch x new tokens, section 47); and the drafter's
+    extra bytes, kept per (batch, context) as its own method gives them."""
+    key = (id(spec), id(pr), id(d))
+    hit = _MEMORY.get(key)
+    if hit is not None and hit[0] is spec and hit[1] is pr and hit[2] is d:  # the entry holds them: ids not reused
+        return hit[3]  # type: ignore[no-any-return]
+    fp = memory_footprint(
+        spec, 1, 0, weight_dtype=pr.stored_weight_dtype, kv_dtype=pr.kv_dtype, act_dtype=pr.dtype, new_tokens=1
+    )
+    table: tuple[float, float, float, dict[tuple[int, int], Any]] = (
+        float(fp.weights_bytes),
+        float(fp.kv_bytes),
+        float(fp.activation_bytes),
+        {},
+    )
+    if len(_MEMORY) > 256:
+        _MEMORY.clear()
+    _MEMORY[key] = (spec, pr, d, table)
+    return table
 
 
 def _scalar_speedup(
@@ -389,13 +421,16 @@ def _scalar_speedup(
     E = expected_tokens_scalar(alpha, g)
     if hasattr(d, "tokens_per_round"):
         E = float(d.tokens_per_round(E))
-    extra = d.extra_memory_bytes(Ctx.of(spec, pr), B, L)
-    fp = memory_footprint(
-        spec, B, L, weight_dtype=pr.stored_weight_dtype, kv_dtype=pr.kv_dtype, act_dtype=pr.dtype, new_tokens=g + 1
-    )
-    # the array path's sums in plain floats (numpy scalars and 0-d arrays add as floats do)
-    total = float(fp.weights_bytes) + float(fp.kv_bytes) + float(fp.activation_bytes)
-    on_device = total - (float(fp.weights_bytes) if pr.offloaded else 0.0)
+    weights, kv, act, extra_of = _memory_table(spec, pr, d)
+    n = g + 1
+    # memory_footprint's sum at (B, L, n) from its own coefficients: weights, KV of B (L + n) tokens, activations of B n
+    total = weights + (B * (L + n)) * kv + (B * n) * act
+    on_device = total - (weights if pr.offloaded else 0.0)
+    extra = extra_of.get((B, L))
+    if extra is None:
+        extra = extra_of[(B, L)] = d.extra_memory_bytes(Ctx.of(spec, pr), B, L)
+        if len(extra_of) > 1024:
+            extra_of.clear()
     base, t_draft, t_verify, host = times
     return _speedup_result(pr, g, E, base, t_draft, t_verify, host, B, extra, on_device, d.name)
 

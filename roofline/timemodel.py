@@ -62,16 +62,8 @@ class _Ops:
         self.larger, self.smaller = larger, smaller
 
 
-def _larger_float(a: float, b: float) -> float:
-    return a if a >= b else b
-
-
-def _smaller_float(a: float, b: float) -> float:
-    return b if a >= b else a
-
-
 #: floats (one configuration, the scalar pricers) and numpy arrays (everything else)
-FLOAT_OPS = _Ops(_larger_float, _smaller_float)
+FLOAT_OPS = _Ops(max, min)
 ARRAY_OPS = _Ops(np.maximum, np.minimum)
 
 
