@@ -309,7 +309,7 @@ class _Pricer:
     at a few token counts call after call."""
 
     __slots__ = ("tm", "lin", "mem", "comp", "scaled", "tops", "vocab", "moe", "n_experts", "k",
-                 "k_share", "moe_kernel", "rest_ops", "call_ops", "fixed", "tp", "nl", "d_ab", "host", "finishing", "op",
+                 "moe_kernel", "rest_ops", "call_ops", "fixed", "tp", "nl", "d_ab", "host", "finishing", "op",
                  "memo")  # fmt: skip
 
     def __init__(self, spec: ModelSpec, pr: Pricing, tp: int, lin: LinearTerms) -> None:
@@ -326,7 +326,6 @@ class _Pricer:
         self.moe = s is not None and s.moe
         self.vocab = float(s.vocab) if s is not None else 0.0
         self.n_experts, self.k = (s.n_experts, s.k) if self.moe else (0, 0)  # type: ignore[union-attr]
-        self.k_share = 1.0 - self.k / self.n_experts if self.moe else 0.0
         self.moe_kernel = moe_kernel_of(pr) if self.moe else None
         # the operators of T alone, and the others (their coefficients on the pairs and the cached tokens), equal
         # rows counted once (attention's scores and values): per regime, plain floats
@@ -374,7 +373,7 @@ class _Pricer:
     def variables(self, T: float) -> list[float]:
         """The table's variables that are functions of T alone: 1, T, the embedding's rows (min(T, vocab)), a
         mixture's expected distinct experts and the rows its kernel runs (0 where the model has none)."""
-        touched = self.n_experts * (1.0 - self.k_share**T) if self.moe else 0.0
+        touched = float(expected_experts_touched(self.n_experts, self.k, T)) if self.moe else 0.0
         rows = float(moe_expert_rows(self.n_experts, self.k, T, self.moe_kernel)) if self.moe_kernel else 0.0
         return [1.0, T, 0.0, 0.0, T if T < self.vocab else self.vocab, touched, rows]
 
@@ -404,11 +403,6 @@ class _Pricer:
             self.memo.clear()
         self.memo[T] = hit
         return hit
-
-    def rest(self, T: float) -> float:
-        """Seconds of the operators of T alone (every operator but attention's products) at T tokens."""
-        rest: float = self.at(T)[0]
-        return rest
 
     def pass_s(self, T: float, B: float, pairs: float, cached: float) -> float:
         """Seconds of one pass of T tokens over B sequences with ``pairs`` attention pairs over ``cached`` cached
