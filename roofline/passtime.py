@@ -741,7 +741,7 @@ _STEP_PRICERS: dict[tuple[int, int, int], tuple[ModelSpec, Pricing, Any, _StepPr
 def step_pricer(spec: ModelSpec, pr: Pricing, tp: int) -> _StepPricer | None:
     """The :class:`_StepPricer` of ``spec`` on ``pr`` over ``tp`` devices, built once per (model, pricing, time
     model); None where :func:`scalar_pricer` steps aside (eager launches, TP without a link, latent or sliding
-    attention) and for abstract models: the per-operator scalar path prices those."""
+    attention) and for abstract models: the array path prices those."""
     tm = pr.time_model
     hit = _STEP_PRICERS.get((id(spec), id(pr), tp))
     if hit is not None and hit[0] is spec and hit[1] is pr and hit[2] is tm:  # the entry holds them: ids not reused
