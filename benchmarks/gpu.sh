@@ -80,7 +80,7 @@ if [ "$smoke" = 1 ]; then
     steps=${STEPS:-device smoke point}
     deadline=${DEADLINE_S:-150}
 else
-    steps=${STEPS:-device bench sweep fit eager spec serve compile}
+    steps=${STEPS:-device bench sweep fit kernels eager spec serve compile}
 fi
 started=$(date +%s)
 failed=0
@@ -191,6 +191,10 @@ step sweep "$((${SWEEP_BUDGET:-45} + 40))" specroof measure sweep --model "$mode
     --hardware "$work/apriori-profile.toml" --batch "$batch" --tokens "$tokens" --context "$context" \
     --repeats 5 --rounds 3 --budget "$(fit_budget "${SWEEP_BUDGET:-45}")" --graphs "$graphs" --out "$work/sweep" --json
 step fit 30 specroof measure fit --sweep "$work/sweep" --model "$model" --hardware "$work/apriori-profile.toml" --json
+# kernels per layer of a verify pass (torch.profiler, on a two-layer copy of the shape) and what graphs remove on
+# the same static pass (benchmarks/gpu_kernels.py): the summary prints them beside the sweep's pass times
+step kernels 40 "$py" -m benchmarks.gpu_kernels --model "$model" --device "$device" --dtype "$dtype" \
+    --context "$context" --json
 # graphs off: the same model eager at a few widths, and what graphs remove (uncaptured minus captured, per pass)
 step eager 50 specroof measure sweep --model "$model" --device "$device" --dtype "$dtype" \
     --hardware "$work/apriori-profile.toml" --batch "$batch" --tokens 1,4,16,64 --context "$context" \
