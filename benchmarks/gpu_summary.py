@@ -77,7 +77,7 @@ def _num(x: Any) -> float | None:
 def kv_slots(context: int, new_tokens: int, cap: int | None = None) -> int:
     """The cache slots a static (graph) pass reads: its context bucket (measure.models.context_bucket), the cache's
     length taken as the sweep's longest point when not known."""
-    from measure.models import context_bucket
+    from measure.buckets import context_bucket
 
     need = int(context) + int(new_tokens)
     return int(context_bucket(need, max(need, cap or need)))

@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from measure.buckets import context_bucket  # noqa: F401  (the graphs and the checks import it from here)
 from roofline.errors import SpecroofError
 from roofline.model import ModelSpec
 
@@ -716,26 +717,6 @@ def block_step(
     a = layer.self_attn.forward(layer.input_layernorm.forward(h), cos, sin, k_cache, v_cache, where, kv_len, mask)
     h = h + a
     return h + layer.mlp.forward(layer.post_attention_layernorm.forward(h))
-
-
-def context_bucket(need: int, cap: int, granule: int = 64) -> int:
-    """The number of cache slots a static-shape pass attends over when its longest sequence needs ``need``.
-
-    ``need`` rounded up to a ladder of four steps per octave (64, 128, 192, 256, 320, 384, 448, 512, 640, ...,
-    each a multiple of ``granule``) and capped at ``cap`` (the cache's length). A captured pass reads a fixed slice
-    of the cache, so its key length cannot follow the context token by token; the ladder bounds the slots read
-    beyond the longest sequence to a quarter of its context (a granule below 256 slots), while a cache that grows
-    by a few tokens per round crosses a step only every few dozen rounds, so few shapes are captured. Slots past a
-    sequence's own length are masked: they cost reads, never change a result. ``need`` beyond ``cap`` is an error.
-    """
-    need, cap = int(need), int(cap)
-    if need > cap:
-        raise SpecroofError(f"{need} tokens exceed the cache's max_seq {cap}")
-    if need <= granule:
-        return min(granule, cap)
-    octave = 1 << (need - 1).bit_length() - 1  # the largest power of two below need
-    step = max(granule, octave // 4)
-    return min(cap, -(-need // step) * step)
 
 
 class _Eager:
