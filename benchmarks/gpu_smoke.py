@@ -105,7 +105,7 @@ def smoke(device: str) -> dict[str, Any]:
         got = static.get(kind)
         checks[f"{kind}: tokens equal eager"] = got is not None and got[0] == tokens
         if accepted is not None:
-            checks[f"{kind}: mean accepted equal eager"] = got is not None and np.isclose(got[1] or -1, accepted)
+            checks[f"{kind}: mean accepted equal eager"] = got is not None and bool(np.isclose(got[1] or -1, accepted))
         checks[f"{kind}: replayed run equal"] = again.get(kind) == got
     plain = static.get("plain", (None, None))[0]
     checks["greedy speculation emits plain decoding"] = plain is not None and all(

@@ -94,7 +94,7 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
         "BATCH": "1,2",
         "TOKENS": "1,2,4,8,16,32,64",
         "CONTEXT": "64",
-        "SWEEP_BUDGET": "20",
+        "SWEEP_BUDGET": "60",
         # the limits are sized for a GPU; this CPU may be shared (the budgets inside them stay as stated)
         "LIMIT_SCALE": "6",
         "DEADLINE_S": "3000",
