@@ -29,6 +29,8 @@ TREE = Tree([-1, -1, 0, 0, 1, 2])
 
 def kernels(model: str, device: str, dtype: str, context: int, tokens: tuple[int, ...] = (1, 4, 16)) -> dict[str, Any]:
     spec = get_model(model)
+    if torch.device(device).type == "cpu":
+        torch.set_num_threads(1)  # the plumbing check: a tiny model's products are barrier-bound on a loaded CPU
     copy = spec.replace(n_layers=2, name=f"{spec.name} (2 layers)")
     torch.manual_seed(0)
     # on a CPU, F.linear throughout: the per-shape kernel race (seconds) would count no other kernels per layer
