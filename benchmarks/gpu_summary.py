@@ -18,6 +18,10 @@ step did not produce is null, with the reason in ``missing``; nothing here measu
   speedups (target: every row within 10%, none noisy); ``serve``: TTFT and TPOT p50/p90 errors
   per rate and policy and the verdicts (target: within 15%, verdicts agree);
 * ``launch_overhead``: eager minus graph, per pass; ``capture_s``, ``compile_s``;
+* ``kernels``: kernels per layer of each batch-1 pass (benchmarks/gpu_kernels.py, torch.profiler) beside the sweep's
+  fastest time of that pass, and the same static pass uncaptured against replayed;
+* ``smoke`` and ``point`` (``gpu.sh --smoke``): the graph checks' verdicts and the one sweep point;
+* every pass row names its ``kv_slots``: the context bucket a static pass reads (the fit prices context + n);
 * ``done_when``: each target evaluated (true, false, or null where its figure is missing).
 """
 
@@ -55,12 +59,28 @@ def _load(work: Path, name: str, missing: dict[str, str]) -> Any:
         return None
 
 
+def _lines(path: Path) -> list[str]:
+    try:
+        return [ln for ln in path.read_text().splitlines() if ln.strip()]
+    except OSError:
+        return []
+
+
 def _num(x: Any) -> float | None:
     try:
         v = float(x)
     except (TypeError, ValueError):
         return None
     return v if math.isfinite(v) else None
+
+
+def kv_slots(context: int, new_tokens: int, cap: int | None = None) -> int:
+    """The cache slots a static (graph) pass reads: its context bucket (measure.models.context_bucket), the cache's
+    length taken as the sweep's longest point when not known."""
+    from measure.buckets import context_bucket
+
+    need = int(context) + int(new_tokens)
+    return int(context_bucket(need, max(need, cap or need)))
 
 
 def weight_stream(rows: list[dict[str, Any]], model: str, copy_bw: float | None) -> dict[str, Any] | None:
@@ -75,9 +95,12 @@ def weight_stream(rows: list[dict[str, Any]], model: str, copy_bw: float | None)
         nbytes = float(np.sum(c.bytes_weights))
         t = float(r["t_min_s"])
         rate = nbytes / t
+        cap = max(int(x["context"]) + int(x["new_tokens"]) for x in rows)
         out.append(
             {
                 "new_tokens": int(r["new_tokens"]),
+                "context": int(r["context"]),
+                "kv_slots": kv_slots(int(r["context"]), int(r["new_tokens"]), cap),
                 "t_min_ms": 1e3 * t,
                 "weight_GB_per_s": rate / 1e9,
                 "fraction_of_copy": rate / copy_bw if copy_bw else None,
@@ -134,6 +157,35 @@ def crossover(fit: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str,
                 row["rise_below_knee"] = float(below["t_min_s"].max() / below["t_min_s"].iloc[0] - 1)
         out.append(row)
     return out
+
+
+def kernel_rows(kern: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Kernels per layer of each counted batch-1 pass beside the sweep's fastest time of that pass (graphs)."""
+    best = {
+        int(r["new_tokens"]): float(r["t_min_s"])
+        for r in rows
+        if r.get("status") == "ok" and int(r.get("batch", 0)) == 1 and r.get("tree", "chain") == "chain"
+    }
+    table = []
+    for p in kern.get("passes") or []:
+        t = best.get(int(p["new_tokens"])) if "tree" not in p else None
+        table.append(
+            {
+                "new_tokens": p["new_tokens"],
+                "tree": "tree" in p,
+                "kv_slots": p.get("kv_slots"),
+                "static_per_layer": p.get("static_per_layer"),
+                "static_outside_layers": p.get("static_outside_layers"),
+                "eager_per_layer": p.get("eager_per_layer"),
+                "t_min_ms": 1e3 * t if t is not None else None,
+            }
+        )
+    return {
+        "counted_as": kern.get("counted_as"),
+        "layers_counted": kern.get("layers_counted"),
+        "table": table,
+        "launch_overhead_2_layers": kern.get("launch_overhead_2_layers"),
+    }
 
 
 def spec_rows(spec: dict[str, Any]) -> dict[str, Any]:
@@ -198,12 +250,17 @@ def summarise(work: Path, model: str) -> dict[str, Any]:
     sweep, fit = _load(work, "sweep", missing), _load(work, "fit", missing)
     eager, compiled = _load(work, "eager", missing), _load(work, "compile", missing)
     spec, serve, report = _load(work, "spec", missing), _load(work, "serve", missing), _load(work, "report", missing)
+    ran = {line.split("\t")[0] for line in _lines(work / "steps.tsv")}
+    # the smoke's steps and the kernels step: looked for only where they ran (a full run has no smoke, and a smoke
+    # no sweep: that one is named missing as before)
+    smoke = _load(work, "smoke", missing) if "smoke" in ran else None
+    point = _load(work, "point", missing) if "point" in ran else None
+    kern = _load(work, "kernels", missing) if "kernels" in ran else None
     copy_bw = _num((bench or {}).get("copy_bandwidth_bytes_per_s"))
     steps = []
-    if (work / "steps.tsv").is_file():
-        for line in (work / "steps.tsv").read_text().splitlines():
-            name, rc, secs = line.split("\t")
-            steps.append({"step": name, "exit": int(rc), "seconds": float(secs)})
+    for line in _lines(work / "steps.tsv"):
+        name, rc, secs = line.split("\t")
+        steps.append({"step": name, "exit": int(rc), "seconds": float(secs)})
     out: dict[str, Any] = {
         "device": (device or {}).get("name"),
         "torch": (device or {}).get("torch_version"),
@@ -221,6 +278,20 @@ def summarise(work: Path, model: str) -> dict[str, Any]:
         "spec": spec_rows(spec) if spec else None,
         "serve": serve_rows(serve) if serve else None,
         "launch_overhead": (eager or {}).get("launch_overhead"),
+        "kernels": kernel_rows(kern, (sweep or {}).get("rows") or []) if kern else None,
+        "smoke": {k: smoke.get(k) for k in ("ok", "checks", "error", "captures", "replays_sync_checked", "seconds")}
+        if smoke
+        else None,
+        "point": [
+            {
+                k: r.get(k)
+                for k in ("batch", "new_tokens", "context", "status", "t_min_s", "t_median_s", "t_predicted_s")
+            }
+            | {"kv_slots": kv_slots(int(r["context"]), int(r["new_tokens"]))}
+            for r in point.get("rows") or []
+        ]
+        if point
+        else None,
         "capture_s": ((sweep or {}).get("runner") or {}).get("capture_s"),
         "compile_s": ((compiled or {}).get("runner") or {}).get("compile_s"),
         "report": {
@@ -252,6 +323,7 @@ def summarise(work: Path, model: str) -> dict[str, Any]:
         "spec_no_noisy_row": _check(sp.get("rows"), sp.get("noisy_rows") == 0),
         "serve_within_15pct": _check(sv.get("error_max"), (sv.get("error_max") or 1) <= 0.15),
         "serve_verdicts_agree": sv.get("verdicts_agree"),
+        "smoke_ok": smoke.get("ok") if smoke else None,
     }
     return out
 

@@ -290,3 +290,164 @@ def measure_profile(
     base = load_hardware(match) if match else None
     write_profile(measured_hardware(results, device, base), path)
     return load_hardware(str(path))
+
+
+#: ATen operators that make a view (or return their input): no kernel of their own (see :func:`_kernel_count`)
+_VIEW_OPS = frozenset(
+    "view _unsafe_view reshape _reshape_alias slice select transpose t unsqueeze squeeze expand expand_as permute "
+    "as_strided alias detach chunk split split_with_sizes narrow unbind view_as flatten unflatten contiguous "
+    "lift_fresh movedim numpy_T".split()
+)
+
+
+def _kernel_count(fn: Callable[[], Any], device: torch.device) -> int:
+    """The kernels one call of ``fn`` launches, counted by ``torch.profiler``: on CUDA the device's kernels, memory
+    copies and memsets; on the CPU the top-level ATen operators (each one pass over its tensors, what a CPU runs
+    for a kernel). Taken on the second call, so first-use work (a cuBLAS handle, a plan) is not counted."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with torch.inference_mode():
+        fn()
+        if cuda:
+            torch.cuda.synchronize(device)
+        with profile(activities=acts) as prof:
+            fn()
+            if cuda:
+                torch.cuda.synchronize(device)
+    events = prof.events()
+    if cuda:
+        kinds = {"cuda", "privateuse1"}
+        return sum(1 for e in events if str(e.device_type).split(".")[-1].lower() in kinds)
+
+    # an aten:: op no other op called counts once (a composite op's own calls run inside its one pass); a view
+    # writes nothing, and a view-like composite (reshape, contiguous) counts the copies it makes
+    def count(e: Any) -> int:
+        if e.name.removeprefix("aten::") in _VIEW_OPS:
+            return sum(count(c) for c in e.cpu_children)
+        return 1
+
+    return sum(count(e) for e in events if e.cpu_parent is None and e.name.startswith("aten::"))
+
+
+def pass_kernels(
+    model: Any,
+    batch: int,
+    new_tokens: int,
+    context: int,
+    *,
+    tree: Any = None,
+) -> dict[str, Any]:
+    """Kernels a verify pass of ``new_tokens`` tokens per sequence over ``context`` cached tokens launches, per layer
+    and outside the layers (embedding, final norm, head), for the static path (what a CUDA graph captures and
+    replays: :meth:`measure.models.Transformer.forward_static`) and the eager one.
+
+    Counted as the difference of a pass through two layers and through one (the model's ``n_layers`` early exit),
+    so the layer's count is exact whatever the model's depth: the 8B shape can be counted on a two-layer copy."""
+    from measure.models import context_bucket
+
+    if model.spec.n_layers < 2:
+        raise SpecroofError("counting kernels per layer needs a model of at least two layers")
+    dev = model.device
+    held = model.runner
+    model.runner = None
+    try:
+        model.setup_cache(batch, context + new_tokens)
+        assert model.cache is not None
+        model.cache.rollback([context] * batch)
+        gen = torch.Generator().manual_seed(0)
+        tokens = torch.randint(0, model.spec.vocab_size, (batch, new_tokens), generator=gen).to(dev)
+        lengths = torch.full((batch,), context, dtype=torch.long, device=dev)
+        bucket = context_bucket(context + new_tokens, model.cache.max_seq)
+        among = offsets = None
+        if tree is not None:
+            among = torch.as_tensor(tree.ancestors_matrix(), device=dev)
+            offsets = torch.as_tensor(tree.depths - 1, device=dev)
+        out: dict[str, Any] = {"batch": batch, "new_tokens": new_tokens, "context": context, "kv_slots": bucket}
+        for path in ("static", "eager"):
+            counts = []
+            for layers in (1, 2):
+                if path == "static":
+
+                    def fn(layers: int = layers) -> Any:
+                        return model.forward_static(tokens, lengths, bucket, among, offsets, layers)
+
+                else:
+
+                    def fn(layers: int = layers) -> Any:
+                        return model.forward(tokens, tree, n_layers=layers)
+
+                counts.append(_kernel_count(fn, dev))
+            out[f"{path}_per_layer"] = counts[1] - counts[0]
+            out[f"{path}_outside_layers"] = 2 * counts[0] - counts[1]
+        return out
+    finally:
+        model.runner = held
+
+
+def launch_overhead(
+    model: Any,
+    points: Sequence[tuple[int, int, int]],
+    *,
+    repeats: int = 20,
+    warmup: int = 3,
+    capture: bool | None = None,
+) -> Any:
+    """What CUDA graphs remove, measured on the same kernels: each (batch, new tokens, context) point run through one
+    static runner's pass uncaptured (every kernel launched from Python, one by one) and through the same pass
+    captured as a graph and replayed, interleaved. Both run :meth:`measure.models.Transformer.forward_static` over
+    the same context bucket, masks and KV scatter, so their difference is the launches alone (timing the model's
+    eager path instead compared different kernels: unmasked attention over the exact key length against the graph's
+    masked attention over a bucket). One row per point: ``t_uncaptured_s``, ``t_graph_s`` (medians; CUDA events on a
+    GPU), ``launch_overhead_s`` (their difference, per pass), ``kernels`` (the pass's kernels, :func:`_kernel_count`)
+    and ``kv_slots`` (the bucket both read). ``capture`` (default: on CUDA) off times the uncaptured call twice, what
+    the CPU can check of the plumbing. The model's runner and cache are restored (the cache emptied)."""
+    import numpy as np
+    import pandas as pd
+
+    from measure.graphs import GraphRunner
+    from measure.models import block_step, context_bucket
+
+    capture = model.device.type == "cuda" if capture is None else capture
+    held, block = model.runner, model.block_fn
+    legs = {"uncaptured": GraphRunner(model, capture=False), "graph": GraphRunner(model, capture=capture)}
+    rows = []
+    try:
+        B = max(b for b, _, _ in points)
+        seq = max(c + n for _, n, c in points)
+        model.runner = None
+        model.block_fn = block_step
+        model.cache = None
+        model.setup_cache(B, seq)
+        gen = torch.Generator().manual_seed(0)
+        for b, n, c in points:
+            tokens = torch.randint(0, model.spec.vocab_size, (b, n), generator=gen).to(model.device)
+            assert model.cache is not None
+            model.cache.rollback([c] * model.cache.max_batch)
+
+            def run(leg: str, tokens: torch.Tensor = tokens) -> None:
+                model.runner = legs[leg]
+                with torch.inference_mode():
+                    model(tokens)
+
+            for leg in legs:
+                run(leg)  # the graph captured here, outside the timing; the uncaptured call's first use too
+            kernels = _kernel_count(lambda: run("uncaptured"), model.device)
+            t = {leg: np.inf for leg in legs}
+            for _ in range(2):  # interleaved: a slow moment falls on both
+                for leg in legs:
+                    timing = time_fn(lambda leg=leg: run(leg), warmup=warmup, repeats=repeats, device=model.device)
+                    t[leg] = min(t[leg], timing.median_s)
+            rows.append({"batch": b, "new_tokens": n, "context": c,
+                         "kv_slots": context_bucket(c + n, model.cache.max_seq), "kernels": kernels,
+                         "t_uncaptured_s": t["uncaptured"], "t_graph_s": t["graph"],
+                         "launch_overhead_s": t["uncaptured"] - t["graph"]})  # fmt: skip
+    finally:
+        for r in legs.values():
+            r.reset()
+        if held is not None:
+            held.reset()  # its graphs read the cache this replaced
+        model.runner, model.block_fn = held, block
+        model.cache = None
+    return pd.DataFrame(rows)

@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from measure.buckets import context_bucket  # noqa: F401  (the graphs and the checks import it from here)
 from roofline.errors import SpecroofError
 from roofline.model import ModelSpec
 
@@ -568,7 +569,8 @@ def attend(
 ) -> torch.Tensor:
     """softmax(q kᵀ / sqrt(d), masked) v with the kernel ``kind``: "sdpa" (F.scaled_dot_product_attention) or "matmul"
     (two batched products around a softmax, all in fp32: a 16-bit cache is read into fp32 copies first).
-    ``mask``: bool, True where a query sees a key.
+    ``mask``: bool, True where a query sees a key, or additive (0 where a query sees a key, -inf elsewhere, in
+    q's dtype: :func:`attention_mask`, what SDPA turns a bool mask into on every call).
 
     Why "matmul": torch's CPU SDPA runs a flash kernel that is slow for a few queries in bf16. On an AMD EPYC
     (Zen 5, 2 threads) one query over 1024 keys sliced from a static cache took 6.3 ms through SDPA against
@@ -580,9 +582,24 @@ def attend(
     if kind == "matmul":
         scores = torch.matmul(q.float(), keys.float().transpose(-1, -2)) * q.shape[-1] ** -0.5
         if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
+            # x + 0 is x and x + -inf is -inf: the additive mask gives exactly what masked_fill does
+            scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
         return torch.matmul(torch.softmax(scores, -1), values.float()).to(q.dtype)
     return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+
+
+def attention_mask(visible: torch.Tensor, group: int, dtype: torch.dtype) -> torch.Tensor:
+    """A pass's attention mask as every layer's attention takes it, built once per pass: ``visible`` (B, 1, n, kv)
+    bool (True where a query sees a key) expanded for grouped-query attention's ``group`` query heads per KV head
+    (B, 1, group x n, kv: :class:`Attention` folds those heads into the query axis) and made additive in ``dtype``
+    (0 where seen, -inf elsewhere). SDPA turns a bool mask into exactly this on each call, and the expansion copied
+    it: done per layer, that was three kernels of every layer (a copy, a negation, a select) and, in the graph of a
+    pass, three more nodes per layer; the values, and so every result, are the same."""
+    B, _, n, kv = visible.shape
+    if group > 1:
+        visible = visible.unsqueeze(2).expand(B, 1, group, n, kv).reshape(B, 1, group * n, kv)
+    zero = torch.zeros((), dtype=dtype, device=visible.device)
+    return torch.where(visible, zero, torch.full((), float("-inf"), dtype=dtype, device=visible.device))
 
 
 #: cached keys the attention probe times its kernels over
@@ -658,10 +675,9 @@ class Attention(nn.Module):
         g = self.h // self.kv
         if g > 1:
             # grouped-query attention without expanding K/V: the g query heads of a KV head
-            # become g x n queries of that head (SDPA's own GQA path copied K/V per head when masked)
+            # become g x n queries of that head (SDPA's own GQA path copied K/V per head when masked);
+            # the mask comes already expanded so (attention_mask, once per pass)
             q = q.reshape(B, self.kv, g * n, self.hd)
-            if mask is not None:
-                mask = mask.unsqueeze(2).expand(B, 1, g, n, kv_len).reshape(B, 1, g * n, kv_len)
         kind = self.kernels.get(rows_bucket(q.shape[2]), "sdpa") if self.kernels else "sdpa"
         out = attend(kind, q, keys, values, mask)
         out = out.reshape(B, self.h, n, self.hd)
@@ -701,26 +717,6 @@ def block_step(
     a = layer.self_attn.forward(layer.input_layernorm.forward(h), cos, sin, k_cache, v_cache, where, kv_len, mask)
     h = h + a
     return h + layer.mlp.forward(layer.post_attention_layernorm.forward(h))
-
-
-def context_bucket(need: int, cap: int, granule: int = 64) -> int:
-    """The number of cache slots a static-shape pass attends over when its longest sequence needs ``need``.
-
-    ``need`` rounded up to a ladder of four steps per octave (64, 128, 192, 256, 320, 384, 448, 512, 640, ...,
-    each a multiple of ``granule``) and capped at ``cap`` (the cache's length). A captured pass reads a fixed slice
-    of the cache, so its key length cannot follow the context token by token; the ladder bounds the slots read
-    beyond the longest sequence to a quarter of its context (a granule below 256 slots), while a cache that grows
-    by a few tokens per round crosses a step only every few dozen rounds, so few shapes are captured. Slots past a
-    sequence's own length are masked: they cost reads, never change a result. ``need`` beyond ``cap`` is an error.
-    """
-    need, cap = int(need), int(cap)
-    if need > cap:
-        raise SpecroofError(f"{need} tokens exceed the cache's max_seq {cap}")
-    if need <= granule:
-        return min(granule, cap)
-    octave = 1 << (need - 1).bit_length() - 1  # the largest power of two below need
-    step = max(granule, octave // 4)
-    return min(cap, -(-need // step) * step)
 
 
 class _Eager:
@@ -989,7 +985,8 @@ class Transformer(nn.Module):
             rel = j - L.view(B, 1, 1)  # key slot relative to the sequence's first new slot
             in_new = (rel >= 0) & (rel < n)
             new_ok = among.gather(2, rel.clamp(0, n - 1).expand(B, n, kv_len))
-            mask = ((rel < 0) | (in_new & new_ok)).unsqueeze(1)  # (B, 1, n, kv_len)
+            visible = ((rel < 0) | (in_new & new_ok)).unsqueeze(1)  # (B, 1, n, kv_len)
+            mask = attention_mask(visible, self.spec.n_heads // self.spec.n_kv_heads, self.dtype)
         cos = self._cos[positions].unsqueeze(1).to(self.dtype)
         sin = self._sin[positions].unsqueeze(1).to(self.dtype)
         # where each layer writes the new keys and values: one slice of the cache when every sequence
@@ -1053,7 +1050,8 @@ class Transformer(nn.Module):
         rel = torch.arange(bucket, device=dev).view(1, 1, bucket) - L.view(B, 1, 1)
         ok = torch.ones(n, n, dtype=torch.bool, device=dev).tril() if among is None else among
         new_ok = ok.expand(B, n, n).gather(2, rel.clamp(0, n - 1).expand(B, n, bucket))
-        mask = ((rel < 0) | ((rel < n) & new_ok)).unsqueeze(1)  # (B, 1, n, bucket): context, then the new tokens
+        visible = ((rel < 0) | ((rel < n) & new_ok)).unsqueeze(1)  # (B, 1, n, bucket): context, then the new tokens
+        mask = attention_mask(visible, self.spec.n_heads // self.spec.n_kv_heads, self.dtype)
         cos = self._cos[positions].unsqueeze(1).to(self.dtype)
         sin = self._sin[positions].unsqueeze(1).to(self.dtype)
         kvh = self.spec.n_kv_heads
