@@ -11,7 +11,8 @@ Sequoia's algorithm is reimplemented here as its file runs it (github.com/Infini
 budget, depth, branch and split, and the branch map kept by deep copy. The one change is
 float64 instead of torch's default float32, so the tables can be compared at 1e-9.
 ``--sequoia PATH`` also runs Sequoia's own ``tree_search.py`` (float32, its printing and
-grow-map output included) from a checkout, on the same vector, as a subprocess.
+grow-map output included) from a checkout, on the same vector, as a subprocess. ``--no-record`` prints the
+section instead of writing BENCHMARKS.md (a run beside another checkout's, to compare).
 """
 
 from __future__ import annotations
@@ -122,6 +123,7 @@ def median_time(fn, repeats: int) -> float:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sequoia", type=Path, help="Sequoia's tree_search.py (a checkout of Infini-AI-Lab/Sequoia)")
+    ap.add_argument("--no-record", action="store_true", help="print, do not write BENCHMARKS.md")
     args = ap.parse_args(argv)
     import torch  # noqa: F401  (Sequoia's loop needs it; importing it is not part of the loop's time)
 
@@ -202,7 +204,10 @@ def main(argv: list[str] | None = None) -> None:
     command = "python -m benchmarks.bench_tree_dp" + (
         " --sequoia SEQUOIA_CHECKOUT/tree_search.py" if args.sequoia else ""
     )
-    record("optimal tree DP (Sequoia)", body, command)
+    if args.no_record:
+        print(body)
+    else:
+        record("optimal tree DP (Sequoia)", body, command)
 
 
 if __name__ == "__main__":

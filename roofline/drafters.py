@@ -63,7 +63,6 @@ from roofline.passtime import (
 )
 from roofline.pricing import Pricing, pricing_of
 from roofline.timemodel import _dense_layer_kernels as dense_layer_kernels
-from roofline.timemodel import combine
 from roofline.trees import Tree, TreeLevels
 
 Array = npt.NDArray[np.float64]
@@ -1022,7 +1021,7 @@ def _device_s(
     pr = ctx.pricing
     cost = pass_cost(spec, pr, batch, tokens, context)
     op_mem, op_comp = pr.time_model.operator_times(cost, pr.dtype, ctx.draft_tp)
-    op_t = combine(op_mem, op_comp, pr.time_model.overlap)
+    op_t = pr.time_model.operator_seconds(op_mem, op_comp)
     keep = np.array([name not in skip for name in cost.operators])
     return np.asarray(np.sum(op_t[keep], axis=0), dtype=float)
 
@@ -1180,7 +1179,13 @@ class RoundTime:
 
     @property
     def t_round_s(self) -> Array:
-        return self.t_draft_s + self.t_verify_s + self.t_round_host_s
+        return round_seconds(self.t_draft_s, self.t_verify_s, self.t_round_host_s)
+
+
+def round_seconds(t_draft: Any, t_verify: Any, t_round_host: Any) -> Any:
+    """The round formula (docs/cost-model.md, sections 4-7): t_round = t_draft + t_verify + round host time, on one
+    round's floats and on arrays alike (:class:`RoundTime`, the speedup, the plans' rounds)."""
+    return t_draft + t_verify + t_round_host
 
 
 def _scalar(x: ArrayLike) -> int:
@@ -1239,18 +1244,15 @@ def round_time(
     host = pricing.round_host_at(batch) + round_overhead_s
     if isinstance(shape, Tree):
         lv = shape.levels()
-        if hasattr(d, "tree_draft_time_of"):  # a drafter whose cost depends on which nodes have children (Hydra)
-            t_draft = np.asarray(d.tree_draft_time_of(dctx, shape, _scalar(batch), _scalar(context)))
-        else:
-            t_draft = np.asarray(float(d.tree_draft_time(dctx, list(lv.widths), _scalar(batch), _scalar(context))))
+        t_draft = np.asarray(_tree_draft_s(d, dctx, shape, lv, _scalar(batch), _scalar(context)))
         n = lv.n_nodes
         if verify_latency is not None:
             if n + 1 not in verify_latency and n not in verify_latency:
                 raise SpecroofError(f"verify_latency has no entry for a {n}-node tree")
             t_verify = np.asarray(float(verify_latency.get(n + 1, verify_latency.get(n, np.nan))))
         else:
-            # the pending token is the root (depth 1), every node one deeper: n + 1 tokens, each seeing its depth
-            one = visible_seconds(target, pricing, batch, n + 1, context, _tree_visible(lv), pricing.tp)
+            tokens, visible = _tree_verify(lv)
+            one = visible_seconds(target, pricing, batch, tokens, context, visible, pricing.tp)
             if one is not None:
                 t_verify = np.asarray(one)
             else:
@@ -1267,10 +1269,19 @@ def round_time(
     return result
 
 
-def _tree_visible(lv: TreeLevels) -> float:
-    """New tokens each verify-pass token sees, summed: the root sees itself (1), a node at depth k sees its k
-    ancestors, the root and itself (k + 1)."""
-    return 1.0 + float(lv.depth_sum) + lv.n_nodes
+def _tree_verify(lv: TreeLevels) -> tuple[int, float]:
+    """A tree's verify pass: its tokens and the new tokens they see, summed. The pending token is the root (depth 1)
+    and every node one deeper: n + 1 tokens; the root sees itself (1), a node at depth k its k ancestors, the root
+    and itself (k + 1)."""
+    return lv.n_nodes + 1, 1.0 + float(lv.depth_sum) + lv.n_nodes
+
+
+def _tree_draft_s(d: Any, dctx: Ctx, tree: Tree, lv: TreeLevels, batch: int, context: int) -> float:
+    """Seconds to draft ``tree`` (``lv``: its levels): the drafter's own method, by which nodes have children for a
+    drafter whose cost depends on it (Hydra), by the levels' widths otherwise."""
+    if hasattr(d, "tree_draft_time_of"):
+        return float(d.tree_draft_time_of(dctx, tree, batch, context))
+    return float(d.tree_draft_time(dctx, list(lv.widths), batch, context))
 
 
 # -- a tree round on scalars: everything but (tree, batch, context) resolved once per (pricing, target, drafter) ----
@@ -1279,24 +1290,17 @@ def _tree_visible(lv: TreeLevels) -> float:
 class TreePlan:
     """:func:`round_time`'s tree rounds for one (pricing, target, drafter) on whole-number scalars, resolved once.
 
-    Holds the two :class:`Ctx` the round formula builds, the target's scalar pricer (its plain pass and its
-    tree-masked verify pass) and the round host time; the draft passes stay the drafter's own method on the
-    held draft :class:`Ctx`, so every drafter's formula is the one :func:`round_time` calls. Nothing here
+    Holds the draft :class:`Ctx` the round formula builds, the target's scalar pricer (its plain pass and its
+    tree-masked verify pass) and the round host time; the draft and the verify pass are :func:`round_time`'s own
+    (:func:`_tree_draft_s`, :func:`_tree_verify`), so a plan only skips the lookups before them. Nothing here
     depends on the tree or the round's configuration."""
 
-    __slots__ = ("drafter", "dctx", "pricer", "max_context", "host", "of_tree", "passes", "dspec", "dpricer")
+    __slots__ = ("drafter", "dctx", "pricer", "max_context", "host")
 
     def __init__(self, pricing: Pricing, target: ModelSpec, drafter: Any, pricer: Any) -> None:
         self.drafter = drafter
         self.dctx = Ctx.of(target, draft_pricing(pricing, drafter), draft_tp(pricing, drafter))
         self.pricer, self.max_context, self.host = pricer, target.max_context, pricing.round_host_at
-        self.of_tree = hasattr(drafter, "tree_draft_time_of")
-        # a drafter whose tree_draft_time is _tree_levels of its tree_passes (not one a subclass replaced) says which
-        # passes it drafts; the draft model's scalar pricer is then held here, found again by the model object
-        via_passes = getattr(type(drafter), "tree_draft_time", None) in _VIA_PASSES
-        self.passes = drafter.tree_passes if via_passes else None
-        self.dspec: ModelSpec | None = None
-        self.dpricer: Any = None
 
     def base(self, batch: int, context: int) -> float | None:
         """Seconds of one plain decode pass of the target (:func:`roofline.passtime.pass_seconds`' float); None
@@ -1310,27 +1314,12 @@ class TreePlan:
         the caller holds them), :func:`round_time`'s floats; None where the verify pass runs past the target's
         context (the array path names it)."""
         lv = tree.levels() if levels is None else levels
-        n = lv.n_nodes
-        if context + n + 1 > self.max_context:
+        tokens, visible = _tree_verify(lv)
+        if context + tokens > self.max_context:
             return None
-        if self.of_tree:
-            t_draft = float(self.drafter.tree_draft_time_of(self.dctx, tree, batch, context))
-        elif self.passes is not None:  # the drafter's _tree_levels, with the draft model's pricer held
-            spec, widths, c = self.passes(self.dctx, list(lv.widths), context)
-            if spec is not self.dspec:
-                self.dspec, self.dpricer = spec, scalar_pricer(spec, self.dctx.pricing, self.dctx.draft_tp)
-            summed = None
-            if self.dpricer is not None and type(widths) is list:
-                summed = self.dpricer.levels(batch, c, widths, spec.max_context)
-            t_draft = summed if summed is not None else _levels(self.dctx, spec, widths, batch, c)
-        else:
-            t_draft = float(self.drafter.tree_draft_time(self.dctx, list(lv.widths), batch, context))
-        return t_draft, self.pricer.seconds(batch, n + 1, context, _tree_visible(lv)), self.host(batch)
+        t_draft = _tree_draft_s(self.drafter, self.dctx, tree, lv, batch, context)
+        return t_draft, self.pricer.seconds(batch, tokens, context, visible), self.host(batch)
 
-
-#: the tree_draft_time methods that price ``_tree_levels(ctx, self.tree_passes(...), batch)``
-_VIA_PASSES = (DraftModel.tree_draft_time, EarlyExit.tree_draft_time, SlidingWindowSelfDraft.tree_draft_time,
-               Eagle.tree_draft_time)  # fmt: skip
 
 _TREE_PLANS: dict[tuple[Any, ...], tuple[Pricing, ModelSpec, Any, TreePlan | None]] = {}
 
@@ -1371,30 +1360,16 @@ class ChainPlan:
     :func:`round_time` on a :class:`DraftModel` and a whole-number chain length, batch and context is
     ``gamma`` one-token draft passes, one (gamma + 1)-token verify pass and the round host time; this holds
     the two scalar pricers (:func:`roofline.passtime.scalar_pricer`: the target's, and the draft model's on
-    :func:`draft_pricing` over :func:`draft_tp` devices), the round host time, and the constants of the device-memory sums :func:`roofline.speculative.speedup` reports
-    (:func:`roofline.passtime.memory_footprint`'s terms, in its order of operations), so that a round is the
-    pricers' arithmetic and nothing else. Nothing here depends on the round's configuration."""
+    :func:`draft_pricing` over :func:`draft_tp` devices) and the round host time, so that a round is the
+    calls :func:`round_time` ends in (the pricers' ``chain`` and ``seconds``) without the lookups before them.
+    Nothing here depends on the round's configuration."""
 
-    __slots__ = ("target", "draft", "target_context", "draft_context", "host", "weights_bytes", "kv_per_token",
-                 "kv_bytes", "act_per_token", "act_bytes", "offloaded", "tp", "capacity", "draft_weights_bytes",
-                 "draft_kv_per_token", "draft_kv_bytes")  # fmt: skip
+    __slots__ = ("target", "draft", "target_context", "draft_context", "host")
 
     def __init__(self, pricing: Pricing, target: ModelSpec, drafter: DraftModel, t_pricer: Any, d_pricer: Any) -> None:
         self.target, self.draft = t_pricer, d_pricer
         self.target_context, self.draft_context = target.max_context, drafter.spec.max_context
         self.host = pricing.round_host_at
-        wb = dtype_bytes(pricing.stored_weight_dtype)
-        s, sd = model_shape(target), model_shape(drafter.spec)
-        self.weights_bytes = target.weight_bytes(wb)
-        self.kv_per_token, self.kv_bytes = s.kv_elements_per_token, dtype_bytes(pricing.kv_dtype or pricing.dtype)
-        self.act_per_token = 2 * max(s.d, s.mlp_matrices * max(s.d_ff, s.d_ff_expert), s.vocab)
-        self.act_bytes = dtype_bytes(pricing.dtype)
-        self.offloaded, self.tp = pricing.offloaded, pricing.tp
-        cap = pricing.hardware.memory_bytes
-        self.capacity = cap if cap is not None else np.inf
-        # the draft model's own weights and KV (DraftModel.extra_memory_bytes: its KV in the activations' dtype)
-        self.draft_weights_bytes = drafter.spec.weight_bytes(wb)
-        self.draft_kv_per_token, self.draft_kv_bytes = sd.kv_elements_per_token, dtype_bytes(pricing.dtype)
 
     def times(self, gamma: int, batch: int, context: int, round_overhead_s: float = 0.0) -> tuple[float, ...] | None:
         """(t_base, t_draft, t_verify, t_round_host) of one round in seconds, :func:`round_time`'s floats; None where

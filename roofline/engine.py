@@ -22,7 +22,7 @@ import dataclasses
 import functools
 import math
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -130,6 +130,12 @@ class Engine:
     #: eager engines: the per-kernel host cost measured across hosts, (lowest, highest) seconds; a prediction's
     #: host-speed band (:meth:`host_speed_span`), not a fitted value; None: not an eager engine or no range
     host_launch_range_s: tuple[float, float] | None = None
+    #: extra device seconds per pass: each ``term(tokens, batch)`` (a pass's tokens, batch x new tokens, and its
+    #: sequences) returns seconds, written with arithmetic alone so that it takes a sweep's arrays and one
+    #: configuration's floats. The public place to add a term to the time model: every pricing path (arrays, the
+    #: scalar pricers, rounds, speedups) composes a pass through :meth:`roofline.timemodel.TimeModel.finish`, which
+    #: adds them (docs/cost-model.md, section 47). Set in code (``dataclasses.replace``), not read from a profile
+    pass_terms: tuple[Callable[[Any, Any], Any], ...] = ()
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
     #: an engine fitted on the user's machine (``specroof measure engine``): its ``[measured]`` provenance (framework
     #: and version, torch, device, host CPU, date, command, the hardware profile it was fitted against)
@@ -218,8 +224,11 @@ class Engine:
     # -- the terms of a speculative round at batch (docs/cost-model.md, section 32) -------------------------
 
     def step_host_s(self, batch: Any) -> Any:
-        """The per-step host time at ``batch`` running sequences: ``step_us + batch x step_per_seq_us``."""
-        return self.host_step_s + self.host_step_per_seq_s * np.asarray(batch, dtype=float)
+        """The per-step host time at ``batch`` running sequences: ``step_us + batch x step_per_seq_us`` (a float for
+        one configuration's float batch: the scalar pricers' pass; an array otherwise)."""
+        return self.host_step_s + self.host_step_per_seq_s * (
+            batch if type(batch) is float else np.asarray(batch, dtype=float)
+        )
 
     @property
     def step_hidden_only_when_plain(self) -> bool:

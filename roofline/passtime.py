@@ -8,8 +8,6 @@ number of new tokens for which that still holds.
 
 from __future__ import annotations
 
-import bisect
-import itertools
 import math
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -20,9 +18,9 @@ import pandas as pd
 from numpy.typing import ArrayLike
 
 from roofline.cost import (
+    LINEAR_VARIABLES,
     LinearTerms,
     PassCost,
-    ScalarTerms,
     array_sum,
     expected_experts_touched,
     forward_cost,
@@ -32,7 +30,6 @@ from roofline.cost import (
     moe_expert_rows,
     scalar_config,
     scalar_count,
-    scalar_terms,
 )
 from roofline.dtypes import activation_dtype, dtype_bytes
 from roofline.engine import Engine
@@ -176,7 +173,7 @@ def _step_time(cost: PassCost, pr: Pricing, memory_bytes: Array | None = None) -
     tm, dtype = pr.time_model, pr.dtype
     fixed = tm.overhead_s(cost.n_layers, cost.n_moe_layers) if pr.overhead_s is None else pr.overhead_s
     op_mem, op_comp = tm.operator_times(cost, dtype, pr.tp)
-    op_t = combine(op_mem, op_comp, tm.overlap)
+    op_t = tm.operator_seconds(op_mem, op_comp)
     comm = tm.allreduce_s(cost, pr.tp)
     return StepTime(
         operators=cost.operators,
@@ -231,398 +228,218 @@ def fused_moe_layer_seconds(
     ``tuning_fused_moe_triton.py``) times. Broadcasts over ``tokens``."""
     tm, e, tp = pr.time_model, pr.time_model.engine, pr.tp
     T = np.asarray(tokens, dtype=float)
-    wdt = pr.stored_weight_dtype
-    wb = dtype_bytes(wdt) if expert_bytes_per_weight is None else float(expert_bytes_per_weight)
-    bw = tm.bandwidth_bytes_per_s * tp
-    if expert_bytes_per_weight is None and (wdt in tm.weight_bandwidth_ratio or wdt in tm.weight_bytes_factor):
-        per_byte = tm.weight_bytes_factor.get(wdt, 1.0) / (bw * tm.weight_bandwidth_ratio.get(wdt, 1.0))
-    else:
-        per_byte = 1.0 / bw
-    slice_params = 3.0 * hidden * expert_width  # over tp devices: the rates above are tp devices' rates
+    wb = dtype_bytes(pr.stored_weight_dtype) if expert_bytes_per_weight is None else float(expert_bytes_per_weight)
+    slice_params = 3.0 * hidden * expert_width  # over tp devices: the rates below are tp devices' rates
     touched = expected_experts_touched(experts, experts_per_token, T)
     kernel = moe_kernel_of(pr)
     rows = moe_expert_rows(experts, experts_per_token, T, kernel)
-    mem = touched * slice_params * wb * per_byte
-    comp = 2.0 * np.asarray(rows, dtype=float) * slice_params / (tm.peak(pr.dtype) * tp)
-    floor = 0.0
-    if e is not None and kernel is not None:
-        mem = mem + touched * e.moe_expert_s
-        floor = e.moe_layer_s
-    return np.asarray(floor + combine(mem, comp, tm.overlap), dtype=float)
+    zero = np.zeros((1, *T.shape))
+    # the routed experts as one MoE layer's MLP operator, priced by the time model's own rules at the weight
+    # stream's rate: the weights' dtype rate (none for explicit bytes per weight), the fused kernel's time per expert
+    layer = PassCost(
+        operators=("mlp",),
+        flops=(2.0 * np.asarray(rows, dtype=float) * slice_params)[None],
+        bytes_weights=(touched * slice_params * wb)[None],
+        bytes_kv_read=zero,
+        bytes_kv_write=zero,
+        bytes_act=zero,
+        batch=np.ones(T.shape, dtype=np.int64),
+        new_tokens=np.ones(T.shape, dtype=np.int64),
+        context=np.zeros(T.shape, dtype=np.int64),
+        compute_dtype=pr.dtype,
+        n_layers=1,
+        weight_dtype=pr.stored_weight_dtype if expert_bytes_per_weight is None else "",
+        n_moe_layers=1 if kernel is not None else 0,
+        routed_experts=touched,
+    )
+    mem = tm.operator_memory(layer, tm.bandwidth_bytes_per_s * tp, tp)[0]
+    comp = layer.flops[0] / tm.compute_rates(("mlp",), pr.dtype, tp)[0][0]
+    floor = e.moe_layer_s if e is not None and kernel is not None else 0.0
+    return np.asarray(floor + tm.operator_seconds(mem, comp), dtype=float)
 
 
-def _scalar_times(
-    terms: ScalarTerms, pr: Pricing, tp: int, weight_dtype: str
-) -> tuple[list[float], list[float], list[float], float, float] | None:
-    """Per-operator memory, compute and combined seconds, fixed overhead and pass seconds of one configuration, in
-    plain floats: :meth:`roofline.timemodel.TimeModel.pass_seconds` term by term (docs/cost-model.md, sections 2
-    and 6). None for an eager engine's kernel launches, whose pipeline only the array path prices."""
-    tm = pr.time_model
-    e = tm.engine
-    if e is not None and e.launches:
-        return None
-    tokens = terms.batch * terms.new_tokens
-    bw = tm.bandwidth_bytes_per_s * tp
-    gemv = tm.gemv_bandwidth_bytes_per_s
-    if gemv is not None and gemv != tm.bandwidth_bytes_per_s and tokens == 1:
-        bw = gemv * tp
-    elif tm.rows_bandwidth_bytes_per_s:  # a range's own rate (memory_regime: 2 + its index; 0 past them all)
-        k = memory_regime(float(tokens), tuple(top for top, _ in tm.rows_bandwidth_bytes_per_s))
-        if k >= 2:
-            bw = tm.rows_bandwidth_bytes_per_s[k - 2][1] * tp
-    factor = tm.weight_bytes_factor.get(weight_dtype, 1.0)
-    w, kr, kw, a = terms.bytes_weights, terms.bytes_kv_read, terms.bytes_kv_write, terms.bytes_act
-    total = [wi + ri + vi + ai for wi, ri, vi, ai in zip(w, kr, kw, a, strict=True)]
-    link = tm.weights_link_bytes_per_s
-    if link is not None:
-        mem = [w[i] * factor / (link * tp) + (total[i] - w[i]) / bw for i in range(len(w))]
-    elif weight_dtype in tm.weight_bandwidth_ratio or weight_dtype in tm.weight_bytes_factor:
-        w_bw = bw * tm.weight_bandwidth_ratio.get(weight_dtype, 1.0)
-        mem = [w[i] * factor / w_bw + (total[i] - w[i]) / bw for i in range(len(w))]
-    else:
-        mem = [t / bw for t in total]
-    if tp > 1 and terms.kv_replicated:  # a latent cache (MLA) is whole on every rank (TimeModel.operator_times)
-        mem = [mem[i] + (kr[i] + kw[i]) * (tp - 1) / bw for i in range(len(w))]
-        kr = [r * tp for r in kr]
-    if e is not None and e.kv_bandwidth_fraction != 1.0:
-        extra = 1.0 / e.kv_bandwidth_fraction - 1.0
-        mem = [mem[i] + kr[i] / bw * extra for i in range(len(w))]
-    if e is not None and e.moe_expert_s and terms.n_moe_layers and "mlp" in terms.operators:
-        # the fused-MoE kernel's time per distinct routed expert a layer touches (section 40)
-        mlp = terms.operators.index("mlp")
-        mem[mlp] = mem[mlp] + terms.n_moe_layers * e.moe_expert_s * terms.routed_experts
-    if e is not None and e.sampling_passes and terms.vocab_size and "lm_head" in terms.operators:
-        head = terms.operators.index("lm_head")
-        mem[head] = mem[head] + tokens * float(terms.vocab_size) * 4.0 * e.sampling_passes / bw
-    peak = tm.peak(pr.dtype)
-    peak_tp = peak * tp
-    comp = [f / peak_tp for f in terms.flops]
-    if tm.matmul_half_tokens:
-        scale = 1.0 + tm.matmul_half_tokens / tokens
-        comp = [c * scale for c in comp]
-    if tm.attention_flop_per_s is not None and tm.attention_flop_per_s != peak:
-        for i, name in enumerate(terms.operators):
-            if name in ATTENTION_OPERATORS:
-                comp[i] = terms.flops[i] / (tm.attention_flop_per_s * tp)
-    if tm.overlap >= 1.0:
-        op_t = [m if m >= c else c for m, c in zip(mem, comp, strict=True)]
-    else:
-        op_t = [max(m, c) + (1.0 - tm.overlap) * min(m, c) for m, c in zip(mem, comp, strict=True)]
-    nl = terms.n_layers
-    fixed = tm.overhead_s(nl, terms.n_moe_layers) if pr.overhead_s is None else pr.overhead_s
-    comm = 0.0
-    if tp > 1:
-        if tm.interconnect_bytes_per_s is None:
-            tm.allreduce_s(terms.to_cost(pr.dtype, weight_dtype), tp)  # raises the error that names the profile
-        per = 2.0 * (tp - 1) / tp * terms.allreduce_bytes / tm.interconnect_bytes_per_s  # type: ignore[operator]
-        comm = 2 * nl * (tm.allreduce_latency_s + per)
-    t = array_sum(op_t) + fixed + comm
-    host = tm.host_s(nl)
-    if host > 0:
-        t = max(t, host)
-    if e is not None and (e.host_step_s or e.host_step_per_seq_s):
-        step = e.host_step_s + e.host_step_per_seq_s * float(terms.batch)
-        t = max(t, step) if e.step_overlap else t + step
-    return mem, comp, op_t, float(fixed), t
+# -- the scalar pricer: one configuration's seconds from the time model's own coefficients, tabulated once --------
 
 
-# -- the scalar pricer: one configuration's seconds with everything but (batch, tokens, context) resolved once -----
-
-
-def memory_rates(tm: Any, wdt: str, tp: int) -> list[tuple[float, float]]:
-    """(bytes/s for the bytes other than weights, seconds per weight byte) of many-token passes, then of one-token
-    passes (matrix-vector: they may stream at the gemv rate), then of each range of ``rows_bandwidth_bytes_per_s``:
-    TimeModel.operator_times' rates, resolved once, in :func:`roofline.timemodel.memory_regime`'s order."""
-    gemv = tm.gemv_bandwidth_bytes_per_s
-    base = tm.bandwidth_bytes_per_s
-    rates = []
-    for rate in (
-        base,
-        gemv if gemv is not None and gemv != base else base,
-        *(r for _, r in tm.rows_bandwidth_bytes_per_s),
-    ):
-        bw = rate * tp
-        factor = tm.weight_bytes_factor.get(wdt, 1.0)
-        if tm.weights_link_bytes_per_s is not None:
-            per_w = factor / (tm.weights_link_bytes_per_s * tp)
-        elif wdt in tm.weight_bandwidth_ratio or wdt in tm.weight_bytes_factor:
-            per_w = factor / (bw * tm.weight_bandwidth_ratio.get(wdt, 1.0))
-        else:
-            per_w = 1.0 / bw
-        rates.append((bw, per_w))
-    return rates
-
-
-def _piecewise(terms: list[tuple[float, float, float]], half: float, overlap: float) -> tuple[list[float], ...]:
-    """(knots, intercepts, slopes): sum_j op(w_j + t_j T, c_j (T + half)) over T > 0 as a piecewise-linear function.
-
-    Each operator's time is the larger of its memory line w + t T and its compute line c (T + half) (or the
-    overlap's blend of the two, also a line on each side), so the sum is linear between the points where an
-    operator's two lines cross: on interval i (``knots[i - 1] <= T < knots[i]``) it is ``intercepts[i] + slopes[i] T``,
-    a sum of non-negative terms regrouped (the per-operator sum to a few units in the last place)."""
-    keep = 1.0 - overlap if overlap < 1.0 else 0.0  # the share of the shorter side that does not overlap
-    lines = []
-    for w, t, c in terms:
-        # (intercept, slope) where memory is the longer side, m + (1 - o) c, and where compute is, c + (1 - o) m
-        lines.append((w, t, c, (w + keep * c * half, t + keep * c), (c * half + keep * w, c + keep * t)))
-    knots = sorted({(w - c * half) / (c - t) for w, t, c in terms if c != t and (w - c * half) / (c - t) > 0.0})
-    if knots:
-        probes = [knots[0] / 2.0] + [(lo + hi) / 2.0 for lo, hi in itertools.pairwise(knots)] + [2.0 * knots[-1] + 1.0]
-    else:
-        probes = [1.0]
-    intercepts, slopes = [], []
-    for p in probes:
-        a = b = 0.0
-        for w, t, c, mem, comp in lines:
-            line = mem if w + t * p >= c * (p + half) else comp
-            a, b = a + line[0], b + line[1]
-        intercepts.append(a)
-        slopes.append(b)
-    return knots, intercepts, slopes
+def _unit_cost(spec: ModelSpec, pr: Pricing, lin: LinearTerms) -> PassCost:
+    """The pass whose column j is one unit of the table's variable j (:data:`roofline.cost.LINEAR_VARIABLES`) and
+    nothing else: the bytes and FLOPs of :func:`roofline.cost.linear_terms`, one token in the tokens column, one
+    routed expert in the touched column. The time model's rules are linear in these for a given streaming rate, so
+    :meth:`roofline.timemodel.TimeModel.operator_memory` on it is the seconds per unit of every variable
+    (docs/cost-model.md, section 47)."""
+    nv = len(LINEAR_VARIABLES)
+    unit = np.eye(nv)
+    s = None if spec.is_abstract else model_shape(spec)
+    return PassCost(
+        operators=lin.operators,
+        flops=lin.flops.T,
+        bytes_weights=lin.bytes_weights.T,
+        bytes_kv_read=lin.bytes_kv_read.T,
+        bytes_kv_write=lin.bytes_kv_write.T,
+        bytes_act=lin.bytes_act.T,
+        batch=unit[1].astype(
+            np.int64
+        ),  # tokens = batch x new tokens: 1 in the tokens column (the sampler's logits per token)
+        new_tokens=np.ones(nv, dtype=np.int64),
+        context=np.zeros(nv, dtype=np.int64),
+        compute_dtype=pr.dtype,
+        n_layers=s.nl if s is not None else 0,
+        weight_dtype=pr.stored_weight_dtype,
+        vocab_size=s.vocab if s is not None else 0,
+        mlp_matrices=s.mlp_matrices if s is not None else 3,
+        n_moe_layers=s.n_moe_layers if s is not None and s.moe else 0,
+        routed_experts=unit[5],
+    )
 
 
 class _Pricer:
     """A pass's seconds as a function of (batch, new tokens, context) for one model, pricing and device count.
 
-    Every FLOP and byte of a pass is a constant or linear in the tokens T = batch x new tokens, the
-    cached tokens batch x context or the attention pairs batch x (new x context + visible), except the
-    embedding's rows (min(T, vocab)) and a mixture's distinct experts (:func:`roofline.cost.linear_terms`, the
-    table :class:`_StepPricer` reads too); every time-model term is a rate applied to one of those
-    (docs/cost-model.md, sections 2 and 6). So the per-operator coefficients in seconds are resolved here once:
-    the operators outside attention, the embedding and a mixture's MLP sum to a piecewise-linear function of T
-    (:func:`_piecewise`), and a pass costs a lookup and a few multiply-adds (:func:`_scalar_times` regrouped: the
-    result agrees with the array path to a few units in the last place, not to the bit).
-    """
+    Every FLOP and byte of a pass is a constant times one of the variables of :func:`roofline.cost.linear_terms`
+    (1, the tokens T, the attention pairs, the cached tokens, the embedding's rows, a mixture's distinct experts
+    and the rows its kernel runs), and every time-model rule is linear in them at a given streaming rate. So the
+    seconds per unit of each variable are tabulated here once, per memory regime, by the array path's own
+    functions (:meth:`roofline.timemodel.TimeModel.operator_memory` on :func:`_unit_cost`,
+    :meth:`~roofline.timemodel.TimeModel.compute_rates`), and a pass evaluates them: each operator's two sides are
+    dot products, then :meth:`~roofline.timemodel.TimeModel.operator_seconds` and :meth:`~roofline.timemodel.TimeModel.finish` compose
+    them, the functions the array path calls (docs/cost-model.md, section 47). Nothing here restates a rule.
 
-    __slots__ = ("terms", "knots", "icpt", "slope", "embed_w", "embed_t", "moe", "mlp_w", "mlp_e", "mlp_r", "n_experts",
-                 "n_experts_int", "k", "moe_kernel", "k_share", "n_attn", "attn_t", "attn_l", "attn_c", "attn_scaled", "vocab", "half", "overlap", "fixed",
-                 "comm_0", "comm_t", "host", "step_s", "step_per_seq", "step_overlap", "tops", "rests")  # fmt: skip
+    The operators whose coefficients on the pairs and the cached tokens are all zero (all but attention) depend on
+    T alone: their sum is kept per T (``memo``), since a decode step, a chain's draft steps and a tree's levels run
+    at a few token counts call after call."""
+
+    __slots__ = ("tm", "lin", "mem", "comp", "scaled", "tops", "vocab", "moe", "n_experts", "k",
+                 "moe_kernel", "rest_ops", "call_ops", "fixed", "tp", "nl", "d_ab", "host", "finishing", "op",
+                 "memo")  # fmt: skip
 
     def __init__(self, spec: ModelSpec, pr: Pricing, tp: int, lin: LinearTerms) -> None:
-        tm, e, wdt = pr.time_model, pr.time_model.engine, pr.stored_weight_dtype
-        kv_extra = 1.0 / e.kv_bandwidth_fraction - 1.0 if e is not None and e.kv_bandwidth_fraction != 1.0 else 0.0
-        regimes = memory_rates(tm, wdt, tp)
-        # the max rows of the ranges with rates of their own (memory_regime): empty, the usual case, keeps a
-        # pass's regime the one-token test alone
+        tm = pr.time_model
+        self.tm, self.lin, self.tp = tm, lin, tp
+        self.op = tm.operator_seconds  # the overlap rule, looked up once
+        unit = _unit_cost(spec, pr, lin)
+        # seconds per unit of each variable (columns) and operator (rows): memory per regime, compute
+        self.mem = [tm.operator_memory(unit, bw, tp) for bw in tm.stream_rates(tp)]
+        rates, scaled = tm.compute_rates(lin.operators, pr.dtype, tp)
+        self.comp, self.scaled = unit.flops / rates[:, None], scaled
         self.tops = tuple(top for top, _ in tm.rows_bandwidth_bytes_per_s)
-        peak = tm.peak(pr.dtype)
-        peak_tp = peak * tp
-        attn_rate = tm.attention_flop_per_s
-        attn_own = attn_rate is not None and attn_rate != peak
-        names = lin.operators
-        self.terms = lin
-        # per operator: weight bytes (constant), other bytes per token, KV bytes read per cached token, FLOPs per
-        # token, FLOPs per attention pair, weight bytes per embedding row and per distinct expert (the table's rows)
-        w, rows_w, touched_w = (lin.bytes_weights[j].tolist() for j in (0, 4, 5))
-        per_t = (lin.bytes_act[1] + lin.bytes_kv_write[1]).tolist()
-        per_l = lin.bytes_kv_read[3].tolist()
-        f_t, f_p, f_r = lin.flops[1].tolist(), lin.flops[2].tolist(), lin.flops[6].tolist()
         s = None if spec.is_abstract else model_shape(spec)
-        nl, vocab, moe = (s.nl, s.vocab, s.moe) if s is not None else (0, 0, False)
-        d_ab = s.d * dtype_bytes(pr.dtype) if s is not None else 0.0
-        self.n_experts = float(s.n_experts) if s is not None else 0.0
-        self.k_share = 1.0 - s.k / s.n_experts if s is not None and moe else 0.0
-        self.n_experts_int, self.k = (s.n_experts, s.k) if s is not None and moe else (0, 0)
-        self.moe_kernel = moe_kernel_of(pr) if moe else None
-        sampling = (e.sampling_passes if e is not None else 0.0) if vocab and "lm_head" in names else 0.0
-        attn = [i for i, name in enumerate(names) if name in ATTENTION_OPERATORS]
-        head = names.index("lm_head") if "lm_head" in names else -1
-        mlp = names.index("mlp") if moe else -1
-        embed = names.index("embed") if "embed" in names else -1
-        # the embedding (its rows) and a mixture's MLP (its experts) have terms of their own: priced apart
-        rest = [i for i in range(len(names)) if i not in attn and i != embed and i != mlp]
-        # seconds per unit of each term, per memory regime
-        per_t_s = [[per_t[i] / bw + (vocab * 4.0 * sampling / bw if i == head else 0.0) for i in range(len(names))]
-                   for bw, _ in regimes]  # fmt: skip
-        self.half = tm.matmul_half_tokens
-        self.overlap = tm.overlap
-        tables = [_piecewise([(w[i] * per_w, per_t_s[j][i], f_t[i] / peak_tp) for i in rest], self.half, self.overlap)
-                  for j, (_, per_w) in enumerate(regimes)]  # fmt: skip
-        self.knots, self.icpt, self.slope = ([t[j] for t in tables] for j in range(3))
-        self.embed_w = [rows_w[embed] * per_w for _, per_w in regimes] if embed >= 0 else None
-        self.embed_t = [per_t_s[j][embed] for j in range(len(regimes))] if embed >= 0 else [0.0] * len(regimes)
-        self.moe = moe
-        if moe:
-            self.mlp_w = [(w[mlp] * r[1], per_t_s[j][mlp], f_t[mlp] / peak_tp) for j, r in enumerate(regimes)]
-            # seconds per distinct expert: its bytes, and the fused-MoE kernel's time per expert in every MoE layer
-            per_expert = s.n_moe_layers * e.moe_expert_s if e is not None and s is not None else 0.0
-            self.mlp_e = [touched_w[mlp] * r[1] + per_expert for r in regimes]
-            self.mlp_r = f_r[mlp] / peak_tp  # compute seconds per row the fused kernel runs (0: useful FLOPs only)
-        self.n_attn = len(attn)
-        a0 = attn[0] if attn else 0
-        self.attn_t = [per_t[a0] / r[0] for r in regimes] if attn else [0.0] * len(regimes)
-        self.attn_l = [per_l[a0] / r[0] * (1.0 + kv_extra) for r in regimes] if attn else [0.0] * len(regimes)
-        self.attn_c = f_p[a0] / ((attn_rate * tp) if attn_own else peak_tp) if attn else 0.0  # type: ignore[operator]
-        self.attn_scaled = not attn_own
-        self.vocab = float(vocab)
-        n_moe = s.n_moe_layers if s is not None and moe else 0
-        self.fixed = float(tm.overhead_s(nl, n_moe) if pr.overhead_s is None else pr.overhead_s)
-        self.comm_0 = self.comm_t = 0.0
-        if tp > 1:
-            link = tm.interconnect_bytes_per_s
-            self.comm_0 = 2 * nl * tm.allreduce_latency_s
-            self.comm_t = 2 * nl * (2.0 * (tp - 1) / tp * d_ab / link)  # type: ignore[operator]
-        self.host = tm.host_s(nl)
-        has_step = e is not None and bool(e.host_step_s or e.host_step_per_seq_s)
-        self.step_s = e.host_step_s if has_step else 0.0  # type: ignore[union-attr]
-        self.step_per_seq = e.host_step_per_seq_s if has_step else 0.0  # type: ignore[union-attr]
-        self.step_overlap = has_step and bool(e.step_overlap)  # type: ignore[union-attr]
-        if not has_step:
-            self.step_s = -1.0  # no per-step host term
-        self.rests: dict[float, float] = {}
+        self.moe = s is not None and s.moe
+        self.vocab = float(s.vocab) if s is not None else 0.0
+        self.n_experts, self.k = (s.n_experts, s.k) if self.moe else (0, 0)  # type: ignore[union-attr]
+        self.moe_kernel = moe_kernel_of(pr) if self.moe else None
+        # the operators of T alone, and the others (their coefficients on the pairs and the cached tokens), equal
+        # rows counted once (attention's scores and values): per regime, plain floats
+        self.rest_ops: list[list[tuple[list[float], list[float], bool]]] = []
+        self.call_ops: list[list[tuple[int, int, float, float, float, float, bool]]] = []
+        per_call = [bool(np.any(self.comp[i, 2:4]) or any(np.any(m[i, 2:4]) for m in self.mem))
+                    for i in range(len(lin.operators))]  # fmt: skip
+        for m in self.mem:
+            self.rest_ops.append(
+                [
+                    (m[i].tolist(), self.comp[i].tolist(), bool(scaled[i]))
+                    for i in range(len(per_call))
+                    if not per_call[i]
+                ]
+            )
+            groups: dict[tuple[Any, ...], list[Any]] = {}
+            for i in range(len(per_call)):
+                if per_call[i]:
+                    key = (*m[i].tolist(), *self.comp[i].tolist(), bool(scaled[i]))
+                    groups.setdefault(key, [0, i])[0] += 1
+            self.call_ops.append(
+                [
+                    (
+                        n,
+                        i,
+                        float(m[i, 2]),
+                        float(m[i, 3]),
+                        float(self.comp[i, 2]),
+                        float(self.comp[i, 3]),
+                        bool(scaled[i]),
+                    )
+                    for n, i in groups.values()
+                ]
+            )
+        self.nl = s.nl if s is not None else 0
+        n_moe = s.n_moe_layers if self.moe else 0  # type: ignore[union-attr]
+        self.fixed = float(tm.overhead_s(self.nl, n_moe) if pr.overhead_s is None else pr.overhead_s)
+        self.d_ab = s.d * dtype_bytes(pr.dtype) if s is not None else 0.0  # all-reduce bytes per token
+        self.host = tm.host_s(self.nl)
+        # whether TimeModel.finish changes a pass's device seconds at all (a host floor, a step time, extra terms):
+        # asked of finish itself, at two probes, so that a pass skips it only where it returns its input unchanged
+        self.finishing = any(tm.finish(t, self.host, T, B) != t for t, T, B in ((0.0, 1.0, 1.0), (1e-3, 3.0, 2.0)))
+        self.memo: dict[float, tuple[Any, ...]] = {}
 
-    def _op(self, mem: float, comp: float) -> float:
-        if self.overlap >= 1.0:
-            return mem if mem >= comp else comp
-        return max(mem, comp) + (1.0 - self.overlap) * min(mem, comp)
+    def variables(self, T: float) -> list[float]:
+        """The table's variables that are functions of T alone: 1, T, the embedding's rows (min(T, vocab)), a
+        mixture's expected distinct experts and the rows its kernel runs (0 where the model has none)."""
+        touched = float(expected_experts_touched(self.n_experts, self.k, T)) if self.moe else 0.0
+        rows = float(moe_expert_rows(self.n_experts, self.k, T, self.moe_kernel)) if self.moe_kernel else 0.0
+        return [1.0, T, 0.0, 0.0, T if T < self.vocab else self.vocab, touched, rows]
 
-    def rest(self, T: float) -> float:
-        """Seconds of every operator but the attention products at T tokens.
-
-        Kept per T (``rests``, which the hot loops read first): it is a function of T alone for this pricer, and the
-        few token counts a decode step, a chain's draft steps and a tree's levels run at come back call after call."""
-        hit = self.rests.get(T)
+    def at(self, T: float) -> tuple[Any, ...]:
+        """What a pass of T tokens needs beyond its pairs and cached tokens, kept per T: the regime's operators of T
+        alone combined and summed (in the operators' order), the T-parts of the others' two sides, the small-pass
+        factor and the all-reduces."""
+        hit = self.memo.get(T)
         if hit is not None:
             return hit
-        k = 1 if T == 1.0 else (memory_regime(T, self.tops) if self.tops else 0)
-        i = bisect.bisect_right(self.knots[k], T)
-        total = self.icpt[k][i] + self.slope[k][i] * T
-        if self.embed_w is not None:  # the embedding reads min(T, vocab) rows and computes nothing
-            total += (T if T < self.vocab else self.vocab) * self.embed_w[k] + T * self.embed_t[k]
-        if self.moe:  # a mixture's MLP streams the distinct experts its tokens touch
-            touched = self.n_experts * (1.0 - self.k_share**T)
-            w, t, c = self.mlp_w[k]
-            comp = (T + self.half) * c
-            if self.moe_kernel is not None:  # the routed experts' padded tiles (section 28)
-                rows = float(moe_expert_rows(self.n_experts_int, self.k, T, self.moe_kernel))
-                comp += rows * self.mlp_r * (1.0 + self.half / T)
-            total += self._op(w + touched * self.mlp_e[k] + T * t, comp)
-        if len(self.rests) > 1024:  # a sweep over many token counts: keep the table small
-            self.rests.clear()
-        self.rests[T] = total
-        return total
+        k = memory_regime(T, self.tops)
+        v = self.variables(T)
+        factor = self.tm.small_pass_factor(T)
+        rest = 0.0
+        for m, c, scaled in self.rest_ops[k]:
+            mem = m[0] * v[0] + m[1] * v[1] + m[4] * v[4] + m[5] * v[5] + m[6] * v[6]
+            comp = c[0] * v[0] + c[1] * v[1] + c[4] * v[4] + c[5] * v[5] + c[6] * v[6]
+            rest += self.op(mem, comp * factor if scaled else comp)
+        parts = []
+        for _, i, *_ in self.call_ops[k]:
+            m, c = self.mem[k][i], self.comp[i]
+            parts.append((float(m[0] + m[1] * T + m[4] * v[4] + m[5] * v[5] + m[6] * v[6]),
+                          float(c[0] + c[1] * T + c[4] * v[4] + c[5] * v[5] + c[6] * v[6])))  # fmt: skip
+        comm = self.tm.allreduce_seconds(T * self.d_ab, self.nl, self.tp) if self.tp > 1 else 0.0
+        hit = (rest, tuple(zip(self.call_ops[k], parts, strict=True)), factor, self.fixed + comm)
+        if len(self.memo) > 4096:  # a sweep over many token counts: keep the table small
+            self.memo.clear()
+        self.memo[T] = hit
+        return hit
 
-    def attention(self, T: float, cached: float, pairs: float) -> float:
-        """Seconds of the attention products (scores and values, the same cost each)."""
-        if not self.n_attn:
-            return 0.0
-        k = 1 if T == 1.0 else (memory_regime(T, self.tops) if self.tops else 0)
-        comp = pairs * self.attn_c
-        if self.half and self.attn_scaled:
-            comp = comp * (1.0 + self.half / T)
-        return self.n_attn * self._op(T * self.attn_t[k] + cached * self.attn_l[k], comp)
-
-    def finish(self, ops: float, T: float, B: float) -> float:
-        """The pass from its operators' seconds: fixed overheads, all-reduces, host issue and step time."""
-        t = ops + self.fixed + (self.comm_0 + self.comm_t * T)
-        if self.host > 0 and self.host > t:
-            t = self.host
-        if self.step_s >= 0.0:
-            step = self.step_s + self.step_per_seq * B
-            t = (t if t >= step else step) if self.step_overlap else t + step
-        return t
+    def pass_s(self, T: float, B: float, pairs: float, cached: float) -> float:
+        """Seconds of one pass of T tokens over B sequences with ``pairs`` attention pairs over ``cached`` cached
+        tokens: every operator's two sides through :meth:`roofline.timemodel.TimeModel.operator_seconds`, the fixed
+        overheads and the all-reduces, then :meth:`~roofline.timemodel.TimeModel.finish` (the host's issuing, the
+        step time, the engine's extra terms) where it changes anything."""
+        hit = self.memo.get(T)
+        rest, calls, factor, fixed = self.at(T) if hit is None else hit
+        t = rest
+        for (n, _, m2, m3, c2, c3, scaled), (mT, cT) in calls:
+            comp = cT + c2 * pairs + c3 * cached
+            t += n * self.op(mT + m2 * pairs + m3 * cached, comp * factor if scaled else comp)
+        t += fixed
+        return self.tm.finish(t, self.host, T, B) if self.finishing else t  # type: ignore[no-any-return]
 
     def seconds(self, B: int, n: int, L: int, vis: float) -> float:
-        """One pass: ``B`` sequences of ``n`` new tokens (``vis`` visible pairs among them) over ``L`` cached.
-
-        ``finish(rest + attention)`` written out (the same operations in the same order: a call costs more here)."""
-        T, Bf = float(B * n), float(B)
-        t = self.rests.get(T)
-        if t is None:
-            t = self.rest(T)
-        if self.n_attn:
-            k = 1 if T == 1.0 else (memory_regime(T, self.tops) if self.tops else 0)
-            comp = Bf * (n * float(L) + vis) * self.attn_c
-            if self.half and self.attn_scaled:
-                comp = comp * (1.0 + self.half / T)
-            mem = T * self.attn_t[k] + Bf * L * self.attn_l[k]
-            if self.overlap >= 1.0:
-                t += self.n_attn * (mem if mem >= comp else comp)
-            else:
-                t += self.n_attn * (max(mem, comp) + (1.0 - self.overlap) * min(mem, comp))
-        t = t + self.fixed + (self.comm_0 + self.comm_t * T)
-        if self.host > 0 and self.host > t:
-            t = self.host
-        if self.step_s >= 0.0:
-            step = self.step_s + self.step_per_seq * Bf
-            t = (t if t >= step else step) if self.step_overlap else t + step
-        return t
+        """One pass: ``B`` sequences of ``n`` new tokens (``vis`` visible pairs among them) over ``L`` cached."""
+        Bf = float(B)
+        return self.pass_s(float(B * n), Bf, Bf * (n * float(L) + vis), Bf * L)
 
     def levels(self, B: int, L: int, widths: list[int], max_context: float = math.inf) -> float | None:
         """One pass per tree level (``widths[l]`` new tokens over L and the levels before), summed as numpy sums
-        them; the operators outside attention are priced once per distinct width (EAGLE-2/3's levels are all top-k).
-        None unless every width is a whole number >= 1 and the last level ends within ``max_context`` (checked in
-        the loop: the array path validates and names anything else)."""
-        Bf, c = float(B), L
-        out = []
-        if not self.n_attn or self.overlap < 1.0 or self.host > 0 or self.step_s >= 0.0:
-            for w in widths:
-                if type(w) is not int or w < 1:
-                    return None
-                T = float(B * w)
-                rest = self.rest(T)
-                pairs = Bf * (w * float(c) + w * (w + 1) / 2.0)
-                out.append(self.finish(rest + self.attention(T, Bf * c, pairs), T, Bf))
-                c += w
-            return array_sum(out) if c <= max_context else None
-        # the common case (full overlap, no host floor or step time) written out: finish(rest + attention) per level,
-        # the same operations in the same order (as in chain), the loop's constants in locals
-        n_attn, per_pair, half = self.n_attn, self.attn_c, self.half if self.attn_scaled else 0.0
-        fixed, comm_0, comm_t, rests = self.fixed, self.comm_0, self.comm_t, self.rests
-        rest, pairs_new, scale, mem_new, per_cached, comm = 0.0, 0.0, 1.0, 0.0, 0.0, 0.0
-        prev: int | None = None
-        # array_sum adds fewer than 8 values one after another from 0.0: so does the loop, with no list to build
-        few, total = len(widths) < 8, 0.0
+        them; None unless every width is a whole number >= 1 and the last level ends within ``max_context`` (the
+        array path validates and names anything else)."""
+        Bf, c, out = float(B), L, []
         for w in widths:
-            # a run of one width (EAGLE-2/3's top-k levels): checked, and its terms of w alone found, once per run; the
-            # same int object stands for the run (an equal float width is another object: checked, and refused)
-            if w is not prev:
-                if type(w) is not int or w < 1:
-                    return None
-                T = float(B * w)
-                hit = rests.get(T)
-                rest = self.rest(T) if hit is None else hit
-                k = 1 if T == 1.0 else (memory_regime(T, self.tops) if self.tops else 0)
-                pairs_new, mem_new, per_cached = w * (w + 1) / 2.0, T * self.attn_t[k], self.attn_l[k]
-                scale, comm, prev = (1.0 + half / T) if half else 1.0, comm_0 + comm_t * T, w
-            fc = float(c)  # the double that Bf * c converts c to, made once for both products
-            comp = Bf * (w * fc + pairs_new) * per_pair
-            if half:
-                comp = comp * scale
-            mem = mem_new + Bf * fc * per_cached
-            if few:
-                total += rest + n_attn * (mem if mem >= comp else comp) + fixed + comm
-            else:
-                out.append(rest + n_attn * (mem if mem >= comp else comp) + fixed + comm)
+            if type(w) is not int or w < 1:
+                return None
+            out.append(self.pass_s(float(B * w), Bf, Bf * (w * float(c) + w * (w + 1) / 2.0), Bf * c))
             c += w
-        if c > max_context:
-            return None
-        return total if few else array_sum(out)
+        return array_sum(out) if c <= max_context else None
 
     def chain(self, B: int, L: int, g: int) -> float:
         """``g`` one-token passes at contexts L, L + 1, ..., summed in order (a chain's draft steps)."""
-        Bf = float(B)
-        rest = self.rests.get(Bf)
-        if rest is None:
-            rest = self.rest(Bf)
-        if not self.n_attn or self.overlap < 1.0 or self.host > 0 or self.step_s >= 0.0:
-            total = 0.0
-            for c in range(L, L + g):
-                total += self.finish(rest + self.attention(Bf, Bf * c, Bf * (c + 1.0)), Bf, Bf)
-            return total
-        # the common case (full overlap, no host floor or step time) written out: finish(rest + attention) per step,
-        # the same operations in the same order
-        k = 1 if Bf == 1.0 else (memory_regime(Bf, self.tops) if self.tops else 0)
-        n_attn, mem_t, mem_l, per_pair = self.n_attn, Bf * self.attn_t[k], self.attn_l[k], self.attn_c
-        scale = 1.0 + self.half / Bf if self.half and self.attn_scaled else 0.0
-        fixed, comm = self.fixed, self.comm_0 + self.comm_t * Bf
-        total = 0.0
+        Bf, total = float(B), 0.0
         for c in range(L, L + g):
-            comp = Bf * (c + 1.0) * per_pair
-            if scale:
-                comp = comp * scale
-            mem = mem_t + Bf * c * mem_l
-            total += rest + n_attn * (mem if mem >= comp else comp) + fixed + comm
+            total += self.pass_s(Bf, Bf, Bf * (c + 1.0), Bf * c)
         return total
 
 
@@ -631,7 +448,8 @@ _PRICERS: dict[tuple[int, int, int], tuple[ModelSpec, Pricing, Any, _Pricer]] = 
 
 def scalar_pricer(spec: ModelSpec, pr: Pricing, tp: int) -> _Pricer | None:
     """The :class:`_Pricer` of ``spec`` on ``pr`` over ``tp`` devices, built once per (model, pricing, time model);
-    None where only the array path prices (an eager engine's kernel launches; TP without a link: it names it)."""
+    None where only the array path prices (an eager engine's kernel launches; TP without a link: it names it;
+    latent or sliding attention, whose terms are not the table's)."""
     tm = pr.time_model
     hit = _PRICERS.get((id(spec), id(pr), tp))
     if hit is not None and hit[0] is spec and hit[1] is pr and hit[2] is tm:  # the entry holds them: ids not reused
@@ -716,18 +534,6 @@ def _few_seconds(spec: ModelSpec, pr: Pricing, batch: Any, new_tokens: Any, cont
             return None
         out.append(pricer.seconds(*one))
     return np.array(out)
-
-
-def _scalar_terms(
-    spec: ModelSpec, pr: Pricing, batch: Any, new_tokens: Any, context: Any, tree: Any
-) -> ScalarTerms | None:
-    one = scalar_config(spec, batch, new_tokens, context, tree)
-    if one is None:
-        return None
-    return scalar_terms(
-        spec, *one, dtype_bytes(pr.stored_weight_dtype), dtype_bytes(pr.dtype), dtype_bytes(pr.kv_dtype or pr.dtype),
-        moe_kernel_of(pr),
-    )  # fmt: skip
 
 
 def pass_cost(
@@ -841,180 +647,85 @@ def pass_time(
         fast = step_pricer(spec, pr, pr.tp)
         if fast is not None:
             return fast.step_time(*one)
-    terms = _scalar_terms(spec, pr, batch, new_tokens, context, tree)
-    if terms is not None:
-        times = _scalar_times(terms, pr, pr.tp, pr.stored_weight_dtype)
-        if times is not None:
-            return _scalar_step_time(spec, pr, terms, *times)
     cost = pass_cost(spec, pr, batch, new_tokens, context, tree)
     return _step_time(cost, pr, device_memory(spec, pr, cost.batch, cost.context + cost.new_tokens))
 
 
-def _scalar_step_time(
-    spec: ModelSpec,
-    pr: Pricing,
-    terms: ScalarTerms,
-    mem: list[float],
-    comp: list[float],
-    op_t: list[float],
-    fixed: float,
-    t_step: float,
-) -> StepTime:
-    """The :class:`StepTime` of one configuration from its plain-float times (what :func:`_step_time` returns)."""
-    # one array for the cost's five rows and the three rows of times: numpy's cost here is per call, not per number
-    rows = (terms.flops, terms.bytes_weights, terms.bytes_kv_read, terms.bytes_kv_write, terms.bytes_act, mem, comp,
-            op_t)  # fmt: skip
-    k = len(mem)
-    block = np.fromiter(itertools.chain.from_iterable(rows), float, 8 * k).reshape(8, k)  # faster than from lists
-    cost = terms.to_cost(pr.dtype, pr.stored_weight_dtype, block)
-    op_mem, op_comp, op_time = block[5], block[6], block[7]
-    # device_memory's sum in plain numbers (its order of operations, so the same bytes)
-    sh = model_shape(spec) if not spec.is_abstract else None
-    weights = 0.0 if pr.offloaded else spec.weight_bytes(dtype_bytes(pr.stored_weight_dtype))
-    cached = terms.batch * (terms.context + terms.new_tokens)
-    kv = cached * (sh.kv_elements_per_token if sh else 0) * dtype_bytes(pr.kv_dtype or pr.dtype)
-    memory = float(weights + kv)
-    w, kr, kw, a = terms.bytes_weights, terms.bytes_kv_read, terms.bytes_kv_write, terms.bytes_act
-    moved = array_sum([w[i] + kr[i] + kw[i] + a[i] for i in range(len(w))])
-    tm = pr.time_model
-    # numpy scalars where the array path's reductions give numpy scalars (its totals over the operators)
-    t_mem: Any = np.float64(array_sum(mem))
-    t_comp: Any = np.float64(array_sum(comp))
-    tokens: Any = np.int64(terms.batch * terms.new_tokens)
-    intensity: Any = np.float64(array_sum(terms.flops) / moved)
-    result: StepTime = frozen(
-        StepTime,
-        {
-            "operators": terms.operators,
-            "op_memory_s": op_mem,
-            "op_compute_s": op_comp,
-            "op_time_s": op_time,
-            "t_memory_s": t_mem,
-            "t_compute_s": t_comp,
-            "overhead_s": fixed,
-            "t_step_s": np.asarray(t_step),
-            "tokens": tokens,
-            "intensity": intensity,
-            "ridge": tm.peak(pr.dtype) / tm.bandwidth_bytes_per_s,
-            "memory_bytes": np.asarray(memory),
-            "fits_in_memory": np.asarray(memory <= pr.memory_bytes),
-            "cost": cost,
-        },
-    )
-    return result
-
-
-# -- the scalar step pricer: a whole StepTime of one configuration from cached coefficient arrays -----------------
+# -- the scalar step pricer: a whole StepTime of one configuration from the scalar pricer's table -------------------
 
 
 class _StepPricer:
-    """One configuration's :class:`StepTime` for one model, pricing and device count, from coefficient arrays.
+    """One configuration's :class:`StepTime` for one model, pricing and device count, from the :class:`_Pricer`'s
+    table: per memory regime a (7, 7 n_operators + 2) matrix holds the per-unit FLOPs, bytes, memory and compute
+    seconds of every operator (the coefficients the array path's functions gave, section 47) and the FLOPs' and
+    bytes' totals, so a pass is one vector-matrix product; the small-pass factor, :meth:`~roofline.timemodel.TimeModel.operator_seconds` and the sums
+    over the operators are then the array path's own. The pass's total is :meth:`_Pricer.seconds`, the float
+    pass_seconds and speedup use. Built only where :func:`scalar_pricer` would be and for concrete models
+    (``step_pricer``)."""
 
-    Each per-operator FLOP count, byte count and memory or compute second of a standard-attention pass is a
-    sum of constants times the pass's variables (1, T = batch x new tokens, attention pairs, cached tokens,
-    embedding rows min(T, vocab), distinct experts touched, the rows a fused-MoE kernel runs): the table
-    :func:`roofline.cost.linear_terms` (the one :class:`_Pricer` reads) priced at :func:`_scalar_times`' rates
-    (docs/cost-model.md, sections 2, 6 and 28). So a (7, 7 n_operators + 5) matrix per memory regime holds every row and the totals, and a pass is one
-    vector-matrix product and a maximum, not a Python loop per operator (every term is non-negative: the
-    regrouped sums agree with the array path to a few units in the last place). The pass's total is
-    :meth:`_Pricer.seconds`, the float pass_seconds and speedup use. Built only where
-    :func:`scalar_pricer` would be and for concrete models (``step_pricer``)."""
-
-    __slots__ = ("k", "mats", "half", "scaled", "overlap", "seconds", "vocab", "n_experts", "k_share", "moe", "moe_rows",
-                 "d_ab", "weights_bytes", "kv_per_token", "capacity", "n_shared", "tops", "rows", "cost_fields",
-                 "step_fields")  # fmt: skip
+    __slots__ = ("k", "mats", "scaled", "pricer", "tm", "weights_bytes", "kv_per_token", "capacity", "n_shared",
+                 "rows", "cost_fields", "step_fields", "d_ab")  # fmt: skip
 
     def __init__(self, spec: ModelSpec, pr: Pricing, tp: int, pricer: _Pricer) -> None:
-        tm, e, wdt = pr.time_model, pr.time_model.engine, pr.stored_weight_dtype
-        wb, ab, kb = dtype_bytes(wdt), dtype_bytes(pr.dtype), dtype_bytes(pr.kv_dtype or pr.dtype)
+        tm, wdt = pr.time_model, pr.stored_weight_dtype
+        wb, kb = dtype_bytes(wdt), dtype_bytes(pr.kv_dtype or pr.dtype)
         s = model_shape(spec)
-        nl, d, moe, vocab = s.nl, s.d, s.moe, s.vocab
-        # per variable (1, T, pairs, cached, rows, touched, expert rows) and operator: the scalar pricer's table
-        lin = pricer.terms
+        lin = pricer.lin
         names, k = lin.operators, len(lin.operators)
         flops, w, kr, kw, a = lin.flops, lin.bytes_weights, lin.bytes_kv_read, lin.bytes_kv_write, lin.bytes_act
-        ix = {name: i for i, name in enumerate(names)}
-        # compute seconds: the attention products at their own rate (and not saturating) where the profile has one
-        peak = tm.peak(pr.dtype)
-        attn = np.isin(np.asarray(names), ATTENTION_OPERATORS)
-        own = tm.attention_flop_per_s is not None and tm.attention_flop_per_s != peak
-        rate = np.where(attn & own, (tm.attention_flop_per_s or peak) * tp, peak * tp)
-        comp = flops / rate
-        scaled = ~(attn & own)
-        sampling = (e.sampling_passes if e is not None else 0.0) if vocab else 0.0
-        self.mats = []
-        for bw, per_w in memory_rates(tm, wdt, tp):
-            mem = w * per_w + (kr + kw + a) / bw
-            if e is not None and e.kv_bandwidth_fraction != 1.0:
-                mem = mem + kr / bw * (1.0 / e.kv_bandwidth_fraction - 1.0)
-            if sampling:  # the fp32 logits of every token, read and written by the sampler
-                mem[1, ix["lm_head"]] += vocab * 4.0 * sampling / bw
-            if moe and e is not None and e.moe_expert_s:  # the fused-MoE kernel's time per distinct expert (36)
-                mem[5, ix["mlp"]] += s.n_moe_layers * e.moe_expert_s
-            totals = np.stack([mem.sum(1), (comp * scaled).sum(1), (comp * ~scaled).sum(1), flops.sum(1),
-                               (w + kr + kw + a).sum(1)], axis=1)  # fmt: skip
-            self.mats.append(np.ascontiguousarray(np.concatenate([flops, w, kr, kw, a, mem, comp, totals], axis=1)))
-        self.k, self.tops = k, pricer.tops
-        self.half, self.scaled, self.overlap = tm.matmul_half_tokens, scaled.astype(float), tm.overlap
-        self.seconds = pricer.seconds
-        self.vocab, self.moe, self.d_ab = float(vocab), moe, d * ab
-        self.n_experts, self.k_share = float(s.n_experts), (1.0 - s.k / s.n_experts if moe else 0.0)
-        kernel = moe_kernel_of(pr) if moe else None
-        # the rows the routed experts' kernel runs (section 28), a variable of the table only for the fused kernel
-        self.moe_rows = (lambda T: float(moe_expert_rows(s.n_experts, s.k, T, kernel))) if kernel else None
+        totals = np.stack([flops.sum(1), (w + kr + kw + a).sum(1)], axis=1)
+        comp = pricer.comp.T
+        self.mats = [np.ascontiguousarray(np.concatenate([flops, w, kr, kw, a, mem.T, comp, totals], axis=1))
+                     for mem in pricer.mem]  # fmt: skip
+        self.k, self.scaled, self.pricer, self.tm = k, pricer.scaled, pricer, tm
         self.weights_bytes = 0.0 if pr.offloaded else spec.weight_bytes(wb)
         self.kv_per_token = s.kv_elements_per_token * kb
-        self.capacity, self.n_shared = pr.memory_bytes, s.n_shared
+        self.capacity, self.n_shared, self.d_ab = pr.memory_bytes, s.n_shared, pricer.d_ab
         # the seven per-operator rows of a result (slices made once cost less than slices made per call, or a reshape)
         self.rows = tuple(slice(i * k, (i + 1) * k) for i in range(7))
         # the results' fields that no configuration changes, in field order: a pass copies them and sets the rest
         # (a dict display of every field costs twice that)
         self.cost_fields = dict.fromkeys(f.name for f in fields(PassCost)) | {
-            "operators": names, "compute_dtype": pr.dtype, "n_layers": nl, "weight_dtype": wdt,
-            "vocab_size": int(vocab), "mlp_matrices": s.mlp_matrices, "n_moe_layers": s.n_moe_layers,
+            "operators": names, "compute_dtype": pr.dtype, "n_layers": s.nl, "weight_dtype": wdt,
+            "vocab_size": int(s.vocab), "mlp_matrices": s.mlp_matrices, "n_moe_layers": s.n_moe_layers,
             "experts_touched": 0.0, "kv_replicated": False, "routed_experts": 0.0,
         }  # fmt: skip
         self.step_fields = dict.fromkeys(f.name for f in fields(StepTime)) | {
             "operators": names,
-            "overhead_s": float(tm.overhead_s(nl, s.n_moe_layers if moe else 0) if pr.overhead_s is None else pr.overhead_s),
-            "ridge": peak / tm.bandwidth_bytes_per_s,
+            "overhead_s": pricer.fixed,
+            "ridge": tm.peak(pr.dtype) / tm.bandwidth_bytes_per_s,
         }  # fmt: skip
 
     def step_time(self, B: int, n: int, L: int, vis: float) -> StepTime:
         """What :func:`pass_time` returns for ``B`` sequences of ``n`` new tokens (``vis`` visible pairs among them)
         over ``L`` cached: every field filled, the numbers the array path's :func:`_step_time` gives within 1e-12."""
+        p = self.pricer
         T, Bf = float(B * n), float(B)
-        touched = self.n_experts * (1.0 - self.k_share**T) if self.moe else 0.0
-        rows = self.moe_rows(T) if self.moe_rows is not None else 0.0
-        v = np.array((1.0, T, Bf * (n * float(L) + vis), Bf * L, T if T < self.vocab else self.vocab, touched, rows))
-        out = v.dot(self.mats[1 if T == 1.0 else (memory_regime(T, self.tops) if self.tops else 0)])
+        v = p.variables(T)
+        v[2], v[3] = Bf * (n * float(L) + vis), Bf * L
+        out = np.array(v).dot(self.mats[memory_regime(T, p.tops)])
         s_flops, s_w, s_kr, s_kw, s_a, s_mem, s_comp = self.rows  # views of the one result
         op_mem, op_comp = out[s_mem], out[s_comp]
-        j = 7 * self.k  # the totals: numpy scalars, as the array path's reductions give
-        t_comp = out[j + 1] + out[j + 2]
-        if self.half:  # small matmuls do not saturate the compute ceiling
-            op_comp = op_comp * (1.0 + (self.half / T) * self.scaled)
-            t_comp = out[j + 1] * (1.0 + self.half / T) + out[j + 2]
-        if self.overlap >= 1.0:
-            op_t = np.maximum(op_mem, op_comp)
-        else:
-            op_t = np.maximum(op_mem, op_comp) + (1.0 - self.overlap) * np.minimum(op_mem, op_comp)
+        if self.tm.matmul_half_tokens:
+            op_comp = np.where(self.scaled, op_comp * self.tm.small_pass_factor(T), op_comp)
+        op_t = self.tm.operator_seconds(op_mem, op_comp)
         # the total is the scalar pricer's float, so pass_time, pass_seconds and speedup give one number to the bit
-        t = self.seconds(B, n, L, vis)
+        t = p.seconds(B, n, L, vis)
         memory = self.weights_bytes + B * (L + n) * self.kv_per_token
         c = self.cost_fields.copy()
         c["flops"], c["bytes_weights"], c["bytes_kv_read"], c["bytes_kv_write"], c["bytes_act"] = (
             out[s_flops], out[s_w], out[s_kr], out[s_kw], out[s_a])  # fmt: skip
         c["batch"], c["new_tokens"], c["context"] = np.array(B), np.array(n), np.array(L)
         c["allreduce_bytes"] = T * self.d_ab
-        if self.moe:
-            c["experts_touched"] = touched + self.n_shared
-            c["routed_experts"] = touched
+        if p.moe:
+            c["experts_touched"] = v[5] + self.n_shared
+            c["routed_experts"] = v[5]
+        j = 7 * self.k
         f = self.step_fields.copy()
         f["op_memory_s"], f["op_compute_s"], f["op_time_s"], f["t_memory_s"], f["t_compute_s"] = (
-            op_mem, op_comp, op_t, out[j], t_comp)  # fmt: skip
+            op_mem, op_comp, op_t, op_mem.sum(), op_comp.sum())  # fmt: skip
         # an np.int64 times a Python int is an np.int64: cheaper than the np.int64 constructor
-        f["t_step_s"], f["tokens"], f["intensity"] = np.asarray(t), _INT64_ONE * (B * n), out[j + 3] / out[j + 4]
+        f["t_step_s"], f["tokens"], f["intensity"] = np.asarray(t), _INT64_ONE * (B * n), out[j] / out[j + 1]
         f["memory_bytes"], f["fits_in_memory"] = np.asarray(memory), np.asarray(memory <= self.capacity)
         f["cost"] = frozen(PassCost, c)
         result: StepTime = frozen(StepTime, f)
@@ -1030,7 +741,7 @@ _STEP_PRICERS: dict[tuple[int, int, int], tuple[ModelSpec, Pricing, Any, _StepPr
 def step_pricer(spec: ModelSpec, pr: Pricing, tp: int) -> _StepPricer | None:
     """The :class:`_StepPricer` of ``spec`` on ``pr`` over ``tp`` devices, built once per (model, pricing, time
     model); None where :func:`scalar_pricer` steps aside (eager launches, TP without a link, latent or sliding
-    attention) and for abstract models: the per-operator scalar path prices those."""
+    attention) and for abstract models: the array path prices those."""
     tm = pr.time_model
     hit = _STEP_PRICERS.get((id(spec), id(pr), tp))
     if hit is not None and hit[0] is spec and hit[1] is pr and hit[2] is tm:  # the entry holds them: ids not reused

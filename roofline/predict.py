@@ -30,6 +30,7 @@ from roofline.drafters import (
     chain_plan,
     default_gamma,
     default_tree,
+    round_seconds,
     round_time,
     tree_plan,
     tree_preset,
@@ -242,7 +243,7 @@ def predict_speedup(
             rt = round_time(pr, spec, d, np.asarray(g), B, L)
             t_draft, t_verify, round_host = float(rt.t_draft_s), float(rt.t_verify_s), float(rt.t_round_host_s)
         g_out, nodes = float(g), None
-    t_round = t_draft + t_verify + round_host
+    t_round = round_seconds(t_draft, t_verify, round_host)
     # every field given: the instance without the frozen dataclass's per-field __setattr__ (cost.frozen)
     result: PredictedSpeedup = frozen(
         PredictedSpeedup,

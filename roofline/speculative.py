@@ -37,7 +37,6 @@ from roofline.closed_forms import (
 )
 from roofline.cost import frozen, scalar_count
 from roofline.drafters import (
-    ChainPlan,
     Ctx,
     Drafter,
     DrafterLike,
@@ -51,6 +50,7 @@ from roofline.drafters import (
     chain_plan,
     draft_pricing,
     owns_weights,
+    round_seconds,
     round_time,
 )
 from roofline.engine import Engine
@@ -270,15 +270,13 @@ def speedup(
         and not (curve or (curve is None and isinstance(alpha_or_curve, (list, tuple))))
     ):  # one rate over a reused MTP module's steps is refused (docs/cost-model.md, section 29)
         check_reused_modules(d, spec, gamma)
-    if type(alpha_or_curve) is float and not curve and draft_hardware is None and type(round_overhead_s) is float:
-        # one configuration of a draft model's chain, every input valid: the plan's floats (the checks below pass)
+    if type(alpha_or_curve) is float and not curve and type(round_overhead_s) is float:
+        # one configuration, every input a valid scalar: the round in plain floats (the checks below pass)
         g1, b1, c1 = scalar_count(gamma, 0), scalar_count(batch, 1), scalar_count(context, 0)
         if g1 is not None and b1 is not None and c1 is not None and 0.0 <= round_overhead_s < math.inf:
-            plan = chain_plan(pr, spec, d) if 0.0 <= alpha_or_curve <= 1.0 else None
-            if plan is not None:
-                fast = _planned_speedup(plan, d.name, alpha_or_curve, g1, b1, c1, round_overhead_s)
-                if fast is not None:
-                    return fast
+            fast = _scalar_speedup(pr, spec, d, alpha_or_curve, g1, b1, c1, draft_hardware, round_overhead_s)
+            if fast is not None:
+                return fast
     if gamma is None:
         raise SpecroofError("gamma (draft tokens per round) is required: give an integer >= 0, or an array of them")
     g = check_min("gamma", gamma, 0, integer=True)
@@ -288,19 +286,12 @@ def speedup(
     if not (finite and round_overhead_s >= 0):
         raise SpecroofError(f"round_overhead_s must be >= 0 and finite (got {round_overhead_s})")
     is_curve = isinstance(alpha_or_curve, (list, tuple)) if curve is None else curve
-    if not is_curve and g.ndim == 0 and B.ndim == 0 and L.ndim == 0 and type(alpha_or_curve) is float:
-        fast = _scalar_speedup(pr, spec, d, alpha_or_curve, int(g), int(B), int(L), draft_hardware, round_overhead_s)
-        if fast is not None:
-            return fast
     E = expected_tokens_curve(alpha_or_curve, g) if is_curve else expected_tokens(alpha_or_curve, g)
     if hasattr(d, "tokens_per_round"):  # n-gram drafting: only the requests whose n-gram matched gain tokens
         E = d.tokens_per_round(E)
     draft = None if draft_hardware is None else replace_hardware(pr, draft_hardware)
     base = pass_seconds(spec, pr, B, 1, L)
     rt = round_time(pr, spec, d, g, B, L, draft=draft, round_overhead_s=round_overhead_s)
-    # gamma = 0 is plain decoding: no draft, no verify overhead, one token per step
-    t_round = np.where(g == 0, base, rt.t_round_s)
-    E = np.where(g == 0, 1.0, E)
     extra = d.extra_memory_bytes(Ctx(spec, pr), B, L)
     target_fp = memory_footprint(
         spec,
@@ -313,81 +304,91 @@ def speedup(
     )
     # offloaded weights live in host memory: only the KV cache and activations take device memory
     on_device = target_fp.total_bytes - (target_fp.weights_bytes if pr.offloaded else 0.0)
-    mem = (on_device / pr.tp) + extra
-    cap = pr.hardware.memory_bytes if pr.hardware.memory_bytes is not None else np.inf
-    return SpeedupResult(
-        gamma=g,
-        expected_tokens=E,
-        t_base_s=base,
-        t_draft_s=np.where(g == 0, 0.0, rt.t_draft_s),
-        t_verify_s=np.where(g == 0, base, rt.t_verify_s),
-        t_round_host_s=rt.t_round_host_s,
-        t_round_s=t_round,
-        speedup=E * base / t_round,
-        tokens_per_s_per_user=E / t_round,
-        tokens_per_s_total=B * E / t_round,
-        baseline_tokens_per_s_per_user=1.0 / base,
-        extra_memory_bytes=extra,
-        memory_bytes=mem,
-        fits_in_memory=mem <= cap,
-        drafter=d.name,
-    )
+    return _speedup_result(pr, g, E, base, rt.t_draft_s, rt.t_verify_s, rt.t_round_host_s, B, extra, on_device, d.name)
 
 
-def _planned_speedup(
-    plan: ChainPlan, name: str, alpha: float, g: int, B: int, L: int, round_overhead_s: float
-) -> SpeedupResult | None:
-    """:func:`_scalar_speedup` of a draft model's chain from its :class:`roofline.drafters.ChainPlan`: the same
-    floats in the same order, the same result types; None where a pass runs past a model's context."""
-    times = plan.times(g, B, L, round_overhead_s)
-    if times is None:
-        return None
-    base, t_draft, t_verify, host = times
-    if g == 0:  # plain decoding: no draft, no verify overhead, one token per step
-        E, t_draft, t_verify, t_round = 1.0, 0.0, base, base
-    else:
-        E = expected_tokens_scalar(alpha, g)
-        t_round = t_draft + t_verify + host
-    f64 = np.float64
-    # DraftModel.extra_memory_bytes and memory_footprint's sums (their order of operations: the same bytes)
-    extra_bytes = plan.draft_weights_bytes + B * (L + 1) * plan.draft_kv_per_token * plan.draft_kv_bytes
-    n = g + 1
-    kv, act = B * (L + n) * plan.kv_per_token * plan.kv_bytes, B * n * plan.act_per_token * plan.act_bytes
-    total = plan.weights_bytes + kv + act
-    on_device = total - (plan.weights_bytes if plan.offloaded else 0.0)
-    mem = f64((on_device / plan.tp) + extra_bytes)
-    return _scalar_result(g, E, base, t_draft, t_verify, host, t_round, B, np.asarray(extra_bytes), mem,
-                          np.bool_(mem <= plan.capacity), name)  # fmt: skip
+def _where(cond: Any, a: Any, b: Any) -> Any:
+    """``a`` where ``cond``, else ``b``: a conditional for one configuration's bool, numpy's for arrays."""
+    return (a if cond else b) if type(cond) is bool else np.where(cond, a, b)
 
 
-def _scalar_result(
-    g: int,
-    E: float,
-    base: float,
-    t_draft: float,
-    t_verify: float,
-    host: float,
-    t_round: float,
-    B: int,
+def _speedup_result(
+    pr: Pricing,
+    g: Any,
+    E: Any,
+    base: Any,
+    t_draft: Any,
+    t_verify: Any,
+    host: Any,
+    B: Any,
     extra: Any,
-    mem: Any,
-    fits: Any,
+    on_device: Any,
     name: str,
 ) -> SpeedupResult:
-    """The scalar paths' :class:`SpeedupResult`, typed as the array path types it (0-d arrays, numpy scalars)."""
-    f64 = np.float64
-    result: SpeedupResult = frozen(
-        SpeedupResult,
-        {
-            "gamma": np.asarray(g, dtype=np.int64), "expected_tokens": np.asarray(E), "t_base_s": np.asarray(base),
-            "t_draft_s": np.asarray(t_draft), "t_verify_s": np.asarray(t_verify), "t_round_host_s": host,
-            "t_round_s": np.asarray(t_round), "speedup": f64(E * base / t_round),
-            "tokens_per_s_per_user": f64(E / t_round), "tokens_per_s_total": f64(B * E / t_round),
-            "baseline_tokens_per_s_per_user": f64(1.0 / base), "extra_memory_bytes": extra, "memory_bytes": mem,
-            "fits_in_memory": fits, "drafter": name,
-        },
-    )  # fmt: skip
+    """What a round buys (docs/cost-model.md, section 4), from its terms: the one speedup formula, on one
+    configuration's floats (``g`` an int) and on arrays alike. gamma = 0 is plain decoding: no draft, no verify
+    overhead, one token per step. ``on_device`` is the target's bytes on its devices, ``extra`` the drafter's."""
+    plain = g == 0
+    t_round = _where(plain, base, round_seconds(t_draft, t_verify, host))
+    E = _where(plain, 1.0, E)
+    mem = (on_device / pr.tp) + extra
+    cap = pr.hardware.memory_bytes if pr.hardware.memory_bytes is not None else np.inf
+    speed, per_user, total, baseline = E * base / t_round, E / t_round, B * E / t_round, 1.0 / base
+    t_draft, t_verify, fits = _where(plain, 0.0, t_draft), _where(plain, base, t_verify), mem <= cap
+    if type(plain) is bool:  # one configuration's floats, typed as the array path types them
+        a, f = np.asarray, np.float64
+        g, E, base, t_draft, t_verify, t_round = (
+            a(g, dtype=np.int64),
+            a(E),
+            a(base),
+            a(t_draft),
+            a(t_verify),
+            a(t_round),
+        )
+        speed, per_user, total, baseline, mem, fits = (
+            f(speed),
+            f(per_user),
+            f(total),
+            f(baseline),
+            f(mem),
+            np.bool_(fits),
+        )
+    fields = {
+        "gamma": g, "expected_tokens": E, "t_base_s": base, "t_draft_s": t_draft, "t_verify_s": t_verify,
+        "t_round_host_s": host, "t_round_s": t_round, "speedup": speed, "tokens_per_s_per_user": per_user,
+        "tokens_per_s_total": total, "baseline_tokens_per_s_per_user": baseline, "extra_memory_bytes": extra,
+        "memory_bytes": mem, "fits_in_memory": fits, "drafter": name,
+    }  # fmt: skip
+    # every field given: the instance without the frozen dataclass's per-field __setattr__ (cost.frozen)
+    result: SpeedupResult = frozen(SpeedupResult, fields)
     return result
+
+
+_MEMORY: dict[tuple[int, int, int], tuple[Any, ...]] = {}
+
+
+def _memory_table(spec: ModelSpec, pr: Pricing, d: Any) -> tuple[float, float, float, dict[tuple[int, int], Any]]:
+    """:func:`memory_footprint` of the target tabulated once per (model, pricing): its weights, KV bytes per cached
+    token and activation bytes per new token, from the function itself at one sequence, one new token and no
+    context (it is linear in batch x (context + new tokens) and batch x new tokens, section 47); and the drafter's
+    extra bytes, kept per (batch, context) as its own method gives them."""
+    key = (id(spec), id(pr), id(d))
+    hit = _MEMORY.get(key)
+    if hit is not None and hit[0] is spec and hit[1] is pr and hit[2] is d:  # the entry holds them: ids not reused
+        return hit[3]  # type: ignore[no-any-return]
+    fp = memory_footprint(
+        spec, 1, 0, weight_dtype=pr.stored_weight_dtype, kv_dtype=pr.kv_dtype, act_dtype=pr.dtype, new_tokens=1
+    )
+    table: tuple[float, float, float, dict[tuple[int, int], Any]] = (
+        float(fp.weights_bytes),
+        float(fp.kv_bytes),
+        float(fp.activation_bytes),
+        {},
+    )
+    if len(_MEMORY) > 256:
+        _MEMORY.clear()
+    _MEMORY[key] = (spec, pr, d, table)
+    return table
 
 
 def _scalar_speedup(
@@ -401,37 +402,37 @@ def _scalar_speedup(
     draft_hardware: Pricing | Hardware | str | None,
     round_overhead_s: float,
 ) -> SpeedupResult | None:
-    """:func:`speedup` of one configuration in plain floats (the same terms, in the same order, and the same result
-    types: 0-d arrays and numpy scalars where the array path gives them); None where the array path must price or
-    refuse it (alpha outside [0, 1], a pass past the model's context, an eager engine's kernel launches)."""
+    """:func:`speedup` of one configuration in plain floats: the round's terms from a draft model's
+    :class:`roofline.drafters.ChainPlan` where it has one, from :func:`round_time` otherwise, then
+    :func:`_speedup_result` as the array path calls it; None where the array path must price or refuse it (alpha
+    outside [0, 1], a pass past the model's context, an eager engine's kernel launches)."""
     if not 0.0 <= alpha <= 1.0 or L + g + 1 > spec.max_context:
         return None
-    pricer = scalar_pricer(spec, pr, pr.tp)
-    if pricer is None:
-        return None
+    plan = chain_plan(pr, spec, d) if draft_hardware is None else None
+    times = plan.times(g, B, L, round_overhead_s) if plan is not None else None
+    if times is None:
+        pricer = scalar_pricer(spec, pr, pr.tp)
+        if pricer is None:
+            return None
+        draft = None if draft_hardware is None else replace_hardware(pr, draft_hardware)
+        gg = np.asarray(g, dtype=np.int64)
+        rt = round_time(pr, spec, d, gg, B, L, draft=draft, round_overhead_s=round_overhead_s)
+        times = (pricer.seconds(B, 1, L, 1.0), float(rt.t_draft_s), float(rt.t_verify_s), rt.t_round_host_s)
     E = expected_tokens_scalar(alpha, g)
     if hasattr(d, "tokens_per_round"):
         E = float(d.tokens_per_round(E))
-    draft = None if draft_hardware is None else replace_hardware(pr, draft_hardware)
-    base = pricer.seconds(B, 1, L, 1.0)
-    rt = round_time(pr, spec, d, np.asarray(g, dtype=np.int64), B, L, draft=draft, round_overhead_s=round_overhead_s)
-    host = rt.t_round_host_s
-    if g == 0:  # plain decoding: no draft, no verify overhead, one token per step
-        E, t_draft, t_verify, t_round = 1.0, 0.0, base, base
-    else:
-        t_draft, t_verify = float(rt.t_draft_s), float(rt.t_verify_s)
-        t_round = t_draft + t_verify + host
-    extra = d.extra_memory_bytes(Ctx.of(spec, pr), B, L)
-    fp = memory_footprint(
-        spec, B, L, weight_dtype=pr.stored_weight_dtype, kv_dtype=pr.kv_dtype, act_dtype=pr.dtype, new_tokens=g + 1
-    )
-    # the array path's sums in plain floats (numpy scalars and 0-d arrays add as floats do), one numpy scalar at the end
-    total = float(fp.weights_bytes) + float(fp.kv_bytes) + float(fp.activation_bytes)
-    on_device = total - (float(fp.weights_bytes) if pr.offloaded else 0.0)
-    f64 = np.float64
-    mem = f64((on_device / pr.tp) + float(extra))
-    cap = pr.hardware.memory_bytes if pr.hardware.memory_bytes is not None else np.inf
-    return _scalar_result(g, E, base, t_draft, t_verify, host, t_round, B, extra, mem, np.bool_(mem <= cap), d.name)
+    weights, kv, act, extra_of = _memory_table(spec, pr, d)
+    n = g + 1
+    # memory_footprint's sum at (B, L, n) from its own coefficients: weights, KV of B (L + n) tokens, activations of B n
+    total = weights + (B * (L + n)) * kv + (B * n) * act
+    on_device = total - (weights if pr.offloaded else 0.0)
+    extra = extra_of.get((B, L))
+    if extra is None:
+        extra = extra_of[(B, L)] = d.extra_memory_bytes(Ctx.of(spec, pr), B, L)
+        if len(extra_of) > 1024:
+            extra_of.clear()
+    base, t_draft, t_verify, host = times
+    return _speedup_result(pr, g, E, base, t_draft, t_verify, host, B, extra, on_device, d.name)
 
 
 def draft_cost_ratio(

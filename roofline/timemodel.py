@@ -42,7 +42,7 @@ ATTENTION_OPERATORS = ("attn_scores", "attn_values")
 def memory_regime(tokens: float, tops: tuple[int, ...]) -> int:
     """Which of a time model's streaming rates a pass of ``tokens`` rows reads at: 1 for one row (the gemv
     rate), 2 + j for the j-th range of ``rows_bandwidth_bytes_per_s`` (its max rows ``tops``), 0 past them all
-    (the bandwidth). The order :func:`roofline.passtime.memory_rates` lists the rates in."""
+    (the bandwidth). The order :meth:`TimeModel.stream_rates` lists the rates in."""
     if tokens == 1.0:
         return 1
     for j, top in enumerate(tops):
@@ -51,17 +51,43 @@ def memory_regime(tokens: float, tops: tuple[int, ...]) -> int:
     return 0
 
 
-def combine(op_mem: Array, op_comp: Array, overlap: float = 1.0) -> Array:
+class _Ops:
+    """The two functions the composition needs beyond + and *, for one kind of operand: the time model's rules are
+    written once over them and run on a sweep's arrays (numpy's) and on one configuration's floats (Python's: a
+    numpy call costs a microsecond, the arithmetic of a scalar pass a few tens of nanoseconds)."""
+
+    __slots__ = ("larger", "smaller")
+
+    def __init__(self, larger: Any, smaller: Any) -> None:
+        self.larger, self.smaller = larger, smaller
+
+
+#: floats (one configuration, the scalar pricers) and numpy arrays (everything else)
+FLOAT_OPS = _Ops(max, min)
+ARRAY_OPS = _Ops(np.maximum, np.minimum)
+
+
+def ops_for(*values: Any) -> _Ops:
+    """:data:`FLOAT_OPS` when every value is a Python float, :data:`ARRAY_OPS` otherwise."""
+    for v in values:
+        if type(v) is not float:
+            return ARRAY_OPS
+    return FLOAT_OPS
+
+
+def combine(op_mem: Any, op_comp: Any, overlap: float = 1.0) -> Any:
     """Operator time from its memory and compute time: max + (1 - overlap) x min.
 
     ``overlap`` = 1 is the roofline (the shorter side hides under the longer, as on GPUs
     whose copy engines and tensor cores run concurrently); 0 adds the two, which is what
-    a CPU measures when the same cores stream the weights and do the arithmetic.
+    a CPU measures when the same cores stream the weights and do the arithmetic. Floats
+    give a float (the scalar pricers), anything else an array.
     """
-    hi = np.maximum(op_mem, op_comp)
+    ops = FLOAT_OPS if type(op_mem) is float and type(op_comp) is float else ARRAY_OPS
+    hi = ops.larger(op_mem, op_comp)
     if overlap >= 1.0:
         return hi
-    return hi + (1.0 - overlap) * np.minimum(op_mem, op_comp)
+    return hi + (1.0 - overlap) * ops.smaller(op_mem, op_comp)
 
 
 @dataclass(frozen=True)
@@ -113,19 +139,37 @@ class TimeModel:
             raise SpecroofError(f"{self.name or 'this device'} has no {dtype} peak (it has: {have})")
         return float(self.peak_flop_per_s[dtype])
 
-    def operator_times(self, cost: PassCost, dtype: str, tp: int = 1) -> tuple[Array, Array]:
-        """Per-operator memory and compute seconds of ``cost``: the roofline's two sides, before combining."""
-        bw: Any = self.bandwidth_bytes_per_s * tp
-        if self.rows_bandwidth_bytes_per_s:
-            lo = 1
-            for top, rate in self.rows_bandwidth_bytes_per_s:
-                bw = np.where((cost.tokens > lo) & (cost.tokens <= top), rate * tp, bw)
-                lo = top
-        if (
-            self.gemv_bandwidth_bytes_per_s is not None
-            and self.gemv_bandwidth_bytes_per_s != self.bandwidth_bytes_per_s
-        ):
-            bw = np.where(cost.tokens == 1, self.gemv_bandwidth_bytes_per_s * tp, bw)
+    def stream_rates(self, tp: int = 1) -> tuple[float, ...]:
+        """Bytes/s of a pass's streams over ``tp`` devices in each memory regime, in :func:`memory_regime`'s order:
+        many-token passes (the bandwidth), one-token passes (matrix-vector kernels: the gemv rate where the profile
+        has its own), then each range of ``rows_bandwidth_bytes_per_s``."""
+        base = self.bandwidth_bytes_per_s
+        gemv = self.gemv_bandwidth_bytes_per_s
+        one = gemv if gemv is not None and gemv != base else base
+        return (base * tp, one * tp, *(rate * tp for _, rate in self.rows_bandwidth_bytes_per_s))
+
+    def stream_rate(self, tokens: Any, tp: int = 1) -> Any:
+        """The bytes/s a pass of ``tokens`` rows streams at (:meth:`stream_rates`, picked by :func:`memory_regime`);
+        a float where every regime has the same rate, an array over ``tokens`` otherwise."""
+        rates = self.stream_rates(tp)
+        if len(set(rates)) == 1:
+            return rates[0]
+        t = np.asarray(tokens)
+        regime = np.zeros(t.shape, dtype=np.intp)
+        lo = 1
+        for j, (top, _) in enumerate(self.rows_bandwidth_bytes_per_s):
+            regime = np.where((t > lo) & (t <= top), 2 + j, regime)
+            lo = top
+        regime = np.where(t == 1, 1, regime)
+        return np.asarray(rates)[regime]
+
+    def operator_memory(self, cost: PassCost, bw: Any, tp: int = 1) -> Array:
+        """Per-operator memory seconds of ``cost`` streamed at ``bw`` bytes/s: the weights at their own rate (a host
+        link, a quantised dtype's kernels), a latent cache read whole on every rank, the paged KV's efficiency, the
+        fused-MoE kernel's time per distinct expert and the sampler's passes over the logits.
+
+        Linear in the cost's bytes, routed experts and tokens for a given ``bw``: the scalar pricers tabulate it on
+        the cost of one unit of each of their variables (roofline.passtime, docs/cost-model.md, section 47)."""
         wdt = cost.weight_dtype
         w_bytes = cost.bytes_weights * self.weight_bytes_factor.get(wdt, 1.0)
         if self.weights_link_bytes_per_s is not None:
@@ -155,13 +199,37 @@ class TimeModel:
             logits = cost.tokens * float(cost.vocab_size) * 4.0 * e.sampling_passes
             op_mem = op_mem.copy()
             op_mem[head] = op_mem[head] + logits / bw
-        peak = self.peak(dtype) * tp
-        op_comp = cost.flops / peak
+        return op_mem
+
+    def compute_rates(self, operators: tuple[str, ...], dtype: str, tp: int = 1) -> tuple[Array, npt.NDArray[np.bool_]]:
+        """Per operator the FLOP/s its products run at over ``tp`` devices (the attention products at their own
+        throughput where the profile has one), and whether small passes scale its time (:meth:`small_pass_factor`:
+        the matrix units' fill; the attention products' own throughput is measured at its sizes)."""
+        peak = self.peak(dtype)
+        rates = np.full(len(operators), peak * tp)
+        scaled = np.ones(len(operators), dtype=bool)
+        if self.attention_flop_per_s is not None and self.attention_flop_per_s != peak:
+            attn = np.isin(np.asarray(operators), ATTENTION_OPERATORS)
+            rates[attn] = self.attention_flop_per_s * tp
+            scaled[attn] = False
+        return rates, scaled
+
+    def small_pass_factor(self, tokens: Any) -> Any:
+        """Compute time x (1 + half / tokens): products of few rows do not fill the matrix units (1 without it)."""
+        return 1.0 + self.matmul_half_tokens / tokens if self.matmul_half_tokens else 1.0
+
+    def operator_seconds(self, op_mem: Any, op_comp: Any) -> Any:
+        """An operator's seconds from its two sides under this model's overlap (:func:`combine`): floats or arrays."""
+        return combine(op_mem, op_comp, self.overlap)
+
+    def operator_times(self, cost: PassCost, dtype: str, tp: int = 1) -> tuple[Array, Array]:
+        """Per-operator memory and compute seconds of ``cost``: the roofline's two sides, before combining."""
+        op_mem = self.operator_memory(cost, self.stream_rate(cost.tokens, tp), tp)
+        rates, scaled = self.compute_rates(cost.operators, dtype, tp)
+        shape = (len(rates),) + (1,) * (np.ndim(cost.flops) - 1)
+        op_comp = cost.flops / rates.reshape(shape)
         if self.matmul_half_tokens:
-            op_comp = op_comp * (1.0 + self.matmul_half_tokens / cost.tokens)
-        if self.attention_flop_per_s is not None and self.attention_flop_per_s != self.peak(dtype):
-            attn = np.isin(np.asarray(cost.operators), ATTENTION_OPERATORS)
-            op_comp[attn] = cost.flops[attn] / (self.attention_flop_per_s * tp)
+            op_comp = np.where(scaled.reshape(shape), op_comp * self.small_pass_factor(cost.tokens), op_comp)
         return op_mem, op_comp
 
     def overhead_s(self, n_layers: int, n_moe_layers: int = 0) -> float:
@@ -178,16 +246,46 @@ class TimeModel:
 
     def allreduce_s(self, cost: PassCost, tp: int) -> Any:
         """Two ring all-reduces of the hidden state per layer over ``tp`` devices: 2 (tp - 1) / tp x bytes / link."""
+        return self.allreduce_seconds(np.asarray(cost.allreduce_bytes), cost.n_layers, tp)
+
+    def allreduce_seconds(self, nbytes: Any, n_layers: int, tp: int) -> Any:
+        """:meth:`allreduce_s` of ``nbytes`` per all-reduce (a float for a float)."""
         if tp <= 1:
             return 0.0
         if self.interconnect_bytes_per_s is None:
             raise SpecroofError(f"tp={tp} needs an interconnect bandwidth, which {self.name!r} does not list")
-        per = 2.0 * (tp - 1) / tp * np.asarray(cost.allreduce_bytes) / self.interconnect_bytes_per_s
-        return 2 * cost.n_layers * (self.allreduce_latency_s + per)
+        per = 2.0 * (tp - 1) / tp * nbytes / self.interconnect_bytes_per_s
+        return 2 * n_layers * (self.allreduce_latency_s + per)
 
     def host_s(self, n_layers: int) -> float:
         """Host seconds to issue one pass (0 without an engine)."""
         return self.host_pass_s + n_layers * self.host_layer_s
+
+    def extra_s(self, tokens: Any, batch: Any) -> Any:
+        """The engine's extra per-pass terms (:attr:`roofline.engine.Engine.pass_terms`) for a pass of ``tokens``
+        tokens over ``batch`` sequences: device seconds added to the operators' (0.0 without any)."""
+        e = self.engine
+        if e is None or not e.pass_terms:
+            return 0.0
+        t: Any = 0.0
+        for term in e.pass_terms:
+            t = t + term(tokens, batch)
+        return t
+
+    def finish(self, device_s: Any, host_s: float, tokens: Any, batch: Any) -> Any:
+        """A pass's seconds from its device work (operators, fixed overheads, all-reduces) and the host's time to
+        issue it: the engine's extra terms join the device's work, the host launches ahead while the device works
+        (the larger of the two), and the engine's per-step host time adds to the pass or hides under it
+        (``step_overlap``). Floats give a float (the scalar pricers), arrays an array: written once for both."""
+        e = self.engine
+        if e is not None and e.pass_terms:
+            device_s = device_s + self.extra_s(tokens, batch)
+        ops = ops_for(device_s, batch)
+        t = ops.larger(device_s, host_s) if host_s > 0 else device_s
+        if e is not None and (e.host_step_s or e.host_step_per_seq_s):
+            step = e.step_host_s(batch)
+            t = ops.larger(t, step) if e.step_overlap else t + step
+        return t
 
     def compose(
         self, op_time_s: Array, fixed_s: float, allreduce_s: Any, n_layers: int, cost: PassCost | None = None
@@ -197,29 +295,28 @@ class TimeModel:
         With ``cost`` an eager engine's kernels are issued one by one and the device runs each
         once it is issued and its predecessor is done (:func:`launch_pipeline`); without it the
         host's total is set against the device's (the issuing overlaps the device's work).
-        An engine's per-step host time (scheduler, input preparation, the decoding loop) adds
-        to the pass, or hides under it where the engine overlaps it (``step_overlap``).
+        The rest is :meth:`finish`: the engine's extra terms, and its per-step host time (scheduler,
+        input preparation, the decoding loop), which adds to the pass, or hides under it where the
+        engine overlaps it (``step_overlap``).
         """
         device = op_time_s.sum(axis=0) + fixed_s + allreduce_s
         e = self.engine
+        tokens, batch = (cost.tokens, cost.batch) if cost is not None else (1, 1)
         if e is not None and e.launches and cost is not None and cost.n_layers > 0:
-            t = launch_pipeline(self, e, op_time_s, fixed_s, allreduce_s, cost)
+            # the pipeline's end is the device's last work: the extra terms follow it, no host floor is left
+            t = self.finish(launch_pipeline(self, e, op_time_s, fixed_s, allreduce_s, cost), 0.0, tokens, batch)
         else:
             host = self.host_s(n_layers)
             if e is not None and e.launches:
                 host = host + e.host_launch_s * (n_layers * _dense_layer_kernels(e) + _pass_kernels(e))
-            t = np.maximum(device, host) if host > 0 else device
-        if e is not None and (e.host_step_s or e.host_step_per_seq_s):
-            batch = cost.batch if cost is not None else 1
-            step = e.host_step_s + e.host_step_per_seq_s * np.asarray(batch, dtype=float)
-            t = np.maximum(t, step) if e.step_overlap else t + step
+            t = self.finish(device, host, tokens, batch)
         return np.asarray(t, dtype=float)
 
     def pass_seconds(self, cost: PassCost, dtype: str, *, overhead_s: float | None = None, tp: int = 1) -> Array:
         """Seconds of the pass ``cost`` (the composition; ``overhead_s`` replaces the fixed overheads)."""
         op_mem, op_comp = self.operator_times(cost, dtype, tp)
         fixed = self.overhead_s(cost.n_layers, cost.n_moe_layers) if overhead_s is None else overhead_s
-        op_t = combine(op_mem, op_comp, self.overlap)
+        op_t = self.operator_seconds(op_mem, op_comp)
         return self.compose(op_t, fixed, self.allreduce_s(cost, tp), cost.n_layers, cost=cost)
 
 

@@ -313,7 +313,6 @@ def slow_paths(monkeypatch):
 
     def slow():
         monkeypatch.setattr(cost, "scalar_config", lambda *a, **k: None)  # forward_cost's own scalar shortcut
-        monkeypatch.setattr(pt, "_scalar_terms", lambda *a, **k: None)
         monkeypatch.setattr(pt, "_few_seconds", lambda *a, **k: None)
         monkeypatch.setattr(
             gp,

@@ -1,9 +1,14 @@
-"""The plain-float paths of pass_seconds, speedup and predict_speedup give the array paths' numbers and types.
+"""The scalar pricers are derived from the time model's one definition, not written beside it.
 
-The reference is the same call with the scalar pricer and a draft model's chain plan switched off
-(``scalar_pricer`` and ``chain_plan`` answering None), which sends every pass through the numpy time model and
-every round through its array formulas: every preset, chain, tree and n-gram drafters, the engines. No timing
-here (benchmarks/bench_scalar.py times them).
+Every time-model rule lives once, on :class:`roofline.timemodel.TimeModel` (the streaming rates, the memory and
+compute sides of an operator, the small-pass factor, the overlap, the fixed overheads, the all-reduces, the host's
+issuing and the step time, the engine's extra terms); the scalar pricers of :mod:`roofline.passtime` tabulate
+those functions on the cost of one unit of each variable and compose with them (docs/cost-model.md, section 47),
+and the speedup and round formulas exist once in :mod:`roofline.speculative` and :mod:`roofline.drafters`. So
+these tests check the derivation: a rule changed in its one place moves the scalar and the array results alike,
+and a term added through the public extension point (:attr:`roofline.engine.Engine.pass_terms`) reaches every
+path. The reference is the same call with the scalar pricer and the plans switched off (``array_path``). No
+timing here (benchmarks/bench_scalar.py times them).
 """
 
 from __future__ import annotations
@@ -16,22 +21,20 @@ import numpy as np
 import pytest
 
 import roofline.drafters as drafters
-import roofline.engine as engine_mod
 import roofline.passtime as passtime
 import roofline.predict as predict
 import roofline.speculative as speculative
 from roofline.closed_forms import expected_tokens, expected_tokens_scalar
 from roofline.drafters import TREE_PRESETS, as_drafter, round_time
+from roofline.engine import Engine, load_engine
 from roofline.errors import SpecroofError
 from roofline.model import PRESETS, get_model
 from roofline.pricing import Pricing
 from roofline.speculative import predict_speedup, speedup
+from roofline.timemodel import TimeModel
 from roofline.trees import Tree
 
 REL = 1e-12
-DRAFTERS = ("llama-3.2-1b", "eagle3", "mtp", "medusa", "prompt-lookup", "prompt-lookup:0.4", "early-exit:8",
-            "block:llama-3.2-1b", "window:256", "hydra")  # fmt: skip
-ENGINES = (None, "hf", "vllm", "compiled")
 
 
 @pytest.fixture
@@ -46,7 +49,7 @@ def array_path(monkeypatch):
             # a draft model's chain plan holds pricers built before the switch: it steps aside too
             m.setattr(speculative, "chain_plan", lambda *a, **k: None)
             m.setattr(predict, "chain_plan", lambda *a, **k: None)
-            # a tree plan holds the target's pricer and the draft model's: it steps aside, and none is built anew
+            # a tree plan holds the target's pricer: it steps aside, and none is built anew
             m.setattr(predict, "tree_plan", lambda *a, **k: None)
             m.setattr(drafters, "scalar_pricer", lambda *a, **k: None)
             yield
@@ -54,8 +57,12 @@ def array_path(monkeypatch):
     return off
 
 
-def _pricing(engine, tp):
-    return Pricing.of("h100-sxm-80gb", engine=engine, tp=tp)
+@pytest.fixture
+def fresh_tables(monkeypatch):
+    """Empty caches of pricers and plans for the test: tables built under a rule changed by the test stay in it."""
+    for module, name in ((passtime, "_PRICERS"), (passtime, "_STEP_PRICERS"), (drafters, "_CHAIN_PLANS"),
+                         (drafters, "_TREE_PLANS")):  # fmt: skip
+        monkeypatch.setattr(module, name, {})
 
 
 def _same(fast, slow, where):
@@ -72,94 +79,227 @@ def _same(fast, slow, where):
                                    err_msg=f"{where} {f.name}")  # fmt: skip
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-def test_scalar_speedup_equals_the_array_path_over_drafters_batches_and_tp(engine, array_path):
+def _every_branch(engine, tp):
+    """A Pricing (a copy: its own time model) whose time model takes every branch of every rule: a gemv rate, rates
+    per range of rows, the attention products' own rate, small-pass saturation, partial overlap, a host floor and a
+    per-step host time per sequence, the engine's paged-KV, sampling and fused-MoE terms where it has them."""
+    pr = dataclasses.replace(Pricing.of("h100-sxm-80gb", engine=engine, tp=tp))
+    e = pr.time_model.engine or load_engine("serving")
+    e = dataclasses.replace(e, host_step_s=3e-5, host_step_per_seq_s=2e-6, step_overlap=engine == "vllm")
+    tm = dataclasses.replace(pr.time_model, gemv_bandwidth_bytes_per_s=2.1e12, attention_flop_per_s=3.0e14,
+                             matmul_half_tokens=7.0, overlap=0.35, rows_bandwidth_bytes_per_s=((2, 2.6e12), (16, 2.9e12)),
+                             host_pass_s=2.5e-3, engine=e)  # fmt: skip
+    pr.__dict__["time_model"] = tm
+    return pr
+
+
+def _answers(pr, tp):
+    """Every scalar entry point on ``pr``, floats: passes (plain, verify, a StepTime's fields), a chain's draft steps,
+    a tree's levels, speedups (a draft model's chain, EAGLE-3) and predicted speedups (a chain, a tree)."""
+    out = []
+    for name in ("llama-3.1-8b", "mixtral-8x7b", "llama-68m"):
+        spec = get_model(name)
+        for b, c in ((1, 1024), (3, 0), (16, 1500)):
+            out.append(float(passtime.pass_seconds(spec, pr, b, 1, c)))
+            out.append(float(passtime.pass_seconds(spec, pr, b, 7, c)))
+            st = passtime.pass_time(spec, pr, b, 2, c)
+            out += [float(st.t_step_s), float(st.t_memory_s), float(st.t_compute_s), *np.ravel(st.op_time_s)]
+            chain = passtime.chain_seconds(spec, pr, b, c, 5, tp)
+            levels = passtime.levels_seconds(spec, pr, [1, 4, 4, 4], b, c, tp)
+            out += [chain, levels]
     target = get_model("llama-3.1-8b")
-    checked = 0
-    for tp, batch, name in itertools.product((1, 2), (1, 8), DRAFTERS):
-        pr = _pricing(engine, tp)
-        d = as_drafter(name)
-        for alpha, gamma, context in ((0.8, 4, 1024), (0.55, 1, 0), (1.0, 3, 7000), (0.0, 2, 17), (0.7, 0, 512)):
-            if name == "hydra" and gamma > 4:
+    for drafter in ("llama-3.2-1b", "eagle3"):
+        r = speedup(pr, target, drafter, 0.8, 4, batch=2, context=700)
+        out += [float(r.speedup), float(r.t_draft_s), float(r.t_verify_s), float(r.t_base_s)]
+    r = predict_speedup(hardware=pr, target=target, drafter="llama-3.2-1b", mean_accepted=3.0, gamma=4)
+    t = predict_speedup(hardware=pr, target=target, drafter="eagle3", mean_accepted=3.0)
+    out += [r.speedup, r.t_round_s, t.speedup, t.t_draft_s, t.t_verify_s]
+    return out
+
+
+def _array_answers(pr, tp, array_path):
+    """:func:`_answers` with every pass priced on the array path (None entries where the scalar path gives None)."""
+    with array_path():
+        out = []
+        for name in ("llama-3.1-8b", "mixtral-8x7b", "llama-68m"):
+            spec = get_model(name)
+            for b, c in ((1, 1024), (3, 0), (16, 1500)):
+                out.append(float(passtime.pass_seconds(spec, pr, b, 1, c)))
+                out.append(float(passtime.pass_seconds(spec, pr, b, 7, c)))
+                st = passtime.pass_time(spec, pr, b, 2, c)
+                out += [float(st.t_step_s), float(st.t_memory_s), float(st.t_compute_s), *np.ravel(st.op_time_s)]
+                steps = passtime.pass_seconds(spec, pr, np.array([b]), 1, c + np.arange(5))
+                starts = c + np.array([0, 1, 5, 9])
+                per_level = passtime.pass_seconds(spec, pr, b, np.array([1, 4, 4, 4]), starts)
+                out += [float(np.cumsum(steps)[-1]), float(np.sum(per_level))]
+        target = get_model("llama-3.1-8b")
+        for drafter in ("llama-3.2-1b", "eagle3"):
+            r = speedup(pr, target, drafter, 0.8, np.array(4), batch=np.array(2), context=700)
+            out += [float(r.speedup), float(r.t_draft_s), float(r.t_verify_s), float(r.t_base_s)]
+        r = predict_speedup(hardware=pr, target=target, drafter="llama-3.2-1b", mean_accepted=3.0, gamma=4)
+        t = predict_speedup(hardware=pr, target=target, drafter="eagle3", mean_accepted=3.0)
+        out += [r.speedup, r.t_round_s, t.speedup, t.t_draft_s, t.t_verify_s]
+    return out
+
+
+def _scale(method, factor):
+    def changed(self, *args, **kwargs):
+        return method(self, *args, **kwargs) * factor
+
+    return changed
+
+
+def _shift(method, seconds):
+    def changed(self, *args, **kwargs):
+        return method(self, *args, **kwargs) + seconds
+
+    return changed
+
+
+def _halve_rates(method):
+    def changed(self, *args, **kwargs):
+        rates, scaled = method(self, *args, **kwargs)
+        return rates * 0.5, scaled
+
+    return changed
+
+
+#: each time-model rule, changed in its one place: (the TimeModel method, a changed version of it)
+RULES = {
+    "stream_rates": lambda m: lambda self, tp=1: tuple(r * 0.8 for r in m(self, tp)),
+    "operator_memory": lambda m: _scale(m, 1.25),
+    "compute_rates": _halve_rates,
+    "small_pass_factor": lambda m: _scale(m, 1.5),
+    "operator_seconds": lambda m: lambda self, mem, comp: m(self, mem, comp) + 0.1 * comp,
+    "overhead_s": lambda m: _shift(m, 2e-5),
+    "allreduce_seconds": lambda m: _scale(m, 3.0),
+    "finish": lambda m: _shift(m, 1e-4),
+}
+
+
+@pytest.mark.parametrize("rule", sorted(RULES))
+@pytest.mark.parametrize(("engine", "tp"), [(None, 1), ("vllm", 2)])
+def test_each_rule_changed_in_its_one_place_moves_the_scalar_and_array_paths_alike(rule, engine, tp, array_path,
+                                                                                    fresh_tables, monkeypatch):  # fmt: skip
+    """The scalar pricers hold no rule of their own: a TimeModel method changed (and nothing else) changes the
+    scalar answers of every entry point exactly as it changes the array path's, under every branch of the rules."""
+    before = _answers(_every_branch(engine, tp), tp)
+    monkeypatch.setattr(TimeModel, rule, RULES[rule](getattr(TimeModel, rule)))
+    pr = _every_branch(engine, tp)
+    fast = _answers(pr, tp)
+    slow = _array_answers(pr, tp, array_path)
+    np.testing.assert_allclose(fast, slow, rtol=REL, atol=0, err_msg=rule)
+    moved = np.abs(np.asarray(fast) - np.asarray(before)) > 1e-9 * np.abs(np.asarray(before))
+    if rule == "allreduce_seconds" and tp == 1:  # one device: no all-reduce to move
+        assert not moved.any()
+    else:  # every rule moves the target's passes (the small model's sit under the host floor) and the speedups
+        assert moved[:3].all() and moved[-9:].any(), (rule, moved)
+
+
+def _dummy_term(tokens, batch):
+    """An extra term of a pass: 20 us, plus 0.3 us per token and 1 us per sequence (floats or arrays alike)."""
+    return 2e-5 + 3e-7 * tokens + 1e-6 * batch
+
+
+def test_an_extra_pass_term_added_through_the_engine_moves_scalar_and_array_results_by_it(array_path, fresh_tables):
+    """Engine.pass_terms is the public extension point: a term added there moves every pass by its value, on the
+    scalar path (pass_time, pass_seconds, chain and levels, speedup, predict_speedup) and on the array path alike."""
+    plain = Engine(name="plain")
+    with_term = dataclasses.replace(plain, pass_terms=(_dummy_term,))
+    base, more = Pricing.of("h100-sxm-80gb", engine=plain), Pricing.of("h100-sxm-80gb", engine=with_term)
+    spec = get_model("llama-3.1-8b")
+    for b, n, c in ((1, 1, 1024), (4, 5, 300), (32, 1, 8000)):
+        T = b * n
+        for path in (contextlib.nullcontext, array_path):
+            with path():
+                t0 = float(passtime.pass_time(spec, base, b, n, c).t_step_s)
+                t1 = float(passtime.pass_time(spec, more, b, n, c).t_step_s)
+                s0 = float(passtime.pass_seconds(spec, base, b, n, c))
+                s1 = float(passtime.pass_seconds(spec, more, b, n, c))
+            assert t1 - t0 == pytest.approx(_dummy_term(T, b), rel=1e-9), (b, n, c, path)
+            assert s1 - s0 == pytest.approx(_dummy_term(T, b), rel=1e-9), (b, n, c, path)
+        sweep0 = passtime.pass_seconds(spec, base, np.array([1, 2, 8]), np.array([1, 3, 1]), c)
+        sweep1 = passtime.pass_seconds(spec, more, np.array([1, 2, 8]), np.array([1, 3, 1]), c)
+        np.testing.assert_allclose(sweep1 - sweep0, _dummy_term(np.array([1, 6, 8]), np.array([1, 2, 8])), rtol=1e-9)
+    # a round: gamma one-token draft passes, a verify pass of gamma + 1 tokens per sequence, the plain step
+    g, b = 4, 2
+    draft = get_model("llama-3.2-1b")
+    chain0 = passtime.chain_seconds(draft, base, b, 500, g, 1)
+    chain1 = passtime.chain_seconds(draft, more, b, 500, g, 1)
+    assert chain1 - chain0 == pytest.approx(g * _dummy_term(b, b), rel=1e-9)
+    lv0 = passtime.levels_seconds(draft, base, [1, 4, 4], b, 500, 1)
+    lv1 = passtime.levels_seconds(draft, more, [1, 4, 4], b, 500, 1)
+    assert lv1 - lv0 == pytest.approx(_dummy_term(b, b) + 2 * _dummy_term(4 * b, b), rel=1e-9)
+    for path in (contextlib.nullcontext, array_path):
+        with path():
+            r0 = speedup(base, spec, "llama-3.2-1b", 0.8, g, batch=b, context=500)
+            r1 = speedup(more, spec, "llama-3.2-1b", 0.8, g, batch=b, context=500)
+            p0 = predict_speedup(hardware=base, target=spec, drafter="eagle3", mean_accepted=3.0)
+            p1 = predict_speedup(hardware=more, target=spec, drafter="eagle3", mean_accepted=3.0)
+        assert float(r1.t_base_s - r0.t_base_s) == pytest.approx(_dummy_term(b, b), rel=1e-9)
+        assert float(r1.t_draft_s - r0.t_draft_s) == pytest.approx(g * _dummy_term(b, b), rel=1e-9)
+        assert float(r1.t_verify_s - r0.t_verify_s) == pytest.approx(_dummy_term((g + 1) * b, b), rel=1e-9)
+        nodes = TREE_PRESETS["eagle3"].n_nodes
+        assert p1.t_verify_s - p0.t_verify_s == pytest.approx(_dummy_term(nodes + 1, 1), rel=1e-9)
+        assert p1.t_draft_s > p0.t_draft_s and p1.speedup != p0.speedup
+
+
+def test_an_extra_pass_term_under_a_host_floor_and_step_time_prices_alike_on_both_paths(array_path, fresh_tables):
+    """With the engine's host floor and per-step host time the term joins the device's work before them: the scalar
+    and array answers agree wherever that takes the pass."""
+    for engine in ("vllm", "sglang", "serving"):
+        e = dataclasses.replace(load_engine(engine), pass_terms=(_dummy_term,))
+        pr = Pricing.of("h100-sxm-80gb", engine=e, tp=2)
+        fast = _answers(pr, 2)
+        slow = _array_answers(pr, 2, array_path)
+        np.testing.assert_allclose(fast, slow, rtol=REL, atol=0, err_msg=engine)
+
+
+@pytest.mark.parametrize("engine", (None, "vllm"))
+def test_every_preset_prices_the_same_with_and_without_the_scalar_pricer(engine, array_path):
+    """The pricer tabulates each operator from the model's coefficient table: a model kind the table does not hold
+    (MLA, sliding layers) must make it step aside, never price silently with standard attention. Every preset,
+    decode and verify, short and long."""
+    pr = Pricing.of("h100-sxm-80gb", engine=engine)
+    for name in sorted(PRESETS):
+        spec = get_model(name)
+        for batch, n, context in ((1, 1, 1024), (4, 5, 6000), (1, 1, 64)):
+            if context + n > spec.max_context:
                 continue
-            fast = speedup(pr, target, d, alpha, gamma, batch=batch, context=context)
+            fast = passtime.pass_seconds(spec, pr, batch, n, context)
             with array_path():
-                slow = speedup(pr, target, d, alpha, gamma, batch=batch, context=context)
-            _same(fast, slow, (engine, tp, batch, name, alpha, gamma, context))
-            checked += 1
-    assert checked == 2 * 2 * len(DRAFTERS) * 5
+                slow = passtime.pass_seconds(spec, pr, batch, n, context)
+            np.testing.assert_allclose(float(fast), float(slow), rtol=REL, atol=0, err_msg=f"{name} {batch} {n}")
 
 
-def test_scalar_speedup_with_its_options_equals_the_array_path(array_path):
+def test_a_tree_round_is_one_definition_for_round_time_and_the_tree_plan(array_path):
+    """round_time's tree branch and the tree plan call the same draft and verify functions: equal floats."""
     target = get_model("llama-3.1-8b")
-    moe = get_model("mixtral-8x7b")
-    cases = [
-        (Pricing.of("h100-sxm-80gb", weight_dtype="int4", kv_dtype="fp8"), target, "llama-3.2-1b", {}),
-        (Pricing.of("h100-sxm-80gb", offload="pcie4-x16"), target, "llama-3.2-1b", {}),
-        (Pricing.of("a100-sxm-80gb", engine="serving"), target, "eagle", {"round_overhead_s": 2e-5}),
-        (Pricing.of("h100-sxm-80gb"), target, "llama-3.2-1b", {"draft_hardware": "l4-24gb"}),
-        (Pricing.of("h100-sxm-80gb", engine="vllm", tp=2), moe, "mtp:2", {}),
-        (Pricing.of("h100-sxm-80gb", overhead_s=3e-6, efficiency=True), target, "medusa:3", {}),
-    ]
-    for pr, spec, name, kw in cases:
-        for batch, gamma in ((1, 5), (16, 2)):
-            fast = speedup(pr, spec, name, 0.75, gamma, batch=batch, context=2048, **kw)
-            with array_path():
-                slow = speedup(pr, spec, name, 0.75, gamma, batch=batch, context=2048, **kw)
-            _same(fast, slow, (pr.describe(), spec.name, name, kw, batch, gamma))
-
-
-@pytest.mark.parametrize("engine", ENGINES)
-def test_scalar_predict_speedup_equals_the_array_path(engine, array_path):
-    target = get_model("llama-3.1-8b")
-    for tp, batch in itertools.product((1, 2), (1, 8)):
-        pr = _pricing(engine, tp)
-        calls = [
-            {"drafter": "llama-3.2-1b", "alpha": 0.8, "gamma": 4},
-            {"drafter": "llama-3.2-1b", "mean_accepted": 2.5, "gamma": 3},
-            {"drafter": "prompt-lookup:0.5", "alpha": 0.6, "gamma": 5},
-            {"drafter": "mtp", "mean_accepted": 1.8},
-            {"drafter": "eagle3", "mean_accepted": 3.0},  # its own 59-node tree
-            {"drafter": "eagle", "mean_accepted": 2.6},
-            {"drafter": "medusa", "mean_accepted": 2.2},
-            {"drafter": "hydra", "mean_accepted": 2.9},
-            {"drafter": "eagle3", "mean_accepted": 2.0, "tree": "parents:-1,0,0,1"},
-            {"drafter": "llama-3.2-1b", "mean_accepted": 2.0, "tree": "eagle"},
-            {"drafter": "llama-3.2-1b", "mean_accepted": 2.4, "gamma": "heuristic"},
-        ]
-        for kw in calls:
-            fast = predict_speedup(hardware=pr, target=target, batch=batch, context=1500, **kw)
-            with array_path():
-                slow = predict_speedup(hardware=pr, target=target, batch=batch, context=1500, **kw)
-            _same(fast, slow, (engine, tp, batch, kw))
-
-
-def test_tree_rounds_equal_the_array_path(array_path):
-    target = get_model("llama-3.1-8b")
-    for engine, name, tree in itertools.product((None, "vllm"), ("eagle3", "eagle", "llama-3.2-1b"), TREE_PRESETS):
+    pairs = [(d, t) for d in ("eagle3", "eagle", "llama-3.2-1b") for t in ("eagle", "eagle3")] + [("hydra", "medusa")]
+    for engine, (name, tree) in itertools.product((None, "vllm"), pairs):
         pr = Pricing.of("h100-sxm-80gb", engine=engine)
-        fast = round_time(pr, target, name, TREE_PRESETS[tree], 4, 3000)
+        plan = drafters.tree_plan(pr, target, as_drafter(name))
+        rt = round_time(pr, target, name, TREE_PRESETS[tree], 4, 3000)
+        assert plan is not None
+        times = plan.times(TREE_PRESETS[tree], 4, 3000)
+        assert times == (float(rt.t_draft_s), float(rt.t_verify_s), rt.t_round_host_s), (engine, name, tree)
         with array_path():
             slow = round_time(pr, target, name, TREE_PRESETS[tree], 4, 3000)
-        _same(fast, slow, (engine, name, tree))
+        np.testing.assert_allclose(times, (float(slow.t_draft_s), float(slow.t_verify_s), slow.t_round_host_s),
+                                   rtol=REL, atol=0)  # fmt: skip
 
 
-def test_scalar_pass_seconds_over_engines_and_tp_equal_the_array_path(array_path):
-    for engine, tp, name in itertools.product(ENGINES, (1, 2), ("llama-3.1-8b", "llama-3.2-1b")):
-        pr = _pricing(engine, tp)
-        spec = get_model(name)
-        for b, n, c in ((1, 1, 1024), (8, 5, 0), (8, 1, 30000), (64, 33, 100)):
-            fast = passtime.pass_seconds(spec, pr, b, n, c)
-            chain = passtime.chain_seconds(spec, pr, b, c, 6, tp)
-            with array_path():
-                slow = passtime.pass_seconds(spec, pr, b, n, c)
-                steps = passtime.pass_seconds(spec, pr, b, 1, c + np.arange(6))
-            assert type(fast) is type(slow) and fast.shape == slow.shape == ()
-            assert float(fast) == pytest.approx(float(slow), rel=REL, abs=0)
-            if engine == "hf":  # an eager engine's kernel launches: only the array path prices them
-                assert chain is None
-            else:
-                assert chain == pytest.approx(float(np.cumsum(steps)[-1]), rel=REL, abs=0)
+def test_one_speedup_formula_types_one_configuration_as_the_array_path(array_path):
+    """The one speedup formula on a configuration's floats gives the array path's types (0-d arrays, numpy scalars)
+    and numbers, gamma = 0 (plain decoding) included, for a draft model's chain and for other drafters."""
+    pr, target = Pricing.of("h100-sxm-80gb", engine="vllm"), get_model("llama-3.1-8b")
+    for drafter, g in itertools.product(("llama-3.2-1b", "eagle3", "prompt-lookup:0.5", "early-exit:8"), (0, 1, 5)):
+        fast = speedup(pr, target, drafter, 0.75, g, batch=3, context=900)
+        with array_path():
+            slow = speedup(pr, target, drafter, 0.75, np.asarray(g), batch=np.asarray(3), context=900)
+        _same(fast, slow, (drafter, g))
+        if g == 0:
+            assert float(fast.speedup) == 1.0 and float(fast.t_draft_s) == 0.0
 
 
 def _numpy_has_simd_transcendentals() -> bool:
@@ -220,96 +360,6 @@ def test_bad_scalars_raise_the_array_paths_words(kwargs, words, array_path):
     with array_path(), pytest.raises(SpecroofError) as slow:
         call()
     assert str(fast.value) == str(slow.value)
-
-
-@pytest.mark.parametrize("engine", (None, "vllm"))
-def test_every_preset_prices_the_same_with_and_without_the_scalar_pricer(engine, array_path):
-    """The pricer re-derives each operator's constants: a model kind it does not know (MLA, sliding layers) must make
-    it step aside, never price silently with standard attention. Every preset, decode and verify, short and long."""
-    pr = _pricing(engine, 1)
-    for name in sorted(PRESETS):
-        spec = get_model(name)
-        for batch, n, context in ((1, 1, 1024), (4, 5, 6000), (1, 1, 64)):
-            if context + n > spec.max_context:
-                continue
-            fast = passtime.pass_seconds(spec, pr, batch, n, context)
-            with array_path():
-                slow = passtime.pass_seconds(spec, pr, batch, n, context)
-            np.testing.assert_allclose(float(fast), float(slow), rtol=REL, atol=0, err_msg=f"{name} {batch} {n}")
-        # MTP where the target does not say how many modules it ships (DeepSeek ships one, refused over 3 steps with one
-        # rate; Kimi K2 and gpt-oss ship none): their EAGLE-3 heads otherwise
-        drafter = ("mtp" if spec.mtp_modules is None else "eagle3") if spec.n_layers else "model:llama-3.2-1b"
-        fast_s = speedup(pr, spec, drafter, 0.7, 3, context=512).speedup
-        with array_path():
-            slow_s = speedup(pr, spec, drafter, 0.7, 3, context=512).speedup
-        np.testing.assert_allclose(float(fast_s), float(slow_s), rtol=REL, atol=0, err_msg=name)
-
-
-# -- every preset x drafter kinds x engines: the plans and pricers against the array path ----------------------------
-
-GRID_ENGINES = (None, "hf", "vllm", "serving", "compiled")
-#: (alpha, gamma, batch, context): a short and a long chain, one draft, a batch and an empty cache
-ROUNDS = ((0.8, 4, 1, 1024), (0.6, 7, 8, 1900), (0.95, 1, 3, 0), (0.7, 0, 2, 512))
-
-
-def _chain_model(spec):
-    """A preset draft model smaller than ``spec`` (None for the smallest presets)."""
-    for name in ("llama-3.2-1b", "llama-68m"):
-        if get_model(name).total_params < spec.total_params:
-            return "model:" + name
-    return None
-
-
-@pytest.mark.parametrize("engine", GRID_ENGINES)
-def test_every_preset_speedup_over_drafters_equals_the_array_path(engine, array_path):
-    pr = _pricing(engine, 1)
-    checked = planned = 0
-    for name in sorted(PRESETS):
-        spec = get_model(name)
-        for drafter in (_chain_model(spec), "eagle3", "prompt-lookup:0.5"):
-            if drafter is None:
-                continue
-            d = as_drafter(drafter)
-            planned += speculative.chain_plan(pr, spec, d) is not None
-            for alpha, gamma, batch, context in ROUNDS:
-                if context + gamma + 1 > min(spec.max_context, getattr(d, "spec", spec).max_context):
-                    continue
-                fast = speedup(pr, spec, d, alpha, gamma, batch=batch, context=context)
-                with array_path():
-                    slow = speedup(pr, spec, d, alpha, gamma, batch=batch, context=context)
-                _same(fast, slow, (engine, name, drafter, alpha, gamma, batch, context))
-                checked += 1
-    assert checked >= len(PRESETS) * 2 * len(ROUNDS) - 12  # a few short-context presets skip the long chain
-    # a draft model's chain takes its plan wherever both pricers price (standard attention, no eager launches)
-    assert (planned == 0) == (engine == "hf")
-
-
-@pytest.mark.parametrize("engine", GRID_ENGINES)
-def test_every_preset_predict_speedup_over_drafters_equals_the_array_path(engine, array_path):
-    pr = _pricing(engine, 1)
-    checked = 0
-    for name in sorted(PRESETS):
-        spec = get_model(name)
-        model = _chain_model(spec)
-        calls = [
-            {"drafter": "eagle3", "mean_accepted": 3.0},  # EAGLE-3's dynamic tree, EAGLE-1's static one
-            {"drafter": "eagle", "mean_accepted": 2.6},
-            {"drafter": "prompt-lookup:0.5", "alpha": 0.6, "gamma": 5},
-        ]
-        if model is not None:
-            calls += [
-                {"drafter": model, "alpha": 0.8, "gamma": 4},
-                {"drafter": model, "mean_accepted": 2.5, "gamma": 6},
-            ]
-        for kw in calls:
-            for batch, context in ((1, 1024), (4, 1800), (2, 0)):
-                fast = predict_speedup(hardware=pr, target=spec, batch=batch, context=context, **kw)
-                with array_path():
-                    slow = predict_speedup(hardware=pr, target=spec, batch=batch, context=context, **kw)
-                _same(fast, slow, (engine, name, kw, batch, context))
-                checked += 1
-    no_model = sum(_chain_model(get_model(n)) is None for n in PRESETS)  # the 68M presets: no smaller draft model
-    assert checked == (len(PRESETS) * 5 - no_model * 2) * 3
 
 
 def test_a_chain_plan_is_per_pricing_target_and_draft_model_not_per_round():
@@ -418,48 +468,6 @@ def test_a_builtin_profile_name_reads_its_mtime_at_most_every_recheck_interval(t
         assert stats[before:] == [path, path]
 
 
-@pytest.mark.parametrize(("overlap", "host", "rows"), [(1.0, False, False), (0.35, False, False), (1.0, True, False),
-                                                  (1.0, False, True), (0.35, True, True)])  # fmt: skip
-def test_chains_levels_and_passes_under_every_time_model_branch_equal_the_array_path(overlap, host, rows, array_path):
-    """The pricer's written-out loops (a chain's steps, a tree's levels) and its piecewise-linear sum of the operators
-    outside attention under a measured profile's terms: gemv bandwidth, rates per range of rows (2, 3-16), the
-    attention rate, small-matmul saturation and partial overlap, a per-step host time, one and two devices."""
-    ranges = ((2, 2.6e12), (16, 2.9e12)) if rows else ()
-    for engine, tp in itertools.product((None, "serving", "vllm"), (1, 2)):
-        pr = dataclasses.replace(Pricing.of("h100-sxm-80gb", engine=engine, tp=tp))  # a copy: its own time model
-        tm = dataclasses.replace(pr.time_model, gemv_bandwidth_bytes_per_s=2.1e12, attention_flop_per_s=3.0e14,
-                                 matmul_half_tokens=7.0, overlap=overlap,
-                                 rows_bandwidth_bytes_per_s=ranges)  # fmt: skip
-        if host:  # a host floor per pass that short passes hit, and a step time per sequence (in series or not)
-            e = tm.engine or engine_mod.load_engine("serving")
-            e = dataclasses.replace(e, host_step_s=3e-5, host_step_per_seq_s=2e-6, step_overlap=engine == "vllm")
-            tm = dataclasses.replace(tm, host_pass_s=2.5e-3, engine=e)
-        pr.__dict__["time_model"] = tm
-        for name in ("llama-3.1-8b", "mixtral-8x7b", "llama-68m"):
-            spec = get_model(name)
-            assert passtime.scalar_pricer(spec, pr, tp) is not None
-            for b, c, g, widths in ((1, 1024, 6, [1, 4, 4, 4]), (3, 0, 1, [2]), (16, 1500, 9, [10, 10, 10, 1]),
-                                    (2, 64, 3, [1, 8, 8])):  # fmt: skip
-                chain = passtime.chain_seconds(spec, pr, b, c, g, tp)
-                levels = passtime.levels_seconds(spec, pr, widths, b, c, tp)
-                one = passtime.pass_seconds(spec, pr, b, 7, c)
-                two = passtime.pass_time(spec, pr, b, 2, c)  # the step pricer's table for 2 b rows
-                with array_path():
-                    steps = passtime.pass_seconds(spec, pr, np.array([b]), 1, c + np.arange(g))
-                    starts = c + np.concatenate([[0], np.cumsum(widths)[:-1]])
-                    per_level = passtime.pass_seconds(spec, pr, b, np.array(widths), starts)
-                    slow = passtime.pass_seconds(spec, pr, np.array([b]), np.array([7]), np.array([c]))
-                    slow_two = passtime.pass_time(spec, pr, b, 2, c)
-                where = (engine, tp, name, b, c)
-                assert chain == pytest.approx(float(np.cumsum(steps)[-1]), rel=REL, abs=0), where
-                assert levels == pytest.approx(float(np.sum(per_level)), rel=REL, abs=0), where
-                assert float(one) == pytest.approx(float(slow[0]), rel=REL, abs=0), where
-                for f in ("t_step_s", "t_memory_s", "t_compute_s", "op_memory_s", "op_time_s"):
-                    np.testing.assert_allclose(np.asarray(getattr(two, f), dtype=float).ravel(),
-                                               np.asarray(getattr(slow_two, f), dtype=float).ravel(), rtol=REL,
-                                               atol=0, err_msg=f"{where} {f}")  # fmt: skip
-
-
 def test_scalar_tree_levels_check_every_run_of_widths(array_path):
     """levels_seconds takes whole-number widths >= 1 only (the array path names anything else), wherever the bad one
     stands: a run of one width is checked once, by its object (an equal float, a bool or a 0 is checked and refused);
@@ -480,17 +488,6 @@ def test_scalar_tree_levels_check_every_run_of_widths(array_path):
         assert levels == pytest.approx(float(np.sum(per_level)), rel=REL, abs=0), widths
 
 
-# -- tree rounds: the tree plan and the tree's cached levels against the array path ------------------------------------
-
-#: (drafter, tree): the drafters' own trees (EAGLE-1's static one, EAGLE-2/3's dynamic ones, Medusa's and Hydra's 63
-#: nodes) and explicit trees for drafters that draft level by level (a draft model, early exit, a windowed self-draft)
-TREE_CALLS = (("eagle", None), ("eagle2", None), ("eagle3", None), ("medusa", None), ("hydra", None),
-              ("eagle3", "parents:-1,0,0,1,1,4"), ("early-exit:2", "eagle2"), ("window:256", "medusa"),
-              ("MODEL", "eagle"))  # fmt: skip
-#: (batch, context, mean accepted): one sequence, a batch, an empty cache and plain decoding's one token
-TREE_ROUNDS = ((1, 1024, 3.0), (4, 1800, 2.2), (2, 0, 1.0), (1, 1990, 1.7))
-
-
 def _outcome(call, **kwargs):
     """``call(**kwargs)``'s result, or the words of the SpecroofError it raised (both paths must refuse alike)."""
     try:
@@ -504,55 +501,6 @@ def _same_outcome(fast, slow, where):
         assert fast == slow, where
     else:
         _same(fast, slow, where)
-
-
-@pytest.mark.parametrize("engine", GRID_ENGINES)
-def test_every_preset_tree_predict_speedup_over_tree_drafters_equals_the_array_path(engine, array_path):
-    pr = _pricing(engine, 1)
-    checked = refused = 0
-    for name in sorted(PRESETS):
-        spec = get_model(name)
-        for drafter, tree in TREE_CALLS:
-            if drafter == "MODEL":
-                drafter = _chain_model(spec)
-                if drafter is None:
-                    continue
-            for batch, context, mean in TREE_ROUNDS:
-                kw = {"drafter": drafter, "tree": tree, "mean_accepted": mean, "batch": batch, "context": context}
-                fast = _outcome(predict_speedup, hardware=pr, target=spec, **kw)
-                with array_path():
-                    slow = _outcome(predict_speedup, hardware=pr, target=spec, **kw)
-                _same_outcome(fast, slow, (engine, name, kw))
-                checked += 1
-                refused += isinstance(fast, str)
-    no_model = sum(_chain_model(get_model(n)) is None for n in PRESETS)
-    assert checked == (len(PRESETS) * len(TREE_CALLS) - no_model) * len(TREE_ROUNDS)
-    assert refused < checked // 4  # the 2k-context presets refuse the long rounds; everything else is priced
-
-
-@pytest.mark.parametrize("engine", (None, "vllm", "hf"))
-def test_tree_predict_speedup_over_alphas_tp_and_bad_inputs_equals_the_array_path(engine, array_path):
-    """Over TP and the refusals too: alpha on a tree, a mean past depth + 1, a context past the model's."""
-    target = get_model("llama-3.1-8b")
-    calls = [
-        {"drafter": "eagle3", "mean_accepted": 3.0},
-        {"drafter": "eagle", "mean_accepted": 6.0},  # its 5 levels: the most a round can emit
-        {"drafter": "eagle", "mean_accepted": 6.5},
-        {"drafter": "eagle3", "alpha": 0.8},
-        {"drafter": "eagle3", "alpha": 0.8, "tree": "eagle"},
-        {"drafter": "eagle3", "mean_accepted": 2.0, "context": 131_040},
-        {"drafter": "eagle3", "mean_accepted": 2.0, "context": 131_000},
-        {"drafter": "llama-3.1-70b", "mean_accepted": 2.0, "tree": "eagle"},  # not smaller than the target
-        {"drafter": "early-exit:40", "mean_accepted": 2.0, "tree": "eagle"},
-    ]
-    for tp, kw in itertools.product((1, 2), calls):
-        pr = _pricing(engine, tp)
-        fast = _outcome(predict_speedup, hardware=pr, target=target, **kw)
-        with array_path():
-            slow = _outcome(predict_speedup, hardware=pr, target=target, **kw)
-        _same_outcome(fast, slow, (engine, tp, kw))
-        if kw == calls[0]:
-            assert not isinstance(fast, str)
 
 
 def _levels_of(t):
