@@ -287,7 +287,8 @@ def model_shape(spec: ModelSpec) -> _Shape:
         return hit[1]
     nl, d, H, KV, hd = spec.n_layers, spec.d_model, spec.n_heads, spec.n_kv_heads, spec.head_dim
     sh = _Shape(
-        nl=nl, d=d, H=H, KV=KV, hd=hd, qkv_out=(H + 2 * KV) * hd, qkv_w=nl * (spec.attn_params_per_layer - H * hd * d),
+        nl=nl, d=d, H=H, KV=KV, hd=hd, qkv_out=(H * (2 if spec.attn_output_gate else 1) + 2 * KV) * hd,
+        qkv_w=nl * (spec.attn_params_per_layer - H * hd * d),
         vocab=spec.vocab_size, dense_layers=nl - spec.n_moe_layers, dense_mlp=spec.dense_mlp_params,
         mlp_matrices=spec.mlp_matrices, d_ff=spec.d_ff, moe=spec.is_moe, n_moe_layers=spec.n_moe_layers,
         n_experts=spec.n_experts, k=spec.experts_per_token, expert=spec.expert_params,
@@ -701,7 +702,9 @@ def forward_cost(
             act=na * T * (H * hd + d) * ab,
         )
     if nlin:
-        for name, (f_, w_, kr_, kw_, a_) in zip(LINEAR_OPERATORS, linear_attention(spec, T, Bf, n, wb, ab), strict=True):
+        for name, (f_, w_, kr_, kw_, a_) in zip(
+            LINEAR_OPERATORS, linear_attention(spec, T, Bf, n, wb, ab), strict=True
+        ):
             op(name, f_, w=w_, kv_r=kr_, kv_w=kw_, act=a_)
     dense_layers = nl - spec.n_moe_layers
     mlp_flops = 2.0 * T * spec.dense_mlp_params * dense_layers

@@ -930,7 +930,11 @@ class Hydra:
 
     def prefix_spec(self, target: ModelSpec) -> ModelSpec:
         return dataclasses.replace(
-            target, name=f"{self.name} prefix layer", n_layers=1, n_dense_layers=0, n_sliding_layers=0,
+            target,
+            name=f"{self.name} prefix layer",
+            n_layers=1,
+            n_dense_layers=0,
+            n_sliding_layers=0,
             n_linear_layers=0,
         )
 

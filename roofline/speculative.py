@@ -323,7 +323,8 @@ def checkpoint_seconds(pr: Pricing, spec: ModelSpec, gamma: Any, batch: Any, con
         return 0.0
     g = np.asarray(gamma)
     st = pass_time(spec, pr, batch, g + 1, context, tp=pr.tp)
-    t = st.op_time_s[st.cost.operators.index("state_checkpoint")]
+    ops = st.cost.operators if st.cost is not None else st.operators
+    t = st.op_time_s[ops.index("state_checkpoint")]
     return np.where(g == 0, 0.0, t)
 
 
