@@ -405,7 +405,8 @@ def linear_attention(spec: ModelSpec, T: Any, Bf: Any, n: Any, wb: float, ab: fl
     writes it back once: its bytes do not grow with the context. A pass of up to :data:`RECURRENT_MAX_TOKENS` per
     sequence runs the engines' recurrent path, which writes the state after every position into a slot of its own
     (vLLM's ``num_speculative_blocks``, SGLang's ``intermediate_ssm_state``): the ``n - 1`` writes beyond the last
-    are the state checkpoints a verify pass pays. A longer pass (a prefill) is a chunked scan without them."""
+    are the state checkpoints a verify pass pays (the recurrent state and one conv input each). A longer pass (a
+    prefill) is a chunked scan without them."""
     nlin, d = spec.n_linear_layers, spec.d_model
     S = spec.state_bytes_per_layer(ab)  # one layer's state of one sequence, bytes
     recurrent = n <= RECURRENT_MAX_TOKENS
@@ -415,7 +416,10 @@ def linear_attention(spec: ModelSpec, T: Any, Bf: Any, n: Any, wb: float, ab: fl
     hv = spec.linear_heads * spec.linear_value_dim
     act = nlin * T * (2 * d + spec.linear_in_proj + spec.linear_conv_dim + 2 * hv) * ab
     state = nlin * Bf * S
-    checkpoints = np.where(recurrent, nlin * Bf * (n - 1) * S, 0.0)
+    # a checkpoint is the recurrent state and one more conv input: vLLM widens the conv state to K - 1 + the
+    # speculative tokens, a window slid back on rejection (mamba_utils' conv state shape), not a copy per position
+    per_position = spec.state_bytes_per_layer(ab) - (spec.linear_conv - 2) * spec.linear_conv_dim * ab
+    checkpoints = np.where(recurrent, nlin * Bf * (n - 1) * per_position, 0.0)
     return [
         (flops, nlin * spec.linear_params_per_layer * wb, state, state, act),
         (0.0 * T, 0.0, 0.0, checkpoints, 0.0),

@@ -28,6 +28,7 @@ H, G, DK, DV, K = 32, 16, 128, 128, 4
 CONV = 2 * G * DK + H * DV  # 8192 conv channels
 IN_PROJ = CONV + H * DV + 2 * H  # q, k, v, the gate z, beta and a: 12352
 STATE_LAYER = H * DK * DV * 4 + CONV * (K - 1) * 2  # fp32 state, bf16 conv state: 2,146,304 bytes
+CHECKPOINT_LAYER = H * DK * DV * 4 + CONV * 2  # a position's checkpoint: the state and one more conv input
 N_LIN, N_ATTN, D = 36, 12, 2048
 
 
@@ -127,7 +128,7 @@ def test_checkpoints_in_the_verify_pass_and_the_round():
     m = get_model("qwen3-next-80b-a3b")
     for n, expected in ((1, 0.0), (4, 3), (RECURRENT_MAX_TOKENS, RECURRENT_MAX_TOKENS - 1), (100, 0.0)):
         c = forward_cost(m, 5, n, 1024, weight_dtype="bf16")
-        assert c.bytes_kv_write[c.operators.index("state_checkpoint")] == 5 * expected * N_LIN * STATE_LAYER
+        assert c.bytes_kv_write[c.operators.index("state_checkpoint")] == 5 * expected * N_LIN * CHECKPOINT_LAYER
     pr = rf.Pricing.of("h200-sxm-141gb", engine="vllm", tp=2)
     rows = [rf.speedup(pr, m, "mtp", [0.8] * g, g, batch=16, context=1024) for g in (1, 2, 3, 4)]
     ckpt = [float(r.t_checkpoint_s) for r in rows]
