@@ -32,6 +32,16 @@ OPERATORS = ("embed", "qkv", "attn_scores", "attn_values", "out_proj", "router",
 #: The single operator of an abstract (weights-only) model.
 ABSTRACT_OPERATORS = ("linear",)
 _DENSE_OPERATORS = tuple(o for o in OPERATORS if o != "router")
+#: the operators a hybrid model's linear-attention layers add after ``out_proj`` (docs/cost-model.md, section 52):
+#: the layers' projections, conv and scan with their state's read and write, and the state checkpoints a verify
+#: pass writes for every position but the last
+LINEAR_OPERATORS = ("linear_attn", "state_checkpoint")
+#: the most new tokens per sequence a pass of a hybrid model runs the engines' recurrent (decode and verify) path
+#: for, writing a state per position; a longer pass is a prefill, run as a chunked scan that writes the final state
+#: only (docs/cost-model.md, section 52)
+RECURRENT_MAX_TOKENS = 64
+#: the chunk of the chunked scan: FLA's chunk_gated_delta_rule (BT = 64) and Mamba-2's ``mamba_chunk_size`` (256)
+LINEAR_CHUNK = {"gdn": 64, "mamba2": 256}
 
 
 @dataclass(frozen=True)
@@ -280,7 +290,8 @@ def model_shape(spec: ModelSpec) -> _Shape:
         return hit[1]
     nl, d, H, KV, hd = spec.n_layers, spec.d_model, spec.n_heads, spec.n_kv_heads, spec.head_dim
     sh = _Shape(
-        nl=nl, d=d, H=H, KV=KV, hd=hd, qkv_out=(H + 2 * KV) * hd, qkv_w=nl * (spec.attn_params_per_layer - H * hd * d),
+        nl=nl, d=d, H=H, KV=KV, hd=hd, qkv_out=(H * (2 if spec.attn_output_gate else 1) + 2 * KV) * hd,
+        qkv_w=nl * (spec.attn_params_per_layer - H * hd * d),
         vocab=spec.vocab_size, dense_layers=nl - spec.n_moe_layers, dense_mlp=spec.dense_mlp_params,
         mlp_matrices=spec.mlp_matrices, d_ff=spec.d_ff, moe=spec.is_moe, n_moe_layers=spec.n_moe_layers,
         n_experts=spec.n_experts, k=spec.experts_per_token, expert=spec.expert_params,
@@ -368,6 +379,55 @@ def mla_attention(
         (2.0 * pairs * H * lat * nl, 0.0, Bf * Lf * nl * lat * kb, 0.0, nl * T * H * lat * ab),
         (2.0 * pairs * H * r * nl, 0.0, 0.0, 0.0, nl * T * H * r * ab),
         (2.0 * T * s.mla_out * nl, nl * s.mla_out * wb, 0.0, 0.0, nl * T * (H * r + d) * ab),
+    ]
+
+
+def scan_flops_per_token(spec: ModelSpec, recurrent: Any) -> Any:
+    """FLOPs of one linear-attention layer's token mixing per token (docs/cost-model.md, section 52), per head:
+
+    * recurrent form (decode and verify, ``recurrent`` true): Gated DeltaNet's decay, delta read ``S^T k``, rank-1
+      update and output ``S^T q`` (7 d_k d_v); Mamba-2's decay and ``B x`` update and ``C h`` output (5 N P);
+    * chunked form (a prefill): Gated DeltaNet 6 d_k d_v (``W S``, ``Q S``, the state update) plus the chunk's
+      ``K K^T``, ``T K``, ``T V``, ``Q K^T`` and its product with U, 2 C (3 d_k + 2 d_v); Mamba-2 (SSD) 4 N P plus
+      the chunk's ``(C B^T) X`` per head (2 C P) and ``C B^T`` per group (2 C N).
+
+    ``recurrent`` is a bool or a boolean array (per configuration)."""
+    h, g, dk, dv = spec.linear_heads, spec.linear_groups, spec.linear_key_dim, spec.linear_value_dim
+    C = LINEAR_CHUNK[spec.linear_kind]
+    if spec.linear_kind == "gdn":
+        rec, chunk = 7.0 * h * dk * dv, h * (6.0 * dk * dv + 2.0 * C * (3 * dk + 2 * dv))
+    else:
+        rec, chunk = 5.0 * h * dk * dv, h * (4.0 * dk * dv + 2.0 * C * dv) + g * 2.0 * C * dk
+    return np.where(recurrent, rec, chunk)
+
+
+def linear_attention(spec: ModelSpec, T: Any, Bf: Any, n: Any, wb: float, ab: float) -> list[tuple[Any, ...]]:
+    """(flops, weights, state read, state write, activations) of a hybrid model's ``linear_attn`` and
+    ``state_checkpoint`` operators for a pass of ``n`` new tokens on each of ``Bf`` sequences (``T`` = Bf n), over
+    all its linear-attention layers (docs/cost-model.md, section 52).
+
+    Each layer reads its state (the d_k x d_v matrix per head and the conv's last inputs) once per sequence and
+    writes it back once: its bytes do not grow with the context. A pass of up to :data:`RECURRENT_MAX_TOKENS` per
+    sequence runs the engines' recurrent path, which writes the state after every position into a slot of its own
+    (vLLM's ``num_speculative_blocks``, SGLang's ``intermediate_ssm_state``): the ``n - 1`` writes beyond the last
+    are the state checkpoints a verify pass pays (the recurrent state and one conv input each). A longer pass (a
+    prefill) is a chunked scan without them."""
+    nlin, d = spec.n_linear_layers, spec.d_model
+    S = spec.state_bytes_per_layer(ab)  # one layer's state of one sequence, bytes
+    recurrent = n <= RECURRENT_MAX_TOKENS
+    proj = 2.0 * d * spec.linear_in_proj + 2.0 * spec.linear_heads * spec.linear_value_dim * d
+    conv = 2.0 * spec.linear_conv_dim * spec.linear_conv
+    flops = nlin * T * (proj + conv + scan_flops_per_token(spec, recurrent))
+    hv = spec.linear_heads * spec.linear_value_dim
+    act = nlin * T * (2 * d + spec.linear_in_proj + spec.linear_conv_dim + 2 * hv) * ab
+    state = nlin * Bf * S
+    # a checkpoint is the recurrent state and one more conv input: vLLM widens the conv state to K - 1 + the
+    # speculative tokens, a window slid back on rejection (mamba_utils' conv state shape), not a copy per position
+    per_position = spec.state_bytes_per_layer(ab) - (spec.linear_conv - 2) * spec.linear_conv_dim * ab
+    checkpoints = np.where(recurrent, nlin * Bf * (n - 1) * per_position, 0.0)
+    return [
+        (flops, nlin * spec.linear_params_per_layer * wb, state, state, act),
+        (0.0 * T, 0.0, 0.0, checkpoints, 0.0),
     ]
 
 
@@ -470,7 +530,8 @@ def linear_terms(spec: ModelSpec, wb: float, ab: float, kb: float, moe_kernel: s
         flops[1, 0], w[0, 0] = 2.0 * spec.raw_params, spec.raw_params * wb
         return LinearTerms(ABSTRACT_OPERATORS, flops, w, z, z.copy(), z.copy())
     s = model_shape(spec)
-    if s.mla or s.n_sliding or s.expert_wb:  # experts in their own format: their own rate (section 51)
+    # experts in their own format: their own rate (section 51); hybrid: a state per sequence is no variable of the table
+    if s.mla or s.n_sliding or s.expert_wb or spec.n_linear_layers:
         return None
     nl, d, H, KV, hd, moe, vocab = s.nl, s.d, s.H, s.KV, s.hd, s.moe, s.vocab
     names = OPERATORS if moe else _DENSE_OPERATORS
@@ -516,7 +577,7 @@ def scalar_config(
     """(batch, new tokens, context, visible) of a scalar configuration within the model's context, or None
     (arrays, and anything the array path must validate or refuse)."""
     B, L = scalar_count(batch, 1), scalar_count(context, 0)
-    if B is None or L is None:
+    if B is None or L is None or spec.n_linear_layers:  # a hybrid model: the array path prices it (section 52)
         return None
     if tree is not None:
         n, vis_sum = _tree_visible(tree)
@@ -599,8 +660,14 @@ def forward_cost(
         )
 
     nl, d, H, KV, hd = spec.n_layers, spec.d_model, spec.n_heads, spec.n_kv_heads, spec.head_dim
-    qkv_out = (H + 2 * KV) * hd
+    # a hybrid model's attention operators run in its attention layers only; a gated query (Qwen3-Next) is twice as
+    # wide (section 52)
+    na, nlin = spec.n_attn_layers, spec.n_linear_layers
+    qkv_out = (H * (2 if spec.attn_output_gate else 1) + 2 * KV) * hd
     names = tuple(o for o in OPERATORS if spec.is_moe or o != "router")
+    if nlin:
+        at = names.index("out_proj") + 1
+        names = (*names[:at], *LINEAR_OPERATORS, *names[at:])
     # One preallocated block per byte class; rows are filled in place so a
     # million-point sweep does not build and re-stack dozens of temporaries.
     out = {k: np.zeros((len(names), *B.shape)) for k in ("f", "w", "kr", "kw", "a")}
@@ -619,13 +686,13 @@ def forward_cost(
         for name, (f_, w_, kr_, kw_, a_) in zip(("qkv", "attn_scores", "attn_values", "out_proj"), terms, strict=True):
             op(name, f_, w=w_, kv_r=kr_, kv_w=kw_, act=a_)
     else:
-        kv_new = T * nl * 2 * KV * hd * kb
+        kv_new = T * na * 2 * KV * hd * kb
         op(
             "qkv",
-            2.0 * T * d * qkv_out * nl,
-            w=nl * (spec.attn_params_per_layer - H * hd * d) * wb,
+            2.0 * T * d * qkv_out * na,
+            w=na * (spec.attn_params_per_layer - H * hd * d) * wb,
             kv_w=kv_new,
-            act=nl * T * (d + qkv_out) * ab,
+            act=na * T * (d + qkv_out) * ab,
         )
         # Each query attends to the cached context plus the new tokens it can see; a sliding layer's cached
         # context is at most its window (section 21)
@@ -635,16 +702,21 @@ def forward_cost(
             attn_f = 2.0 * Bf * (n * keys + vis * nl) * H * hd
         else:
             attn_pairs = Bf * (n * Lf + vis)
-            kv_cache = Bf * Lf * nl * KV * hd * kb  # K (or V) of the cached context, all layers
-            attn_f = 2.0 * attn_pairs * H * hd * nl
-        op("attn_scores", attn_f, kv_r=kv_cache, act=nl * T * H * hd * ab)
-        op("attn_values", attn_f, kv_r=kv_cache, act=nl * T * H * hd * ab)
+            kv_cache = Bf * Lf * na * KV * hd * kb  # K (or V) of the cached context, all attention layers
+            attn_f = 2.0 * attn_pairs * H * hd * na
+        op("attn_scores", attn_f, kv_r=kv_cache, act=na * T * H * hd * ab)
+        op("attn_values", attn_f, kv_r=kv_cache, act=na * T * H * hd * ab)
         op(
             "out_proj",
-            2.0 * T * H * hd * d * nl,
-            w=nl * H * hd * d * wb,
-            act=nl * T * (H * hd + d) * ab,
+            2.0 * T * H * hd * d * na,
+            w=na * H * hd * d * wb,
+            act=na * T * (H * hd + d) * ab,
         )
+    if nlin:
+        for name, (f_, w_, kr_, kw_, a_) in zip(
+            LINEAR_OPERATORS, linear_attention(spec, T, Bf, n, wb, ab), strict=True
+        ):
+            op(name, f_, w=w_, kv_r=kr_, kv_w=kw_, act=a_)
     dense_layers = nl - spec.n_moe_layers
     mlp_flops = 2.0 * T * spec.dense_mlp_params * dense_layers
     mlp_w: Any = dense_layers * spec.dense_mlp_params * wb

@@ -816,6 +816,7 @@ class Eagle:
                 n_layers=1,
                 n_dense_layers=0,
                 n_sliding_layers=0,  # the draft layer attends to its whole context (EAGLE-3 heads of gpt-oss do)
+                n_linear_layers=0,  # a hybrid's MTP module is a full-attention layer (section 52)
                 mtp_modules=None,
                 **changes,
             )
@@ -967,7 +968,12 @@ class Hydra:
 
     def prefix_spec(self, target: ModelSpec) -> ModelSpec:
         return dataclasses.replace(
-            target, name=f"{self.name} prefix layer", n_layers=1, n_dense_layers=0, n_sliding_layers=0
+            target,
+            name=f"{self.name} prefix layer",
+            n_layers=1,
+            n_dense_layers=0,
+            n_sliding_layers=0,
+            n_linear_layers=0,
         )
 
     @property

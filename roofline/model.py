@@ -23,6 +23,8 @@ from roofline.validation import check_quantity
 #: the MLP by its matrices: ``swiglu`` is any gated MLP (gate, up, down: three matrices; Gemma's GeGLU too, as the cost
 #: model prices matrices, not the activation between them), ``gelu`` the ungated two-matrix MLP
 MLP_KINDS = ("swiglu", "gelu")
+#: linear-attention layer kinds of hybrid models (docs/cost-model.md, section 52)
+LINEAR_KINDS = ("gdn", "mamba2")
 
 #: each shape field's kind in :data:`roofline.validation.RANGES`
 _FIELD_KINDS = {
@@ -97,6 +99,25 @@ class ModelSpec:
     #: ``mxfp4``, 4-bit E2M1 values with an 8-bit scale per 32: 4.25 bits); "" stores them like the other weights.
     #: Any weight dtype or format (:data:`EXPERT_FORMATS`, :func:`roofline.dtypes.weight_format`)
     expert_format: str = ""
+    #: hybrid linear-attention models (docs/cost-model.md, section 52): ``n_linear_layers`` of the layers mix tokens
+    #: through a fixed-size recurrent state instead of attention over a KV cache. ``linear_kind`` "gdn" (Gated
+    #: DeltaNet: Qwen3-Next, Qwen3.5) or "mamba2" (Mamba-2: Granite 4.0-H); ``linear_heads`` the state's heads (GDN
+    #: ``linear_num_value_heads``, Mamba-2 ``mamba_n_heads``), ``linear_groups`` the key heads or B/C groups
+    #: (``linear_num_key_heads``, ``mamba_n_groups``), ``linear_key_dim`` x ``linear_value_dim`` one head's state
+    #: (GDN key x value head; Mamba-2 ``mamba_d_state`` x ``mamba_d_head``), ``linear_conv`` the causal conv's width
+    linear_kind: str = ""
+    n_linear_layers: int = 0
+    linear_heads: int = 0
+    linear_groups: int = 0
+    linear_key_dim: int = 0
+    linear_value_dim: int = 0
+    linear_conv: int = 0
+    #: the dtype engines keep the recurrent state in ("": the pass's activation dtype; Qwen's ``mamba_ssm_dtype``
+    #: float32 is SGLang's default and the Qwen3.5 configs' field)
+    state_dtype: str = ""
+    #: gated attention (Qwen3-Next, Qwen3.5: ``attn_output_gate``): the query projection also yields a sigmoid gate per
+    #: query channel, so q_proj is twice as wide
+    attn_output_gate: bool = False
 
     def __post_init__(self) -> None:
         check_choice("mlp_kind", self.mlp_kind, MLP_KINDS)
@@ -154,6 +175,32 @@ class ModelSpec:
                 )
             if self.sliding_window < 1:
                 raise SpecroofError(f"ModelSpec {self.name!r}: sliding_window must be >= 1 when layers slide")
+        if self.n_linear_layers:
+            self._check_linear()
+
+    def _check_linear(self) -> None:
+        """A hybrid model's linear-attention fields: a known kind, whole positive shapes, standard attention beside."""
+        check_choice("linear_kind", self.linear_kind, LINEAR_KINDS)
+        if not isinstance(self.n_linear_layers, int) or not 1 <= self.n_linear_layers <= self.n_layers:
+            raise SpecroofError(
+                f"ModelSpec {self.name!r}: n_linear_layers must lie in [0, n_layers={self.n_layers}] "
+                f"(got {self.n_linear_layers!r})"
+            )
+        for f in ("linear_heads", "linear_groups", "linear_key_dim", "linear_value_dim", "linear_conv"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise SpecroofError(f"ModelSpec {self.name!r}: {f} must be a positive integer (got {v!r})")
+            check_quantity(f"ModelSpec {self.name!r}: {f}", v, "width")
+        if self.linear_heads % self.linear_groups:
+            raise SpecroofError(
+                f"ModelSpec {self.name!r}: linear_heads ({self.linear_heads}) must be a multiple of linear_groups "
+                f"({self.linear_groups})"
+            )
+        if self.is_mla or self.n_sliding_layers:
+            raise SpecroofError(
+                f"ModelSpec {self.name!r}: linear-attention layers are priced beside standard full attention only "
+                "(not latent or sliding-window attention)"
+            )
 
     # -- construction ------------------------------------------------------
     @classmethod
@@ -199,6 +246,10 @@ class ModelSpec:
         layers = changes.get("n_layers", self.n_layers)
         if self.n_sliding_layers and layers != self.n_layers and "n_sliding_layers" not in changes:
             changes["n_sliding_layers"] = min(layers, -(-self.n_sliding_layers * layers // self.n_layers))
+        # linear-attention layers keep their share rounded down: the first 8 of Qwen3-Next's 3:1 stack hold 6, and one
+        # layer is a full-attention layer (the MTP module's and a drafter's layer)
+        if self.n_linear_layers and layers != self.n_layers and "n_linear_layers" not in changes:
+            changes["n_linear_layers"] = self.n_linear_layers * layers // self.n_layers
         return dataclasses.replace(self, **changes)
 
     # -- derived shapes ----------------------------------------------------
@@ -235,11 +286,62 @@ class ModelSpec:
         return self.kv_lora_rank * self.n_heads * self.v_head_dim + self.n_heads * self.v_head_dim * self.d_model
 
     @property
+    def n_attn_layers(self) -> int:
+        """Layers with (full, sliding or latent) attention and a KV cache: all but the linear-attention layers."""
+        return self.n_layers - self.n_linear_layers
+
+    @property
+    def linear_conv_dim(self) -> int:
+        """Channels of a linear-attention layer's causal conv (and of its conv state): q and k of the key heads or
+        B and C of the groups, and the value heads' inputs (GDN: 2 h_k d_k + h_v d_v; Mamba-2: 2 g N + h P)."""
+        return 2 * self.linear_groups * self.linear_key_dim + self.linear_heads * self.linear_value_dim
+
+    @property
+    def linear_in_proj(self) -> int:
+        """Output width of a linear-attention layer's input projection: the conv's channels, the output gate z
+        (h_v d_v), and per head the gates (GDN: beta and the decay a, 2 h_v; Mamba-2: dt, h)."""
+        gates = 2 if self.linear_kind == "gdn" else 1
+        return self.linear_conv_dim + self.linear_heads * (self.linear_value_dim + gates)
+
+    @property
+    def linear_params_per_layer(self) -> int:
+        """Weights of one linear-attention layer: input projection, conv, output projection, the gated norm and the
+        per-head decay parameters (GDN: A_log, dt_bias, a norm of d_v; Mamba-2: A_log, D, dt_bias, conv bias and a
+        norm over all h P channels)."""
+        if not self.n_linear_layers:
+            return 0
+        d, h, dv, conv = self.d_model, self.linear_heads, self.linear_value_dim, self.linear_conv_dim
+        proj = d * self.linear_in_proj + conv * self.linear_conv + h * dv * d
+        if self.linear_kind == "gdn":
+            return proj + dv + 2 * h
+        return proj + conv + h * dv + 3 * h
+
+    @property
+    def state_elements_per_layer(self) -> int:
+        """Recurrent-state elements one linear-attention layer keeps per sequence: a d_k x d_v matrix per head."""
+        return self.linear_heads * self.linear_key_dim * self.linear_value_dim
+
+    @property
+    def conv_state_elements_per_layer(self) -> int:
+        """Conv-state elements one linear-attention layer keeps per sequence: the last (width - 1) inputs."""
+        return self.linear_conv_dim * (self.linear_conv - 1) if self.n_linear_layers else 0
+
+    def state_bytes_per_layer(self, act_bytes: float) -> float:
+        """Bytes of one layer's state of one sequence: the recurrent state in ``state_dtype`` (else the activations'
+        dtype) and the conv state in the activations' dtype."""
+        sb = dtype_bytes(self.state_dtype) if self.state_dtype else act_bytes
+        return self.state_elements_per_layer * sb + self.conv_state_elements_per_layer * act_bytes
+
+    def state_bytes_per_sequence(self, act_bytes: float) -> float:
+        """Bytes of every linear-attention layer's state of one sequence (0 for a model without them)."""
+        return self.n_linear_layers * self.state_bytes_per_layer(act_bytes) if self.n_linear_layers else 0.0
+
+    @property
     def attn_params_per_layer(self) -> int:
         """q, k, v, o projection weights (and qkv biases) of one layer."""
         if self.is_mla:
             return self.mla_qkv_params_per_layer + self.mla_out_params_per_layer
-        q = self.d_model * self.n_heads * self.head_dim
+        q = self.d_model * self.n_heads * self.head_dim * (2 if self.attn_output_gate else 1)
         kv = 2 * self.d_model * self.n_kv_heads * self.head_dim
         o = self.n_heads * self.head_dim * self.d_model
         bias = (self.n_heads + 2 * self.n_kv_heads) * self.head_dim if self.qkv_bias else 0
@@ -305,7 +407,7 @@ class ModelSpec:
         """All weights (tied embeddings counted once)."""
         if self.is_abstract:
             return self.raw_params
-        layers = self.n_layers * self.attn_params_per_layer
+        layers = self.n_attn_layers * self.attn_params_per_layer + self.n_linear_layers * self.linear_params_per_layer
         layers += (self.n_layers - self.n_moe_layers) * self.dense_mlp_params
         layers += self.n_moe_layers * (
             self.n_experts * self.expert_params + self.shared_expert_params + self.router_params
@@ -334,7 +436,7 @@ class ModelSpec:
 
         With sliding-window layers this is the rate while a sequence is shorter than the window, an upper bound
         after it (a sliding layer keeps at most ``sliding_window`` tokens): :meth:`kv_cache_elements` is exact."""
-        return self.n_layers * self.kv_elements_per_layer_token
+        return self.n_attn_layers * self.kv_elements_per_layer_token
 
     def kv_cache_elements(self, tokens: Any) -> Any:
         """Cache elements of one sequence of ``tokens`` cached tokens (scalar or array), sliding layers capped at
@@ -368,6 +470,11 @@ class ModelSpec:
             "expert_format": self.expert_format or None,
             "mtp_modules": self.mtp_modules,
             "max_context": self.max_context,
+            **(
+                {"linear_kind": self.linear_kind, "n_linear_layers": self.n_linear_layers}
+                if self.n_linear_layers
+                else {}
+            ),
         }
 
 
@@ -405,18 +512,29 @@ _CONFIG_KINDS = {
 
 _SUPPORTED = (
     "llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "kimi_k2",
-    "gpt_oss", "glm4_moe", "minimax_m2", "gemma3_text", "llama4_text",
+    "gpt_oss", "glm4_moe", "minimax_m2", "gemma3_text", "llama4_text", "qwen3_next", "qwen3_5_text",
+    "qwen3_5_moe_text", "granitemoehybrid",
 )  # fmt: skip
+#: Gated DeltaNet hybrids (docs/cost-model.md, section 52): transformers' Qwen3NextConfig / Qwen3_5TextConfig fields
+_GDN_HYBRIDS = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
 #: the DeepSeek MoE layout (Kimi K2 ships DeepSeek-V3's modelling code under its own model_type; GLM-4.5's glm4_moe
 #: keeps its field names with standard attention)
 _DEEPSEEK_LIKE = ("deepseek_v2", "deepseek_v3", "kimi_k2", "glm4_moe")
 #: multimodal checkpoints whose language model is the config's ``text_config`` (Gemma 3, Llama 4, Mistral Small 3.1,
 #: Kimi K2.5): the text stack is what a decode step runs
-_TEXT_CONFIG_WRAPPERS = {"gemma3": "gemma3_text", "llama4": "llama4_text", "mistral3": "mistral", "kimi_k25": "kimi_k2"}
+_TEXT_CONFIG_WRAPPERS = {
+    "gemma3": "gemma3_text", "llama4": "llama4_text", "mistral3": "mistral", "kimi_k25": "kimi_k2",
+    "qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text",
+}  # fmt: skip
+#: the state dtypes config.json names (``mamba_ssm_dtype``)
+_STATE_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
 def _from_hf_dict(cfg: dict[str, Any], name: str | None) -> ModelSpec:
     arch = str(cfg.get("model_type", ""))
+    if arch in ("qwen3_5", "qwen3_5_moe") and "text_config" not in cfg and "num_hidden_layers" in cfg:
+        arch = _TEXT_CONFIG_WRAPPERS[arch]  # a flattened Qwen3.5 config: the text stack's fields at the top
+        cfg = {**cfg, "model_type": arch}
     if arch in _TEXT_CONFIG_WRAPPERS:
         text = cfg.get("text_config")
         if not isinstance(text, dict):
@@ -542,6 +660,10 @@ def _from_hf_dict(cfg: dict[str, Any], name: str | None) -> ModelSpec:
                 chunked = fields["n_layers"] - fields["n_layers"] // opt("no_rope_layer_interval", 4)
             if chunked:
                 fields.update(sliding_window=req("attention_chunk_size"), n_sliding_layers=chunked)
+    elif arch in _GDN_HYBRIDS:
+        fields.update(_gdn_fields(cfg, fields["n_layers"], req, opt))
+    elif arch == "granitemoehybrid":
+        fields.update(_granite_hybrid_fields(cfg, fields["n_layers"], req, opt))
     if arch in _DEEPSEEK_LIKE:
         if cfg.get("kv_lora_rank"):  # multi-head latent attention: the shapes the cost model prices it by
             for key in ("qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
@@ -573,6 +695,73 @@ def _from_hf_dict(cfg: dict[str, Any], name: str | None) -> ModelSpec:
         if method in EXPERT_FORMATS:  # gpt-oss: MXFP4 experts, the attention, router and embeddings in bf16
             fields["expert_format"] = method
     return ModelSpec(**fields)
+
+
+def _layer_types(cfg: dict[str, Any], n_layers: int, linear: str, full: str) -> int:
+    """Linear-attention layers among ``n_layers`` from config.json's ``layer_types`` (each ``linear`` or ``full``)."""
+    types = cfg.get("layer_types")
+    if not isinstance(types, list) or len(types) != n_layers or any(t not in (linear, full) for t in types):
+        raise SpecroofError(
+            f"config field 'layer_types' must list one of {linear!r} or {full!r} per layer ({n_layers} layers)"
+        )
+    return sum(1 for t in types if t == linear)
+
+
+def _gdn_fields(cfg: dict[str, Any], n_layers: int, req: Any, opt: Any) -> dict[str, Any]:
+    """Qwen3-Next and Qwen3.5 (dense and MoE): Gated DeltaNet layers and gated full attention, 3:1 by default
+    (``full_attention_interval`` 4: layer i is full when (i + 1) % 4 == 0, transformers' Qwen3NextConfig), a
+    mixture of ``num_experts`` routed experts and one shared expert where the config has them, and one MTP layer
+    (``mtp_num_hidden_layers``; Qwen3-Next's config.json does not name it, its checkpoint ships one layer, which
+    vLLM's ``qwen3_next_mtp`` and SGLang's NEXTN run)."""
+    if cfg.get("layer_types") is None:
+        interval = opt("full_attention_interval", 4)
+        cfg = {**cfg, "layer_types": ["full_attention" if (i + 1) % interval == 0 else "linear_attention"
+                                      for i in range(n_layers)]}  # fmt: skip
+    out: dict[str, Any] = dict(
+        linear_kind="gdn",
+        n_linear_layers=_layer_types(cfg, n_layers, "linear_attention", "full_attention"),
+        linear_heads=req("linear_num_value_heads"),
+        linear_groups=req("linear_num_key_heads"),
+        linear_key_dim=req("linear_key_head_dim"),
+        linear_value_dim=req("linear_value_head_dim"),
+        linear_conv=opt("linear_conv_kernel_dim", 4),
+        state_dtype=_STATE_DTYPES.get(str(cfg.get("mamba_ssm_dtype") or "float32"), "fp32"),
+        attn_output_gate=bool(cfg.get("attn_output_gate", True)),
+    )
+    mtp = cfg.get("mtp_num_hidden_layers", cfg.get("num_nextn_predict_layers"))
+    out["mtp_modules"] = 1 if mtp is None else int(mtp)
+    if cfg.get("num_experts"):
+        out.update(n_experts=req("num_experts"), experts_per_token=req("num_experts_per_tok"),
+                   d_ff_expert=req("moe_intermediate_size"), n_dense_layers=len(cfg.get("mlp_only_layers") or []))  # fmt: skip
+        shared = int(cfg.get("shared_expert_intermediate_size") or 0)
+        if shared:
+            out.update(n_shared_experts=1, d_ff_shared=shared)
+    return out
+
+
+def _granite_hybrid_fields(cfg: dict[str, Any], n_layers: int, req: Any, opt: Any) -> dict[str, Any]:
+    """IBM Granite 4.0-H (model_type granitemoehybrid): Mamba-2 and attention layers as ``layer_types`` lists them
+    ("mamba", "attention"), each followed by a shared MLP of ``shared_intermediate_size`` and, where
+    ``num_local_experts`` > 0, a mixture of experts of width ``intermediate_size`` (transformers'
+    GraniteMoeHybridDecoderLayer). The SSM state is kept in the model's dtype (vLLM's ``mamba_ssm_cache_dtype``
+    auto)."""
+    out: dict[str, Any] = dict(
+        linear_kind="mamba2",
+        n_linear_layers=_layer_types(cfg, n_layers, "mamba", "attention"),
+        linear_heads=req("mamba_n_heads"),
+        linear_groups=opt("mamba_n_groups", 1),
+        linear_key_dim=req("mamba_d_state"),
+        linear_value_dim=req("mamba_d_head"),
+        linear_conv=opt("mamba_d_conv", 4),
+        mtp_modules=0,
+    )
+    shared = req("shared_intermediate_size")
+    if cfg.get("num_local_experts"):
+        out.update(n_experts=req("num_local_experts"), experts_per_token=req("num_experts_per_tok"),
+                   d_ff_expert=req("intermediate_size"), n_shared_experts=1, d_ff_shared=shared, d_ff=0)  # fmt: skip
+    else:
+        out["d_ff"] = shared
+    return out
 
 
 def _llama(name: str, L: int, d: int, H: int, kv: int, ff: int, vocab: int, ctx: int, **kw: Any) -> ModelSpec:
@@ -669,6 +858,31 @@ def _minimax_m2() -> ModelSpec:
     )  # fmt: skip
 
 
+#: Qwen/Qwen3-Next-80B-A3B-Instruct config.json (its shape fields; the Thinking model's are the same): 48 layers,
+#: Gated DeltaNet (16 key heads, 32 value heads of 128, conv 4) in three of four, gated attention (16 query heads,
+#: 2 KV heads of 256) in the fourth; 512 experts, 10 per token, of width 512 and one shared expert of 512
+_QWEN3_NEXT_80B_A3B: dict[str, Any] = {
+    "model_type": "qwen3_next", "hidden_size": 2048, "num_hidden_layers": 48, "num_attention_heads": 16,
+    "num_key_value_heads": 2, "head_dim": 256, "intermediate_size": 5120, "vocab_size": 151936,
+    "max_position_embeddings": 262144, "tie_word_embeddings": False, "hidden_act": "silu",
+    "full_attention_interval": 4, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+    "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "num_experts": 512,
+    "num_experts_per_tok": 10, "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512,
+    "decoder_sparse_step": 1, "mlp_only_layers": [],
+}  # fmt: skip
+#: Qwen/Qwen3.5-35B-A3B config.json's text_config (model_type qwen3_5_moe_text): 40 layers, the Qwen3-Next layout
+#: (3 Gated DeltaNet : 1 gated attention), 256 experts, 8 per token, of width 512 and one shared expert of 512, the
+#: 248320-token vocabulary, the state in float32 (``mamba_ssm_dtype``) and one MTP layer
+_QWEN3_5_35B_A3B: dict[str, Any] = {
+    "model_type": "qwen3_5_moe_text", "hidden_size": 2048, "num_hidden_layers": 40, "num_attention_heads": 16,
+    "num_key_value_heads": 2, "head_dim": 256, "vocab_size": 248320, "max_position_embeddings": 262144,
+    "tie_word_embeddings": False, "hidden_act": "silu", "attn_output_gate": True, "full_attention_interval": 4,
+    "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "num_experts": 256, "num_experts_per_tok": 8,
+    "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512, "mamba_ssm_dtype": "float32",
+    "mtp_num_hidden_layers": 1,
+}  # fmt: skip
+
 #: Published shapes (from each model's config.json) of the models people pair in speculation.
 PRESETS: dict[str, ModelSpec] = {
     m.name: m
@@ -755,6 +969,8 @@ PRESETS: dict[str, ModelSpec] = {
         # 1536 (config ``intermediate_size``), 8 per token, no shared expert; its config declares num_mtp_modules 3
         # but the published weights hold no MTP module (MiniMax-AI/MiniMax-M2 issue #47): mtp_modules 0
         _minimax_m2(),
+        _from_hf_dict(_QWEN3_NEXT_80B_A3B, "qwen3-next-80b-a3b"),
+        _from_hf_dict(_QWEN3_5_35B_A3B, "qwen3.5-35b-a3b"),
     )
 }
 
@@ -830,6 +1046,8 @@ HF_IDS: dict[str, tuple[str, ...]] = {
     "mistral-large-2-123b": ("mistralai/Mistral-Large-Instruct-2407",),
     "kimi-k2.5": ("moonshotai/Kimi-K2.5",),
     "minimax-m2": ("MiniMaxAI/MiniMax-M2",),
+    "qwen3-next-80b-a3b": ("Qwen/Qwen3-Next-80B-A3B-Instruct", "Qwen/Qwen3-Next-80B-A3B-Thinking"),
+    "qwen3.5-35b-a3b": ("Qwen/Qwen3.5-35B-A3B",),
 }
 
 #: other names a preset answers to (the issue's and the docs' short names), matched case-insensitively

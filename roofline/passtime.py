@@ -590,6 +590,8 @@ def device_memory(spec: ModelSpec, pr: Pricing, batch: ArrayLike, tokens_cached:
     """Bytes the target needs on the devices: its weights (unless offloaded) and the KV of ``tokens_cached`` per sequence."""
     weights = 0.0 if pr.offloaded else spec.weight_bytes(dtype_bytes(pr.stored_weight_dtype))
     kv = spec.kv_bytes(np.asarray(batch) * np.asarray(tokens_cached), dtype_bytes(pr.kv_dtype or pr.dtype))
+    if spec.n_linear_layers:  # a hybrid model's recurrent state, one per sequence (section 52)
+        kv = kv + np.asarray(batch) * spec.state_bytes_per_sequence(dtype_bytes(pr.dtype))
     return np.asarray(weights + kv, dtype=float)
 
 
@@ -914,10 +916,13 @@ class Footprint:
     weights_bytes: float
     kv_bytes: Any
     activation_bytes: Any
+    #: a hybrid model's recurrent states: one slot per new token of each sequence, the running state and a
+    #: checkpoint per verified position (docs/cost-model.md, section 52); 0 for a model without linear attention
+    state_bytes: Any = 0.0
 
     @property
     def total_bytes(self) -> Any:
-        return self.weights_bytes + self.kv_bytes + self.activation_bytes
+        return self.weights_bytes + self.kv_bytes + self.activation_bytes + self.state_bytes
 
 
 def memory_footprint(
@@ -935,7 +940,7 @@ def memory_footprint(
     act_dtype = act_dtype or activation_dtype(weight_dtype)
     kv_dtype = kv_dtype or act_dtype
     b, c, k = scalar_count(batch, 1), scalar_count(context, 0), scalar_count(new_tokens, 1)
-    if b is not None and c is not None and k is not None and not spec.is_abstract:
+    if b is not None and c is not None and k is not None and not spec.is_abstract and not spec.n_linear_layers:
         # one configuration: the same sums in plain numbers, numpy scalars as the array path's 0-d products give
         sh = model_shape(spec)
         widest = max(sh.d, sh.mlp_matrices * max(sh.d_ff, sh.d_ff_expert), sh.vocab)
@@ -955,6 +960,8 @@ def memory_footprint(
     kv = spec.kv_bytes(B * (L + n), dtype_bytes(kv_dtype))
     widest = max(spec.d_model, spec.mlp_matrices * max(spec.d_ff, spec.d_ff_expert), spec.vocab_size)
     act = B * n * 2 * widest * dtype_bytes(act_dtype) if not spec.is_abstract else 0.0 * B
+    if spec.n_linear_layers:  # a state slot per new token of each sequence (section 52)
+        return Footprint(weights, kv, act, B * n * spec.state_bytes_per_sequence(dtype_bytes(act_dtype)))
     return Footprint(weights, kv, act)
 
 

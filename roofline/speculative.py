@@ -57,7 +57,7 @@ from roofline.engine import Engine
 from roofline.errors import SpecroofError, check_min
 from roofline.hardware import Hardware
 from roofline.model import ModelSpec, get_model
-from roofline.passtime import memory_footprint, pass_seconds, scalar_pricer
+from roofline.passtime import memory_footprint, pass_seconds, pass_time, scalar_pricer
 from roofline.predict import PredictedSpeedup, alpha_for_heuristic, predict_speedup, speedup_by_engine
 from roofline.pricing import DEFAULT_CONTEXT, Pricing, pricing_for, pricing_of, replace_hardware
 
@@ -195,6 +195,9 @@ class SpeedupResult:
     memory_bytes: Array
     fits_in_memory: npt.NDArray[np.bool_]
     drafter: str = ""
+    #: seconds of the verify pass a hybrid model's state checkpoints take, part of ``t_verify_s`` (the engines write
+    #: every verified position's recurrent state: docs/cost-model.md, section 52); 0 for a model without them
+    t_checkpoint_s: Any = 0.0
 
     @property
     def t_target_step_s(self) -> Array:
@@ -214,6 +217,7 @@ class SpeedupResult:
             "t_base_s": self.t_base_s,
             "t_draft_s": self.t_draft_s,
             "t_verify_s": self.t_verify_s,
+            "t_checkpoint_s": np.asarray(self.t_checkpoint_s),
             "t_round_host_s": np.asarray(self.t_round_host_s),
             "t_round_s": self.t_round_s,
             "speedup": self.speedup,
@@ -304,7 +308,24 @@ def speedup(
     )
     # offloaded weights live in host memory: only the KV cache and activations take device memory
     on_device = target_fp.total_bytes - (target_fp.weights_bytes if pr.offloaded else 0.0)
-    return _speedup_result(pr, g, E, base, rt.t_draft_s, rt.t_verify_s, rt.t_round_host_s, B, extra, on_device, d.name)
+    # a hybrid model: the verify pass's state checkpoints, shown apart (section 52)
+    ckpt = checkpoint_seconds(pr, spec, g, B, L) if spec.n_linear_layers else 0.0
+    return _speedup_result(
+        pr, g, E, base, rt.t_draft_s, rt.t_verify_s, rt.t_round_host_s, B, extra, on_device, d.name, ckpt
+    )
+
+
+def checkpoint_seconds(pr: Pricing, spec: ModelSpec, gamma: Any, batch: Any, context: Any) -> Any:
+    """Seconds the target's verify pass of ``gamma`` + 1 tokens spends writing a hybrid model's state checkpoints:
+    the time model's own seconds of that pass's ``state_checkpoint`` operator (docs/cost-model.md, section 52);
+    0 at gamma 0 and for a model without linear-attention layers."""
+    if not spec.n_linear_layers:
+        return 0.0
+    g = np.asarray(gamma)
+    st = pass_time(spec, pr, batch, g + 1, context, tp=pr.tp)
+    ops = st.cost.operators if st.cost is not None else st.operators
+    t = st.op_time_s[ops.index("state_checkpoint")]
+    return np.where(g == 0, 0.0, t)
 
 
 def _where(cond: Any, a: Any, b: Any) -> Any:
@@ -324,6 +345,7 @@ def _speedup_result(
     extra: Any,
     on_device: Any,
     name: str,
+    checkpoint: Any = 0.0,
 ) -> SpeedupResult:
     """What a round buys (docs/cost-model.md, section 4), from its terms: the one speedup formula, on one
     configuration's floats (``g`` an int) and on arrays alike. gamma = 0 is plain decoding: no draft, no verify
@@ -357,7 +379,7 @@ def _speedup_result(
         "gamma": g, "expected_tokens": E, "t_base_s": base, "t_draft_s": t_draft, "t_verify_s": t_verify,
         "t_round_host_s": host, "t_round_s": t_round, "speedup": speed, "tokens_per_s_per_user": per_user,
         "tokens_per_s_total": total, "baseline_tokens_per_s_per_user": baseline, "extra_memory_bytes": extra,
-        "memory_bytes": mem, "fits_in_memory": fits, "drafter": name,
+        "memory_bytes": mem, "fits_in_memory": fits, "drafter": name, "t_checkpoint_s": checkpoint,
     }  # fmt: skip
     # every field given: the instance without the frozen dataclass's per-field __setattr__ (cost.frozen)
     result: SpeedupResult = frozen(SpeedupResult, fields)
@@ -424,6 +446,7 @@ def _scalar_speedup(
     weights, kv, act, extra_of = _memory_table(spec, pr, d)
     n = g + 1
     # memory_footprint's sum at (B, L, n) from its own coefficients: weights, KV of B (L + n) tokens, activations of B n
+    # (a hybrid model's state slots, also B n, are never on this path: it prices them on the array path)
     total = weights + (B * (L + n)) * kv + (B * n) * act
     on_device = total - (weights if pr.offloaded else 0.0)
     extra = extra_of.get((B, L))

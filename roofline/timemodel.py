@@ -391,7 +391,9 @@ def launch_pipeline(tm: TimeModel, e: Engine, op_t: Array, fixed_s: Any, allredu
         (k.get("activation", 0) * per_layer_mats / max(cost.mlp_matrices, 1), zero),
         (k.get("expert", 0) * moe * experts, zero),
         (k.get("residual", 0), zero),
-        (0.0, layer_floor + np.asarray(allreduce_s) / nl),  # device work issued with the layer's last kernel
+        # device work issued with the layer's last kernel; a hybrid model's linear-attention layers and state
+        # checkpoints (docs/cost-model.md, section 52) by their device time
+        (0.0, layer_floor + (np.asarray(allreduce_s) + dev("linear_attn") + dev("state_checkpoint")) / nl),
     ]
     prologue = [(k.get("embed", 0), dev("embed"))]
     epilogue = [

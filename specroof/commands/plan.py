@@ -317,8 +317,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     fits = table["fits_in_memory"].astype(bool)
     if not fits.all():  # rows that do not fit are listed apart, never ranked among those that do
         lines += ["", f"{int((~fits).sum())} configurations do not fit in memory: not ranked (--json lists them)"]
-    shown = table[fits].head(args.top)[SHOWN]
-    emit(args, payload, "\n".join(lines) + "\n\n" + shown.round(4).to_string(index=False) + "\n" + KV_LEGEND)
+    # a hybrid model's verify writes a state checkpoint per position (cost-model section 52): shown beside the round
+    cols = SHOWN[:7] + ["t_checkpoint_s"] + SHOWN[7:] if table["t_checkpoint_s"].astype(float).any() else SHOWN
+    shown = table[fits].head(args.top)[cols]
+    shown = shown.round({c: 4 if c != "t_checkpoint_s" else 6 for c in cols})  # checkpoints take microseconds
+    emit(args, payload, "\n".join(lines) + "\n\n" + shown.to_string(index=False) + "\n" + KV_LEGEND)
     return 0
 
 
