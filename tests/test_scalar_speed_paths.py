@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import roofline.drafters as drafters
+import roofline.drafters.round as drafters_round
 import roofline.passtime as passtime
 import roofline.predict as predict
 import roofline.speculative as speculative
@@ -51,7 +52,7 @@ def array_path(monkeypatch):
             m.setattr(predict, "chain_plan", lambda *a, **k: None)
             # a tree plan holds the target's pricer: it steps aside, and none is built anew
             m.setattr(predict, "tree_plan", lambda *a, **k: None)
-            m.setattr(drafters, "scalar_pricer", lambda *a, **k: None)
+            m.setattr(drafters_round, "scalar_pricer", lambda *a, **k: None)
             yield
 
     return off
@@ -60,8 +61,8 @@ def array_path(monkeypatch):
 @pytest.fixture
 def fresh_tables(monkeypatch):
     """Empty caches of pricers and plans for the test: tables built under a rule changed by the test stay in it."""
-    for module, name in ((passtime, "_PRICERS"), (passtime, "_STEP_PRICERS"), (drafters, "_CHAIN_PLANS"),
-                         (drafters, "_TREE_PLANS")):  # fmt: skip
+    for module, name in ((passtime, "_PRICERS"), (passtime, "_STEP_PRICERS"), (drafters_round, "_CHAIN_PLANS"),
+                         (drafters_round, "_TREE_PLANS")):  # fmt: skip
         monkeypatch.setattr(module, name, {})
 
 
