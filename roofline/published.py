@@ -1,5 +1,8 @@
 """Predictions checked against published measurements: the validation table.
 
+One module despite its length: loading, predicting each kind of row, the summaries, buckets, trends and serving rows
+all read one row schema; the engine fits are apart, in :mod:`roofline.engine_fits`.
+
 ``published/*.toml`` holds one file per source (URL, setup, figures, and whether its rows
 calibrate an engine or only validate). For every row this module predicts the figure
 twice, with the datasheet roofline (``engine=None``) and with the row's engine, and
