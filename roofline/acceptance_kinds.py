@@ -1,5 +1,8 @@
 """The acceptance kinds and their conversions (read from text and files by :mod:`roofline.acceptance`).
 
+One module despite its length: one vocabulary, six kinds on one base class, each converting exactly to the others
+(docs/cost-model.md, section 14), so they are read together.
+
 One acceptance vocabulary: every way people state how often drafts are accepted, and the conversions.
 
 "0.7" alone is ambiguous: a per-token rate in a plan, vLLM's *draft acceptance rate*

@@ -1,5 +1,8 @@
 """FLOPs and bytes of one forward pass, per operator, vectorised over batch/tokens/context.
 
+One module despite its length: the array counts (:func:`forward_cost`) and the linear terms the scalar pricers
+tabulate (:func:`linear_terms`) must count the same operators, so they stay side by side.
+
 One pass processes ``new_tokens`` tokens for each of ``batch`` sequences whose
 KV caches already hold ``context`` tokens. Every count broadcasts: arrays for
 ``batch``, ``new_tokens`` and ``context`` give arrays of results, so a sweep is

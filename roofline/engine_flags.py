@@ -2,6 +2,9 @@
 SGLang's server flags, vLLM's ``--speculative-config`` JSON, TensorRT-LLM's ``speculative_config`` block, and the
 whole launch lines around them (docs/cost-model.md, sections 9 and 30).
 
+One module despite its length: the flags out (:func:`emit_flags`) and in (:func:`read_engine_config`) are two
+directions of one mapping over the same option tables, so a new option is added to both at once.
+
 Option names are the engines' own (read in sgl-project/sglang
 ``python/sglang/srt/server_args.py``; vllm-project/vllm ``vllm/config/speculative.py``;
 NVIDIA/TensorRT-LLM ``tensorrt_llm/llmapi/llm_args.py`` ``EagleDecodingConfig``,

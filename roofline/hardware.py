@@ -1,5 +1,8 @@
 """Hardware profiles: load, validate and list accelerators; ridge points and ceilings.
 
+One module despite its length: the profile's parser (:func:`parse_profile`) and writer (:func:`profile_data`) are
+inverses over the same keys and units, kept beside the :class:`Hardware` they build.
+
 A profile is a TOML file (``hardware_profiles/<id>.toml``) whose keys carry
 their units (``bandwidth_GB_per_s``, ``bf16_TFLOP_per_s``), one ``source`` per
 block. A profile written by ``measure`` adds a ``[measured]`` block whose

@@ -1,5 +1,8 @@
 """Model specifications for decoder-only LMs: dense, GQA/MQA, MoE; presets; HF configs.
 
+One module despite its length: the presets table, the Hugging Face config readers and the Hub lookup each fill
+:class:`ModelSpec`'s fields and are checked against them; apart, a new field would touch three files.
+
 A :class:`ModelSpec` holds the shapes the cost model needs. Parameter counts
 are derived from the shapes (never stored), so a preset is checked against the
 published count in the tests. ``ModelSpec.from_params(13e9)`` is the worked example's

@@ -1,5 +1,8 @@
 """Draft trees: structure, masks, position ids, expected tokens, optimal trees (sizing: roofline.tree_sizing).
 
+One module despite its length: the optimal-tree builders (Sequoia's DP, best-first, EAGLE-2, DDTree) are read beside
+the :class:`Tree` and the acceptance models whose factors they maximise.
+
 A tree is a parent array over draft nodes; -1 means "child of the committed
 prefix". Parents come before children, so every pass over nodes in index order
 sees a node's parent first. Acceptance models give each node a factor

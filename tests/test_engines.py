@@ -13,17 +13,11 @@ import pytest
 
 from roofline.drafters import TREE_PRESETS, Eagle, named_drafter
 from roofline.engine import Engine, engine_data, engine_from_dict, list_engines, load_engine
+from roofline.engine_fits import FIT_PARAMETERS, _get, calibrate
 from roofline.errors import SpecroofError
 from roofline.hardware import load_hardware
 from roofline.passtime import pass_time
-from roofline.published import (
-    FIT_PARAMETERS,
-    _get,
-    calibrate,
-    error_summary,
-    load_published,
-    validation_table,
-)
+from roofline.published import error_summary, load_published, validation_table
 from roofline.speculative import predict_speedup, speedup
 
 

@@ -307,7 +307,7 @@ def slow_paths(monkeypatch):
     """Every fast path off: passes through the array path, policies round by round, trees rebuilt each time."""
     import roofline.cost as cost
     import roofline.gamma_policies as gp
-    import roofline.passtime as pt
+    import roofline.passtime.passes as pt
     import roofline.predict as pd_
     import roofline.tree_sizing as ts
 

@@ -15,9 +15,10 @@ import pandas as pd
 import pytest
 
 from roofline.engine import load_engine
+from roofline.engine_fits import calibrate
 from roofline.errors import SpecroofError
 from roofline.passtime import pass_time
-from roofline.published import calibrate, load_published, predict_row, published_figure, validation_table
+from roofline.published import load_published, predict_row, published_figure, validation_table
 
 SOURCE = "splitwise_dgx_prefill.toml"
 

@@ -21,7 +21,10 @@ import numpy as np
 import pytest
 
 import roofline.drafters as drafters
+import roofline.drafters.round as drafters_round
 import roofline.passtime as passtime
+import roofline.passtime.passes as passes
+import roofline.passtime.pricer as pricer
 import roofline.predict as predict
 import roofline.speculative as speculative
 from roofline.closed_forms import expected_tokens, expected_tokens_scalar
@@ -44,14 +47,15 @@ def array_path(monkeypatch):
     @contextlib.contextmanager
     def off():
         with monkeypatch.context() as m:
-            m.setattr(passtime, "scalar_pricer", lambda *a, **k: None)
+            m.setattr(passes, "scalar_pricer", lambda *a, **k: None)
+            m.setattr(pricer, "scalar_pricer", lambda *a, **k: None)
             m.setattr(speculative, "scalar_pricer", lambda *a, **k: None)
             # a draft model's chain plan holds pricers built before the switch: it steps aside too
             m.setattr(speculative, "chain_plan", lambda *a, **k: None)
             m.setattr(predict, "chain_plan", lambda *a, **k: None)
             # a tree plan holds the target's pricer: it steps aside, and none is built anew
             m.setattr(predict, "tree_plan", lambda *a, **k: None)
-            m.setattr(drafters, "scalar_pricer", lambda *a, **k: None)
+            m.setattr(drafters_round, "scalar_pricer", lambda *a, **k: None)
             yield
 
     return off
@@ -60,8 +64,8 @@ def array_path(monkeypatch):
 @pytest.fixture
 def fresh_tables(monkeypatch):
     """Empty caches of pricers and plans for the test: tables built under a rule changed by the test stay in it."""
-    for module, name in ((passtime, "_PRICERS"), (passtime, "_STEP_PRICERS"), (drafters, "_CHAIN_PLANS"),
-                         (drafters, "_TREE_PLANS")):  # fmt: skip
+    for module, name in ((pricer, "_PRICERS"), (pricer, "_STEP_PRICERS"), (drafters_round, "_CHAIN_PLANS"),
+                         (drafters_round, "_TREE_PLANS")):  # fmt: skip
         monkeypatch.setattr(module, name, {})
 
 

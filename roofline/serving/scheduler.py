@@ -1,5 +1,8 @@
 """A continuous-batching scheduler like vLLM's (V1) and SGLang's, stepped on priced passes.
 
+One module despite its length: the fast-forward over decode-only steps must leave the state the step-by-step loop
+would, so both stay in the one :func:`simulate_run` with its samplers.
+
 Every step the scheduler, in this order:
 
 1. decodes every running request whose prompt is in its KV cache, drafting the policy's

@@ -48,8 +48,9 @@ def bucket_text(buckets: Any) -> str:
 
 
 def cmd_validate_published(args: argparse.Namespace) -> int:
+    from roofline.engine_fits import calibrate, write_fitted
     from roofline.error_bands import band_table, kind_band_table, write_residuals
-    from roofline.published import bucket_summary, calibrate, error_summary, validation_table, write_fitted
+    from roofline.published import bucket_summary, error_summary, validation_table
 
     if args.write and not args.fit:
         raise SpecroofError("--write writes a fitted engine: give --fit ENGINE")
@@ -129,7 +130,7 @@ def _percent_table(df: Any) -> str:
 
 
 def _engine_params(e: Any) -> dict[str, float]:
-    from roofline.published import FIT_PARAMETERS, _get
+    from roofline.engine_fits import FIT_PARAMETERS, _get
 
     return {n: _get(e, n) for n in FIT_PARAMETERS.get(e.name, {})}
 
