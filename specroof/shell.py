@@ -81,6 +81,7 @@ class _FlatList(argparse.Action):
 
     def __call__(self, parser: Any, namespace: argparse.Namespace, values: Any, option_string: Any = None) -> None:
         setattr(namespace, self.dest, [v for part in values for v in part])
+        namespace.given = {*getattr(namespace, "given", ()), self.dest}  # as GivenStore: a list given is a value
 
 
 def add_int_list(p: argparse.ArgumentParser, flag: str, lo: int, hi: int, default: list[int], help: str) -> None:
