@@ -22,7 +22,6 @@ from roofline.errors import SpecroofError
 # re-exported for modules written against the single-file CLI (specroof.commands.measure_engine imports them here)
 from specroof.shell import _add_json, _note, emit, int_list  # noqa: F401
 
-
 _INVALID_CHOICE = re.compile(r"invalid choice: '(?P<given>[^']*)' \(choose from (?P<choices>.*)\)$")
 
 
