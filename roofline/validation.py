@@ -205,7 +205,7 @@ def check_count(name: str, value: Any, lo: int = 0, hi: int = 2**53) -> int:
             raise SpecroofError(f"{name} must be {accepted} (got {value!r})")
         v = int(x)
     if not lo <= v <= hi:
-        shown = str(v) if abs(v) < 10**15 else f"{float(v):.3g}"
+        shown = str(v) if abs(v) < 10**15 else f"a number of {len(str(abs(v)))} digits"
         raise SpecroofError(f"{name} must be {accepted} (got {shown})")
     return v
 
