@@ -846,11 +846,11 @@ def eagle2_tree(
     top_k = int(check_min("top_k", top_k, 1, integer=True))
     n_keep = int(check_min("n_keep", n_keep, 1, integer=True))
     # each level ranks top_k x top_k candidates and calls propose() top_k times: refused before the first call
-    cands = float(depth) * top_k * top_k
-    if cands > MAX_EAGLE2_CANDIDATES:
+    ranked = float(depth) * top_k * top_k
+    if ranked > MAX_EAGLE2_CANDIDATES:
         d_fit = int(MAX_EAGLE2_CANDIDATES // (top_k * top_k))
         raise SpecroofError(
-            f"an EAGLE-2 tree of depth {depth} and top_k {top_k} ranks {cands:.1e} candidates, over the limit of "
+            f"an EAGLE-2 tree of depth {depth} and top_k {top_k} ranks {ranked:.1e} candidates, over the limit of "
             f"{MAX_EAGLE2_CANDIDATES:.0e}: the largest depth that fits at top_k {top_k} is {d_fit}"
         )
     nodes: dict[tuple[int, ...], float] = {}

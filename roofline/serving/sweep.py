@@ -405,7 +405,8 @@ def simulate(
     else:
         if isinstance(rates, (str, bytes)):
             raise SpecroofError(f"rates must be a number or a list of numbers of requests per second (got {rates!r})")
-        rate_list = [check_rate(r) for r in (np.ravel(rates).tolist() if np.ndim(rates) == 0 else list(rates))]
+        given = np.ravel(rates).tolist() if np.ndim(rates) == 0 else list(rates)  # type: ignore[arg-type]
+        rate_list = [check_rate(r) for r in given]
         if not rate_list:
             raise SpecroofError("give at least one request rate")
         rate_list = sorted(set(rate_list))  # type: ignore[type-var]
