@@ -90,7 +90,8 @@ def _tree_lines(t: Any) -> list[str]:
     more = f" ... (+{len(paths) - SHOWN_PATHS} more; --json lists them all)" if len(paths) > SHOWN_PATHS else ""
     return [
         f"  {t.n_nodes} nodes, depth {t.depth}, nodes per level {t.widths.tolist()}",
-        "  paths (sibling ranks, 0 = the draft's top choice): " + " ".join(paths[:SHOWN_PATHS]) + more,
+        "  paths (sibling ranks, 0 = the draft's top choice): "
+        + (" ".join(paths[:SHOWN_PATHS]) + more if paths else "none (no draft node adds expected tokens)"),
     ]
 
 
