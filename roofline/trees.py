@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from roofline.errors import SpecroofError, as_array, check_min, check_range
-from roofline.validation import RANGES, check_tree_size
+from roofline.validation import RANGES, check_count, check_tree_size
 
 IntArray = npt.NDArray[np.int64]
 Array = npt.NDArray[np.float64]
@@ -54,6 +54,8 @@ class Tree:
             raise SpecroofError(f"parents must be a 1-D list of integers (got {parents!r})")
         p = p.astype(np.int64)
         n = p.size
+        if n > RANGES["tree_nodes"].hi:  # before the per-node loop below and the n x n masks callers build
+            raise SpecroofError(f"a draft tree may have at most {int(RANGES['tree_nodes'].hi)} nodes (got {n})")
         bad = np.nonzero((p < -1) | (p >= n))[0]
         if bad.size:
             i = int(bad[0])
@@ -90,7 +92,7 @@ class Tree:
     @classmethod
     def chain(cls, n: int) -> Tree:
         """A chain of ``n`` draft tokens (the causal case)."""
-        n = int(check_min("n", n, 0, integer=True))
+        n = check_count("n", n, 0, int(RANGES["tree_nodes"].hi))  # Tree.chain(10**9) is refused, not built
         return cls(np.arange(n) - 1)
 
     @classmethod
