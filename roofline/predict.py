@@ -34,7 +34,7 @@ from roofline.drafters import (
     tree_preset,
 )
 from roofline.engine import Engine
-from roofline.errors import SpecroofError, _short, check_min
+from roofline.errors import SpecroofError, _short, check_min, check_range
 from roofline.gamma_policies import HeuristicSchedule, PolicyRun, simulate_policy
 from roofline.hardware import Hardware
 from roofline.model import ModelSpec, get_model
@@ -185,8 +185,11 @@ def predict_speedup(
             raise SpecroofError(
                 f"mean_accepted is tokens per round, a finite number at least 1 (got {_short(mean_accepted)})"
             ) from None
-    if alpha is not None:  # 0 (nothing accepted) and 1 (everything) are rates too
-        alpha = check_number("alpha", alpha, 0.0, 1.0)
+    if alpha is not None:  # 0 (nothing accepted) and 1 (everything) are rates too; the array path's words
+        a = check_range("alpha", alpha, 0.0, 1.0)
+        if a.ndim:
+            raise SpecroofError(f"alpha must be one number in [0, 1] (got {_short(alpha)})")
+        alpha = float(a)
     # a draft model's chain of a whole-number length: every pass from its plan's floats (round_time's numbers)
     times = None
     base = None

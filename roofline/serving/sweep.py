@@ -363,7 +363,10 @@ def simulate(
     memory_fraction = check_number("memory_fraction", memory_fraction, 0.0, 1.0, lo_open=True)
     host = {"round_host_s": round_host_s, "round_host_per_seq_s": round_host_per_seq_s}
     host |= {"prefill_host_s": prefill_host_s, "idle_start_s": idle_start_s}
-    host = {k: check_number(k, v, 0.0, RANGES["seconds"].hi, unit="seconds") for k, v in host.items()}
+    # the host line is signed (a correction to the profile: prices.py refuses one that leaves a step no time, and a
+    # negative cold start): here each is a finite number of seconds, numpy or not
+    lim = RANGES["seconds"].hi
+    host = {k: check_number(k, v, -lim, lim, unit="seconds") for k, v in host.items()}
     round_host_s, round_host_per_seq_s = host["round_host_s"], host["round_host_per_seq_s"]
     prefill_host_s, idle_start_s = host["prefill_host_s"], host["idle_start_s"]
     if alpha_concentration is not None:
