@@ -17,6 +17,7 @@ import numpy.typing as npt
 from numpy.typing import ArrayLike
 
 from roofline.errors import INT_LIMIT, SpecroofError, as_array, check_min, check_range
+from roofline.validation import check_gamma
 
 Array = npt.NDArray[np.float64]
 
@@ -92,11 +93,24 @@ def ideal_speedup(alpha: ArrayLike, gamma: ArrayLike, c: ArrayLike) -> Array:
     return expected_tokens(alpha, g) / (g * cc + 1.0)
 
 
+#: most speedups (points x gammas) optimal_gamma evaluates at once: 8 bytes each, a few arrays of it (~1 GB)
+MAX_GAMMA_CELLS = 5e7
+
+
 def optimal_gamma(alpha: ArrayLike, c: ArrayLike, max_gamma: int = 64) -> tuple[npt.NDArray[np.int64], Array]:
     """Integer gamma in [0, max_gamma] maximising :func:`ideal_speedup` (ties to the smaller), and that speedup."""
-    check_min("max_gamma", max_gamma, 0, integer=True)
+    max_gamma = check_gamma(max_gamma, "max_gamma")  # [0, 4096]: np.arange(10**12) is a MemoryError, not a search
     a = check_range("alpha", alpha, 0.0, 1.0)[..., None]
     cc = check_min("c", c, 0.0)[..., None]
+    # the search holds (alpha x c) x (max_gamma + 1) speedups at once: checked before it is allocated
+    points = int(np.prod(np.broadcast_shapes(a.shape, cc.shape)))  # the trailing axis of 1 is where gamma goes
+    if points * (max_gamma + 1) > MAX_GAMMA_CELLS:
+        fits = max(0, int(MAX_GAMMA_CELLS // max(points, 1)) - 1)
+        raise SpecroofError(
+            f"optimal_gamma over {points} (alpha, c) points and gamma 0..{max_gamma} needs "
+            f"{points * (max_gamma + 1):.1e} cells, over the limit of {MAX_GAMMA_CELLS:.0e}: the largest max_gamma "
+            f"that fits is {fits}; split the points into chunks"
+        )
     g = np.arange(max_gamma + 1)
     s = ideal_speedup(a, g, cc)
     # the smaller gamma wins ties, and near-ties within float noise: at c = 0 the speedup creeps up to its

@@ -35,8 +35,8 @@ from roofline.dtypes import FLOAT_DTYPES as FLOAT_DTYPES
 from roofline.dtypes import activation_dtype as activation_dtype
 from roofline.dtypes import dtype_bytes as dtype_bytes
 from roofline.dtypes import weight_only as weight_only
-from roofline.errors import SpecroofError, check_min
-from roofline.validation import check_quantity
+from roofline.errors import SpecroofError, _short, check_min
+from roofline.validation import RANGES, check_number, check_quantity
 
 if TYPE_CHECKING:
     from roofline.engine import Engine
@@ -106,6 +106,39 @@ class Hardware:
     #: pass; None: weights in device memory. Set with :meth:`offloaded`.
     weights_link_bytes_per_s: float | None = None
     weights_link: str = ""
+
+    def __post_init__(self) -> None:
+        """Every figure checked where a Hardware is made, so ``replace``, ``offloaded`` and a profile refuse alike.
+
+        A NaN bandwidth would price every pass at NaN, a negative one at a negative time and 0 at a
+        ZeroDivisionError deep in the cost model: each is refused here, naming the field and its range.
+        Numbers are stored as floats, so ``np.float64(3.35e12)`` and ``3_350_000_000_000`` price alike.
+        """
+        ranged = {
+            "bandwidth_bytes_per_s": "bandwidth",
+            "memory_bytes": "memory",
+            "interconnect_bytes_per_s": "bandwidth",
+            "launch_overhead_s": "latency",
+            "tdp_w": "power",
+            "weights_link_bytes_per_s": "bandwidth",
+        }
+        for key, kind in ranged.items():
+            value = getattr(self, key)
+            if value is not None or key == "bandwidth_bytes_per_s":
+                object.__setattr__(self, key, float(check_quantity(f"Hardware {key}", value, kind)))
+        for key in ("efficiency_memory", "efficiency_compute"):
+            object.__setattr__(self, key, check_number(f"Hardware {key}", getattr(self, key), 0.0, 1.0, lo_open=True))
+        for key, kind, lo_open in (("peak_flop_per_s", "flops", False), ("efficiency_compute_dtype", "", True)):
+            table = getattr(self, key)
+            if not isinstance(table, dict):
+                raise SpecroofError(f"Hardware {key} must be a dict of dtype -> number (got {table!r})")
+            checked = {
+                d: float(check_quantity(f"Hardware {key}[{d!r}]", v, kind))
+                if kind
+                else check_number(f"Hardware {key}[{d!r}]", v, 0.0, 1.0, lo_open=lo_open)
+                for d, v in table.items()
+            }
+            object.__setattr__(self, key, checked)
 
     # -- effective ceilings -------------------------------------------------
     def compute_efficiency(self, dtype: str) -> float:
@@ -263,10 +296,16 @@ class Hardware:
                     f"unknown host link {link!r}; choose one of {', '.join(HOST_LINKS)} or a rate in bytes/s"
                 )
             rate, name = HOST_LINKS[key][0], key
-        else:
-            rate, name = float(link), f"{float(link) / 1e9:g} GB/s link"
-        if not (math.isfinite(rate) and rate > 0):
-            raise SpecroofError(f"a host link rate must be a positive number of bytes/s (got {link!r})")
+        else:  # a rate: numpy scalars too; NaN, <= 0, 10**400 or past any link (1 PB/s) refused in one line
+            lo, hi = RANGES["bandwidth"].lo, RANGES["bandwidth"].hi
+            try:
+                rate = check_number("host link rate", link, lo, hi)
+            except SpecroofError:
+                raise SpecroofError(
+                    f"a host link rate must be a number of bytes/s in [{lo:g}, {hi:g}] or one of "
+                    f"{', '.join(HOST_LINKS)} (got {_short(link)})"
+                ) from None
+            name = f"{rate / 1e9:g} GB/s link"
         return dataclasses.replace(
             self,
             id=f"{self.id}+offload-{name}",

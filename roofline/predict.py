@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,12 +35,13 @@ from roofline.drafters import (
     tree_preset,
 )
 from roofline.engine import Engine
-from roofline.errors import SpecroofError, check_min
+from roofline.errors import SpecroofError, _short, check_min, check_range
 from roofline.gamma_policies import HeuristicSchedule, PolicyRun, simulate_policy
 from roofline.hardware import Hardware
 from roofline.model import ModelSpec, get_model
 from roofline.passtime import pass_seconds
 from roofline.pricing import DEFAULT_CONTEXT, Pricing, pricing_for
+from roofline.validation import check_number
 
 
 @dataclass(frozen=True)
@@ -181,11 +181,18 @@ def predict_speedup(
         L = int(check_min("context", context, 0, integer=True))
     if mean_accepted is None and alpha is None:
         raise SpecroofError("give mean_accepted (tokens per round) or alpha (per-token acceptance)")
-    if mean_accepted is not None and not (
-        (math.isfinite(mean_accepted) if type(mean_accepted) is float else np.isfinite(mean_accepted))
-        and mean_accepted >= 1.0
-    ):
-        raise SpecroofError(f"mean_accepted is tokens per round, at least 1 (got {mean_accepted})")
+    if mean_accepted is not None:  # numpy scalars are numbers; 10**30 or a string is this one line, not a TypeError
+        try:
+            mean_accepted = check_number("mean_accepted", mean_accepted, 1.0)
+        except SpecroofError:
+            raise SpecroofError(
+                f"mean_accepted is tokens per round, a finite number at least 1 (got {_short(mean_accepted)})"
+            ) from None
+    if alpha is not None:  # 0 (nothing accepted) and 1 (everything) are rates too; the array path's words
+        a = check_range("alpha", alpha, 0.0, 1.0)
+        if a.ndim:
+            raise SpecroofError(f"alpha must be one number in [0, 1] (got {_short(alpha)})")
+        alpha = float(a)
     # a draft model's chain of a whole-number length: every pass from its plan's floats (round_time's numbers)
     times = None
     base = None

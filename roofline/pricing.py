@@ -46,6 +46,7 @@ from roofline.errors import SpecroofError
 from roofline.hardware import Hardware, builtin_profile_dir, load_hardware, profile_path
 from roofline.measured_engine import MeasuredEngine
 from roofline.timemodel import TimeModel
+from roofline.validation import RANGES, check_count, check_number
 
 #: the context every speculation and pass-time function prices at when none is given (docs/cost-model.md, glossary)
 DEFAULT_CONTEXT = 1024
@@ -125,8 +126,22 @@ class Pricing:
     ) -> Pricing:
         """A Pricing from a profile name/path/object and options (None: the default), names resolved once.
 
-        ``hardware`` may be a Pricing: the options given then change it (as :meth:`with_`).
+        ``hardware`` may be a Pricing: the options given then change it (as `with_`).
         """
+        # checked at the entry, before any cache: a numpy tp is a tp, 10**30 or NaN is one line
+        if tp is not None:
+            try:
+                tp = check_count("tp", tp, 1, int(RANGES["tp"].hi))
+            except SpecroofError:
+                raise SpecroofError(f"tp must be an integer >= 1 and <= {int(RANGES['tp'].hi)} (got {tp!r})") from None
+        if overhead_s is not None:
+            try:
+                overhead_s = check_number("overhead_s", overhead_s, 0.0, RANGES["seconds"].hi)
+            except SpecroofError:
+                raise SpecroofError(f"overhead_s must be >= 0 and finite (got {overhead_s!r})") from None
+        if efficiency is not None and not isinstance(efficiency, (bool, np.bool_)):
+            raise SpecroofError(f"efficiency must be True, False or None (got {efficiency!r})")
+        efficiency = None if efficiency is None else bool(efficiency)
         given: dict[str, Any] = {
             "engine": engine,
             "dtype": dtype,

@@ -90,6 +90,7 @@ def best_tree_size(
     pr = pricing_of(hardware, dtype=dtype, engine=engine, weight_dtype=weight_dtype, kv_dtype=kv_dtype, tp=tp)
     spec, d = get_model(target), as_drafter(drafter)
     budgets = [int(b) for b in check_min("budgets", list(budgets), 1, integer=True)]
+    max_depth = int(check_min("max_depth", max_depth, 1, integer=True))  # 8.0 or np.int64(8) is a depth; range() below
     if opt is None or opt.table.shape[0] <= max(budgets) or opt.table.shape[1] <= max_depth:
         opt = optimal_tree(acceptance, max(budgets), max_depth)
     t1 = float(pass_seconds(spec, pr, batch, 1, context))

@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from roofline.errors import SpecroofError, as_array, check_min, check_range
-from roofline.validation import check_tree_size
+from roofline.validation import RANGES, check_count, check_tree_size
 
 IntArray = npt.NDArray[np.int64]
 Array = npt.NDArray[np.float64]
@@ -57,6 +57,8 @@ class Tree:
             raise SpecroofError(f"parents must be a 1-D list of integers (got {parents!r})")
         p = p.astype(np.int64)
         n = p.size
+        if n > RANGES["tree_nodes"].hi:  # before the per-node loop below and the n x n masks callers build
+            raise SpecroofError(f"a draft tree may have at most {int(RANGES['tree_nodes'].hi)} nodes (got {n})")
         bad = np.nonzero((p < -1) | (p >= n))[0]
         if bad.size:
             i = int(bad[0])
@@ -93,7 +95,7 @@ class Tree:
     @classmethod
     def chain(cls, n: int) -> Tree:
         """A chain of ``n`` draft tokens (the causal case)."""
-        n = int(check_min("n", n, 0, integer=True))
+        n = check_count("n", n, 0, int(RANGES["tree_nodes"].hi))  # Tree.chain(10**9) is refused, not built
         return cls(np.arange(n) - 1)
 
     @classmethod
@@ -455,10 +457,21 @@ def sequoia_dp(p: Array, m_max: int, l_max: int) -> tuple[Array, IntArray, Array
     p = p[:K]
     work = sequoia_dp_work(m_max, l_max, K)
     if work > MAX_DP_WORK:
+        fits = _largest_fitting(lambda n: sequoia_dp_work(n + 1, l_max, min(p.size, max(1, n))) <= MAX_DP_WORK)
         raise SpecroofError(
             f"an optimal tree for budget {m_max - 1}, depth {l_max - 1} and {K} ranks needs ~{work:.1e} operations "
-            f"(budget^2 x depth x ranks), over the limit of {MAX_DP_WORK:.0e}: lower the budget or depth, or raise "
-            "roofline.trees.MAX_DP_WORK"
+            f"(budget^2 x depth x ranks), over the limit of {MAX_DP_WORK:.0e}: the largest budget that fits at depth "
+            f"{l_max - 1} is {fits} nodes; lower the budget or depth, or raise roofline.trees.MAX_DP_WORK"
+        )
+    cells = float(m_max + 1) * (l_max + 1) * (K + 1)
+    if cells > MAX_TREE_TABLE_CELLS:  # the table T itself, allocated below: 8 bytes a cell
+        fits = _largest_fitting(
+            lambda n: float(n + 2) * (l_max + 1) * (min(p.size, max(1, n)) + 1) <= MAX_TREE_TABLE_CELLS
+        )
+        raise SpecroofError(
+            f"an optimal tree for budget {m_max - 1}, depth {l_max - 1} and {K} ranks needs a table of {cells:.1e} "
+            f"cells, over the limit of {MAX_TREE_TABLE_CELLS:.0e}: the largest budget that fits at depth {l_max - 1} "
+            f"is {fits} nodes"
         )
     T = np.full((m_max + 1, l_max + 1, K + 1), -np.inf)
     T[1, 1:, 0] = 1.0
@@ -669,11 +682,16 @@ def _best_first(model: AcceptanceModel, n_nodes: int, max_depth: int) -> tuple[l
     heap: list[tuple[float, int, int, int, int]] = []  # (-value, tiebreak, parent, depth, rank)
     counter = 0
 
+    factors: dict[tuple[int, int], float] = {}  # a factor depends on (depth, rank) alone: one numpy call each
+
     def push(parent: int, depth: int, rank: int, parent_value: float) -> None:
         nonlocal counter
         if depth > max_depth or rank >= max_rank:
             return
-        v = parent_value * float(model.factor(np.array([depth]), np.array([rank]))[0])
+        f = factors.get((depth, rank))
+        if f is None:
+            f = factors[depth, rank] = float(model.factor(np.array([depth]), np.array([rank]))[0])
+        v = parent_value * f
         # zero-value nodes still exist (they sort last): NaN is kept for trees that cannot exist
         heapq.heappush(heap, (-v, counter, parent, depth, rank))
         counter += 1
@@ -688,6 +706,69 @@ def _best_first(model: AcceptanceModel, n_nodes: int, max_depth: int) -> tuple[l
         push(par, d, r + 1, 1.0 if par < 0 else values[par])  # next sibling
         push(me, d + 1, 0, -neg)  # first child
     return parents, depths, values
+
+
+#: most node steps (budget x depth limits grown again) a best-first tree search takes on: each step is a heap
+#: push and pop in Python (microseconds), so the limit is seconds of work, never minutes
+MAX_BEST_FIRST_WORK = 2e6
+
+#: most cells of a best-first search's (budget + 1) x (depth + 1) table of expected tokens (8 bytes each)
+MAX_TREE_TABLE_CELLS = 5e7
+
+
+def _largest_fitting(fits: Callable[[int], bool], hi: int = 2**53) -> int:
+    """The largest n >= 0 with ``fits(n)`` (``fits`` true up to some n, false after), by bisection."""
+    if not fits(0):
+        return 0
+    lo, top = 0, 1
+    while top < hi and fits(top):
+        lo, top = top, top * 2
+    top = min(top, hi)
+    while top - lo > 1:
+        mid = (lo + top) // 2
+        lo, top = (mid, top) if fits(mid) else (lo, mid)
+    return lo
+
+
+def check_best_first_size(n_nodes: int, max_depth: int) -> None:
+    """Refuse, before any work, a best-first search whose budget or table is past the limits.
+
+    The budget is at most a draft tree's most nodes (``RANGES["tree_nodes"]``), the table at most
+    :data:`MAX_TREE_TABLE_CELLS`; the message names the largest budget that fits at this depth and
+    the largest depth at this budget, so the next call can succeed.
+    """
+    top = int(RANGES["tree_nodes"].hi)
+
+    def fits(n: int, d: int) -> bool:
+        return n <= top and (n + 1) * (d + 1) <= MAX_TREE_TABLE_CELLS
+
+    if fits(n_nodes, max_depth):
+        return
+    n_fit = _largest_fitting(lambda n: fits(n, max_depth), top)
+    d_fit = _largest_fitting(lambda d: fits(n_nodes, d)) if n_nodes <= top else 0
+    depth_hint = f", or depth {d_fit} at budget {n_nodes}" if d_fit >= 1 else ""
+    raise SpecroofError(
+        f"an optimal tree for budget {n_nodes} and depth {max_depth} is past the limits of {top} nodes and a table "
+        f"of {MAX_TREE_TABLE_CELLS:.0e} cells: the largest that fits is budget {n_fit} at depth {max_depth}"
+        f"{depth_hint}"
+    )
+
+
+def check_best_first_work(n_nodes: int, max_depth: int, deepest: int) -> None:
+    """Refuse growing the tighter depth limits again when that is past :data:`MAX_BEST_FIRST_WORK` steps.
+
+    Checked after the one search under the loosest limit (at most ``n_nodes`` steps) and before
+    the ``deepest - 1`` searches it shows are needed; the message names the largest depth that fits.
+    """
+    work = float(n_nodes) * (min(deepest, max_depth) - 1)
+    if work <= MAX_BEST_FIRST_WORK:
+        return
+    d_fit = 1 + int(MAX_BEST_FIRST_WORK // max(n_nodes, 1))
+    raise SpecroofError(
+        f"an optimal tree for budget {n_nodes} and depth {max_depth} grows {deepest} levels deep: the table of every "
+        f"depth limit needs ~{work:.1e} node steps, over the limit of {MAX_BEST_FIRST_WORK:.0e}; the largest depth "
+        f"that fits at budget {n_nodes} is {d_fit} (or raise roofline.trees.MAX_BEST_FIRST_WORK)"
+    )
 
 
 def optimal_tree(acceptance: AcceptanceModel | Sequence[float], n_nodes: int, max_depth: int) -> OptimalTree:
@@ -713,23 +794,42 @@ def optimal_tree(acceptance: AcceptanceModel | Sequence[float], n_nodes: int, ma
         best_n = int(np.nanargmax(table[:, d]))
         return OptimalTree(build(best_n, d), float(table[best_n, d]), table, build)
 
-    # product form: one best-first order per depth limit gives nested optimal trees for every n
+    # product form: one best-first order per depth limit gives nested optimal trees for every n. Sizes are
+    # checked before any work: the table is (n + 1) x (d + 1) floats and each depth limit grows up to n nodes
+    # (a tree of n nodes is at most n deep, so limits past n cost nothing more)
+    check_best_first_size(n, d)
     table = np.full((n + 1, d + 1), np.nan)
     table[0, :] = 1.0
-    orders = {}
+    orders: dict[int, list[int]] = {}
+    # the order under the loosest limit first: a limit at or above its deepest node changes nothing (nodes
+    # deeper than the limit are never popped, and skipping their pushes keeps every other node's tiebreak
+    # order), so only the limits below it are grown again: IID(0.5) at 5000 nodes is 13 levels deep, not 500
+    par_all, dep_all, val_all = _best_first(model, n, d)
+    deepest = max(dep_all, default=0)
+    check_best_first_work(n, d, deepest)
     for dd in range(1, d + 1):
-        par, _, val = _best_first(model, n, dd)
-        orders[dd] = par
+        if dd >= deepest:
+            par, val = par_all, val_all
+        else:
+            par, _, val = _best_first(model, n, dd)
+        orders[min(dd, max(deepest, 1))] = par
         cum = 1.0 + np.cumsum(val)
         table[1 : len(val) + 1, dd] = cum  # beyond len(val) no tree exists (rank/depth limits): NaN
+        if dd >= deepest:  # every looser limit: the same column
+            table[:, dd + 1 :] = table[:, dd : dd + 1]
+            break
 
     def build_pf(nn: int, dd: int) -> Tree:
         if dd == 0:
             return Tree([])
-        return Tree(orders[dd][:nn])
+        return Tree(orders[min(dd, max(deepest, 1))][:nn])
 
     best_n = int(np.nanargmax(table[:, d]))
     return OptimalTree(build_pf(best_n, d), float(table[best_n, d]), table, build_pf)
+
+
+#: most candidates (depth x top_k^2) an EAGLE-2 tree ranks: EAGLE-2 itself uses depth 6, top_k 10 (600)
+MAX_EAGLE2_CANDIDATES = 1e6
 
 
 def eagle2_tree(
@@ -750,6 +850,14 @@ def eagle2_tree(
     depth = int(check_min("depth", depth, 1, integer=True))
     top_k = int(check_min("top_k", top_k, 1, integer=True))
     n_keep = int(check_min("n_keep", n_keep, 1, integer=True))
+    # each level ranks top_k x top_k candidates and calls propose() top_k times: refused before the first call
+    ranked = float(depth) * top_k * top_k
+    if ranked > MAX_EAGLE2_CANDIDATES:
+        d_fit = int(MAX_EAGLE2_CANDIDATES // (top_k * top_k))
+        raise SpecroofError(
+            f"an EAGLE-2 tree of depth {depth} and top_k {top_k} ranks {ranked:.1e} candidates, over the limit of "
+            f"{MAX_EAGLE2_CANDIDATES:.0e}: the largest depth that fits at top_k {top_k} is {d_fit}"
+        )
     nodes: dict[tuple[int, ...], float] = {}
     beams: list[tuple[tuple[int, ...], float]] = [((), 0.0)]
     for _ in range(depth):

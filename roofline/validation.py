@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from roofline.errors import SpecroofError
 
 
@@ -166,3 +168,61 @@ def check_footprint(need_bytes: float, have_bytes: float | None, what: str, hint
             f"{what} needs about {need_bytes / 1e9:.3g} GB, more than the device's {have_bytes / 1e9:.3g} GB"
             + (f": {hint}" if hint else "")
         )
+
+
+def _as_real(name: str, value: Any, accepted: str) -> float:
+    """``value`` as a float when it is a real number of any kind a notebook hands over.
+
+    Python ints and floats, numpy integer and floating scalars and 0-d arrays are numbers;
+    a bool, a string or an array of several values is not. An int past a float (10**400)
+    is the library's own error, not an OverflowError.
+    """
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value[()]
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise SpecroofError(f"{name} must be {accepted} (got {value!r})")
+    try:
+        v = float(value)
+    except OverflowError:
+        raise SpecroofError(f"{name} must be {accepted} (got a number beyond 1e308)") from None
+    if not math.isfinite(v):
+        raise SpecroofError(f"{name} must be {accepted} (got {value!r})")
+    return v
+
+
+def check_count(name: str, value: Any, lo: int = 0, hi: int = 2**53) -> int:
+    """A whole number in ``[lo, hi]`` as a Python int: ``8``, ``8.0``, ``np.int64(8)`` and ``np.float32(8)`` alike.
+
+    A count that is a float with a fraction (2.5 tokens), a bool, NaN, or a number past ``hi`` (an
+    int of 30 digits where int64 arithmetic follows) is refused with one line naming the range.
+    """
+    accepted = f"a whole number in [{lo}, {hi}]" if hi < 2**53 else f"a whole number >= {lo}"
+    if type(value) is int or isinstance(value, np.integer):  # exact: no float rounding of a large int
+        v = int(value)
+    else:
+        x = _as_real(name, value, accepted)
+        if not x.is_integer():
+            raise SpecroofError(f"{name} must be {accepted} (got {value!r})")
+        v = int(x)
+    if not lo <= v <= hi:
+        shown = str(v) if abs(v) < 10**15 else f"a number of {len(str(abs(v)))} digits"
+        raise SpecroofError(f"{name} must be {accepted} (got {shown})")
+    return v
+
+
+def check_number(
+    name: str, value: Any, lo: float = -math.inf, hi: float = math.inf, *, lo_open: bool = False, unit: str = ""
+) -> float:
+    """A finite real number in ``[lo, hi]`` (``(lo, hi]`` when ``lo_open``) as a Python float; numpy scalars accepted."""
+    left = "(" if lo_open else "["
+    if math.isinf(lo) and math.isinf(hi):
+        accepted = "a finite number"
+    elif math.isinf(hi):
+        accepted = f"a finite number {'>' if lo_open else '>='} {lo:g}"
+    else:
+        accepted = f"a number in {left}{lo:g}, {hi:g}]"
+    accepted += f" {unit}" if unit else ""
+    v = _as_real(name, value, accepted)
+    if v < lo or v > hi or (lo_open and v == lo):
+        raise SpecroofError(f"{name} must be {accepted} (got {v:g})")
+    return v

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from roofline.errors import SpecroofError, check_min, check_range
+from roofline.errors import SpecroofError, as_array, check_min, check_range
 
 Array = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -374,6 +374,25 @@ class TreeResult:
     lossy: bool = False
 
 
+def _nonempty_tree(tree: Any) -> Any:
+    """``tree`` as a Tree with at least one node: a tree of no drafts has nothing to verify."""
+    from roofline.trees import Tree
+
+    t = tree if isinstance(tree, Tree) else Tree(tree)
+    if t.n_nodes == 0:
+        raise SpecroofError(
+            "the tree is empty: verification needs at least one draft node (with no drafts the round is a plain "
+            "decoding step: take the target's token from p[0])"
+        )
+    return t
+
+
+def _check_tokens(tok: npt.NDArray[Any], V: int) -> None:
+    """Draft tokens are vocabulary indices: whole numbers in [0, V)."""
+    if tok.size and (not np.issubdtype(tok.dtype, np.integer) or (tok < 0).any() or (tok >= V).any()):
+        raise SpecroofError(f"node_tokens must be integers in [0, {V}) (the vocabulary of p)")
+
+
 def _children_table(parents: IntArray) -> IntArray:
     """(n_nodes + 1, max children) table of child indices per node (row 0 = prefix), -1 padded."""
     n = parents.size
@@ -416,16 +435,17 @@ def verify_tree(
     drawn with replacement). When no child is accepted the correction is sampled from
     P; below an accepted leaf the bonus comes from the target. A batch axis is accepted.
     """
-    from roofline.trees import Tree
 
     if variant not in ("sequoia", "specinfer"):
         raise SpecroofError(f"unknown tree variant {variant!r}; choose 'sequoia' or 'specinfer'")
-    t = tree if isinstance(tree, Tree) else Tree(tree)
+    t = _nonempty_tree(tree)
     pp, qq = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
     tok = np.asarray(node_tokens)
     single = tok.ndim == 1
     if single:
         pp, qq, tok = pp[None], qq[None], tok[None]
+    if tok.ndim != 2 or pp.ndim != 3 or qq.ndim != 3:
+        raise SpecroofError("expected p and q (n_nodes + 1, V), node_tokens (n_nodes,), with an optional batch axis")
     B, n = tok.shape
     V = pp.shape[-1]
     if n != t.n_nodes or pp.shape != (B, n + 1, V) or qq.shape != (B, n + 1, V):
@@ -433,6 +453,7 @@ def verify_tree(
             f"a {t.n_nodes}-node tree needs node_tokens ({t.n_nodes},), p and q of shape ({t.n_nodes + 1}, V); "
             f"got {tok.shape[1:]}, {pp.shape[1:]}, {qq.shape[1:]}"
         )
+    _check_tokens(tok, V)
     _check_dist("p", pp)
     _check_dist("q", qq)
     ua, us = _uniforms(rng, uniforms, (B,), n)
@@ -487,15 +508,23 @@ def verify_tree(
 
 def verify_tree_greedy(p: Any, tree: Any, node_tokens: Any) -> TreeResult:
     """Greedy tree verification: follow the child whose token is the target's argmax; emit the argmax."""
-    from roofline.trees import Tree
 
-    t = tree if isinstance(tree, Tree) else Tree(tree)
-    pp = np.asarray(p, dtype=np.float64)
+    t = _nonempty_tree(tree)
+    pp = as_array("p", p)
     tok = np.asarray(node_tokens)
     single = tok.ndim == 1
     if single:
         pp, tok = pp[None], tok[None]
+    if tok.ndim != 2 or pp.ndim != 3:
+        raise SpecroofError("expected p (n_nodes + 1, V) and node_tokens (n_nodes,), with an optional batch axis")
     B, n = tok.shape
+    V = pp.shape[-1]
+    if n != t.n_nodes or pp.shape != (B, n + 1, V):
+        raise SpecroofError(
+            f"a {t.n_nodes}-node tree needs node_tokens ({t.n_nodes},) and p of shape ({t.n_nodes + 1}, V); "
+            f"got {tok.shape[1:]} and {pp.shape[1:]}"
+        )
+    _check_tokens(tok, V)
     best = np.argmax(pp, axis=-1)  # (B, n + 1)
     kids = _children_table(t.parents)
     rows = np.arange(B)

@@ -7,8 +7,10 @@ command prints a table and takes ``--json``. Bad input exits with status 2 and a
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,11 +22,23 @@ from roofline.errors import SpecroofError
 # re-exported for modules written against the single-file CLI (specroof.commands.measure_engine imports them here)
 from specroof.shell import _add_json, _note, emit, int_list  # noqa: F401
 
+_INVALID_CHOICE = re.compile(r"invalid choice: '(?P<given>[^']*)' \(choose from (?P<choices>.*)\)$")
+
+
+def did_you_mean(message: str) -> str:
+    """argparse's "invalid choice" message with the closest choice named (``specroof plna``: did you mean plan?)."""
+    m = _INVALID_CHOICE.search(message)
+    if m is None:
+        return message
+    choices = re.findall(r"'([^']*)'", m["choices"])
+    close = difflib.get_close_matches(m["given"].lower(), choices, n=1, cutoff=0.5)
+    return f"{message}: did you mean {close[0]}?" if close else message
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # argparse's own exit code is already 2
         # one line, as for every other bad input; the usage is one --help away
-        self.exit(2, f"specroof: error: {message} (see `{self.prog} --help`)\n")
+        self.exit(2, f"specroof: error: {did_you_mean(message)} (see `{self.prog} --help`)\n")
 
 
 #: the commands, in the order ``--help`` lists them; each module is specroof/commands/NAME.py with ``add_parser(sub)``

@@ -579,7 +579,11 @@ def register(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     p = msub.add_parser("bench", help="microbenchmarks -> a measured hardware profile TOML")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
     p.add_argument("--dtype", default="fp32,bf16", help="dtypes to measure matmul FLOP/s for")
-    p.add_argument("--out", default="measured-profile.toml")
+    p.add_argument(
+        "--out",
+        default="measured-profile.toml",
+        help="profile to write (default ./measured-profile.toml, git-ignored in a specroof checkout)",
+    )
     _add_json(p)
     p.set_defaults(func=cmd_measure_bench)
 
@@ -662,7 +666,11 @@ def register(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--hardware", default=None, help="a-priori profile and fit start (default: microbenchmark this device now)"
     )
-    p.add_argument("--out", default="specroof-spec")
+    p.add_argument(
+        "--out",
+        default="specroof-spec",
+        help="folder for the check's results and page (default ./specroof-spec, git-ignored in a specroof checkout)",
+    )
     add_graph_flags(p)
     g3 = p.add_mutually_exclusive_group()
     g3.add_argument("--resume", action="store_true", help="continue the check saved in --out")

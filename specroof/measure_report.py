@@ -34,6 +34,34 @@ def _pct(x: float) -> str:
     return "n/a" if x is None or not np.isfinite(x) else f"{x:.1%}"
 
 
+#: why a column of the measured table can be blank in every row, said once instead of an empty column
+_BLANK_COLUMN_WHY = {
+    "rep_spread": "one repetition per point, so no spread between repetitions",
+    "probe_spread": "no bracketing baseline runs to compare",
+    "flag": "no row above its physical bound",
+    "noise": "no row marked noisy",
+    "speedup_wall": "no wall-clock baseline",
+}
+
+
+def drop_blank_columns(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """``df`` without the columns blank in every row (NaN, None or empty text), and the names dropped.
+
+    A column with nothing in it says nothing: the page names it once, with why, instead
+    (:func:`blank_column_words`). An empty frame keeps its columns.
+    """
+    if df.empty:
+        return df, []
+    blank = [c for c in df.columns if df[c].map(lambda v: v is None or v != v or str(v).strip() == "").all()]
+    return df.drop(columns=blank), blank
+
+
+def blank_column_words(columns: list[str]) -> str:
+    """One sentence naming the columns left out because every row was blank, each with why."""
+    parts = [f"{c} ({_BLANK_COLUMN_WHY[c]})" if c in _BLANK_COLUMN_WHY else c for c in columns]
+    return "Columns left out, blank in every row: " + "; ".join(parts)
+
+
 def _graphs_flag(text: str) -> str:
     """``--graphs``'s value, ``on`` refused at parse time without a GPU (report has no --device: the device is the
     one found), in one line and before any section is written."""
@@ -492,7 +520,10 @@ def _speculation_part(w: ReportWriter, check: SpecCheck) -> str:
         "flag",
         "noise",
     ]
-    body += w.table(df[[c for c in cols if c in df]], "speculative_run", floatfmt="{:.3g}")  # (NaN shows blank)
+    shown, dropped = drop_blank_columns(df[[c for c in cols if c in df]])
+    if dropped:
+        body += f"<p>{esc(blank_column_words(dropped))}.</p>"
+    body += w.table(shown, "speculative_run", floatfmt="{:.3g}")  # (a NaN left in a kept column shows blank)
     best_m = {(b["drafter"], b["batch"]): b for b in _best(df, "speedup_measured")}
     best_p = {(b["drafter"], b["batch"]): b for b in _best(df, "speedup_predicted")}
     rows = [

@@ -331,8 +331,8 @@ def validate_inputs(gpus: Sequence[str], pairing: dict[str, Any] | None) -> None
 
         load_engine(cfg["engine"])
     for name, a in cfg["acceptance"].items():
-        if not 0.0 <= float(a) < 1.0:
-            raise SpecroofError(f"acceptance of {name} must lie in [0, 1) (got {a})")
+        if not 0.0 <= float(a) <= 1.0:  # 1: every draft accepted (E = gamma + 1), a rate like any other
+            raise SpecroofError(f"acceptance of {name} must lie in [0, 1] (got {a})")
 
 
 def answer(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | None = None) -> Section:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -81,6 +82,7 @@ class _FlatList(argparse.Action):
 
     def __call__(self, parser: Any, namespace: argparse.Namespace, values: Any, option_string: Any = None) -> None:
         setattr(namespace, self.dest, [v for part in values for v in part])
+        namespace.given = {*getattr(namespace, "given", ()), self.dest}  # as GivenStore: a list given is a value
 
 
 def add_int_list(p: argparse.ArgumentParser, flag: str, lo: int, hi: int, default: list[int], help: str) -> None:
@@ -142,12 +144,29 @@ def float_list(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(f"expected numbers like '0.6,0.8', got {text!r}") from None
 
 
+#: pandas' text for a table without rows ("Empty DataFrame", its columns, "Index: []"): never shown as it is
+_EMPTY_FRAME = re.compile(r"Empty DataFrame\nColumns: \[.*?\]\nIndex: \[\]", re.DOTALL)
+NO_ROWS = "no rows to show: nothing was left to tabulate (the lines above say what was dropped or filtered out)"
+
+
+def frame_text(df: pd.DataFrame, empty: str = NO_ROWS, **to_string: Any) -> str:
+    """``df`` as a text table without its index, or the sentence ``empty`` when it has no rows."""
+    if df.empty:
+        return empty
+    return str(df.to_string(**({"index": False} | to_string)))
+
+
 def emit(args: argparse.Namespace, payload: Any, table: pd.DataFrame | str) -> None:
-    """Print ``payload`` as JSON with ``--json``, else the readable ``table``."""
+    """Print ``payload`` as JSON with ``--json``, else the readable ``table``.
+
+    A table with no rows is a sentence, never pandas' raw "Empty DataFrame": a command that joined
+    ``df.to_string()`` into its text gets the sentence here too.
+    """
     if getattr(args, "json", False):
         print(dumps(payload))
     else:
-        print(table if isinstance(table, str) else table.to_string(index=False))
+        text = table if isinstance(table, str) else frame_text(table)
+        print(_EMPTY_FRAME.sub(NO_ROWS, text))
 
 
 def _note(args: argparse.Namespace, message: str) -> None:

@@ -564,7 +564,7 @@ T8 = ["--target", "llama-3.1-8b"]
 FAMILIES_46 = {
     # non-finite or out-of-range numbers
     "report-budget-inf": (["report", "--skip-measure", "--budget", "inf"], "--budget must be a finite"),
-    "report-alpha-0": (["report", "--skip-measure", "--alpha", "0"], "--alpha must lie in (0, 1)"),
+    "report-alpha-out-of-range": (["report", "--skip-measure", "--alpha", "1.5"], "--alpha must lie in [0, 1]"),
     "speedup-c-huge": (["speedup", "--alpha", "0.7", "--gamma", "4", "--c", "1e308"], "--c must lie in [0, 1]"),
     "speedup-alpha-over-1": (["speedup", "--alpha", "1.2", "--c", "0.1"], "--alpha must lie in [0, 1]"),
     # strings where numbers go

@@ -19,7 +19,7 @@ from roofline.passtime.step import (
 )
 from roofline.pricing import DEFAULT_CONTEXT, Pricing, pricing_of
 from roofline.timemodel import ATTENTION_OPERATORS
-from roofline.validation import check_tp
+from roofline.validation import check_count, check_tp
 
 
 def weights_only_crossover(spec: ModelSpec | str, hardware: HardwareLike, dtype: str | None = None) -> float:
@@ -51,6 +51,8 @@ def crossover_tokens(
     even a one-token pass is compute bound; ``max_tokens`` (capped by the model's
     context) means it never flips. Priced like :func:`pass_time` (engine, TP, dtypes).
     """
+    # a token count is whole: 2.5 would come back as K = 2.5, 10**30 as an OverflowError from numpy
+    max_tokens = check_count("max_tokens", max_tokens, 1)
     pr = pricing_of(
         hardware, dtype=dtype, weight_dtype=weight_dtype, kv_dtype=kv_dtype, efficiency=efficiency, engine=engine, tp=tp
     )

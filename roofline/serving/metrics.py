@@ -27,6 +27,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from roofline.errors import SpecroofError
+from roofline.validation import check_number
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -85,8 +86,10 @@ def goodput(ttft_s: Any, tpot_s: Any, duration_s: float, slo_ttft_s: float | Non
 def check_slo(name: str, value: float | None) -> None:
     if value is None:
         return
-    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-        raise SpecroofError(f"{name} must be a positive number of seconds (got {value!r})")
+    try:  # numpy scalars are numbers too
+        check_number(name, value, 0.0, lo_open=True)
+    except SpecroofError:
+        raise SpecroofError(f"{name} must be a positive number of seconds (got {value!r})") from None
 
 
 def latency_columns(requests: pd.DataFrame, itl_counts: Any) -> dict[str, float]:

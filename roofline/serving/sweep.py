@@ -34,8 +34,8 @@ from roofline.serving.policies import ServingPolicy, parse_policy
 from roofline.serving.prices import kv_capacity_tokens as device_kv_tokens
 from roofline.serving.prices import pricing_context, step_prices
 from roofline.serving.scheduler import RunResult, SchedulerConfig, simulate_run
-from roofline.serving.workload import Workload, check_rate, read_trace, synthetic
-from roofline.validation import check_tp
+from roofline.serving.workload import MAX_REQUESTS, Workload, check_rate, read_trace, synthetic
+from roofline.validation import RANGES, check_count, check_number, check_tp
 
 PolicyLike = str | ServingPolicy | GammaPolicy
 
@@ -345,6 +345,38 @@ def simulate(
     """
     check_slo("slo_ttft_s", slo_ttft_s)
     check_slo("slo_tpot_s", slo_tpot_s)
+    # every count and number once, before any work: numpy scalars and whole floats (8.0) are numbers, 2.5
+    # sequences or 10**30 requests are the library's one-line error, not a TypeError from range() below
+    requests = check_count("requests", requests, 1, MAX_REQUESTS)
+    max_seqs = check_count("max_seqs", max_seqs, 1, int(RANGES["batch"].hi))
+    max_tokens = check_count("max_tokens", max_tokens, 1, int(RANGES["tokens"].hi))
+    block_size = check_count("block_size", block_size, 1, int(RANGES["tokens"].hi))
+    trace_points = check_count("trace_points", trace_points, 2, int(RANGES["tokens"].hi))
+    seed = check_count("seed", seed, 0)
+    workers = check_count("workers", workers, 1, 1024)
+    replicas = check_count("replicas", replicas, 1, 100_000)
+    ep = check_count("ep", ep, 1, int(RANGES["tp"].hi))
+    if tp is not None:
+        tp = check_count("tp", tp, 1, int(RANGES["tp"].hi))
+    if kv_capacity_tokens is not None:
+        kv_capacity_tokens = check_count("kv_capacity_tokens", kv_capacity_tokens, block_size)
+    memory_fraction = check_number("memory_fraction", memory_fraction, 0.0, 1.0, lo_open=True)
+    host = {"round_host_s": round_host_s, "round_host_per_seq_s": round_host_per_seq_s}
+    host |= {"prefill_host_s": prefill_host_s, "idle_start_s": idle_start_s}
+    # the host line is signed (a correction to the profile: prices.py refuses one that leaves a step no time, and a
+    # negative cold start): here each is a finite number of seconds, numpy or not
+    lim = RANGES["seconds"].hi
+    host = {k: check_number(k, v, -lim, lim, unit="seconds") for k, v in host.items()}
+    round_host_s, round_host_per_seq_s = host["round_host_s"], host["round_host_per_seq_s"]
+    prefill_host_s, idle_start_s = host["prefill_host_s"], host["idle_start_s"]
+    if alpha_concentration is not None:
+        alpha_concentration = check_number("alpha_concentration", alpha_concentration, 0.0, lo_open=True)
+    if kv_link_GB_per_s is not None:
+        kv_link_GB_per_s = check_number("kv_link_GB_per_s", kv_link_GB_per_s, 0.0, lo_open=True)
+    if ep_link_GB_per_s is not None:
+        ep_link_GB_per_s = check_number("ep_link_GB_per_s", ep_link_GB_per_s, 0.0, lo_open=True)
+    if isinstance(acceptance, (np.integer, np.floating, np.ndarray)):
+        acceptance = check_number("acceptance", acceptance, 0.0, 1.0)
     spec = get_model(target)
     if tp is not None and tp != 1:  # 3 devices do not split 32 heads
         check_tp(spec, tp)
@@ -374,7 +406,10 @@ def simulate(
             raise SpecroofError("rates=None replays a trace as it is: give a trace, or the rates to sweep")
         rate_list: list[float | None] = [None]
     else:
-        rate_list = [check_rate(r) for r in ([rates] if isinstance(rates, (int, float)) else rates)]
+        if isinstance(rates, (str, bytes)):
+            raise SpecroofError(f"rates must be a number or a list of numbers of requests per second (got {rates!r})")
+        given = np.ravel(rates).tolist() if np.ndim(rates) == 0 else list(rates)  # type: ignore[arg-type]
+        rate_list = [check_rate(r) for r in given]
         if not rate_list:
             raise SpecroofError("give at least one request rate")
         rate_list = sorted(set(rate_list))  # type: ignore[type-var]
@@ -400,8 +435,6 @@ def simulate(
             else cap_off
         )
     else:
-        if not (isinstance(kv_capacity_tokens, (int, np.integer)) and kv_capacity_tokens >= block_size):
-            raise SpecroofError(f"kv_capacity_tokens must be a whole number >= block_size (got {kv_capacity_tokens!r})")
         cap_off = cap_spec = int(kv_capacity_tokens)
     max_ctx = int(np.max(base.input_tokens + base.output_tokens))
     trees = {id(p.tree): p.tree for p in pols if p.tree is not None}

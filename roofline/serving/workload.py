@@ -24,6 +24,11 @@ import numpy as np
 import numpy.typing as npt
 
 from roofline.errors import SpecroofError
+from roofline.validation import check_count, check_number
+
+#: the most requests one run simulates: each holds a row of ~30 numbers in the result (10^7: a few GB), and
+#: a run of 100,000 already takes seconds; checked before anything is drawn
+MAX_REQUESTS = 10_000_000
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -114,9 +119,11 @@ TRACE_LENGTHS: dict[str, tuple[TraceLengths, TraceLengths]] = {
 
 
 def check_rate(rate: float) -> float:
-    if not (isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0):
-        raise SpecroofError(f"rate must be a positive number of requests per second (got {rate!r})")
-    return float(rate)
+    """A request rate > 0 (req/s) as a float; numpy scalars (``np.arange(2, 10, 4)``'s items) are numbers too."""
+    try:
+        return check_number("rate", rate, 0.0, lo_open=True)
+    except SpecroofError:
+        raise SpecroofError(f"rate must be a positive number of requests per second (got {rate!r})") from None
 
 
 def unit_gaps(n: int, arrivals: str, rng: np.random.Generator) -> FloatArray:
@@ -140,8 +147,8 @@ def unit_gaps(n: int, arrivals: str, rng: np.random.Generator) -> FloatArray:
 def draw_lengths(spec: str | int, n: int, rng: np.random.Generator, name: str) -> IntArray:
     """``n`` lengths from ``N`` (fixed), ``uniform:A-B`` (inclusive), ``lognormal:MEDIAN,SIGMA`` (rounded, >= 1)
     or a trace preset of :data:`TRACE_LENGTHS` (its input column for input lengths, output for output)."""
-    if isinstance(spec, (int, np.integer)):
-        spec = str(int(spec))
+    if not isinstance(spec, str):  # a number of tokens: 100, 100.0 or np.int64(100), never 2.5 or True
+        spec = str(check_count(name, spec, 1))
     text = spec.strip().lower()
     if text in TRACE_LENGTHS:
         col = TRACE_LENGTHS[text][1 if name.startswith("output") else 0]
@@ -182,8 +189,7 @@ def synthetic(
     seed: int = 0,
 ) -> Workload:
     """``n`` requests at a mean rate of 1 req/s (scale with :meth:`Workload.at_rate`), lengths drawn per request."""
-    if not (isinstance(n, (int, np.integer)) and n >= 1):
-        raise SpecroofError(f"requests must be a whole number >= 1 (got {n!r})")
+    n = check_count("requests", n, 1, MAX_REQUESTS)
     rng = np.random.default_rng(seed)
     gaps = unit_gaps(int(n), arrivals, rng)
     # the first request arrives at t = 0: a run starts with traffic, not with an idle gap

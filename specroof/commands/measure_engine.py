@@ -205,6 +205,10 @@ def add_parser(msub: Any) -> None:
         help="seconds for the whole command, from its start: imports, probe, compile, warm-up, repetitions, fit "
         "(default 600). What it cannot measure 3 times is dropped and named",
     )
-    p.add_argument("--out", default="engine.toml", help="engine profile to write (.toml)")
+    p.add_argument(
+        "--out",
+        default="engine.toml",
+        help="engine profile to write (.toml; default ./engine.toml, git-ignored in a specroof checkout)",
+    )
     _add_json(p)
     p.set_defaults(func=cmd_measure_engine)

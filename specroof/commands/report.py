@@ -90,8 +90,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.budget is not None and not (math.isfinite(args.budget) and args.budget > 0):
         raise SpecroofError(f"--budget must be a finite number of seconds > 0 (got {args.budget})")
     check_out_folder(args.out)
-    if args.alpha is not None and not 0.0 < args.alpha < 1.0:  # 0: never accepted, no drafter; nan fails too
-        raise SpecroofError(f"--alpha must lie in (0, 1) (got {args.alpha})")
+    if args.alpha is not None and not 0.0 <= args.alpha <= 1.0:  # 0 (E = 1) and 1 (E = gamma + 1) are rates; nan fails
+        raise SpecroofError(f"--alpha must lie in [0, 1] (got {args.alpha})")
     extra: list[Any] = []
     measured = not args.skip_measure
     if measured:

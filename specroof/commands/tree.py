@@ -23,6 +23,7 @@ from specroof.commands.common import (
     drafter_key,
     emit_prices,
     engine_config_from_args,
+    published_acceptance,
     resolve_drafter,
     with_offload,
 )
@@ -32,6 +33,7 @@ from specroof.shell import (
     _add_engine,
     _add_json,
     _add_offload,
+    add_int_list,
     bounded_int,
     emit,
     engine_of,
@@ -48,6 +50,36 @@ def read_acceptance_vector(path: str) -> Any:
     return read_sibling_vector(path)
 
 
+def tree_acceptance(args: argparse.Namespace, drafter: str | None) -> tuple[Any, dict[str, Any], str]:
+    """The tree's acceptance model, its JSON and the line that says where it came from.
+
+    ``--acceptance-vector`` when given; else the drafter's published figure, as ``plan`` takes it when none is
+    given (``published_acceptance``: Spec-Bench's tokens per round read on the tree that run verified, or
+    DeepSeek-V3's MTP rate), as an i.i.d. per-candidate rate: one number says nothing of how acceptance falls
+    with sibling rank beyond the i.i.d. model's own (1 - p)^k.
+    """
+    if args.acceptance_vector is not None:
+        vec = read_acceptance_vector(args.acceptance_vector)
+        return vec.model(), vec.to_json(), f"acceptance: {vec.describe()}"
+    if drafter is None:
+        raise SpecroofError(
+            "give --acceptance-vector FILE (a sibling-rank vector), or --hardware --target --drafter to use the "
+            "drafter's published acceptance"
+        )
+    from roofline.trees import IIDAcceptance
+
+    key = drafter_key(drafter)
+    try:
+        acc, source = published_acceptance(key)
+    except SpecroofError:
+        raise SpecroofError(
+            f"no published acceptance for {key} drafters: give --acceptance-vector FILE (a sibling-rank vector)"
+        ) from None
+    p = float(acc.alpha())
+    note = f"{key}: none given: {source}; each candidate accepted i.i.d. (--acceptance-vector FILE for yours)"
+    return IIDAcceptance(p), {"iid_p": p, "given": False, "source": source}, f"acceptance: {note}"
+
+
 #: the most paths the text shows (a 512-node tree's paths fill a screen; --json has every one)
 SHOWN_PATHS = 40
 
@@ -58,7 +90,8 @@ def _tree_lines(t: Any) -> list[str]:
     more = f" ... (+{len(paths) - SHOWN_PATHS} more; --json lists them all)" if len(paths) > SHOWN_PATHS else ""
     return [
         f"  {t.n_nodes} nodes, depth {t.depth}, nodes per level {t.widths.tolist()}",
-        "  paths (sibling ranks, 0 = the draft's top choice): " + " ".join(paths[:SHOWN_PATHS]) + more,
+        "  paths (sibling ranks, 0 = the draft's top choice): "
+        + (" ".join(paths[:SHOWN_PATHS]) + more if paths else "none (no draft node adds expected tokens)"),
     ]
 
 
@@ -113,7 +146,6 @@ def _search_budgets(cap: int | None) -> list[int]:
 
 
 def cmd_tree(args: argparse.Namespace) -> int:
-    from roofline.tree_sizing import best_tree_size
     from roofline.trees import optimal_tree
 
     if args.drafter and args.draft:
@@ -150,10 +182,14 @@ def cmd_tree(args: argparse.Namespace) -> int:
 
         check_tp(get_model(args.target), args.tp)
     depth = args.max_depth
-    vec = read_acceptance_vector(args.acceptance_vector)
-    acc = vec.model()
-    payload: dict[str, Any] = {"acceptance": vec.to_json()}
-    lines = [f"acceptance: {vec.describe()}"]
+    batches = [int(b) for b in (args.batch if isinstance(args.batch, list) else [args.batch])]
+    if config is not None and len(batches) > 1:
+        raise SpecroofError(
+            f"--engine-config prices one deployment: give one --batch (got {','.join(map(str, batches))})"
+        )
+    acc, acc_json, acc_line = tree_acceptance(args, drafter)
+    payload: dict[str, Any] = {"acceptance": acc_json}
+    lines = [acc_line]
     drawn = None
     if args.budget is not None:
         opt = optimal_tree(acc, args.budget, depth)
@@ -167,70 +203,22 @@ def cmd_tree(args: argparse.Namespace) -> int:
         ]
     if args.hardware:
         budgets = _search_budgets(args.budget)
-        choice = best_tree_size(
-            with_offload(args.hardware, args.offload),
-            args.target,
-            resolve_drafter(drafter, args.target),
-            acc,
-            args.batch,
-            args.context,
-            budgets=budgets,
-            max_depth=depth,
-            dtype=args.dtype,
-            engine=engine_of(args),
-            weight_dtype=args.weight_dtype,
-            kv_dtype=args.kv_dtype,
-            tp=args.tp,
-        )
-        b = choice.best
-        chosen = {
-            k: (float(v) if isinstance(v, (int, float, np.floating, np.integer)) else v) for k, v in b.items()
-        } | _tree_payload(choice.tree)
-        payload["hardware_choice"] = chosen | {"budgets_searched": budgets, "max_depth": depth}
-        payload["engine"] = args.engine
+        shared = optimal_tree(acc, max(budgets), depth)  # one table for every batch: the trees do not depend on it
+        by_batch = []
+        for batch in batches:
+            args.batch = batch  # the deploy search, the engine's own tree and the band read one batch
+            part: dict[str, Any] = {}
+            lines += _hardware_answer(args, drafter, acc, config, budgets, depth, shared, part)
+            by_batch.append({"batch": batch, **part})
+        args.batch = batches
+        if args.budget is None:  # no fixed size: the drawing is the GPU's tree (the first batch's)
+            drawn = by_batch[0]["tree"]
+        first = by_batch[0]
+        payload |= {k: v for k, v in first.items() if k not in ("batch", "tree")}
         if args.budget is None:  # the answer is the GPU's tree: the top-level fields describe it
-            drawn = choice.tree
-            payload |= {"expected_tokens": chosen["expected_tokens"], **_tree_payload(choice.tree)}
-        engine = f", engine {args.engine}" if args.engine else " (datasheet roofline, no engine)"
-        band = band_for(args.engine, load_hardware(args.hardware), speculative=True, batch=args.batch,
-                        model=args.target, context=args.context)  # fmt: skip
-        payload["error_band"], payload["error_band_note"] = band
-        searched = (
-            f"sizes {budgets[0]}-{budgets[-1]} nodes searched" + (f" (capped by --budget {args.budget})" if args.budget else "")
-            + f", depth <= {depth}"
-        )  # fmt: skip
-        lines += [
-            "",
-            f"on {args.hardware}: best tree (the fastest, not the largest) for {args.target} + {drafter}, "
-            f"batch {args.batch}, context {args.context}{engine}: speedup {b['speedup']:.2f}x ({band[1]})",
-            *_tree_lines(choice.tree),
-            f"  {b['expected_tokens']:.3f} tokens per {b['t_round_s'] * 1e3:.2f} ms round; {searched}",
-        ]
-        kind = drafter_key(drafter or "")
-        if config is not None:
-            lines += _config_lines(args, config, acc, payload)
-        elif kind in TREE_DRAFTER_KEYS:
-            framework = _deploy_engine(args)
-            payload["deploy"] = _tree_deploy(args, drafter, acc, framework)
-            r = payload["deploy"]
-            lines += [
-                "",
-                f"flags: as {_FRAMEWORK_NAMES[framework]} builds {drafter}'s tree (its own knobs searched; --emit "
-                f"sglang|vllm|trtllm for another engine), its best setting on {args.hardware} at batch {args.batch}: "
-                f"{r['label']} ({r['n_nodes']} nodes, depth {r['depth']}, {r['expected_tokens']:.3f} tokens per "
-                f"round, {r['speedup']:.2f}x)",
-                *(f"  {line}" for line in str(r["flags"]).splitlines()),
-            ]
-            from specroof.commands.tree_labels import one_table  # the two answers, labelled (section 50.3)
-
-            table_lines, payload["answers"] = one_table(b | _tree_payload(choice.tree), r, framework)
-            lines += table_lines
-        else:
-            lines += [
-                "",
-                f"flags: the engines build draft trees for EAGLE-family drafters only ({', '.join(TREE_DRAFTER_KEYS)}); "
-                f"{drafter} drafts a chain there: specroof plan --emit vllm|sglang|trtllm deploys its best gamma",
-            ]
+            payload |= {"expected_tokens": first["hardware_choice"]["expected_tokens"], **_tree_payload(first["tree"])}
+        if len(batches) > 1:
+            payload["by_batch"] = [{k: v for k, v in b.items() if k != "tree"} for b in by_batch]
     if args.plot and drawn is not None:
         from roofline.plot import tree_chart
 
@@ -238,6 +226,85 @@ def cmd_tree(args: argparse.Namespace) -> int:
         fig.savefig(args.plot, dpi=110)
     emit(args, payload, "\n".join(lines))
     return 0
+
+
+def _hardware_answer(
+    args: argparse.Namespace,
+    drafter: str,
+    acc: Any,
+    config: Any,
+    budgets: list[int],
+    depth: int,
+    shared: Any,
+    payload: dict[str, Any],
+) -> list[str]:
+    """The GPU's best tree at ``args.batch`` (one of ``--batch``'s values): its lines, its fields into ``payload``."""
+    from roofline.tree_sizing import best_tree_size
+
+    choice = best_tree_size(
+        with_offload(args.hardware, args.offload),
+        args.target,
+        resolve_drafter(drafter, args.target),
+        acc,
+        args.batch,
+        args.context,
+        budgets=budgets,
+        max_depth=depth,
+        dtype=args.dtype,
+        engine=engine_of(args),
+        weight_dtype=args.weight_dtype,
+        kv_dtype=args.kv_dtype,
+        tp=args.tp,
+        opt=shared,
+    )
+    b = choice.best
+    chosen = {
+        k: (float(v) if isinstance(v, (int, float, np.floating, np.integer)) else v) for k, v in b.items()
+    } | _tree_payload(choice.tree)
+    payload["hardware_choice"] = chosen | {"budgets_searched": budgets, "max_depth": depth}
+    payload["engine"] = args.engine
+    payload["tree"] = choice.tree
+    engine = f", engine {args.engine}" if args.engine else " (datasheet roofline, no engine)"
+    band = band_for(args.engine, load_hardware(args.hardware), speculative=True, batch=args.batch,
+                    model=args.target, context=args.context)  # fmt: skip
+    payload["error_band"], payload["error_band_note"] = band
+    searched = (
+        f"sizes {budgets[0]}-{budgets[-1]} nodes searched" + (f" (capped by --budget {args.budget})" if args.budget else "")
+        + f", depth <= {depth}"
+    )  # fmt: skip
+    lines = [
+        "",
+        f"on {args.hardware}: best tree (the fastest, not the largest) for {args.target} + {drafter}, "
+        f"batch {args.batch}, context {args.context}{engine}: speedup {b['speedup']:.2f}x ({band[1]})",
+        *_tree_lines(choice.tree),
+        f"  {b['expected_tokens']:.3f} tokens per {b['t_round_s'] * 1e3:.2f} ms round; {searched}",
+    ]
+    kind = drafter_key(drafter or "")
+    if config is not None:
+        lines += _config_lines(args, config, acc, payload)
+    elif kind in TREE_DRAFTER_KEYS:
+        framework = _deploy_engine(args)
+        payload["deploy"] = _tree_deploy(args, drafter, acc, framework)
+        r = payload["deploy"]
+        lines += [
+            "",
+            f"flags: as {_FRAMEWORK_NAMES[framework]} builds {drafter}'s tree (its own knobs searched; --emit "
+            f"sglang|vllm|trtllm for another engine), its best setting on {args.hardware} at batch {args.batch}: "
+            f"{r['label']} ({r['n_nodes']} nodes, depth {r['depth']}, {r['expected_tokens']:.3f} tokens per "
+            f"round, {r['speedup']:.2f}x)",
+            *(f"  {line}" for line in str(r["flags"]).splitlines()),
+        ]
+        from specroof.commands.tree_labels import one_table  # the two answers, labelled (section 50.3)
+
+        table_lines, payload["answers"] = one_table(b | _tree_payload(choice.tree), r, framework)
+        lines += table_lines
+    else:
+        lines += [
+            "",
+            f"flags: the engines build draft trees for EAGLE-family drafters only ({', '.join(TREE_DRAFTER_KEYS)}); "
+            f"{drafter} drafts a chain there: specroof plan --emit vllm|sglang|trtllm deploys its best gamma",
+        ]
+    return lines
 
 
 def _check_config(args: argparse.Namespace, config: Any) -> None:
@@ -289,7 +356,11 @@ def _config_lines(args: argparse.Namespace, config: Any, acc: Any, payload: dict
 def add_parser(sub: Any) -> None:
     """Register ``specroof tree``."""
     p = sub.add_parser("tree", help="optimal draft tree for a sibling-rank acceptance vector (and its size for a GPU)")
-    p.add_argument("--acceptance-vector", required=True, help="JSON: [p0, p1, ...], {'p': [...]} or {'sequoia': [...]}")
+    p.add_argument(
+        "--acceptance-vector",
+        help="JSON: [p0, p1, ...], {'p': [...]} or {'sequoia': [...]} (default with --drafter: its published "
+        "acceptance, as plan takes it, named on the output)",
+    )
     p.add_argument(
         "--budget",
         type=bounded_int(1, 100_000),
@@ -306,7 +377,7 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--drafter", metavar="SPEC", help=f"the drafter (with --hardware): {DRAFTER_GRAMMAR}")
     p.add_argument("--draft", help="same as --drafter model:NAME")
-    p.add_argument("--batch", type=bounded_int(1, INT_MAX), action=GivenStore, default=1)
+    add_int_list(p, "--batch", 1, INT_MAX, [1], "sequences per pass (with --hardware: the best tree at each)")
     p.add_argument("--context", type=bounded_int(0, INT_MAX), action=GivenStore, default=1024)
     p.add_argument(
         "--tp", type=bounded_int(1, 1024), action=GivenStore, default=1, help="tensor-parallel degree of the target"
