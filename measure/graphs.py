@@ -10,13 +10,18 @@ this module:
 * one graph per shape: a verify or decode pass per (padded batch, new tokens, context bucket, tree), the draft
   model's whole gamma-step chain per (padded batch, gamma, bucket) (SGLang's ``eagle_draft_cuda_graph_runner``
   captures the draft's steps as one graph), a tree draft per (padded batch, tree), all level by level inside
-  one graph; captured lazily on a shape's first use, kept in a cache keyed by the shape;
+  one graph; kept in a cache keyed by the shape. Before a run is timed, every shape it can reach is planned
+  (:func:`decode_shapes`, :class:`Shape`) and captured, largest first (:meth:`GraphRunner.precapture`); a shape
+  the plan missed is captured on first use, outside any timed span (docs/cost-model.md, section 45);
 * the batch is padded to a capture size (:data:`CAPTURE_SIZES`, vLLM's list) as vLLM and SGLang do: the padded
   rows are cache rows no live sequence uses (the harness keeps its running sequences in the first rows), run
   with length 0, so they write only their own rows' first slots and no live row reads them;
 * one memory pool for every graph (``torch.cuda.graph_pool_handle``), two warm-up calls on a side stream before
   each capture (the allocator and cuBLAS settle there, not inside the graph), inputs copied into the graph's
-  static buffers before each replay;
+  static buffers before each replay; a graph's outputs in the pool are valid until the runner's next replay, so
+  the drafts (read after the verify pass) are written into buffers outside it (:meth:`GraphRunner.held`);
+* CUDA events around each replay alone (:func:`measure.timing.replay_span`): input copies and captures are the
+  host's time;
 * sampling inside a graph reads uniforms from a noise buffer filled before the replay from the run's generator
   (no generator state lives in the graph): the draft samples by the inverse CDF, as the eager path does, so on
   the same generator a chain draws the same tokens both ways.

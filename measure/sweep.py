@@ -779,9 +779,6 @@ def _sweep_points(
             if dev.type == "cpu" and runner.model.auto_kernels:
                 runner.model.choose_kernels()  # the kernel race a first cache would run: the build's, not a visit's
             models.append(runner.model)
-            if runner.model.runner is not None:
-                _precapture_grid(runner, grid, tree, (lambda s: bud.allows(PLAN_MARGIN * s + keep_s + CLOSING_S))
-                                 if limited else None)  # fmt: skip
         built[d] = wall() - t0 if not isinstance(spec_or_model, Transformer) and not _is_hf(spec_or_model) else 0.0
         vocab = spec.vocab_size if spec is not None else spec_or_model.config.vocab_size
         gen = torch.Generator().manual_seed(seed)
@@ -793,6 +790,17 @@ def _sweep_points(
             else np.full(len(grid), np.nan)
         )
         too_big = _too_big_now(spec, dt, rows[dt], dev)
+        if isinstance(runner, ModelRunner) and runner.model.runner is not None:
+            # every point's pass captured before any visit (the points that would not fit are never run)
+            fits = [p for j, p in enumerate(grid) if j not in too_big]
+            allows = (lambda s: bud.allows(PLAN_MARGIN * s + keep_s + CLOSING_S)) if limited else None
+            if fits:
+                try:
+                    _precapture_grid(runner, fits, tree, allows)
+                except Exception as exc:  # the whole cache does not fit: each point's visit says so, as before
+                    if not _is_oom(exc):
+                        raise
+                    runner.model.cache = None
         # fed every visit in the order measured (a saved sweep's rows are in that order)
         watch = ReferenceWatch(ref)
         for i in range(len(grid)):
