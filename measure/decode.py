@@ -785,14 +785,15 @@ def _account(
 
 
 def _policy_gammas(policy: GammaPolicy | None) -> list[int]:
-    """Every chain length a policy can ask for (0: a round without drafts)."""
+    """Every chain length a policy can ask for (0: a round without drafts, which a batch schedule may ask for)."""
     if policy is None:
         return []
     if isinstance(policy, StaticGamma):
         return [int(policy.gamma)]
     if isinstance(policy, BatchSchedule):
         return sorted({int(g) for g in policy.schedule.values()})
-    return list(range(_policy_reach(policy) + 1))
+    # a heuristic schedule or a confidence stop drafts 1 .. its most (only a batch schedule turns drafting off)
+    return list(range(1, _policy_reach(policy) + 1))
 
 
 def drafter_kind(d: Any) -> tuple[str, int | None]:

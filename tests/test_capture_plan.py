@@ -17,7 +17,7 @@ from measure import decode, graphs  # noqa: E402
 from measure.decode import autoregressive_generate, speculative_generate  # noqa: E402
 from measure.models import Transformer, context_bucket  # noqa: E402
 from measure.serve import serve  # noqa: E402
-from roofline.gamma_policies import BatchSchedule  # noqa: E402
+from roofline.gamma_policies import BatchSchedule, HeuristicSchedule  # noqa: E402
 from roofline.model import ModelSpec  # noqa: E402
 from roofline.trees import Tree  # noqa: E402
 from roofline.verification import SamplingParams  # noqa: E402
@@ -57,7 +57,7 @@ def _reached_within(runner, seen):
 
 @pytest.mark.parametrize(
     "kind",
-    ["plain", "draft", "early exit", "tree", "early-exit tree", "sampled chain", "schedule", "lookup"],
+    ["plain", "draft", "early exit", "tree", "early-exit tree", "sampled chain", "schedule", "heuristic", "lookup"],
 )
 def test_a_decoding_captures_every_shape_it_reaches_before_its_rounds(planned, kind):
     target, draft = _pair()
@@ -78,6 +78,8 @@ def test_a_decoding_captures_every_shape_it_reaches_before_its_rounds(planned, k
         speculative_generate(target, draft, PROMPTS, 2, n, sp, seed=2)
     elif kind == "schedule":  # gamma by batch size: a shape per gamma the schedule names
         speculative_generate(target, draft, PROMPTS, BatchSchedule({1: 4, 2: 2, 3: 0}), n)
+    elif kind == "heuristic":  # gamma moves between 1 and its most from round to round
+        speculative_generate(target, 1, PROMPTS, HeuristicSchedule(initial=2, max_gamma=5), n)
     else:
         speculative_generate(target, "prompt-lookup", PROMPTS, 3, n)
     assert len({k[3] for k in target.runner.calls}) >= 3  # the run did cross buckets
