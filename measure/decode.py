@@ -48,6 +48,10 @@ class GenerationResult:
     #: the device's seconds of each of those steps' pass (CUDA events; on the CPU the pass's own seconds): a
     #: step's host share is its ``step_s`` less this
     step_device_s: list[float] = field(default_factory=list)
+    #: graphs captured before the decoding started (every shape it can reach, :func:`precapture_run`; 0 on the
+    #: CPU and where earlier runs captured them) and the seconds that took (neither prefill nor decode time)
+    captures: int = 0
+    capture_s: float = 0.0
 
     @property
     def n_tokens(self) -> int:
@@ -151,8 +155,11 @@ def autoregressive_generate(
     sp = sampling or SamplingParams(temperature=0.0)
     gen = torch.Generator(device=model.device).manual_seed(seed)
     t0 = time.perf_counter()
-    pending, _ = _prepare(model, prompts, max_new_tokens)
+    pending, lens = _prepare(model, prompts, max_new_tokens)
     synchronize(model.device)
+    t_cap = time.perf_counter()
+    # step i's longest row holds max(lens) + i committed tokens
+    cap = precapture_run(model, None, len(prompts), int(lens.max()), int(lens.max()) + max_new_tokens - 1)
     t1 = time.perf_counter()
     B = len(prompts)
     out = torch.zeros(B, max_new_tokens, dtype=torch.long, device=model.device)
@@ -186,7 +193,13 @@ def autoregressive_generate(
     synchronize(model.device)
     t2 = time.perf_counter()
     return GenerationResult(
-        _trim(out.tolist(), eos, max_new_tokens), t2 - t1, t1 - t0, step_s=steps, step_device_s=device_steps
+        _trim(out.tolist(), eos, max_new_tokens),
+        t2 - t1,
+        t_cap - t0,
+        step_s=steps,
+        step_device_s=device_steps,
+        captures=int(cap["graphs"]),
+        capture_s=t1 - t_cap if cap["graphs"] else 0.0,
     )
 
 
@@ -553,6 +566,11 @@ def speculative_generate(
     pending, lens = _prepare(target, prompts, headroom)
     d.start(prompts, headroom)
     synchronize(dev)
+    t_cap = time.perf_counter()
+    # a round starts with the longest row's committed tokens in max(lens) .. max(lens) + max_new_tokens + depth
+    depth = tree.depth if tree is not None else reach
+    hi = int(lens.max()) + max_new_tokens + depth
+    cap = precapture_run(target, d, len(prompts), int(lens.max()), hi, policy, tree, sp, tree_variant)
     t1 = time.perf_counter()
     st = _Decoding(
         pending=pending,
@@ -598,9 +616,11 @@ def speculative_generate(
     depth = shape.tree.depth if shape is not None else max(st.gammas_used, default=0)
     n_draft = shape.tree.n_nodes if shape is not None else depth
     result_tree = shape.tree if shape is not None else None
-    return GenerationResult(
-        _trim(st.emitted, eos, max_new_tokens), t2 - t1, t1 - t0, pd.DataFrame(st.stats), depth, n_draft, result_tree
+    res = GenerationResult(
+        _trim(st.emitted, eos, max_new_tokens), t2 - t1, t_cap - t0, pd.DataFrame(st.stats), depth, n_draft, result_tree
     )
+    res.captures, res.capture_s = int(cap["graphs"]), (t1 - t_cap if cap["graphs"] else 0.0)
+    return res
 
 
 # -- the steps of a round: draft, verify, accept, commit, account ---------------------------
@@ -762,6 +782,95 @@ def _account(
             row["stop_children"] = int(shape.n_children[(acc_nodes[-1] + 1) if n_acc[b] else 0])
         st.stats.append(row)
     st.rnd += 1
+
+
+def _policy_gammas(policy: GammaPolicy | None) -> list[int]:
+    """Every chain length a policy can ask for (0: a round without drafts, which a batch schedule may ask for)."""
+    if policy is None:
+        return []
+    if isinstance(policy, StaticGamma):
+        return [int(policy.gamma)]
+    if isinstance(policy, BatchSchedule):
+        return sorted({int(g) for g in policy.schedule.values()})
+    # a heuristic schedule or a confidence stop drafts 1 .. its most (only a batch schedule turns drafting off)
+    return list(range(1, _policy_reach(policy) + 1))
+
+
+def drafter_kind(d: Any) -> tuple[str, int | None]:
+    """How a drafter runs, for planning its graphs: ``("draft" | "early exit" | "lookup", early-exit layers)``."""
+    if isinstance(d, EarlyExitDrafter):
+        return "early exit", d.n_layers
+    if isinstance(d, DraftModelDrafter):
+        return "draft", None
+    return "lookup", None
+
+
+def run_shapes(
+    target: Transformer,
+    d: Any,
+    batches: Sequence[int],
+    need_lo: int,
+    need_hi: int,
+    policy: GammaPolicy | None = None,
+    tree: Tree | None = None,
+    sp: SamplingParams | None = None,
+    variant: str = "sequoia",
+) -> dict[str, list[Any]]:
+    """The shapes a decoding of ``target`` drafted by ``d`` (None: plain steps) reaches, by runner
+    (:func:`measure.graphs.decode_shapes`), the longest row's committed tokens in ``need_lo .. need_hi``."""
+    from measure.graphs import decode_shapes
+
+    c = target.cache
+    if c is None:
+        raise SpecroofError("call setup_cache(max_batch, max_seq) before planning a run's graphs")
+    kind, layers = ("plain", None) if d is None else drafter_kind(d)
+    shapes = decode_shapes(
+        batches=batches,
+        max_batch=c.max_batch,
+        max_seq=c.max_seq,
+        need_lo=need_lo,
+        need_hi=need_hi,
+        gammas=_policy_gammas(policy),
+        tree=tree,
+        drafter=kind,
+        n_layers=layers,
+        sampling=sp,
+        variant=variant,
+    )
+    if policy is not None and policy.confidence_threshold is not None:
+        shapes["draft"] = [s for s in shapes["draft"] if s.kind != "chain"]  # a confidence stop drafts eagerly
+        shapes["target"] = [s for s in shapes["target"] if s.kind != "chain"]
+    return shapes
+
+
+def precapture_run(
+    target: Transformer,
+    d: Any,
+    batch: int | Sequence[int],
+    need_lo: int,
+    need_hi: int,
+    policy: GammaPolicy | None = None,
+    tree: Tree | None = None,
+    sp: SamplingParams | None = None,
+    variant: str = "sequoia",
+) -> dict[str, float]:
+    """Capture, before a decoding is timed, every shape it can reach (:func:`run_shapes`) at each of ``batch``
+    (one batch, or every batch a server runs), largest first; the graphs captured, the seconds and how many
+    shapes were planned (nothing where no runner is attached: the eager path)."""
+    total = {"graphs": 0.0, "seconds": 0.0, "planned": 0.0}
+    runners = {"target": target.runner, "draft": getattr(getattr(d, "model", None), "runner", None)}
+    if d is not None and drafter_kind(d)[0] != "draft":
+        runners["draft"] = None
+    if not any(r is not None for r in runners.values()):
+        return total
+    batches = [batch] if isinstance(batch, (int, np.integer)) else list(batch)
+    shapes = run_shapes(target, d, batches, need_lo, need_hi, policy, tree, sp, variant)
+    for name, r in runners.items():
+        if r is not None:
+            got = r.precapture(shapes[name])
+            for k in total:
+                total[k] += got[k]
+    return total
 
 
 def _policy_reach(policy: GammaPolicy) -> int:

@@ -10,13 +10,18 @@ this module:
 * one graph per shape: a verify or decode pass per (padded batch, new tokens, context bucket, tree), the draft
   model's whole gamma-step chain per (padded batch, gamma, bucket) (SGLang's ``eagle_draft_cuda_graph_runner``
   captures the draft's steps as one graph), a tree draft per (padded batch, tree), all level by level inside
-  one graph; captured lazily on a shape's first use, kept in a cache keyed by the shape;
+  one graph; kept in a cache keyed by the shape. Before a run is timed, every shape it can reach is planned
+  (:func:`decode_shapes`, :class:`Shape`) and captured, largest first (:meth:`GraphRunner.precapture`); a shape
+  the plan missed is captured on first use, outside any timed span (docs/cost-model.md, section 45);
 * the batch is padded to a capture size (:data:`CAPTURE_SIZES`, vLLM's list) as vLLM and SGLang do: the padded
   rows are cache rows no live sequence uses (the harness keeps its running sequences in the first rows), run
   with length 0, so they write only their own rows' first slots and no live row reads them;
 * one memory pool for every graph (``torch.cuda.graph_pool_handle``), two warm-up calls on a side stream before
   each capture (the allocator and cuBLAS settle there, not inside the graph), inputs copied into the graph's
-  static buffers before each replay;
+  static buffers before each replay; a graph's outputs in the pool are valid until the runner's next replay, so
+  the drafts (read after the verify pass) are written into buffers outside it (:meth:`GraphRunner.held`);
+* CUDA events around each replay alone (:func:`measure.timing.replay_span`): input copies and captures are the
+  host's time;
 * sampling inside a graph reads uniforms from a noise buffer filled before the replay from the run's generator
   (no generator state lives in the graph): the draft samples by the inverse CDF, as the eager path does, so on
   the same generator a chain draws the same tokens both ways.
@@ -191,21 +196,38 @@ class StaticCall:
     """``fn()`` over static input buffers (``inputs``): captured as a CUDA graph on its first call and replayed
     after (``pool``: the memory pool every graph of a runner shares), or called directly when not capturing.
 
-    The caller copies the pass's values into ``inputs`` before each call; the outputs are the graph's own
-    buffers, overwritten by the next call.
+    The caller copies the pass's values into ``inputs`` before each call. What ``fn`` returns lives in the
+    runner's pool: another graph's replay may reuse that memory, so it is valid only until the runner's next
+    call. An output the caller reads after another graph replayed (a draft, read after the verify pass) is
+    written by ``fn`` into ``held``: buffers allocated before capture, outside the pool, which only a call
+    writing the same buffers overwrites (docs/cost-model.md, section 45).
+
+    The replay (on the CPU the call of ``fn``) is bracketed by :func:`measure.timing.replay_span`: an open
+    :class:`measure.timing.PassTimer` span is charged with it alone, never with the input copies or a capture.
     """
 
-    def __init__(self, fn: Callable[[], Any], inputs: dict[str, torch.Tensor], runner: GraphRunner) -> None:
+    def __init__(
+        self,
+        fn: Callable[[], Any],
+        inputs: dict[str, torch.Tensor],
+        runner: GraphRunner,
+        held: dict[str, torch.Tensor] | None = None,
+    ) -> None:
         self.fn, self.inputs, self.runner = fn, inputs, runner
+        self.held: dict[str, torch.Tensor] = held or {}
         self.graph: Any = None
         self.out: Any = None
 
     def __call__(self) -> Any:
+        from measure.timing import replay_span
+
         if not self.runner.capture:
-            return self.fn()
+            with replay_span():
+                return self.fn()
         if self.graph is None:
-            self._capture()
-        self.graph.replay()
+            self._capture()  # before the bracket: a capture is host time, never a pass's
+        with replay_span():
+            self.graph.replay()
         return self.out
 
     def _capture(self) -> None:
@@ -235,6 +257,120 @@ class StaticCall:
             r.stats["capture_s"] += done - t1
         else:
             r.stats["capture_s"] += done - t0
+
+
+@dataclass(frozen=True, eq=False)
+class Shape:
+    """The shape of one captured graph: what a run must capture before it is timed (docs/cost-model.md, section 45).
+
+    ``kind``: ``"pass"`` (a verify pass or a decode step of ``width`` new tokens, ``tree`` its verify tree),
+    ``"chain"`` (a draft's ``width``-step chain fed ``keep`` tokens) or ``"tree"`` (a ``tree`` drafted after a
+    ``keep``-token prefix); ``batch`` the padded batch (a capture size), ``bucket`` the context bucket;
+    ``n_layers`` an early exit's layers; ``sampling`` and ``variant`` as the run draws.
+    """
+
+    kind: str
+    batch: int
+    width: int
+    bucket: int
+    keep: int = 0
+    tree: Tree | None = None
+    n_layers: int | None = None
+    sampling: SamplingParams = SamplingParams(temperature=0.0)
+    variant: str = "sequoia"
+
+    def key(self) -> tuple[Any, ...]:
+        """The runner's cache key of this shape's graph (:attr:`GraphRunner.calls`)."""
+        tb = None if self.tree is None else self.tree.parents.tobytes()
+        if self.kind == "pass":
+            return ("pass", self.batch, self.width, self.bucket, tb, self.n_layers)
+        sk = _sampling_key(self.sampling)
+        if self.kind == "chain":
+            return ("chain", self.batch, self.keep, self.width, self.bucket, self.n_layers, sk)
+        return ("tree", self.batch, (tb, self.keep), self.bucket, self.n_layers, sk, self.variant)
+
+    @property
+    def size(self) -> tuple[int, int, int]:
+        """The order of capture, largest first as vLLM and SGLang capture: padded batch, bucket, width."""
+        return (self.batch, self.bucket, self.width)
+
+
+def buckets_between(lo: int, hi: int, cap: int) -> list[int]:
+    """Every context bucket (:func:`measure.models.context_bucket`) a need in ``lo .. hi`` falls in, ``hi`` capped
+    at ``cap`` (a need beyond the cache is refused where it happens, not planned)."""
+    out: list[int] = []
+    need, hi = max(1, int(lo)), min(int(hi), int(cap))
+    while need <= hi:
+        b = context_bucket(need, cap)
+        out.append(b)
+        need = b + 1
+    return out
+
+
+def plan_order(shapes: Sequence[Shape]) -> list[Shape]:
+    """``shapes`` without repeats, largest first (a graph captured after a larger one reuses its pool blocks)."""
+    seen: dict[tuple[Any, ...], Shape] = {}
+    for sh in shapes:
+        seen.setdefault(sh.key(), sh)
+    return sorted(seen.values(), key=lambda sh: sh.size, reverse=True)
+
+
+def decode_shapes(
+    *,
+    batches: Sequence[int],
+    max_batch: int,
+    max_seq: int,
+    need_lo: int,
+    need_hi: int,
+    gammas: Sequence[int] = (),
+    tree: Tree | None = None,
+    drafter: str = "plain",
+    n_layers: int | None = None,
+    sampling: SamplingParams | None = None,
+    variant: str = "sequoia",
+) -> dict[str, list[Shape]]:
+    """Every shape a decoding reaches, by runner: ``{"target": [...], "draft": [...]}`` (an early exit's chains and
+    trees run on the target's runner; a separate draft model's on its own).
+
+    The batch runs padded (:func:`padded_batch`) at each of ``batches`` in a cache of ``max_batch`` rows and
+    ``max_seq`` slots; the longest row's committed tokens (prompt and emitted) ``c`` lie in ``need_lo ..
+    need_hi`` at the start of a round. ``drafter``: ``"plain"`` (a step of one token per round), ``"draft"`` (a
+    separate model, fed 2 tokens), ``"early exit"`` (``n_layers``, fed 1) or ``"lookup"`` (no draft pass).
+    ``gammas``: the chain lengths a round may draft (0: a round without drafts); or ``tree``, breadth first.
+    Each pass's bucket is that of the slots it needs past the longest row, as the runner computes it
+    (docs/cost-model.md, section 45): a step ``c``, a chain of ``g`` ``c + g - 1``, its verify ``c + g``, a
+    tree of ``n`` nodes ``c + n_above`` (the nodes above its last level) and its verify ``c + n``.
+    """
+    sp = sampling or SamplingParams(temperature=0.0)
+    keep = {"draft": 2, "early exit": 1}.get(drafter, 0)
+    where = "draft" if drafter == "draft" else "target"
+    out: dict[str, list[Shape]] = {"target": [], "draft": []}
+    bcaps = sorted({padded_batch(b, max_batch) for b in batches})
+
+    def add(runner: str, kind: str, width: int, lo_extra: int, hi_extra: int, **kw: Any) -> None:
+        if kind == "pass" and width > MAX_GRAPH_TOKENS:
+            return  # run eagerly, never captured
+        for bcap in bcaps:
+            for bucket in buckets_between(need_lo + lo_extra, need_hi + hi_extra, max_seq):
+                out[runner].append(Shape(kind, bcap, width, bucket, sampling=sp, variant=variant, **kw))
+
+    if drafter == "plain":
+        add("target", "pass", 1, 0, 0)
+        return out
+    if tree is not None:
+        verify = Tree(np.concatenate([[-1], np.where(tree.parents < 0, 0, tree.parents + 1)]))
+        above = int((tree.depths < tree.depth).sum())
+        if keep:
+            nl = n_layers if drafter == "early exit" else None
+            add(where, "tree", tree.n_nodes, above, above, keep=keep, tree=tree, n_layers=nl)
+        add("target", "pass", tree.n_nodes + 1, tree.n_nodes, tree.n_nodes, tree=verify)
+        return out
+    for g in sorted(set(int(g) for g in gammas)):
+        if g and keep:
+            nl = n_layers if drafter == "early exit" else None
+            add(where, "chain", g, g - 1, g - 1, keep=keep, n_layers=nl)
+        add("target", "pass", g + 1, g, g)
+    return out
 
 
 @dataclass(frozen=True)
@@ -308,6 +444,17 @@ class GraphRunner:
         self.stats: dict[str, float] = {"captures": 0, "capture_s": 0.0, "compile_s": 0.0}
         self._levels: dict[tuple[Any, ...], list[_TreeLevel]] = {}
         self._layouts: dict[bytes, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._held: dict[tuple[Any, ...], torch.Tensor] = {}
+
+    def held(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        """An output buffer outside the graphs' pool, allocated before any capture that writes it: shared by every
+        graph writing ``name`` at ``shape`` (a draft's outputs are read before the next draft of any bucket)."""
+        key = (name, tuple(int(d) for d in shape), dtype)
+        buf = self._held.get(key)
+        if buf is None:
+            with torch.inference_mode(False):
+                buf = self._held[key] = torch.zeros(key[1], dtype=dtype, device=self.device)
+        return buf
 
     def serves(self, new_tokens: int) -> bool:
         """Whether a pass of ``new_tokens`` per sequence runs here (a prefill of a long prompt runs eagerly)."""
@@ -318,6 +465,7 @@ class GraphRunner:
         self.calls.clear()
         self._levels.clear()
         self._layouts.clear()
+        self._held.clear()
         self.pool = None
 
     @property
@@ -377,6 +525,14 @@ class GraphRunner:
         """One pass (a verify, a decode step, a tree level): logits (B, n, V), the lengths not advanced."""
         B, n = tokens.shape
         _, bcap, bucket = self._cache(B, n)
+        call = self._pass_call(bcap, n, bucket, tree, n_layers)
+        call.inputs["tokens"][:B].copy_(tokens)
+        self._set_lengths(call.inputs["lengths"], B)
+        with torch.inference_mode():
+            out = call()
+        return out[:B]  # type: ignore[no-any-return]
+
+    def _pass_call(self, bcap: int, n: int, bucket: int, tree: Tree | None, n_layers: int | None) -> StaticCall:
         key = ("pass", bcap, n, bucket, None if tree is None else tree.parents.tobytes(), n_layers)
 
         def build() -> StaticCall:
@@ -392,12 +548,7 @@ class GraphRunner:
 
             return StaticCall(fn, buf, self)
 
-        call = self._call(key, build)
-        call.inputs["tokens"][:B].copy_(tokens)
-        self._set_lengths(call.inputs["lengths"], B)
-        with torch.inference_mode():
-            out = call()
-        return out[:B]  # type: ignore[no-any-return]
+        return self._call(key, build)
 
     def draft_chain(
         self,
@@ -414,6 +565,22 @@ class GraphRunner:
         B, keep = feed.shape
         _, bcap, bucket = self._cache(B, keep + gamma - 1)
         sampled = not sp.greedy
+        call = self._chain_call(bcap, keep, gamma, bucket, n_layers, sp)
+        call.inputs["feed"][:B].copy_(feed)
+        self._set_lengths(call.inputs["lengths"], B)
+        if sampled:  # one draw per step, as the eager steps draw them: the same generator gives the same tokens
+            u = call.inputs["uniforms"]
+            for s in range(gamma):
+                u[:B, s].copy_(torch.rand((B,), generator=gen, dtype=torch.float64, device=self.device))
+        with torch.inference_mode():
+            x, q = call()
+        self.model.advance(keep + gamma - 1)
+        return x[:B], (q[:B] if sampled else torch.empty(0))
+
+    def _chain_call(
+        self, bcap: int, keep: int, gamma: int, bucket: int, n_layers: int | None, sp: SamplingParams
+    ) -> StaticCall:
+        sampled = not sp.greedy
         key = ("chain", bcap, keep, gamma, bucket, n_layers, _sampling_key(sp))
 
         def build() -> StaticCall:
@@ -425,6 +592,11 @@ class GraphRunner:
             }
             if sampled:
                 buf["uniforms"] = torch.zeros(bcap, gamma, dtype=torch.float64, device=self.device)
+            V = self.model.spec.vocab_size
+            # the drafts are read after the verify pass replayed (early exit: on this runner, in this pool): held
+            out = {"x": self.held("chain x", (bcap, gamma), torch.long)}
+            if sampled:
+                out["q"] = self.held("chain q", (bcap, gamma, V), torch.float64)
             m = self.model
 
             def fn() -> tuple[torch.Tensor, torch.Tensor]:
@@ -441,21 +613,14 @@ class GraphRunner:
                         x = logits.argmax(-1)
                     xs.append(x)
                     x_in = x.view(-1, 1)
-                return torch.stack(xs, 1), (torch.stack(qs, 1) if qs else torch.empty(0, device=self.device))
+                out["x"].copy_(torch.stack(xs, 1))
+                if sampled:
+                    out["q"].copy_(torch.stack(qs, 1))
+                return out["x"], out.get("q", out["x"][:, :0])
 
-            return StaticCall(fn, buf, self)
+            return StaticCall(fn, buf, self, out)
 
-        call = self._call(key, build)
-        call.inputs["feed"][:B].copy_(feed)
-        self._set_lengths(call.inputs["lengths"], B)
-        if sampled:  # one draw per step, as the eager steps draw them: the same generator gives the same tokens
-            u = call.inputs["uniforms"]
-            for s in range(gamma):
-                u[:B, s].copy_(torch.rand((B,), generator=gen, dtype=torch.float64, device=self.device))
-        with torch.inference_mode():
-            x, q = call()
-        self.model.advance(keep + gamma - 1)
-        return x[:B], (q[:B] if sampled else torch.empty(0))
+        return self._call(key, build)
 
     def draft_tree(
         self,
@@ -471,15 +636,39 @@ class GraphRunner:
         graph; Sequoia's draws without replacement read a buffer of uniforms filled here as the eager path draws
         them (Gumbel keys); SpecInfer's draws with replacement read uniforms too (inverse CDF, one per child)."""
         B, k = prefix.shape
-        n = tree.n_nodes
-        lkey = (tree.parents.tobytes(), k)
-        if lkey not in self._levels:
-            self._levels[lkey] = _tree_levels(tree, k, self.device)
-        levels = self._levels[lkey]
+        levels = self._tree_levels(tree, k)
         _, bcap, bucket = self._cache(B, k + levels[-1].known)
         sampled = not sp.greedy
         V = self.model.spec.vocab_size
-        key = ("tree", bcap, lkey, bucket, n_layers, _sampling_key(sp), variant)
+        call = self._tree_call(bcap, k, tree, bucket, n_layers, sp, variant)
+        call.inputs["prefix"][:B].copy_(prefix)
+        self._set_lengths(call.inputs["lengths"], B)
+        if sampled:
+            for i, lv in enumerate(levels):
+                u = call.inputs[f"uniforms{i}"]
+                if variant == "sequoia":  # drawn as measure.decode._choose_children draws them
+                    u[:B].copy_(torch.rand((B * len(lv.children), V), generator=gen, dtype=torch.float64,
+                                           device=self.device).view(B, len(lv.children), V))  # fmt: skip
+                else:
+                    u[:B].copy_(torch.rand(u[:B].shape, generator=gen, dtype=torch.float64, device=self.device))
+        with torch.inference_mode():
+            toks, q_all = call()
+        return toks[:B], (q_all[:B] if sampled else torch.empty(0))
+
+    def _tree_levels(self, tree: Tree, k: int) -> list[_TreeLevel]:
+        lkey = (tree.parents.tobytes(), k)
+        if lkey not in self._levels:
+            self._levels[lkey] = _tree_levels(tree, k, self.device)
+        return self._levels[lkey]
+
+    def _tree_call(
+        self, bcap: int, k: int, tree: Tree, bucket: int, n_layers: int | None, sp: SamplingParams, variant: str
+    ) -> StaticCall:
+        n = tree.n_nodes
+        levels = self._tree_levels(tree, k)
+        sampled = not sp.greedy
+        V = self.model.spec.vocab_size
+        key = ("tree", bcap, (tree.parents.tobytes(), k), bucket, n_layers, _sampling_key(sp), variant)
 
         def build() -> StaticCall:
             from measure.verification import process_logits, sample_from
@@ -492,11 +681,15 @@ class GraphRunner:
                 for i, lv in enumerate(levels):
                     shape = (bcap, len(lv.children), V) if variant == "sequoia" else (bcap, len(lv.children), lv.width)
                     buf[f"uniforms{i}"] = torch.zeros(shape, dtype=torch.float64, device=self.device)
+            # the nodes are read after the verify pass replayed: written straight into buffers outside the pool
+            out = {"toks": self.held("tree toks", (bcap, n), torch.long)}
+            if sampled:
+                out["q"] = self.held("tree q", (bcap, n + 1, V), torch.float64)
             m = self.model
 
             def fn() -> tuple[torch.Tensor, torch.Tensor]:
-                toks = torch.zeros(bcap, n, dtype=torch.long, device=self.device)
-                q_all = torch.zeros(bcap, n + 1, V, dtype=torch.float64, device=self.device) if sampled else None
+                toks = out["toks"].zero_()
+                q_all = out["q"].zero_() if sampled else None
                 for i, lv in enumerate(levels):
                     feed = torch.cat([buf["prefix"], toks[:, : lv.known]], 1)
                     logits = m.forward_static(feed, buf["lengths"], bucket, lv.among, lv.offsets, n_layers)
@@ -516,24 +709,47 @@ class GraphRunner:
                     kids = kids.view(bcap, len(lv.children), lv.width)
                     for j, ch in lv.children:
                         toks[:, ch] = kids[:, j, : ch.numel()]
-                return toks, (q_all if q_all is not None else torch.empty(0, device=self.device))
+                return toks, (q_all if q_all is not None else toks[:, :0])
 
-            return StaticCall(fn, buf, self)
+            return StaticCall(fn, buf, self, out)
 
-        call = self._call(key, build)
-        call.inputs["prefix"][:B].copy_(prefix)
-        self._set_lengths(call.inputs["lengths"], B)
-        if sampled:
-            for i, lv in enumerate(levels):
-                u = call.inputs[f"uniforms{i}"]
-                if variant == "sequoia":  # drawn as measure.decode._choose_children draws them
-                    u[:B].copy_(torch.rand((B * len(lv.children), V), generator=gen, dtype=torch.float64,
-                                           device=self.device).view(B, len(lv.children), V))  # fmt: skip
-                else:
-                    u[:B].copy_(torch.rand(u[:B].shape, generator=gen, dtype=torch.float64, device=self.device))
-        with torch.inference_mode():
-            toks, q_all = call()
-        return toks[:B], (q_all[:B] if sampled else torch.empty(0))
+        return self._call(key, build)
+
+    def precapture(self, shapes: Sequence[Shape], allows: Callable[[float], bool] | None = None) -> dict[str, float]:
+        """Capture every one of ``shapes`` not captured yet, largest first (:func:`plan_order`), before a timed run.
+
+        Each capture's warm-up calls run at the cache's current lengths: they write keys and values past each
+        row's length, which no row reads (a run captures after its prefill, a sweep and a server before theirs).
+        ``allows(seconds)``: whether a budget still has room for one more capture of the mean cost so far; the
+        shapes left over are captured on first use, outside any timed span. Returns the graphs captured and the
+        seconds it took; on the CPU (no capture) nothing is captured.
+        """
+        done = {"graphs": 0.0, "seconds": 0.0, "planned": float(len(plan_order(shapes)))}
+        if not self.capture or self.model.cache is None:
+            return done
+        t0 = time.perf_counter()
+        for sh in plan_order(shapes):
+            n = int(done["graphs"])
+            if allows is not None and n and not allows((time.perf_counter() - t0) / n):
+                break
+            call = self.call_for(sh)
+            if call.graph is not None:
+                continue
+            self._set_lengths(call.inputs["lengths"], min(sh.batch, self.model.cache.max_batch))
+            with torch.inference_mode():
+                call._capture()
+            done["graphs"] += 1
+        done["seconds"] = time.perf_counter() - t0
+        return done
+
+    def call_for(self, sh: Shape) -> StaticCall:
+        """The static call of a planned shape (built now where it was not)."""
+        if sh.kind == "pass":
+            return self._pass_call(sh.batch, sh.width, sh.bucket, sh.tree, sh.n_layers)
+        if sh.kind == "chain":
+            return self._chain_call(sh.batch, sh.keep, sh.width, sh.bucket, sh.n_layers, sh.sampling)
+        assert sh.tree is not None
+        return self._tree_call(sh.batch, sh.keep, sh.tree, sh.bucket, sh.n_layers, sh.sampling, sh.variant)
 
 
 def attach(model: Transformer, *, capture: bool, compile: bool = False) -> GraphRunner:

@@ -54,6 +54,7 @@ from measure.decode import (
     _TreeShape,
     _verify,
     as_drafter,
+    precapture_run,
 )
 from measure.models import KVCache, Transformer
 from measure.timing import synchronize
@@ -76,6 +77,10 @@ class ServeResult:
     tokens: list[list[int]]
     policy: str
     slots: int
+    #: graphs captured before the first arrival (every padded batch and bucket the replay can reach) and the
+    #: seconds that took: before the clock starts, so no TTFT or TPOT holds a capture
+    captures: int = 0
+    capture_s: float = 0.0
 
     @property
     def duration_s(self) -> float:
@@ -200,6 +205,14 @@ def serve(
     dev = target.device
     gen = torch.Generator(device=dev).manual_seed(seed)
     chain = StaticGamma(pol.gamma) if pol.kind == "static" else None
+    # every padded batch and context bucket continuous batching can reach, captured before the first arrival: a
+    # row's committed tokens run from its prompt and first token to its prompt, its output and a round's overshoot
+    reach = shape.tree.depth if shape is not None else pol.top_gamma
+    hi = int(max(len(p) for p in prompts) + out.max()) + reach
+    cap = precapture_run(
+        target, d, range(1, int(slots) + 1), min(len(p) for p in prompts) + 1, hi, chain,
+        shape.tree if shape is not None else None, sp, tree_variant,
+    )  # fmt: skip
 
     # per row of the cache (rows 0 .. B - 1 are the running requests, packed)
     pending = torch.zeros(slots, dtype=torch.long, device=dev)
@@ -359,4 +372,6 @@ def serve(
             "rejected_rounds": rejected_rounds,
         }
     )
-    return ServeResult(requests, pd.DataFrame(steps), tokens, pol.name, int(slots))
+    return ServeResult(
+        requests, pd.DataFrame(steps), tokens, pol.name, int(slots), int(cap["graphs"]), float(cap["seconds"])
+    )

@@ -30,6 +30,7 @@ from measure.timing import time_fn
 from roofline.errors import SpecroofError, check_choice, check_min
 from roofline.hardware import Hardware, load_hardware
 from roofline.model import ModelSpec, get_model
+from roofline.trees import Tree
 
 KEY = ("model", "dtype", "batch", "new_tokens", "context", "tree")
 
@@ -789,6 +790,17 @@ def _sweep_points(
             else np.full(len(grid), np.nan)
         )
         too_big = _too_big_now(spec, dt, rows[dt], dev)
+        if isinstance(runner, ModelRunner) and runner.model.runner is not None:
+            # every point's pass captured before any visit (the points that would not fit are never run)
+            fits = [p for j, p in enumerate(grid) if j not in too_big]
+            allows = (lambda s: bud.allows(PLAN_MARGIN * s + keep_s + CLOSING_S)) if limited else None
+            if fits:
+                try:
+                    _precapture_grid(runner, fits, tree, allows)
+                except Exception as exc:  # the whole cache does not fit: each point's visit says so, as before
+                    if not _is_oom(exc):
+                        raise
+                    runner.model.cache = None
         # fed every visit in the order measured (a saved sweep's rows are in that order)
         watch = ReferenceWatch(ref)
         for i in range(len(grid)):
@@ -1126,6 +1138,30 @@ def pool_sweeps(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
     rest = [c for c in df.columns if c not in keys and c not in agg]
     out = df.groupby(keys, sort=False, dropna=False).agg(**agg, **{c: (c, "first") for c in rest}).reset_index()
     return out[list(df.columns)]
+
+
+def _precapture_grid(
+    runner: ModelRunner, grid: Sequence[tuple[int, int, int]], tree: Any, allows: Callable[[float], bool] | None
+) -> dict[str, float]:
+    """Capture every point's pass before any visit, largest first (docs/cost-model.md, section 45): a point's first
+    visit then times replays only. The cache is allocated first at the grid's largest size and length 0 (the
+    captures' warm-up passes write slots no point reads before its own context is set). Where ``allows`` says a
+    budget has no room for another capture, the rest are captured in their first visit's warm-up, never inside a
+    timed pass. The count and seconds are in the runner's stats (``attrs["runner"]``)."""
+    from measure.graphs import Shape, padded_batch
+    from measure.models import context_bucket
+
+    gr = runner.model.runner
+    runner.prepare(max(b for b, _, _ in grid), 0)
+    c = runner.model.cache
+    assert gr is not None and c is not None
+    t = tree if tree is None or isinstance(tree, Tree) else Tree(tree)
+    shapes = [
+        Shape("pass", padded_batch(b, c.max_batch), n, context_bucket(ctx + n, c.max_seq), tree=t)
+        for b, n, ctx in grid
+        if gr.serves(n) and ctx + n <= c.max_seq
+    ]
+    return gr.precapture(shapes, allows)
 
 
 def _runner(obj: Any, dtype: str, dev: torch.device, max_batch: int, max_seq: int) -> tuple[Any, ModelSpec | None]:

@@ -1,16 +1,19 @@
 """The one timer of specroof: warm-up, synchronisation, repetitions, median / min / IQR.
 
-On CUDA each repetition is bracketed by CUDA events and the device is
-synchronised before reading them; on the CPU ``perf_counter`` brackets the call
-(CPU torch ops are synchronous). Anything the timed function does, hidden host
-syncs included, stays inside the measured interval. On CUDA the wall time of each
-repetition (the call and the sync after it) is kept beside the event time: their
-difference is the host's share, what a graph replay leaves of the launch path.
+Device time is the device's work alone. Where a pass runs as a captured graph
+(:class:`measure.graphs.StaticCall`), the static call brackets ``graph.replay()``
+itself (:func:`replay_span`): the Python that copies the pass's inputs into the
+graph's buffers, draws its uniforms and, on a shape's first use, warms up and
+captures the graph runs before the start event and is host time. A span in which
+no replay ran (an eager pass) is bracketed whole, as before. On the CPU the same
+code runs with ``perf_counter`` in place of CUDA events (CPU torch ops are
+synchronous), around the static call's function where there is one.
 
-:class:`PassTimer` times the passes inside a longer host-timed span (a decoding
-round): CUDA events around each pass, read once after the span's own sync, so
-the round's host work (acceptance, commit, scheduling) is its wall time less its
-passes' device time (docs/cost-model.md, section 39).
+:func:`time_fn` times a call in repetitions; :class:`PassTimer` times the passes
+inside a longer host-timed span (a decoding round), read once after the span's
+own sync, so the round's host work (input copies, acceptance, commit,
+scheduling) is its wall time less its passes' device time (docs/cost-model.md,
+section 39).
 """
 
 from __future__ import annotations
@@ -25,6 +28,14 @@ import numpy as np
 import torch
 
 from roofline.errors import SpecroofError
+
+#: the host clock of every CPU span (a test replaces it with a fake one to check what a span covers)
+_clock: Callable[[], float] = time.perf_counter
+
+
+def _event() -> Any:
+    """A CUDA timing event (a test replaces it with a fake one to check the plumbing on the CPU)."""
+    return torch.cuda.Event(enable_timing=True)
 
 
 @dataclass(frozen=True)
@@ -125,36 +136,44 @@ def time_fn(
         raise SpecroofError(f"warmup must be >= 0 and repeats >= 1 (got {warmup}, {repeats})")
     dev = torch.device(device)
     samples: list[float] = []
+    walls: list[float] = []
+    timer = PassTimer(dev)
     with cpu_threads(threads):
         for _ in range(warmup):
-            fn()
+            fn()  # a first use captures its graphs here, never inside a timed repetition
         synchronize(dev)
-        walls: list[float] = []
-        if dev.type == "cuda":
-            while len(samples) < repeats or sum(samples) < min_total_s:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                t0 = time.perf_counter()
-                start.record()
+        while len(samples) < repeats or sum(samples) < min_total_s:
+            t0 = time.perf_counter()
+            with timer.span("call"):
                 fn()
-                end.record()
-                torch.cuda.synchronize(dev)
-                walls.append(time.perf_counter() - t0)
-                samples.append(start.elapsed_time(end) / 1e3)
-        else:
-            while len(samples) < repeats or sum(samples) < min_total_s:
-                t0 = time.perf_counter()
-                fn()
-                samples.append(time.perf_counter() - t0)
+            synchronize(dev)
+            wall = time.perf_counter() - t0
+            samples.append(timer.read().get("call", 0.0))
+            if timer.cuda:
+                walls.append(wall)
     return Timing(tuple(samples), warmup, str(dev), tuple(walls))
+
+
+class _Span:
+    """An open :meth:`PassTimer.span`: its name, its timer and whether a replay inside it was bracketed."""
+
+    def __init__(self, timer: PassTimer, name: str) -> None:
+        self.timer, self.name, self.replays = timer, name, 0
+
+
+#: the spans open now, innermost last: a replay is charged to the innermost
+_OPEN: list[_Span] = []
 
 
 class PassTimer:
     """Device seconds of the passes inside a host-timed span, by name (``"draft"``, ``"verify"``, ``"step"``).
 
-    On CUDA, ``with timer.span(name):`` records an event before and after the pass's launches and nothing
-    waits; :meth:`read` waits for the last event (after the span's own sync it is done) and sums each name's
-    elapsed times. On the CPU a pass is synchronous: ``perf_counter`` around it is its time. Either way the
-    span's host share is its wall time less what :meth:`read` returns.
+    ``with timer.span(name):`` opens a span. A captured pass inside it brackets its own ``graph.replay()``
+    (:func:`replay_span`) and only that is charged to the name: its input copies, uniforms and any first
+    capture are host time. A span in which no replay ran (eager passes) is charged whole: on CUDA events before
+    and after its launches, on the CPU ``perf_counter`` around it (a pass is synchronous). Nothing waits;
+    :meth:`read` waits for the last event (after the span's own sync it is done) and sums each name's elapsed
+    times. Either way a span's host share is its wall time less what :meth:`read` returns.
     """
 
     def __init__(self, device: str | torch.device) -> None:
@@ -162,18 +181,29 @@ class PassTimer:
         self._events: list[tuple[str, Any, Any]] = []
         self._cpu: dict[str, float] = {}
 
+    def _add(self, name: str, seconds: float) -> None:
+        self._cpu[name] = self._cpu.get(name, 0.0) + seconds
+
     @contextmanager
     def span(self, name: str) -> Iterator[None]:
-        if self.cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            yield
-            end.record()
-            self._events.append((name, start, end))
-        else:
-            t0 = time.perf_counter()
-            yield
-            self._cpu[name] = self._cpu.get(name, 0.0) + time.perf_counter() - t0
+        sp = _Span(self, name)
+        _OPEN.append(sp)
+        try:
+            if self.cuda:
+                start = _event()
+                start.record()
+                yield
+                if not sp.replays:  # an eager span: its launches are the pass
+                    end = _event()
+                    end.record()
+                    self._events.append((name, start, end))
+            else:
+                t0 = _clock()
+                yield
+                if not sp.replays:
+                    self._add(name, _clock() - t0)
+        finally:
+            _OPEN.remove(sp)
 
     def read(self) -> dict[str, float]:
         """Seconds per name since the last read (then forgotten)."""
@@ -184,3 +214,27 @@ class PassTimer:
                 out[name] = out.get(name, 0.0) + start.elapsed_time(end) / 1e3
         self._events, self._cpu = [], {}
         return out
+
+
+@contextmanager
+def replay_span() -> Iterator[None]:
+    """Bracket a graph's replay (on the CPU: a static call's function) for the innermost open span, if any.
+
+    The events are recorded immediately before and after the block, so the span's device time is the replay's
+    alone; outside any span this does nothing."""
+    if not _OPEN:
+        yield
+        return
+    sp = _OPEN[-1]
+    sp.replays += 1
+    timer = sp.timer
+    if timer.cuda:
+        start, end = _event(), _event()
+        start.record()
+        yield
+        end.record()
+        timer._events.append((sp.name, start, end))
+    else:
+        t0 = _clock()
+        yield
+        timer._add(sp.name, _clock() - t0)
