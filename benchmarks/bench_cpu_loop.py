@@ -13,7 +13,7 @@ import numpy as np
 from benchmarks.record import record
 from measure.fit import fit
 from measure.loop import sweep_fit_validate
-from roofline.model import ModelSpec
+from roofline.passes.model import ModelSpec
 from roofline.plot import fit_overlay
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     from measure.budget import Budget
     from measure.device import resolve_device
     from measure.engine_fit import QUICK_PROFILE_BELOW_S, base_hardware, measured_frameworks
-    from roofline.errors import SpecroofError
+    from roofline.core.errors import SpecroofError
 
     usable = measured_frameworks()
     results, skipped = [], {k: v for k, v in usable.items() if v is not None}

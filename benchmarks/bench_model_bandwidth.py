@@ -19,7 +19,7 @@ from measure.device import describe
 from measure.microbench import bandwidth
 from measure.models import Transformer
 from measure.timing import time_fn
-from roofline.model import ModelSpec
+from roofline.passes.model import ModelSpec
 
 
 def step_time(model: Transformer, context: int = 128, repeats: int = 7, warmup: int = 2) -> float:

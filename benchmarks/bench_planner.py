@@ -7,7 +7,7 @@ import time
 import numpy as np
 
 from benchmarks.record import record
-from roofline.speculative import DraftModel, EarlyExit, speedup
+from roofline.speculation.speculative import DraftModel, EarlyExit, speedup
 
 
 def main() -> None:

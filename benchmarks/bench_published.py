@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 
 from benchmarks.record import record
-from roofline.published import error_summary, load_published, validation_table
+from roofline.evidence.published import error_summary, load_published, validation_table
 
 
 def main() -> None:

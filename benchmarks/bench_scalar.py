@@ -35,7 +35,7 @@ from typing import Any
 
 import roofline as rf
 from benchmarks.record import record
-from roofline.cost import forward_cost
+from roofline.passes.cost import forward_cost
 
 TARGET_US = 20.0
 #: loops per figure: on a shared machine another process's burst only adds time, so more loops find a quiet one

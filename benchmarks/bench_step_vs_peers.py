@@ -44,7 +44,7 @@ from measure.device import describe
 from measure.models import Transformer
 from measure.pair import PairConfig, widened_spec
 from measure.timing import time_fn
-from roofline.model import ModelSpec
+from roofline.passes.model import ModelSpec
 
 
 def load_gpt_fast(path: str) -> ModuleType:

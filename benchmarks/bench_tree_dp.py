@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.record import record
-from roofline.trees import SiblingRankAcceptance, optimal_tree, sequoia_dp_reference
+from roofline.speculation.trees import SiblingRankAcceptance, optimal_tree, sequoia_dp_reference
 
 
 def sequoia_tree_search(p: np.ndarray, max_budget: int, max_depth: int) -> tuple[np.ndarray, int]:
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> None:
         body += f"| Sequoia's own `tree_search.py`, run as a subprocess, start-up subtracted | {own_file:.1f} | {own_file / ours:,.0f}x | - |\n"
     body += (
         f"| triple loop (pure Python, same recurrence) | {loop:.2f} | {loop / ours:,.0f}x | identical: {identical} |\n"
-        f"| `roofline.trees.optimal_tree`, median of 9 | {ours:.4f} | 1x | - |\n"
+        f"| `roofline.speculation.trees.optimal_tree`, median of 9 | {ours:.4f} | 1x | - |\n"
         f"\n**Deployment budgets**: {n_big} draft nodes, depth {d_big}, 64 ranks, the whole table; median of 5.\n\n"
         "| vector | `optimal_tree` seconds | expected tokens | Sequoia's loop, priced from its step cost |\n"
         "|---|---|---|---|\n"

@@ -21,8 +21,8 @@ import torch
 
 from measure.microbench import launch_overhead, pass_kernels
 from measure.models import Transformer
-from roofline.model import get_model
-from roofline.trees import Tree
+from roofline.passes.model import get_model
+from roofline.speculation.trees import Tree
 
 TREE = Tree([-1, -1, 0, 0, 1, 2])
 

@@ -24,8 +24,8 @@ import torch
 from measure import graphs
 from measure.decode import autoregressive_generate, speculative_generate
 from measure.models import Transformer
-from roofline.model import ModelSpec
-from roofline.trees import Tree
+from roofline.passes.model import ModelSpec
+from roofline.speculation.trees import Tree
 
 SPEC = ModelSpec("target", 4, 64, 4, 2, 16, 128, 50, max_context=1024)
 PROMPTS = [[1, 2, 3, 4, 5], [7, 8, 9], [3, 3, 3, 3, 3, 3, 3], [10, 11, 12, 10, 11, 12, 10, 11]]

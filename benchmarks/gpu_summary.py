@@ -36,8 +36,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from roofline.cost import forward_cost
-from roofline.model import get_model
+from roofline.passes.cost import forward_cost
+from roofline.passes.model import get_model
 
 
 def _load(work: Path, name: str, missing: dict[str, str]) -> Any:
@@ -335,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="llama-3.1-8b")
     args = ap.parse_args(argv)
     summary = summarise(args.work, args.model)
-    from roofline.jsonio import dumps
+    from roofline.core.jsonio import dumps
 
     args.out.write_text(dumps(summary))
     print(json.dumps(summary["done_when"], indent=1))

@@ -1,1 +1,1 @@
-"""Datasheet hardware profiles, one TOML file per accelerator (read by ``roofline.hardware``)."""
+"""Datasheet hardware profiles, one TOML file per accelerator (read by ``roofline.costing.hardware``)."""

@@ -3,7 +3,7 @@ slots each pass read without importing torch (benchmarks/gpu_summary.py); :mod:`
 
 from __future__ import annotations
 
-from roofline.errors import SpecroofError
+from roofline.core.errors import SpecroofError
 
 
 def context_bucket(need: int, cap: int, granule: int = 64) -> int:

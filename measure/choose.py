@@ -27,7 +27,7 @@ import torch
 from measure.device import describe, resolve_device
 from measure.models import TORCH_DTYPES
 from measure.timing import time_fn
-from roofline.model import ModelSpec
+from roofline.passes.model import ModelSpec
 
 #: widening factors tried for the pair's target (powers of two: widening is exact for them)
 WIDTHS = (1, 2, 4, 8, 16, 32)

@@ -23,11 +23,11 @@ import torch
 from measure import verification as ts
 from measure.models import Transformer
 from measure.timing import PassTimer, synchronize
-from roofline.errors import SpecroofError
-from roofline.gamma_policies import BatchSchedule, GammaPolicy, StaticGamma
-from roofline.speculative import DraftModel, EarlyExit, PromptLookup, SpecMetrics, metrics_from_counts
-from roofline.trees import Tree
-from roofline.verification import SamplingParams
+from roofline.core.errors import SpecroofError
+from roofline.speculation.gamma_policies import BatchSchedule, GammaPolicy, StaticGamma
+from roofline.speculation.speculative import DraftModel, EarlyExit, PromptLookup, SpecMetrics, metrics_from_counts
+from roofline.speculation.trees import Tree
+from roofline.speculation.verification import SamplingParams
 
 
 @dataclass
@@ -313,7 +313,7 @@ class Drafter(Protocol):
     ``propose`` drafts a chain; drafters that can draft trees also have ``propose_tree``
     and ``commit_tree``. ``observe`` sees the tokens each round emitted (prompt lookup
     extends its history with them). ``cost_model`` returns the
-    :mod:`roofline.speculative` drafter that prices exactly what this one runs.
+    :mod:`roofline.speculation.speculative` drafter that prices exactly what this one runs.
     """
 
     name: str
@@ -473,7 +473,7 @@ class PromptLookupDrafter:
 
 
 def cost_model_of(drafter: Any) -> Any:
-    """The :mod:`roofline.speculative` drafter that prices what ``drafter`` runs in :func:`speculative_generate`.
+    """The :mod:`roofline.speculation.speculative` drafter that prices what ``drafter`` runs in :func:`speculative_generate`.
 
     ``drafter`` as that function takes it: a draft :class:`Transformer`, an early-exit
     layer count, ``"prompt-lookup"`` or a :class:`Drafter` (which says itself).
@@ -523,9 +523,9 @@ def speculative_generate(
 ) -> GenerationResult:
     """Speculative decoding for a batch, chain or tree: lossless (rejection sampling) or greedy (temperature 0).
 
-    ``gamma``: the chain length, a :class:`roofline.gamma_policies.GammaPolicy` (the
+    ``gamma``: the chain length, a :class:`roofline.speculation.gamma_policies.GammaPolicy` (the
     length changes from round to round: Hugging Face's heuristic schedule, its
-    confidence threshold, a batch-size schedule), or a :class:`roofline.trees.Tree` (its nodes are the
+    confidence threshold, a batch-size schedule), or a :class:`roofline.speculation.trees.Tree` (its nodes are the
     draft slots; a node's rank among its siblings is the rank of its token in the
     draft's distribution when greedy, its draw order when sampled). ``drafter``: a
     :class:`Transformer` (a separate draft model), an int (early exit after that many

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from roofline.errors import SpecroofError
-from roofline.hardware import list_hardware
+from roofline.core.errors import SpecroofError
+from roofline.costing.hardware import list_hardware
 
 
 def default_device() -> torch.device:

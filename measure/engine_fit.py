@@ -46,14 +46,14 @@ from measure.device import describe, match_profile
 from measure.models import Transformer
 from measure.specval import NOISE_FLOOR, error_summary, machine_load, mark_noise
 from measure.timing import cpu_threads
-from roofline.drafters import DraftModel
-from roofline.engine import Engine, engine_data, load_engine
-from roofline.errors import SpecroofError
-from roofline.hardware import Hardware, load_hardware
-from roofline.model import ModelSpec
-from roofline.passtime import pass_seconds
-from roofline.pricing import Pricing
-from roofline.speculative import predict_speedup
+from roofline.core.errors import SpecroofError
+from roofline.costing.engine import Engine, engine_data, load_engine
+from roofline.costing.hardware import Hardware, load_hardware
+from roofline.costing.passtime import pass_seconds
+from roofline.costing.pricing import Pricing
+from roofline.passes.model import ModelSpec
+from roofline.speculation.drafters import DraftModel
+from roofline.speculation.speculative import predict_speedup
 
 #: framework name -> module under measure.frameworks, and the shipped engine profile whose kernel counts it uses
 FRAMEWORKS = {
@@ -892,7 +892,7 @@ def base_hardware(
     if dev.type != "cpu":
         raise SpecroofError(f"no built-in profile matches {info.get('name')!r}: give --hardware PROFILE")
     from measure.microbench import bandwidth, matmul_flops
-    from roofline.hardware import write_profile
+    from roofline.costing.hardware import write_profile
 
     bw = bandwidth(dev, nbytes=256 * 2**20, repeats=3 if quick else 5)["copy"].value
     # the dtype measured in, and the two a CPU prices in, so the profile serves the commands' defaults too
@@ -1239,7 +1239,7 @@ def _line_start(rows: pd.DataFrame, base: Engine, kind: str, hi: np.ndarray) -> 
     slope, intercept = np.polyfit(layers, t, 1)
     slope, intercept = max(slope, 1e-7), max(intercept, 1e-6)
     if kind == "eager":
-        from roofline.timemodel import _dense_layer_kernels
+        from roofline.costing.timemodel import _dense_layer_kernels
 
         per_layer = slope / max(_dense_layer_kernels(base), 1.0)
         return np.array([per_layer, 0.5 * intercept, 0.01 * intercept, 0.5 * intercept])

@@ -22,13 +22,13 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares, minimize_scalar
 
-from roofline.cost import PassCost, forward_cost
-from roofline.engine import HARNESS_ENGINE
-from roofline.errors import SpecroofError
-from roofline.hardware import FLOAT_DTYPES, Hardware, Measured, load_hardware, write_profile
-from roofline.model import ModelSpec, get_model
-from roofline.passtime import combine, crossover_tokens, pass_time
-from roofline.timemodel import TimeModel
+from roofline.core.errors import SpecroofError
+from roofline.costing.engine import HARNESS_ENGINE
+from roofline.costing.hardware import FLOAT_DTYPES, Hardware, Measured, load_hardware, write_profile
+from roofline.costing.passtime import combine, crossover_tokens, pass_time
+from roofline.costing.timemodel import TimeModel
+from roofline.passes.cost import PassCost, forward_cost
+from roofline.passes.model import ModelSpec, get_model
 
 
 def _curve(new_tokens: Sequence[float], t: Sequence[float], what: str) -> tuple[np.ndarray, np.ndarray]:
@@ -224,7 +224,7 @@ def fit(
     runs its own kernel for (2, 3-16: ``measure.models.ROWS_TOPS``) where the sweep has
     two points or more in it and wider ones beside, if Akaike's criterion keeps the rate
     (the data must support it beyond their noise); where the context varies, the
-    attention products get their own FLOP/s. All are :class:`roofline.timemodel.TimeModel`
+    attention products get their own FLOP/s. All are :class:`roofline.costing.timemodel.TimeModel`
     refinements a datasheet profile does not have.
 
     ``spec`` may be a dict from the sweep's ``model`` names to specs: sweeping models

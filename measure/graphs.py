@@ -46,9 +46,9 @@ import pandas as pd
 import torch
 
 from measure.models import Transformer, block_step, context_bucket
-from roofline.errors import SpecroofError
-from roofline.trees import Tree
-from roofline.verification import SamplingParams
+from roofline.core.errors import SpecroofError
+from roofline.speculation.trees import Tree
+from roofline.speculation.verification import SamplingParams
 
 #: the padded batch sizes graphs are captured for: vLLM's list (1, 2, 4, then every multiple of 8 to 256). A
 #: batch is run at the smallest size that holds it; the cache's own batch is added when it is not in the list.

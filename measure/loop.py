@@ -17,8 +17,8 @@ from measure.device import default_device
 from measure.fit import FitResult, fit, validate
 from measure.microbench import measure_profile
 from measure.sweep import sweep
-from roofline.hardware import Hardware, load_hardware
-from roofline.model import ModelSpec
+from roofline.costing.hardware import Hardware, load_hardware
+from roofline.passes.model import ModelSpec
 
 
 @dataclass(frozen=True)

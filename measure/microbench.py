@@ -19,9 +19,9 @@ import torch
 from measure.device import describe, match_profile
 from measure.models import TORCH_DTYPES, copies_fit, prepared_linear
 from measure.timing import Timing, cpu_threads, time_fn
-from roofline.engine import HARNESS_ENGINE
-from roofline.errors import SpecroofError
-from roofline.hardware import Hardware, Measured, load_hardware, write_profile
+from roofline.core.errors import SpecroofError
+from roofline.costing.engine import HARNESS_ENGINE
+from roofline.costing.hardware import Hardware, Measured, load_hardware, write_profile
 
 
 @dataclass(frozen=True)

@@ -34,8 +34,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from measure.buckets import context_bucket  # noqa: F401  (the graphs and the checks import it from here)
-from roofline.errors import SpecroofError
-from roofline.model import ModelSpec
+from roofline.core.errors import SpecroofError
+from roofline.passes.model import ModelSpec
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -933,7 +933,7 @@ class Transformer(nn.Module):
     ) -> torch.Tensor:
         """Logits (B, n, V) for ``n`` new tokens per sequence after each sequence's cached length.
 
-        Default: the new tokens form a causal chain. ``tree`` (a ``roofline.trees.Tree``
+        Default: the new tokens form a causal chain. ``tree`` (a ``roofline.speculation.trees.Tree``
         with n nodes, or its parent array) makes them a draft tree: each node sees its
         ancestors and gets position length + depth - 1. ``new_mask`` (n, n) or (B, n, n)
         bool overrides the mask among new tokens (positions then follow the chain).
@@ -958,7 +958,7 @@ class Transformer(nn.Module):
             raise SpecroofError(f"{kv_len} tokens exceed the cache's max_seq {c.max_seq}")
         tree_obj = None
         if tree is not None:
-            from roofline.trees import Tree
+            from roofline.speculation.trees import Tree
 
             tree_obj = tree if isinstance(tree, Tree) else Tree(tree)
             if tree_obj.n_nodes != n:

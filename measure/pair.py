@@ -26,8 +26,8 @@ import torch
 import torch.nn.functional as F
 
 from measure.models import TORCH_DTYPES, Transformer
-from roofline.errors import SpecroofError
-from roofline.model import ModelSpec
+from roofline.core.errors import SpecroofError
+from roofline.passes.model import ModelSpec
 
 VERSION = "pair-v1"
 

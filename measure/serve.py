@@ -58,10 +58,10 @@ from measure.decode import (
 )
 from measure.models import KVCache, Transformer
 from measure.timing import synchronize
-from roofline.errors import SpecroofError
-from roofline.gamma_policies import StaticGamma
+from roofline.core.errors import SpecroofError
 from roofline.serving.policies import ServingPolicy, parse_policy
-from roofline.verification import SamplingParams
+from roofline.speculation.gamma_policies import StaticGamma
+from roofline.speculation.verification import SamplingParams
 
 #: the policies the engine runs (the simulator's names): plain steps, a static chain, a static tree
 ENGINE_POLICIES = ("off", "static", "tree")
@@ -162,7 +162,7 @@ def serve(
     """Replay requests (prompts, arrival times in seconds from the start, output lengths) through continuous batching.
 
     ``policy``: ``off`` (plain steps), ``static:G`` (a chain of G drafts every round) or
-    ``tree:NAME`` (a preset draft tree, :data:`roofline.drafters.TREE_PRESETS`); ``drafter``:
+    ``tree:NAME`` (a preset draft tree, :data:`roofline.speculation.drafters.TREE_PRESETS`); ``drafter``:
     a draft :class:`Transformer` or an early-exit layer count (:func:`measure.decode.as_drafter`).
     ``slots``: KV rows, the most requests decoding at once. ``clock`` and ``sleep`` are the
     wall clock and the wait for the next arrival when nothing runs (a test may give a fake

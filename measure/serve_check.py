@@ -52,8 +52,8 @@ import pandas as pd
 from measure.budget import Budget, WorkBar
 from measure.serve import ServeResult, engine_policy, serve
 from measure.timing import cpu_threads
-from roofline.errors import SpecroofError
-from roofline.hardware import Hardware
+from roofline.core.errors import SpecroofError
+from roofline.costing.hardware import Hardware
 from roofline.serving import pricing_context, simulate, step_prices, synthetic
 from roofline.serving.metrics import percentile
 from roofline.serving.policies import ServingPolicy
@@ -135,7 +135,7 @@ def _prices(
     ctx_top: int,
     dtype: str = "fp32",
 ) -> Any:
-    from roofline.drafters import DraftModel
+    from roofline.speculation.drafters import DraftModel
 
     ctx = pricing_context(target, hw, dtype=dtype)
     return step_prices(

@@ -36,12 +36,12 @@ from measure.decode import cost_model_of
 from measure.device import resolve_device
 from measure.fit import FitResult, fit, validate
 from measure.models import Transformer
-from roofline.errors import SpecroofError, check_min
-from roofline.hardware import Hardware, load_hardware
-from roofline.jsonio import dumps
-from roofline.passtime import crossover_tokens, pass_time
-from roofline.speculative import EarlyExit, speedup
-from roofline.validation import check_gamma, check_quantity
+from roofline.core.errors import SpecroofError, check_min
+from roofline.core.jsonio import dumps
+from roofline.core.validation import check_gamma, check_quantity
+from roofline.costing.hardware import Hardware, load_hardware
+from roofline.costing.passtime import crossover_tokens, pass_time
+from roofline.speculation.speculative import EarlyExit, speedup
 
 #: configuration ladders, smallest first: the planner takes the largest whose first repetition fits
 LADDER: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = (
@@ -387,7 +387,7 @@ def apriori_profile(
         measure_profile,
         measured_hardware,
     )
-    from roofline.hardware import write_profile
+    from roofline.costing.hardware import write_profile
 
     if not short:
         return measure_profile(path, dev, (dtype,), nbytes=nbytes)

@@ -1,6 +1,6 @@
 """Predicted against measured speculative speedup, per drafter, gamma and batch.
 
-The prediction is the roofline speedup of ``roofline.speculative`` with the pass
+The prediction is the roofline speedup of ``roofline.speculation.speculative`` with the pass
 times of a profile fitted to verify passes on this device, the acceptance curve
 measured in the same runs, and the round's host cost outside the passes
 (acceptance, commit) as measured.
@@ -34,10 +34,10 @@ import pandas as pd
 from measure.budget import Budget, WorkBar
 from measure.decode import GenerationResult, autoregressive_generate, cost_model_of, speculative_generate
 from measure.models import Transformer
-from roofline.errors import SpecroofError, check_min
-from roofline.hardware import Hardware
-from roofline.model import ModelSpec
-from roofline.speculative import speedup
+from roofline.core.errors import SpecroofError, check_min
+from roofline.costing.hardware import Hardware
+from roofline.passes.model import ModelSpec
+from roofline.speculation.speculative import speedup
 
 #: a row whose bracketing baselines disagree by more than the error it would report (and by more than
 #: this floor, below which every row is good whichever way the noise went) is noise, not a result

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from roofline.errors import SpecroofError
+from roofline.core.errors import SpecroofError
 
 RESULTS = "results.csv"
 META = "meta.json"

@@ -27,10 +27,10 @@ from measure.fit import predict_times
 from measure.models import TORCH_DTYPES, Transformer, dtype_name
 from measure.store import META, RESULTS, Column, FolderLock, SweepStore, check_columns, read_results
 from measure.timing import time_fn
-from roofline.errors import SpecroofError, check_choice, check_min
-from roofline.hardware import Hardware, load_hardware
-from roofline.model import ModelSpec, get_model
-from roofline.trees import Tree
+from roofline.core.errors import SpecroofError, check_choice, check_min
+from roofline.costing.hardware import Hardware, load_hardware
+from roofline.passes.model import ModelSpec, get_model
+from roofline.speculation.trees import Tree
 
 KEY = ("model", "dtype", "batch", "new_tokens", "context", "tree")
 

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from roofline.errors import SpecroofError
+from roofline.core.errors import SpecroofError
 
 #: the host clock of every CPU span (a test replaces it with a fake one to check what a span covers)
 _clock: Callable[[], float] = time.perf_counter

@@ -62,8 +62,8 @@ import torch.distributed as dist
 from measure.budget import Budget
 from measure.models import MLP, TORCH_DTYPES, Attention, Transformer
 from measure.timing import time_fn
-from roofline.errors import SpecroofError
-from roofline.model import ModelSpec, get_model
+from roofline.core.errors import SpecroofError
+from roofline.passes.model import ModelSpec, get_model
 
 #: the file format this module writes (bumped when a field changes meaning)
 FORMAT = "specroof-tp-sweep-v1"
@@ -477,7 +477,7 @@ def _check_job(rank: int, world: int, dev: torch.device, cfg: dict[str, Any]) ->
     target: a separate one-layer draft replicated on every rank, and early exit (the sharded first layer drafts).
     """
     from measure.decode import autoregressive_generate, speculative_generate
-    from roofline.model import MLP_KINDS
+    from roofline.passes.model import MLP_KINDS
 
     spec = _spec_of(cfg)
     seed = int(cfg["seed"])

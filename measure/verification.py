@@ -1,4 +1,4 @@
-"""Verification rules in torch, batched, mirroring ``roofline.verification`` exactly.
+"""Verification rules in torch, batched, mirroring ``roofline.speculation.verification`` exactly.
 
 Same semantics and the same uniforms give the same tokens as the numpy rules.
 No Python loop over the batch; chain verification is a fixed number of tensor
@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 
-from roofline.errors import SpecroofError
-from roofline.trees import Tree
-from roofline.verification import SamplingParams
+from roofline.core.errors import SpecroofError
+from roofline.speculation.trees import Tree
+from roofline.speculation.verification import SamplingParams
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ def process_logits(
     min_p: float = 0.0,
     check: bool = True,
 ) -> torch.Tensor:
-    """Temperature (0 = greedy one-hot), top-k, top-p, min-p, as ``roofline.verification.process_logits``.
+    """Temperature (0 = greedy one-hot), top-k, top-p, min-p, as ``roofline.speculation.verification.process_logits``.
 
     ``check=False`` skips the NaN / +inf check, which reads a device value on the host: inside a captured
     CUDA graph (measure.graphs) nothing may.
@@ -78,7 +78,7 @@ def process_logits(
 def process_pair(
     target_logits: torch.Tensor, draft_logits: torch.Tensor, params: SamplingParams | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """p and q under the same processors, from logits (see ``roofline.verification.process_pair``)."""
+    """p and q under the same processors, from logits (see ``roofline.speculation.verification.process_pair``)."""
     sp = params or SamplingParams()
     knobs = (sp.temperature, sp.top_k, sp.top_p, sp.min_p)
     return process_logits(target_logits, *knobs), process_logits(draft_logits, *knobs)
@@ -217,7 +217,7 @@ def verify_tree(
     generator: torch.Generator | None = None,
     validate: bool = True,
 ) -> TreeResultT:
-    """Multi-candidate tree verification for a batch; see ``roofline.verification.verify_tree``.
+    """Multi-candidate tree verification for a batch; see ``roofline.speculation.verification.verify_tree``.
 
     p, q: (B, n + 1, V); node_tokens: (B, n); ``parents`` the tree's parent array.
     """

@@ -11,7 +11,39 @@ notebook needs are here (``import roofline as rf``)::
 """
 
 from roofline import serving  # noqa: E402  (rf.serving.simulate: the serving simulator, a package of its own)
-from roofline.acceptance import (
+from roofline.core.errors import SpecroofError
+from roofline.costing.engine import Engine, list_engines, load_engine
+from roofline.costing.hardware import Hardware, list_hardware, load_hardware
+from roofline.costing.passtime import (
+    Footprint,
+    StepTime,
+    batch_sweep,
+    crossover_tokens,
+    kv_bound_context,
+    kv_share,
+    max_batch,
+    memory_footprint,
+    pass_time,
+    prefill_vs_decode,
+    step_time,
+    weights_only_crossover,
+)
+from roofline.costing.pricing import DEFAULT_CONTEXT, Pricing
+from roofline.deploy.engine_flags import EngineConfig, emit_flags, read_engine_config
+from roofline.deploy.planner import (
+    EngineVerdict,
+    compare_engine_config,
+    plan,
+    price_engine_config,
+    recommend,
+    speculation_stops_paying,
+)
+from roofline.deploy.tree_sizing import TreeSizeChoice, best_tree_size, stops_paying, trees_vs_batch
+from roofline.evidence.error_bands import band_sentence, error_band
+from roofline.passes.cost import PassCost, arithmetic_intensity, forward_cost, moe_expert_rows
+from roofline.passes.dtypes import DTYPE_BYTES
+from roofline.passes.model import PRESETS, ModelSpec, get_model
+from roofline.speculation.acceptance import (
     MeanAccepted,
     PerToken,
     PositionCounts,
@@ -20,8 +52,7 @@ from roofline.acceptance import (
     VllmDraftRate,
     parse_acceptance,
 )
-from roofline.cost import PassCost, arithmetic_intensity, forward_cost, moe_expert_rows
-from roofline.drafters import (
+from roofline.speculation.drafters import (
     DRAFTER_GRAMMAR,
     MTP,
     TREE_PRESETS,
@@ -36,38 +67,14 @@ from roofline.drafters import (
     as_drafter,
     round_time,
 )
-from roofline.dtypes import DTYPE_BYTES
-from roofline.engine import Engine, list_engines, load_engine
-from roofline.engine_flags import EngineConfig, emit_flags, read_engine_config
-from roofline.error_bands import band_sentence, error_band
-from roofline.errors import SpecroofError
-from roofline.gamma_policies import BatchSchedule, ConfidenceStop, HeuristicSchedule, StaticGamma, compare_policies
-from roofline.hardware import Hardware, list_hardware, load_hardware
-from roofline.model import PRESETS, ModelSpec, get_model
-from roofline.passtime import (
-    Footprint,
-    StepTime,
-    batch_sweep,
-    crossover_tokens,
-    kv_bound_context,
-    kv_share,
-    max_batch,
-    memory_footprint,
-    pass_time,
-    prefill_vs_decode,
-    step_time,
-    weights_only_crossover,
+from roofline.speculation.gamma_policies import (
+    BatchSchedule,
+    ConfidenceStop,
+    HeuristicSchedule,
+    StaticGamma,
+    compare_policies,
 )
-from roofline.planner import (
-    EngineVerdict,
-    compare_engine_config,
-    plan,
-    price_engine_config,
-    recommend,
-    speculation_stops_paying,
-)
-from roofline.pricing import DEFAULT_CONTEXT, Pricing
-from roofline.speculative import (
+from roofline.speculation.speculative import (
     PredictedSpeedup,
     SpeedupResult,
     expected_tokens,
@@ -77,8 +84,7 @@ from roofline.speculative import (
     predict_speedup,
     speedup,
 )
-from roofline.tree_sizing import TreeSizeChoice, best_tree_size, stops_paying, trees_vs_batch
-from roofline.trees import (
+from roofline.speculation.trees import (
     ChainCurveAcceptance,
     DepthRankAcceptance,
     IIDAcceptance,
@@ -173,3 +179,57 @@ __all__ = [
     "trees_vs_batch",
     "weights_only_crossover",
 ]
+
+
+#: each module's layer: ``rf.trees`` and ``from roofline import planner`` keep working after the modules moved
+#: into the layer folders (docs/architecture.md); imported on first use, as a flat package imported them
+_LAYER_OF = {
+    "acceptance": "speculation",
+    "acceptance_defaults": "speculation",
+    "acceptance_kinds": "speculation",
+    "acceptance_positions": "speculation",
+    "closed_forms": "speculation",
+    "cost": "passes",
+    "drafter_presets": "speculation",
+    "drafters": "speculation",
+    "dtypes": "passes",
+    "engine": "costing",
+    "engine_fits": "evidence",
+    "engine_flags": "deploy",
+    "engine_search": "deploy",
+    "engine_trees": "speculation",
+    "error_bands": "evidence",
+    "errors": "core",
+    "gamma_policies": "speculation",
+    "hardware": "costing",
+    "importers": "speculation",
+    "interrupts": "core",
+    "jsonio": "core",
+    "measured_engine": "costing",
+    "memory": "deploy",
+    "model": "passes",
+    "parallel": "speculation",
+    "passtime": "costing",
+    "planner": "deploy",
+    "predict": "speculation",
+    "pricing": "costing",
+    "published": "evidence",
+    "published_kernels": "evidence",
+    "simulate": "speculation",
+    "speculative": "speculation",
+    "timemodel": "costing",
+    "tree_sizing": "deploy",
+    "trees": "speculation",
+    "units": "core",
+    "validation": "core",
+    "verification": "speculation",
+}
+
+
+def __getattr__(name: str) -> object:
+    layer = _LAYER_OF.get(name)
+    if layer is None:
+        raise AttributeError(f"module 'roofline' has no attribute {name!r}")
+    import importlib
+
+    return importlib.import_module(f"roofline.{layer}.{name}")

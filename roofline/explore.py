@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from roofline.errors import SpecroofError
+from roofline.core.errors import SpecroofError
 from roofline.plot import _axes
-from roofline.speculative import expected_tokens, ideal_speedup, speedup
-from roofline.verification import accept_or_correct
+from roofline.speculation.speculative import expected_tokens, ideal_speedup, speedup
+from roofline.speculation.verification import accept_or_correct
 
 
 def speedup_figure(
@@ -95,8 +95,8 @@ def deployment_figure(
 ) -> Figure:
     """Speedup against gamma for a deployment: a GPU, a model, a drafter (grammar), an engine and an acceptance given in
     any of its kinds (converted as ``specroof plan --acceptance`` converts it; the title says what it was read as)."""
-    from roofline.acceptance import parse_acceptance
-    from roofline.pricing import Pricing
+    from roofline.costing.pricing import Pricing
+    from roofline.speculation.acceptance import parse_acceptance
 
     if kind not in EXPLORER_KINDS:
         raise SpecroofError(f"acceptance kind must be one of {', '.join(EXPLORER_KINDS)} (got {kind!r})")

@@ -16,14 +16,14 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
 
-from roofline.hardware import Hardware, load_hardware
-from roofline.model import ModelSpec, get_model
-from roofline.passtime import batch_sweep, pass_time
+from roofline.costing.hardware import Hardware, load_hardware
+from roofline.costing.passtime import batch_sweep, pass_time
+from roofline.passes.model import ModelSpec, get_model
 
 if TYPE_CHECKING:
-    from roofline.speculative import DrafterLike
-    from roofline.trees import Tree
-    from roofline.verification import OneTokenVerdict
+    from roofline.speculation.speculative import DrafterLike
+    from roofline.speculation.trees import Tree
+    from roofline.speculation.verification import OneTokenVerdict
 
 
 def _axes(ax: Axes | None, size: tuple[float, float] = (7.0, 4.5)) -> tuple[Figure, Axes]:
@@ -143,7 +143,7 @@ def tokens_sweep_chart(
     ax: Axes | None = None,
 ) -> Figure:
     """Pass time against new tokens per pass: flat while memory bound, rising past the crossover."""
-    from roofline.passtime import crossover_tokens
+    from roofline.costing.passtime import crossover_tokens
 
     hws = _as_list(hardware)
     fig, ax = _axes(ax)
@@ -172,7 +172,7 @@ def speedup_map(
     ax: Axes | None = None,
 ) -> Figure:
     """Idealised speedup E / (gamma c + 1) over (alpha, gamma), with the optimal-gamma ridge drawn."""
-    from roofline.speculative import ideal_speedup, optimal_gamma
+    from roofline.speculation.speculative import ideal_speedup, optimal_gamma
 
     fig, ax = _axes(ax)
     a = np.linspace(0.0, 0.99, 100) if alphas is None else np.asarray(alphas)
@@ -203,7 +203,7 @@ def speedup_vs_batch(
     ax: Axes | None = None,
 ) -> Figure:
     """Total tokens/s against batch with the best gamma (solid) and without speculation (dashed), per GPU."""
-    from roofline.planner import plan
+    from roofline.deploy.planner import plan
 
     hws = _as_list(hardware)
     fig, ax = _axes(ax)
@@ -247,7 +247,7 @@ def optimal_gamma_vs_alpha(
     ax: Axes | None = None,
 ) -> Figure:
     """The roofline-optimal gamma against alpha, one line per GPU (real draft and verify costs)."""
-    from roofline.speculative import speedup
+    from roofline.speculation.speculative import speedup
 
     hws = _as_list(hardware)
     fig, ax = _axes(ax)
@@ -273,7 +273,7 @@ def tree_budget_chart(
     ax: Axes | None = None,
 ) -> Figure:
     """Expected tokens against node budget: chains, full k-ary trees and the optimal tree."""
-    from roofline.trees import AcceptanceModel, SiblingRankAcceptance, Tree, optimal_tree
+    from roofline.speculation.trees import AcceptanceModel, SiblingRankAcceptance, Tree, optimal_tree
 
     model = acceptance if isinstance(acceptance, AcceptanceModel) else SiblingRankAcceptance(acceptance)
     fig, ax = _axes(ax)
@@ -396,7 +396,7 @@ def gamma_policies_chart(results: dict[str, pd.DataFrame], *, ax: Axes | None = 
     """Grouped bars: each policy's speedup against the best static gamma, one group per scenario.
 
     ``results`` maps a scenario label (e.g. "regimes last 50 rounds") to the table of
-    ``roofline.gamma_policies.compare_policies``; the closed-form static row is the reference.
+    ``roofline.speculation.gamma_policies.compare_policies``; the closed-form static row is the reference.
     """
     fig, ax = _axes(ax)
     labels = list(results)
@@ -467,7 +467,7 @@ def published_scatter(table: pd.DataFrame) -> Figure:
 
 
 def gamma_by_engine_chart(table: pd.DataFrame, title: str = "", ax: Axes | None = None) -> Figure:
-    """Speedup against gamma, one line per engine (a :func:`roofline.speculative.speedup_by_engine` table), best marked."""
+    """Speedup against gamma, one line per engine (a :func:`roofline.speculation.speculative.speedup_by_engine` table), best marked."""
     fig, ax = _axes(ax, (7.5, 4.5))
     for j, (engine, grp) in enumerate(table.groupby("engine", sort=False)):
         grp = grp.sort_values("gamma")

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from roofline import interrupts
-from roofline.errors import SpecroofError
+from roofline.core import interrupts
+from roofline.core.errors import SpecroofError
 
 # re-exported for modules written against the single-file CLI (specroof.commands.measure_engine imports them here)
 from specroof.shell import _add_json, _note, emit, int_list  # noqa: F401

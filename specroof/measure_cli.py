@@ -15,11 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from roofline.errors import SpecroofError
-from roofline.hardware import load_hardware
-from roofline.model import ModelSpec, get_model
-from roofline.units import format_quantity
-from roofline.validation import check_quantity, not_both
+from roofline.core.errors import SpecroofError
+from roofline.core.units import format_quantity
+from roofline.core.validation import check_quantity, not_both
+from roofline.costing.hardware import load_hardware
+from roofline.passes.model import ModelSpec, get_model
 from specroof.shell import _add_json, _note, add_list_flag, emit
 
 
@@ -359,7 +359,7 @@ def cmd_measure_sweep(args: argparse.Namespace) -> int:
 
 
 def _json_text(payload: Any) -> str:
-    from roofline.jsonio import dumps
+    from roofline.core.jsonio import dumps
 
     return dumps(payload)
 

@@ -70,7 +70,7 @@ def _graphs_flag(text: str) -> str:
     if text == "on":
         from measure.device import default_device
         from measure.graphs import use_graphs
-        from roofline.errors import SpecroofError
+        from roofline.core.errors import SpecroofError
 
         try:
             use_graphs(text, default_device())

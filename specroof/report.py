@@ -24,12 +24,12 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from roofline import interrupts
-from roofline.errors import SpecroofError
-from roofline.hardware import load_hardware
-from roofline.jsonio import dumps
-from roofline.model import ModelSpec, get_model
-from roofline.passtime import crossover_tokens, pass_time, weights_only_crossover
+from roofline.core import interrupts
+from roofline.core.errors import SpecroofError
+from roofline.core.jsonio import dumps
+from roofline.costing.hardware import load_hardware
+from roofline.costing.passtime import crossover_tokens, pass_time, weights_only_crossover
+from roofline.passes.model import ModelSpec, get_model
 
 # the draft-tree sizes and depth the page searches: the answer, the tree section and `specroof tree --hardware` share
 # one search (they used to search different budgets and could name different best trees for one question)
@@ -184,7 +184,7 @@ def acceptance_pairing(
     published figure (:func:`specroof.commands.common.published_acceptance`, as ``plan`` does); the early exit has
     none (LayerSkip's figures are for models trained to exit early), so it is compared only when given one.
     """
-    from roofline.acceptance_defaults import NoMatchedDefault
+    from roofline.speculation.acceptance_defaults import NoMatchedDefault
     from specroof.commands.common import published_acceptance
 
     stand_in = False
@@ -233,8 +233,8 @@ TREE_NOT_DEPLOYABLE = "not deployable in vLLM or SGLang (a draft model drafts a 
 
 def tree_choice(gpu: Any, target: str, draft: str, alpha: float, context: int, engine: str | None) -> Any:
     """The draft-tree size the page recommends on ``gpu`` (i.i.d. acceptance ``alpha``, batch 1): searched once."""
-    from roofline.tree_sizing import best_tree_size
-    from roofline.trees import IIDAcceptance, optimal_tree
+    from roofline.deploy.tree_sizing import best_tree_size
+    from roofline.speculation.trees import IIDAcceptance, optimal_tree
 
     key = (str(gpu), str(target), str(draft), float(alpha), int(context), engine)
     if key not in _TREE_CACHE or not isinstance(gpu, str):
@@ -303,7 +303,7 @@ def _acceptance_words(cfg: dict[str, Any]) -> str:
 
 def _ranked(cfg: dict[str, Any]) -> list[Any]:
     """The drafters the page ranks: those with an acceptance (given, or published)."""
-    from roofline.speculative import EarlyExit
+    from roofline.speculation.speculative import EarlyExit
 
     draft_name, exit_layer = cfg["drafters"]
     return [draft_name] + ([EarlyExit(exit_layer)] if f"early exit @{exit_layer}" in cfg["acceptance"] else [])
@@ -327,7 +327,7 @@ def validate_inputs(gpus: Sequence[str], pairing: dict[str, Any] | None) -> None
     if not 1 <= int(exit_layer) < max(2, layers):
         raise SpecroofError(f"--early-exit must lie in [1, {layers - 1}] for {cfg['target']} (got {exit_layer})")
     if cfg.get("engine") is not None:
-        from roofline.engine import load_engine
+        from roofline.costing.engine import load_engine
 
         load_engine(cfg["engine"])
     for name, a in cfg["acceptance"].items():
@@ -337,8 +337,8 @@ def validate_inputs(gpus: Sequence[str], pairing: dict[str, Any] | None) -> None
 
 def answer(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | None = None) -> Section:
     """The question first: on each GPU, speculate or not, with which gamma, and how big a draft tree."""
-    from roofline.acceptance_defaults import CURVE_ALPHAS
-    from roofline.planner import recommend
+    from roofline.deploy.planner import recommend
+    from roofline.speculation.acceptance_defaults import CURVE_ALPHAS
     from specroof.commands.plan import RESOLUTION
 
     cfg = _pairing(pairing)
@@ -406,9 +406,9 @@ def _deploy_flags(rows: list[dict[str, Any]], target: str, draft_name: str) -> s
 
     Early exit has no switch in vLLM or SGLang, so a GPU whose best strategy is early exit gets a sentence saying so.
     """
-    from roofline.engine_flags import emit_flags
-    from roofline.engine_trees import EngineSetting
-    from roofline.model import hf_id
+    from roofline.deploy.engine_flags import emit_flags
+    from roofline.passes.model import hf_id
+    from roofline.speculation.engine_trees import EngineSetting
 
     items = []
     for r in rows:
@@ -541,9 +541,9 @@ def rooflines(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | No
 
 def speculation(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | None = None) -> Section:
     """Speedup map, speedup against batch, and the plan for the pairing on every GPU."""
-    from roofline.planner import recommend, speculation_stops_paying
+    from roofline.deploy.planner import recommend, speculation_stops_paying
     from roofline.plot import optimal_gamma_vs_alpha, speedup_map, speedup_vs_batch
-    from roofline.speculative import draft_cost_ratio
+    from roofline.speculation.speculative import draft_cost_ratio
     from specroof.commands.plan import RESOLUTION
 
     cfg = _pairing(pairing)
@@ -652,7 +652,7 @@ def _kv_bound_words(rows: list[dict[str, Any]]) -> str:
 def trees_section(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | None = None) -> Section:
     """Chain vs tree (the worked example), expected tokens against budget, and the tree size each GPU should use."""
     from roofline.plot import tree_budget_chart, tree_size_per_gpu
-    from roofline.trees import IIDAcceptance, Tree
+    from roofline.speculation.trees import IIDAcceptance, Tree
 
     seed_rows = []
     for p in (0.6, 0.8):
@@ -715,9 +715,9 @@ def trees_section(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] 
 
 def _trees_at_scale(w: ReportWriter, gpus: Sequence[str], cfg: dict[str, Any], model: Any, context: int) -> str:
     """Trees as the batch grows, and trees when the weights stream from host memory (offloading)."""
+    from roofline.deploy.tree_sizing import best_tree_size, stops_paying, trees_vs_batch
     from roofline.plot import trees_vs_batch_chart
-    from roofline.tree_sizing import best_tree_size, stops_paying, trees_vs_batch
-    from roofline.trees import optimal_tree
+    from roofline.speculation.trees import optimal_tree
 
     target, draft = cfg["target"], cfg["drafters"][0]
     engine = cfg.get("engine")
@@ -773,7 +773,7 @@ def _trees_at_scale(w: ReportWriter, gpus: Sequence[str], cfg: dict[str, Any], m
 def max_batch(hw: Any, target: Any, draft: Any, context: int) -> int:
     """The largest batch whose weights and KV cache at ``context`` (target and draft model, bf16) fit in ``hw``'s
     memory; 0 when not even one sequence does."""
-    from roofline.passtime import memory_footprint
+    from roofline.costing.passtime import memory_footprint
 
     def need(b: int) -> float:
         return float(memory_footprint(target, b, context).total_bytes + memory_footprint(draft, b, context).total_bytes)
@@ -795,7 +795,7 @@ def _stop_batches(
 ) -> pd.DataFrame:
     """Fill the batches where trees and chains stop paying that batch 256 did not reach: the batch doubles up to the
     memory limit; what still pays there is said to pay up to the limit (a number in words, never a blank)."""
-    from roofline.tree_sizing import stops_paying, trees_vs_batch
+    from roofline.deploy.tree_sizing import stops_paying, trees_vs_batch
 
     out = []
     for _, r in stops.iterrows():
@@ -921,9 +921,9 @@ def serving_section(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any
 
 def engines_section(w: ReportWriter) -> Section:
     """How close the model comes to published GPU measurements, with and without an engine, and what an engine changes."""
+    from roofline.evidence.published import error_summary, load_published, validation_table
     from roofline.plot import gamma_by_engine_chart, published_scatter
-    from roofline.published import error_summary, load_published, validation_table
-    from roofline.speculative import alpha_for_heuristic, speedup_by_engine
+    from roofline.speculation.speculative import alpha_for_heuristic, speedup_by_engine
 
     rows = load_published()
     # the serving rows are simulated sweeps (seconds each): `specroof validate published` prices them; the page's

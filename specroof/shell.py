@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from roofline.errors import SpecroofError
-from roofline.jsonio import dumps
+from roofline.core.errors import SpecroofError
+from roofline.core.jsonio import dumps
 
 #: the largest integer a list flag takes, and the most values it expands to (a sweep beyond is a typo)
 INT_MAX = 10**7
@@ -189,7 +189,7 @@ def was_given(args: argparse.Namespace, dest: str) -> bool:
 
 
 def _add_offload(p: argparse.ArgumentParser) -> None:
-    from roofline.hardware import HOST_LINKS
+    from roofline.costing.hardware import HOST_LINKS
 
     p.add_argument(
         "--offload",
@@ -215,7 +215,7 @@ NO_ENGINE = ("none", "roofline")
 
 def engine_arg(text: str) -> str | None:
     """An engine name or TOML path, checked now so a typo is one line (argparse type); ``none`` is no engine."""
-    from roofline.engine import load_engine
+    from roofline.costing.engine import load_engine
 
     if text.strip().lower() in NO_ENGINE:
         return None
@@ -232,7 +232,7 @@ def _has_device_table(text: str) -> None:
     be the datasheet's (an engine that adds nothing), which is the datasheet roofline under an engine's name."""
     import tomllib
 
-    from roofline.engine import list_engines
+    from roofline.costing.engine import list_engines
 
     p = Path(text)
     if text in list_engines() or not p.is_file():
@@ -251,7 +251,7 @@ def _has_device_table(text: str) -> None:
 def _add_engine(p: argparse.ArgumentParser, default: str | None = DEFAULT_ENGINE) -> None:
     """``--engine`` (default ``serving``: every command that recommends prices as deployments run; ``roofline``
     passes ``None``, the datasheet roofline first) and ``--host-launch-us``."""
-    from roofline.engine import list_engines
+    from roofline.costing.engine import list_engines
 
     said = f"default {default}: {DEFAULT_ENGINE_WHY}" if default else "default: the datasheet roofline, no engine"
     p.add_argument(
@@ -273,7 +273,7 @@ def _add_engine(p: argparse.ArgumentParser, default: str | None = DEFAULT_ENGINE
 
 def engine_of(args: argparse.Namespace) -> Any:
     """The engine the flags ask for: ``--engine``, with ``--host-launch-us`` applied when it is given."""
-    from roofline.engine import load_engine
+    from roofline.costing.engine import load_engine
 
     engine = getattr(args, "engine", None)
     us = getattr(args, "host_launch_us", None)
@@ -291,7 +291,7 @@ def engine_of(args: argparse.Namespace) -> Any:
 def pricing_from_args(args: argparse.Namespace, hardware: Any = None) -> Any:
     """The one Pricing a command's flags describe (hardware, --engine, --dtype, --weight-dtype, --kv-dtype, --tp,
     --offload), resolved once; ``hardware`` overrides ``args.hardware`` (commands that take several GPUs)."""
-    from roofline.pricing import Pricing
+    from roofline.costing.pricing import Pricing
 
     return Pricing.of(
         args.hardware if hardware is None else hardware,

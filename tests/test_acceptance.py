@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from roofline.acceptance import (
+from roofline.core.errors import SpecroofError
+from roofline.speculation.acceptance import (
     MeanAccepted,
     PerToken,
     PositionCounts,
@@ -27,10 +28,9 @@ from roofline.acceptance import (
     read_sibling_vector,
     unconditional_from_conditional,
 )
-from roofline.errors import SpecroofError
-from roofline.importers import import_file, import_text, parse_prometheus, sniff_format
-from roofline.speculative import expected_tokens_curve, metrics_from_counts
-from roofline.trees import SiblingRankAcceptance, optimal_tree
+from roofline.speculation.importers import import_file, import_text, parse_prometheus, sniff_format
+from roofline.speculation.speculative import expected_tokens_curve, metrics_from_counts
+from roofline.speculation.trees import SiblingRankAcceptance, optimal_tree
 
 DATA = Path(__file__).parent / "data"
 

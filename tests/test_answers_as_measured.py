@@ -8,10 +8,10 @@ import json
 import numpy as np
 import pytest
 
-from roofline.acceptance_defaults import matched_default
-from roofline.acceptance_positions import MeasuredCurve, decay_factors, extrapolation_note, runs
-from roofline.errors import SpecroofError
-from roofline.memory import SGLANG_MEM_FRACTION_STATIC, largest_fit, per_device_bytes, reserved_share
+from roofline.core.errors import SpecroofError
+from roofline.deploy.memory import SGLANG_MEM_FRACTION_STATIC, largest_fit, per_device_bytes, reserved_share
+from roofline.speculation.acceptance_defaults import matched_default
+from roofline.speculation.acceptance_positions import MeasuredCurve, decay_factors, extrapolation_note, runs
 from specroof.cli import main
 
 HW = "h100-sxm-80gb"
@@ -43,8 +43,8 @@ def test_a_measured_curve_is_exact_at_its_length_and_decays_past_it(kind, mean, 
     assert np.all(f <= 1.0) and np.all(f > 0)
     assert np.all(np.diff(c) <= 1e-12)  # the conditional rate never rises along the chain
     # past the measured length the decay gives at most what one i.i.d. rate with the same mean would
-    from roofline.acceptance_kinds import alpha_for_tokens
-    from roofline.closed_forms import expected_tokens
+    from roofline.speculation.acceptance_kinds import alpha_for_tokens
+    from roofline.speculation.closed_forms import expected_tokens
 
     a = float(alpha_for_tokens(mean, g)) if mean < g + 1 else 1.0
     assert 1 + np.sum(np.cumprod(c)) <= float(expected_tokens(a, 16)) + 1e-9

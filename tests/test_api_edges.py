@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 
 import roofline as rf
 from roofline import serving
-from roofline.errors import SpecroofError
-from roofline.trees import IIDAcceptance, Tree, _best_first, eagle2_tree, optimal_tree
-from roofline.validation import check_count, check_number
-from roofline.verification import verify_tree, verify_tree_greedy
+from roofline.core.errors import SpecroofError
+from roofline.core.validation import check_count, check_number
+from roofline.speculation.trees import IIDAcceptance, Tree, _best_first, eagle2_tree, optimal_tree
+from roofline.speculation.verification import verify_tree, verify_tree_greedy
 from specroof.cli import did_you_mean, main
 
 HW = "h100-sxm-80gb"
@@ -433,7 +433,7 @@ def test_sphinx_roles_render_as_code_names():
     spec = importlib.util.spec_from_file_location("griffe_roles", REPO / ".ci" / "griffe_roles.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    text = "See :func:`as_drafter`, :meth:`with_`, :class:`~roofline.trees.Tree` and :py:mod:`roofline.serving`."
+    text = "See :func:`as_drafter`, :meth:`with_`, :class:`~roofline.speculation.trees.Tree` and :py:mod:`roofline.serving`."
     assert mod.plain_roles(text) == "See `as_drafter`, `with_`, `Tree` and `roofline.serving`."
 
 

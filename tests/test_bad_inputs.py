@@ -501,7 +501,7 @@ def test_the_api_refuses_what_the_cli_refuses(call, message):
 
 
 def test_validation_helpers():
-    from roofline import validation as v
+    from roofline.core import validation as v
 
     spec = roofline.get_model("llama-3.1-8b")
     assert v.check_tp(spec, 8) == 8 and v.check_tp(spec, 1) == 1

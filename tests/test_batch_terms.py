@@ -10,12 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from roofline.engine import Engine, engine_data, engine_from_dict, load_engine
-from roofline.errors import SpecroofError
-from roofline.passtime import pass_time
-from roofline.predict import predict_speedup
-from roofline.pricing import Pricing
-from roofline.published import (
+from roofline.core.errors import SpecroofError
+from roofline.costing.engine import Engine, engine_data, engine_from_dict, load_engine
+from roofline.costing.passtime import pass_time
+from roofline.costing.pricing import Pricing
+from roofline.evidence.published import (
     BUCKET_BOUNDS,
     TREND_TOLERANCE,
     batch_trends,
@@ -24,6 +23,7 @@ from roofline.published import (
     predict_row,
     validation_table,
 )
+from roofline.speculation.predict import predict_speedup
 
 HW, TARGET = "h100-sxm-80gb", "llama-3.1-8b"
 
@@ -89,7 +89,7 @@ def test_the_serving_simulator_prices_rounds_with_the_same_terms():
 
 
 def load_drafter(name: str) -> object:
-    from roofline.drafters import as_drafter
+    from roofline.speculation.drafters import as_drafter
 
     return as_drafter(name)
 

@@ -128,8 +128,8 @@ torch = pytest.importorskip("torch")
 
 import measure.engine_fit as ef  # noqa: E402
 from measure.engine_fit import EnginePlan, configuration_order, fit_engine, measure_engine  # noqa: E402
-from roofline.errors import SpecroofError  # noqa: E402
-from roofline.hardware import load_hardware  # noqa: E402
+from roofline.core.errors import SpecroofError  # noqa: E402
+from roofline.costing.hardware import load_hardware  # noqa: E402
 
 
 class ClockedFramework:

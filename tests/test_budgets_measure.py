@@ -23,7 +23,7 @@ from measure.serve_check import plan_replays, rate_order  # noqa: E402
 from measure.specval import UnitCosts, measure_speedups  # noqa: E402
 from measure.sweep import VisitCosts, axis_levels, point_order  # noqa: E402
 from measure.tp import rank_budget  # noqa: E402
-from roofline.model import ModelSpec  # noqa: E402
+from roofline.passes.model import ModelSpec  # noqa: E402
 
 TINY = ModelSpec("tiny", 2, 64, 4, 2, 16, 128, 100, max_context=1024)
 
@@ -384,7 +384,7 @@ def test_budget_words_name_what_was_dropped_and_why():
 def test_a_compiled_check_counts_the_shapes_it_compiles_and_plans_for_them():
     from measure.pair import PairConfig
     from measure.spec_check import LADDER, plan_configs, staged_shapes, sweep_tokens
-    from roofline.hardware import load_hardware
+    from roofline.costing.hardware import load_hardware
 
     counts = [staged_shapes(bs, gs, 32, sweep_tokens(gs, bs, [20.0]), [64, 128], 256) for bs, gs in LADDER]
     assert counts == sorted(counts) and counts[0] > 10  # dozens of shapes: every sweep width, every bucket crossed

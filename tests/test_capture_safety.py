@@ -20,9 +20,9 @@ from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
 from measure import graphs  # noqa: E402
 from measure.decode import autoregressive_generate, speculative_generate  # noqa: E402
 from measure.models import Transformer  # noqa: E402
-from roofline.model import ModelSpec  # noqa: E402
-from roofline.trees import Tree  # noqa: E402
-from roofline.verification import SamplingParams  # noqa: E402
+from roofline.passes.model import ModelSpec  # noqa: E402
+from roofline.speculation.trees import Tree  # noqa: E402
+from roofline.speculation.verification import SamplingParams  # noqa: E402
 
 SPEC = ModelSpec("target", 4, 64, 4, 2, 16, 128, 50, max_context=1024)
 PROMPTS = [[1, 2, 3, 4, 5], [7, 8, 9], [3, 3, 3, 3, 3, 3, 3]]

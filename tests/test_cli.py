@@ -208,7 +208,7 @@ def test_tree_command_json_and_hardware(capsys, tmp_path):
     code, out, _ = run(capsys, "tree", "--acceptance-vector", str(vec), "--budget", "8", "--max-depth", "4", "--json")
     d = json.loads(out)
     assert code == 0 and d["n_nodes"] == 8 and len(d["parents"]) == 8 and d["depth"] <= 4
-    from roofline.trees import SiblingRankAcceptance, Tree
+    from roofline.speculation.trees import SiblingRankAcceptance, Tree
 
     assert Tree(d["parents"]).expected_tokens(SiblingRankAcceptance([0.6, 0.2, 0.1])) == pytest.approx(
         d["expected_tokens"]

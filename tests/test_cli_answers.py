@@ -31,8 +31,8 @@ def vec(tmp_path):
 
 
 def test_tree_without_a_budget_searches_the_pages_sizes_for_the_gpu(capsys, vec):
-    from roofline.tree_sizing import best_tree_size
-    from roofline.trees import SiblingRankAcceptance
+    from roofline.deploy.tree_sizing import best_tree_size
+    from roofline.speculation.trees import SiblingRankAcceptance
     from specroof.commands.common import TREE_BUDGETS, TREE_DEPTH
 
     argv = ["tree", "--drafter", "eagle2", "--hardware", HW, "--target", TARGET, "--acceptance-vector", vec]
@@ -95,12 +95,12 @@ def test_plan_without_acceptance_takes_a_matched_pair_or_answers_over_acceptance
 @pytest.mark.parametrize("kind", ["eagle", "medusa", "hydra", "prompt-lookup", "eagle2", "eagle3", "model", "mtp"])
 def test_a_published_default_reproduces_its_figure(kind):
     """The default is the published row read back: priced on the run's own tree or gamma it gives that row's mean."""
-    from roofline.acceptance import PerToken
-    from roofline.drafters import as_drafter, default_tree
-    from roofline.engine_trees import EngineSetting, engine_tree
-    from roofline.published import load_published
-    from roofline.speculative import expected_tokens
-    from roofline.trees import IIDAcceptance
+    from roofline.evidence.published import load_published
+    from roofline.speculation.acceptance import PerToken
+    from roofline.speculation.drafters import as_drafter, default_tree
+    from roofline.speculation.engine_trees import EngineSetting, engine_tree
+    from roofline.speculation.speculative import expected_tokens
+    from roofline.speculation.trees import IIDAcceptance
     from specroof.commands.common import MTP_ACCEPTANCE, SPEC_BENCH_EAGLE2, SPEC_BENCH_ROWS, published_acceptance
 
     acc, sentence = published_acceptance(kind)
@@ -118,7 +118,7 @@ def test_a_published_default_reproduces_its_figure(kind):
     elif kind == "prompt-lookup":
         got = float(expected_tokens(p, int(row["gamma"])))
     elif kind == "model":
-        from roofline.predict import alpha_for_heuristic
+        from roofline.speculation.predict import alpha_for_heuristic
 
         assert p == pytest.approx(alpha_for_heuristic(mean))
         return
@@ -170,7 +170,7 @@ def test_a_vllm_rate_means_the_same_in_serve_and_plan(capsys):
     assert code == code2 == 0
     rows = json.loads(out2)["table"]
     g4 = next(r for r in rows if r["gamma"] == 4)
-    from roofline.speculative import expected_tokens
+    from roofline.speculation.speculative import expected_tokens
 
     assert g4["expected_tokens"] == pytest.approx(float(expected_tokens(serve_alpha, 4)), rel=1e-6)
 

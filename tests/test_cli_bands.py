@@ -1,12 +1,12 @@
 """Every priced answer carries the error band of its own group (issue 47, item 5): engine, kind, batch bucket,
-dense/MoE and context, from :func:`roofline.error_bands.band_for`, the old per-kind sentence where no group has rows;
+dense/MoE and context, from :func:`roofline.evidence.error_bands.band_for`, the old per-kind sentence where no group has rows;
 and ``plan`` shows where verification turns KV-bound and the notes of what it left unpriced."""
 
 from __future__ import annotations
 
 import json
 
-from roofline.error_bands import band_for, band_sentence
+from roofline.evidence.error_bands import band_for, band_sentence
 from specroof.cli import main
 
 HW = "h100-sxm-80gb"
@@ -65,8 +65,8 @@ def test_speedup_tree_plan_and_serve_carry_the_band_of_their_answer(capsys, tmp_
 
 
 def test_plan_shows_where_verification_turns_kv_bound_and_what_it_left_unpriced(capsys):
-    from roofline.planner import plan
-    from roofline.pricing import Pricing
+    from roofline.costing.pricing import Pricing
+    from roofline.deploy.planner import plan
 
     argv = ["plan", "--hardware", "h200-sxm-141gb", "--target", "deepseek-v3", "--drafter", "mtp", "--tp", "8",
             "--weight-dtype", "fp8", "--engine", "sglang", "--acceptance", "mtp=0.85", "--batch", "1,32"]  # fmt: skip

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from roofline.engine_flags import read_engine_config
-from roofline.errors import SpecroofError
+from roofline.core.errors import SpecroofError
+from roofline.deploy.engine_flags import read_engine_config
 from specroof.cli import main
 
 HW = "h100-sxm-80gb"
@@ -94,8 +94,8 @@ def test_a_plan_output_with_several_deployments_is_picked_by_gpu_batch_and_conte
 
 
 def test_a_whole_vllm_serve_line_is_read_and_priced_as_the_api_prices_it(capsys):
-    from roofline.planner import price_engine_config
-    from roofline.pricing import Pricing
+    from roofline.costing.pricing import Pricing
+    from roofline.deploy.planner import price_engine_config
 
     code, out, err = run(capsys, "speedup", "--hardware", HW, "--engine-config", VLLM_LINE, "--acceptance", "0.8",
                          "--json")  # fmt: skip
@@ -112,7 +112,7 @@ def test_a_whole_vllm_serve_line_is_read_and_priced_as_the_api_prices_it(capsys)
 
 
 def test_a_mean_accepted_length_is_read_as_measured_with_your_setting(capsys):
-    from roofline.planner import price_engine_config
+    from roofline.deploy.planner import price_engine_config
 
     code, out, err = run(capsys, "speedup", "--hardware", HW, "--engine-config", SGLANG, "--acceptance",
                          "eagle3=mean:3.2", "--json")  # fmt: skip
@@ -192,7 +192,7 @@ COMMANDS = {
 def no_work(monkeypatch):
     """Any pricing or simulation is work: a check that runs after it would exit 1 (a bug), not 2."""
     import roofline.serving
-    from roofline.pricing import Pricing
+    from roofline.costing.pricing import Pricing
 
     def refuse(*a, **k):
         raise AssertionError("work started before the engine configuration was checked")
@@ -236,8 +236,8 @@ def test_the_reader_and_the_cli_refuse_the_same_knobs():
 
 
 def test_plan_says_yours_gives_x_and_the_best_gives_y_per_cell(capsys):
-    from roofline.planner import compare_engine_config
-    from roofline.pricing import Pricing
+    from roofline.costing.pricing import Pricing
+    from roofline.deploy.planner import compare_engine_config
 
     argv = ["plan", "--hardware", HW, "--batch", "1,64", "--engine-config", SGLANG, "--acceptance", "eagle3=mean:3.2"]
     code, out, err = run(capsys, *argv, "--json")
@@ -276,10 +276,10 @@ def test_plan_refuses_a_second_engine_or_drafter_beside_the_engine_config(capsys
 
 
 def test_tree_prices_the_engines_tree_under_the_acceptance_vector(capsys, tmp_path):
-    from roofline.acceptance import read_sibling_vector
-    from roofline.engine_trees import engine_tree
-    from roofline.planner import price_engine_config
-    from roofline.pricing import Pricing
+    from roofline.costing.pricing import Pricing
+    from roofline.deploy.planner import price_engine_config
+    from roofline.speculation.acceptance import read_sibling_vector
+    from roofline.speculation.engine_trees import engine_tree
 
     vec = tmp_path / "v.json"
     vec.write_text("[0.6, 0.2, 0.1, 0.05]")

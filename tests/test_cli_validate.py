@@ -18,7 +18,7 @@ def run(capsys, *argv):
 
 
 def test_validate_published_prints_and_returns_the_bucket_table(capsys):
-    from roofline.published import bucket_summary
+    from roofline.evidence.published import bucket_summary
 
     d = json.loads(run(capsys, "validate", "published", "--json"))
     want = bucket_summary(pd.DataFrame(d["rows"]))

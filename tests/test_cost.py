@@ -19,7 +19,7 @@ from roofline import (
     prefill_vs_decode,
     step_time,
 )
-from roofline.cost import expected_experts_touched
+from roofline.passes.cost import expected_experts_touched
 
 L8B = get_model("llama-3.1-8b")
 
@@ -172,8 +172,8 @@ def test_step_time_bad_input():
 
 
 def test_measured_refinements_change_the_step_time_as_documented(tmp_path):
-    from roofline.hardware import Measured, load_hardware
-    from roofline.passtime import step_time
+    from roofline.costing.hardware import Measured, load_hardware
+    from roofline.costing.passtime import step_time
 
     base = load_hardware("h100-sxm-80gb")
     cost = forward_cost(L8B, 1, np.array([1, 8, 512]), 1024, weight_dtype="bf16")
@@ -193,7 +193,7 @@ def test_measured_refinements_change_the_step_time_as_documented(tmp_path):
     assert (slow.op_compute_s[ops.index("attn_scores")] > 50 * plain.op_compute_s[ops.index("attn_scores")]).all()
     # and the profile round-trips through TOML
     p = tmp_path / "m.toml"
-    from roofline.hardware import Measured, write_profile
+    from roofline.costing.hardware import Measured, write_profile
 
     write_profile(base.replace(measured=Measured(overlap=0.25, gemv_bandwidth_bytes_per_s=5e12)), p)
     hw = load_hardware(str(p))
@@ -204,8 +204,8 @@ def test_measured_refinements_change_the_step_time_as_documented(tmp_path):
 
 
 def test_rows_bandwidth_prices_each_range_of_rows_at_its_rate_and_round_trips(tmp_path):
-    from roofline.hardware import Measured, load_hardware, write_profile
-    from roofline.passtime import step_time
+    from roofline.costing.hardware import Measured, load_hardware, write_profile
+    from roofline.costing.passtime import step_time
 
     base = load_hardware("h100-sxm-80gb")
     bw = base.bandwidth()
@@ -234,9 +234,9 @@ def test_rows_bandwidth_prices_each_range_of_rows_at_its_rate_and_round_trips(tm
 
 def test_rows_bandwidth_prices_an_abstract_models_scalar_pass_as_the_array_path():
     # an abstract model (one operator) has no step pricer: its scalar passes take the plain-float path
-    from roofline.hardware import Measured, load_hardware
-    from roofline.model import ModelSpec
-    from roofline.passtime import pass_time
+    from roofline.costing.hardware import Measured, load_hardware
+    from roofline.costing.passtime import pass_time
+    from roofline.passes.model import ModelSpec
 
     base = load_hardware("h100-sxm-80gb")
     bw = base.bandwidth()

@@ -11,9 +11,9 @@ torch = pytest.importorskip("torch")
 from measure.decode import autoregressive_generate, speculative_generate  # noqa: E402
 from measure.models import Transformer  # noqa: E402
 from roofline import SpecroofError  # noqa: E402
-from roofline.model import ModelSpec  # noqa: E402
-from roofline.trees import Tree  # noqa: E402
-from roofline.verification import SamplingParams  # noqa: E402
+from roofline.passes.model import ModelSpec  # noqa: E402
+from roofline.speculation.trees import Tree  # noqa: E402
+from roofline.speculation.verification import SamplingParams  # noqa: E402
 
 SPEC = ModelSpec("target", 4, 64, 4, 2, 16, 128, 50, max_context=1024)
 PROMPTS = [[1, 2, 3, 4, 5], [7, 8, 9], [3, 3, 3, 3, 3, 3, 3], [10, 11, 12, 10, 11, 12, 10, 11]]
@@ -181,7 +181,7 @@ POLICIES = {
 @pytest.mark.parametrize("which", ["draft", "early-exit", "prompt-lookup"])
 @pytest.mark.parametrize("policy", list(POLICIES))
 def test_dynamic_gamma_keeps_the_baseline_output(pair, which, policy):
-    from roofline.gamma_policies import BatchSchedule, ConfidenceStop, HeuristicSchedule  # noqa: F401
+    from roofline.speculation.gamma_policies import BatchSchedule, ConfidenceStop, HeuristicSchedule  # noqa: F401
 
     target, draft = pair
     pol = eval(POLICIES[policy])
@@ -204,9 +204,9 @@ def test_every_measure_drafter_names_the_roofline_drafter_that_prices_it():
     """One vocabulary: what speculative_generate runs and what the cost model prices come from one place."""
     import measure.decode as dec
     from measure.models import Transformer
-    from roofline.errors import SpecroofError
-    from roofline.model import ModelSpec
-    from roofline.speculative import DraftModel, EarlyExit, PromptLookup
+    from roofline.core.errors import SpecroofError
+    from roofline.passes.model import ModelSpec
+    from roofline.speculation.speculative import DraftModel, EarlyExit, PromptLookup
 
     target = Transformer(ModelSpec("t", 4, 64, 4, 4, 16, 128, 256), dtype="fp32")
     assert isinstance(dec.cost_model_of(target), DraftModel)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from roofline import SpecroofError, load_hardware
-from roofline.hardware import parse_profile
-from roofline.passtime import pass_time
+from roofline.costing.hardware import parse_profile
+from roofline.costing.passtime import pass_time
 
 PROFILES = Path(__file__).resolve().parents[1] / "hardware_profiles"
 GPU_PATHS = [p for p in sorted(PROFILES.glob("*.toml")) if tomllib.loads(p.read_text()).get("kind") == "gpu"]

@@ -1,4 +1,4 @@
-"""Knobs in: the engines' own speculative configuration read back into a setting (roofline.engine_flags)."""
+"""Knobs in: the engines' own speculative configuration read back into a setting (roofline.deploy.engine_flags)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from roofline.engine_flags import emit_flags, read_engine_config, read_yaml_subset
-from roofline.engine_search import engine_settings
-from roofline.engine_trees import EngineSetting
-from roofline.errors import SpecroofError
+from roofline.core.errors import SpecroofError
+from roofline.deploy.engine_flags import emit_flags, read_engine_config, read_yaml_subset
+from roofline.deploy.engine_search import engine_settings
+from roofline.speculation.engine_trees import EngineSetting
 
 T8B = "llama-3.1-8b"
 
@@ -178,10 +178,10 @@ def test_sglangs_documented_example_with_more_draft_tokens_than_topk_times_steps
 def test_the_emitted_best_tree_setting_reads_back_to_the_same_price(engine: str, batch: int) -> None:
     """plan --emit ENGINE searches the engine's knobs (engine_search.plan_engine) and prints the best as flags: those
     flags, read back and priced, give the number the search chose them by."""
-    from roofline.engine_search import plan_engine
-    from roofline.planner import price_engine_config
-    from roofline.pricing import Pricing
-    from roofline.trees import IIDAcceptance
+    from roofline.costing.pricing import Pricing
+    from roofline.deploy.engine_search import plan_engine
+    from roofline.deploy.planner import price_engine_config
+    from roofline.speculation.trees import IIDAcceptance
 
     pr = Pricing.of("h100-sxm-80gb", engine=engine)
     acc = IIDAcceptance(0.7)
@@ -201,8 +201,8 @@ def test_the_emitted_best_tree_setting_reads_back_to_the_same_price(engine: str,
 @pytest.mark.parametrize("engine", ["sglang", "vllm", "trtllm"])
 def test_the_emitted_best_chain_reads_back_to_the_plans_price(engine: str) -> None:
     """A chain drafter's plan --emit deploys the plan's best gamma as the engine's chain: read back, the same price."""
-    from roofline.planner import plan, price_engine_config
-    from roofline.pricing import Pricing
+    from roofline.costing.pricing import Pricing
+    from roofline.deploy.planner import plan, price_engine_config
 
     pr = Pricing.of("h100-sxm-80gb", engine=engine, tp=2)
     table = plan(pr, T8B, "model:llama-3.2-1b", 0.75, batch=4, gammas=range(0, 9))
@@ -218,7 +218,7 @@ def test_the_emitted_best_chain_reads_back_to_the_plans_price(engine: str) -> No
 
 
 def test_yours_against_the_best_setting_names_the_flags() -> None:
-    from roofline.planner import compare_engine_config
+    from roofline.deploy.planner import compare_engine_config
 
     config = read_engine_config(
         "python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct --speculative-algorithm EAGLE3 "
@@ -233,14 +233,14 @@ def test_yours_against_the_best_setting_names_the_flags() -> None:
     assert back.setting == v.best_setting and back.draft_model == config.draft_model
     assert v.best["speedup"] == pytest.approx(float(v.table["speedup"].max()))
     # the best setting read back from its flags and priced on its own gives the figure the verdict quotes
-    from roofline.planner import price_engine_config
+    from roofline.deploy.planner import price_engine_config
 
     again = price_engine_config(back, "h100-sxm-80gb", acceptance=v.acceptance, batch=64)
     assert again["speedup"] == pytest.approx(v.best["speedup"], rel=1e-12)
 
 
 def test_a_reused_mtp_module_is_searched_only_as_deep_as_the_acceptance_covers() -> None:
-    from roofline.planner import compare_engine_config, price_engine_config
+    from roofline.deploy.planner import compare_engine_config, price_engine_config
 
     text = "vllm serve deepseek-ai/DeepSeek-V3 -tp 8 --quantization fp8 --speculative-config " + (
         """'{"method": "mtp", "num_speculative_tokens": 3}'"""

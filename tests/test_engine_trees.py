@@ -8,9 +8,10 @@ import shlex
 import numpy as np
 import pytest
 
-from roofline.engine_flags import emit_flags
-from roofline.engine_search import EngineDraft, engine_settings, plan_engine
-from roofline.engine_trees import (
+from roofline.core.errors import SpecroofError
+from roofline.deploy.engine_flags import emit_flags
+from roofline.deploy.engine_search import EngineDraft, engine_settings, plan_engine
+from roofline.speculation.engine_trees import (
     SGLANG_DEFAULT,
     EngineSetting,
     candidates_from_scores,
@@ -21,9 +22,8 @@ from roofline.engine_trees import (
     level_branching,
     select_tree,
 )
-from roofline.errors import SpecroofError
-from roofline.predict import predict_speedup
-from roofline.trees import DepthRankAcceptance, IIDAcceptance, SiblingRankAcceptance, Tree
+from roofline.speculation.predict import predict_speedup
+from roofline.speculation.trees import DepthRankAcceptance, IIDAcceptance, SiblingRankAcceptance, Tree
 
 # SGLang's own fixture for its tree kernel (sgl-project/sglang python/sglang/srt/speculative/build_eagle_tree.py,
 # test_build_tree_kernel_efficient: topk 4, 4 steps, 8 draft tokens; batch 0 and 1). Each step's cumulative scores.

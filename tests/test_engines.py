@@ -11,14 +11,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from roofline.drafters import TREE_PRESETS, Eagle, named_drafter
-from roofline.engine import Engine, engine_data, engine_from_dict, list_engines, load_engine
-from roofline.engine_fits import FIT_PARAMETERS, _get, calibrate
-from roofline.errors import SpecroofError
-from roofline.hardware import load_hardware
-from roofline.passtime import pass_time
-from roofline.published import error_summary, load_published, validation_table
-from roofline.speculative import predict_speedup, speedup
+from roofline.core.errors import SpecroofError
+from roofline.costing.engine import Engine, engine_data, engine_from_dict, list_engines, load_engine
+from roofline.costing.hardware import load_hardware
+from roofline.costing.passtime import pass_time
+from roofline.evidence.engine_fits import FIT_PARAMETERS, _get, calibrate
+from roofline.evidence.published import error_summary, load_published, validation_table
+from roofline.speculation.drafters import TREE_PRESETS, Eagle, named_drafter
+from roofline.speculation.speculative import predict_speedup, speedup
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -29,7 +29,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_no_engine_keeps_the_worked_example():
-    from roofline.passtime import weights_only_crossover
+    from roofline.costing.passtime import weights_only_crossover
 
     st = pass_time("llama-2-13b", "a100-sxm-80gb", 1, 1, 0, "fp16", engine=None)
     assert float(st.t_step_s) == float(pass_time("llama-2-13b", "a100-sxm-80gb", 1, 1, 0, "fp16").t_step_s)
@@ -38,7 +38,7 @@ def test_no_engine_keeps_the_worked_example():
 
 @pytest.mark.parametrize("name", ["hf", "torch-eager", "compiled", "vllm", "sglang", "trtllm", "eager", "serving"])
 def test_every_shipped_engine_loads_and_round_trips(name):
-    from roofline.engine import canonical_engine
+    from roofline.costing.engine import canonical_engine
 
     e = load_engine(name)
     assert e is not None and e.name == canonical_engine(name)  # eager is hf, serving is vllm
@@ -168,7 +168,7 @@ def test_named_drafters_and_their_trees():
 
 
 def test_eagle_drafts_one_layer_per_level_with_the_targets_head():
-    from roofline.model import get_model
+    from roofline.passes.model import get_model
 
     t = get_model("vicuna-7b")
     layer = Eagle(1).layer_spec(t)
@@ -350,8 +350,8 @@ def test_cli_validate_published(tmp_path: Path):
 def test_a_measured_profile_is_a_device_engine_pair_and_refuses_a_second_engine(tmp_path: Path):
     import dataclasses
 
-    from roofline.engine import HARNESS_ENGINE
-    from roofline.hardware import Measured, load_hardware, write_profile
+    from roofline.costing.engine import HARNESS_ENGINE
+    from roofline.costing.hardware import Measured, load_hardware, write_profile
 
     hw = load_hardware("a100-sxm-80gb")
     m = Measured(bandwidth_bytes_per_s=1.5e12, provenance={"engine": HARNESS_ENGINE + ", torch 2.13"})

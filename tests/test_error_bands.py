@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from roofline.error_bands import RESIDUALS_FILE, compute_residuals, error_band, prediction_kind
+from roofline.evidence.error_bands import RESIDUALS_FILE, compute_residuals, error_band, prediction_kind
 from specroof.cli import main
 
 
@@ -73,7 +73,7 @@ def test_host_launch_us_prices_an_eager_engine_on_your_host(capsys):
 
 def test_signed_errors_read_faster_for_rate_and_time_rows_alike():
     """A time row predicted 25% slow is the rate it implies 20% slow: both read "-" (the model is slower)."""
-    from roofline.error_bands import faster_signed
+    from roofline.evidence.error_bands import faster_signed
 
     got = faster_signed(
         np.array([0.25, 0.25, -0.5, 0.1]), np.array(["ttft_s", "tokens_per_s", "e2e_mean_s", "speedup"])
@@ -85,7 +85,7 @@ def test_signed_errors_read_faster_for_rate_and_time_rows_alike():
 
 
 def test_batch_buckets_and_context_classes():
-    from roofline.error_bands import batch_bucket, context_class
+    from roofline.evidence.error_bands import batch_bucket, context_class
 
     assert [batch_bucket(b) for b in (1, 2, 16, 17, 64, 65, 4096)] == [
         "1",
@@ -102,7 +102,7 @@ def test_batch_buckets_and_context_classes():
 
 
 def test_a_kind_band_comes_from_the_most_specific_group_with_enough_rows():
-    from roofline.error_bands import COVERAGE, MIN_ROWS, band_for, band_quantile, compute_residuals
+    from roofline.evidence.error_bands import COVERAGE, MIN_ROWS, band_for, band_quantile, compute_residuals
 
     res = compute_residuals()
     band = band_for("hf", "speculative", "a100-sxm-80gb", batch=1, model="vicuna-7b", context=512)
@@ -120,7 +120,7 @@ def test_a_kind_band_comes_from_the_most_specific_group_with_enough_rows():
 
 
 def test_an_eager_band_states_how_much_slower_the_slowest_host_runs():
-    from roofline.error_bands import band_for, within_band
+    from roofline.evidence.error_bands import band_for, within_band
 
     band = band_for("hf", "decode", "h200-sxm-141gb", model="llama-2-7b")
     assert band is not None and band.host_span is not None
@@ -136,8 +136,8 @@ def test_an_eager_band_states_how_much_slower_the_slowest_host_runs():
 def test_the_calibration_rows_errors_lie_within_their_own_bands():
     """Every band claims COVERAGE of its held-out rows fell within it; the calibration rows, fitted or taken as they
     are, must do at least as well: this fails when a band understates what the model gets wrong where it was fitted."""
-    from roofline.error_bands import COVERAGE, band_for, kind_columns, within_band
-    from roofline.published import validation_table
+    from roofline.evidence.error_bands import COVERAGE, band_for, kind_columns, within_band
+    from roofline.evidence.published import validation_table
 
     t = kind_columns(validation_table())
     cal = t[(t["use"] == "calibration") & t["error_engine"].notna()]
@@ -158,7 +158,7 @@ def test_the_calibration_rows_errors_lie_within_their_own_bands():
 def test_a_band_is_the_conformal_quantile_of_its_rows():
     """With n held-out rows the band is the ceil(0.8 (n + 1))-th smallest |error|: the largest of four, the eighth of
     nine; the plain 80% quantile of three rows (between the second and the third) claims more than it covers."""
-    from roofline.error_bands import MIN_ROWS, band_quantile
+    from roofline.evidence.error_bands import MIN_ROWS, band_quantile
 
     assert MIN_ROWS == 4
     assert band_quantile([0.01, 0.02, 0.03, 0.04]) == 0.04

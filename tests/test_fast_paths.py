@@ -10,9 +10,12 @@ import dataclasses
 import numpy as np
 import pytest
 
-from roofline.cost import array_sum, forward_cost, scalar_count
-from roofline.errors import SpecroofError
-from roofline.gamma_policies import (
+from roofline.core.errors import SpecroofError
+from roofline.costing.passtime import _step_time, device_memory, pass_cost, pass_seconds, pass_time
+from roofline.costing.pricing import Pricing
+from roofline.passes.cost import array_sum, forward_cost, scalar_count
+from roofline.passes.model import PRESETS, get_model
+from roofline.speculation.gamma_policies import (
     BatchSchedule,
     GammaPolicy,
     HeuristicSchedule,
@@ -21,9 +24,6 @@ from roofline.gamma_policies import (
     _simulate_stream,
     compare_policies,
 )
-from roofline.model import PRESETS, get_model
-from roofline.passtime import _step_time, device_memory, pass_cost, pass_seconds, pass_time
-from roofline.pricing import Pricing
 
 REL = 1e-12
 GPUS = ("h100-sxm-80gb", "a100-sxm-80gb", "mi300x-192gb", "l4-24gb")
@@ -148,7 +148,7 @@ def _assert_same_breakdown(fast, slow):
 
 
 def test_scalar_pass_time_equals_the_array_step_time(monkeypatch):
-    import roofline.cost as cost_mod
+    import roofline.passes.cost as cost_mod
 
     rng = np.random.default_rng(9)
     for pr in _pricings(rng, 16):
@@ -247,7 +247,7 @@ def test_simulate_policy_takes_the_stream_walk_and_compare_policies_is_unchanged
     pr = Pricing.of("h100-sxm-80gb")
     args = ("llama-3.1-8b", "llama-3.2-1b", [0.8, 0.7, 0.6], [HeuristicSchedule(), BatchSchedule({1: 2})])
     fast = compare_policies(pr, *args, rounds=4000)
-    import roofline.gamma_policies as gp
+    import roofline.speculation.gamma_policies as gp
 
     walk = gp._simulate_stream
     try:
@@ -262,7 +262,7 @@ def test_simulate_policy_takes_the_stream_walk_and_compare_policies_is_unchanged
 
 def test_short_sweeps_priced_one_by_one_match_the_array_path():
     """A tree's levels and a chain's steps (short 1-D sweeps) take the plain-float path; long ones the array path."""
-    from roofline import passtime
+    from roofline.costing import passtime
 
     rng = np.random.default_rng(2)
     spec = get_model("llama-3.2-1b")
@@ -305,11 +305,11 @@ def test_the_page_writes_each_figure_from_one_draw_with_savefigs_pixels(tmp_path
 @pytest.fixture
 def slow_paths(monkeypatch):
     """Every fast path off: passes through the array path, policies round by round, trees rebuilt each time."""
-    import roofline.cost as cost
-    import roofline.gamma_policies as gp
-    import roofline.passtime.passes as pt
-    import roofline.predict as pd_
-    import roofline.tree_sizing as ts
+    import roofline.costing.passtime.passes as pt
+    import roofline.deploy.tree_sizing as ts
+    import roofline.passes.cost as cost
+    import roofline.speculation.gamma_policies as gp
+    import roofline.speculation.predict as pd_
 
     def slow():
         monkeypatch.setattr(cost, "scalar_config", lambda *a, **k: None)  # forward_cost's own scalar shortcut
@@ -331,7 +331,7 @@ def slow_paths(monkeypatch):
 def test_page_sections_give_the_slow_paths_rows(tmp_path, slow_paths):
     """The answer, the plan and the tree sections' summary rows, and the heuristic schedule's alpha, computed with
     the fast paths and again with every one of them off: the same rows (to floating-point noise)."""
-    import roofline.predict as pd_
+    import roofline.speculation.predict as pd_
     from specroof import report
 
     gpus = ["a100-sxm-80gb", "h100-sxm-80gb"]
@@ -368,7 +368,7 @@ def test_scalar_results_fill_every_field_of_their_dataclasses():
 
 
 def test_scalar_memory_footprint_equals_the_array_one():
-    from roofline.passtime import memory_footprint
+    from roofline.costing.passtime import memory_footprint
 
     for name in ("llama-3.1-8b", "mixtral-8x7b"):
         for b, c, n in ((1, 1024, 1), (7, 0, 5), (64, 30000, 17)):
@@ -424,8 +424,8 @@ def test_scalar_pass_seconds_of_latent_and_sliding_attention_matches_the_array_p
 @pytest.mark.parametrize("engine", [None, "vllm", "compiled", "hf"])
 def test_scalar_pass_time_over_presets_dtypes_tp_trees_and_chains_equals_the_array_step_time(engine, monkeypatch):
     """Every preset, three dtypes, one and two devices, a chain's verify pass and a tree's: StepTime field by field."""
-    import roofline.cost as cost_mod
-    from roofline.passtime import step_pricer
+    import roofline.passes.cost as cost_mod
+    from roofline.costing.passtime import step_pricer
 
     tree = np.array([1, 2, 2, 3, 3, 3, 4])
     took_the_coefficients = 0
@@ -457,8 +457,8 @@ def test_scalar_pass_time_over_presets_dtypes_tp_trees_and_chains_equals_the_arr
 def test_scalar_pass_time_reaches_every_time_model_branch(monkeypatch):
     """pass_time's coefficient arrays under a measured profile's terms: gemv bandwidth, the attention rate,
     small-matmul saturation and partial overlap, with and without an engine, over one and two devices."""
-    import roofline.cost as cost_mod
-    from roofline.passtime import step_pricer
+    import roofline.passes.cost as cost_mod
+    from roofline.costing.passtime import step_pricer
 
     for engine in (None, "serving", "vllm"):
         for tp in (1, 2):

@@ -47,8 +47,8 @@ def test_the_fit_gives_each_few_row_kernel_range_its_own_rate_and_finds_it_again
     # a CPU whose 2-row and 3-16-row kernels stream at rates of their own (the harness picks a kernel per range):
     # the fit must find both again, leaving no residual by range, and fit no rate to a range without two points
     from measure.fit import fit
-    from roofline.hardware import Measured
-    from roofline.model import ModelSpec
+    from roofline.costing.hardware import Measured
+    from roofline.passes.model import ModelSpec
 
     m = Measured(
         bandwidth_bytes_per_s=9e9,
@@ -82,8 +82,8 @@ def test_a_range_gets_its_own_rate_only_where_the_data_support_it():
     import numpy as np
 
     from measure.fit import fit
-    from roofline.hardware import Measured
-    from roofline.model import ModelSpec
+    from roofline.costing.hardware import Measured
+    from roofline.passes.model import ModelSpec
 
     spec = ModelSpec("m", 4, 1024, 16, 16, 64, 3072, 256, max_context=4096)
     start = load_hardware("a100-sxm-80gb").replace(bandwidth_bytes_per_s=10e9, peak_flop_per_s={"fp32": 2e11})

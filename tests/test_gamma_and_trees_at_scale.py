@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from roofline import SpecroofError, load_hardware
-from roofline.gamma_policies import (
+from roofline.deploy.tree_sizing import best_tree_size, stops_paying, trees_vs_batch
+from roofline.speculation.gamma_policies import (
     BatchSchedule,
     ConfidenceStop,
     HeuristicSchedule,
@@ -18,9 +19,8 @@ from roofline.gamma_policies import (
     compare_policies,
     simulate_policy,
 )
-from roofline.speculative import expected_tokens_curve
-from roofline.tree_sizing import best_tree_size, stops_paying, trees_vs_batch
-from roofline.trees import (
+from roofline.speculation.speculative import expected_tokens_curve
+from roofline.speculation.trees import (
     SiblingRankAcceptance,
     Tree,
     optimal_tree,
@@ -169,7 +169,7 @@ def test_plan_and_tree_take_offload(capsys):
 
 
 def test_ddtree_grows_a_block_drafters_marginals_best_first():
-    from roofline.trees import ddtree
+    from roofline.speculation.trees import ddtree
 
     # depth 1: token 1 (0.6), then token 2 (0.3); depth 2: token 3 (0.5), then token 0 (0.4)
     q = np.array([[0.1, 0.6, 0.3, 0.0], [0.4, 0.1, 0.0, 0.5]])

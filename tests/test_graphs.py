@@ -15,9 +15,9 @@ from measure.models import Transformer, context_bucket  # noqa: E402
 from measure.serve import serve  # noqa: E402
 from measure.timing import PassTimer, time_fn  # noqa: E402
 from roofline import SpecroofError  # noqa: E402
-from roofline.model import ModelSpec  # noqa: E402
-from roofline.trees import Tree  # noqa: E402
-from roofline.verification import SamplingParams  # noqa: E402
+from roofline.passes.model import ModelSpec  # noqa: E402
+from roofline.speculation.trees import Tree  # noqa: E402
+from roofline.speculation.verification import SamplingParams  # noqa: E402
 
 SPEC = ModelSpec("target", 4, 64, 4, 2, 16, 128, 50, max_context=1024)
 PROMPTS = [[1, 2, 3, 4, 5], [7, 8, 9], [3, 3, 3, 3, 3, 3, 3], [10, 11, 12, 10, 11, 12, 10, 11]]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from roofline import SpecroofError, list_hardware, load_hardware
-from roofline.hardware import parse_profile
+from roofline.costing.hardware import parse_profile
 
 PROFILES = Path(__file__).resolve().parents[1] / "hardware_profiles"
 

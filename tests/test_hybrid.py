@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 import roofline as rf
-from roofline.cost import RECURRENT_MAX_TOKENS, forward_cost
-from roofline.errors import SpecroofError
-from roofline.model import ModelSpec, get_model
-from roofline.passtime import memory_footprint, pass_seconds, pass_time
-from roofline.speculative import checkpoint_seconds
+from roofline.core.errors import SpecroofError
+from roofline.costing.passtime import memory_footprint, pass_seconds, pass_time
+from roofline.passes.cost import RECURRENT_MAX_TOKENS, forward_cost
+from roofline.passes.model import ModelSpec, get_model
+from roofline.speculation.speculative import checkpoint_seconds
 from specroof.cli import main
 
 DATA = Path(__file__).parent / "data" / "hybrid"

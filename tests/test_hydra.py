@@ -7,7 +7,12 @@ import dataclasses
 import numpy as np
 import pytest
 
-from roofline.drafters import (
+from roofline.core.errors import SpecroofError
+from roofline.costing.engine import load_engine
+from roofline.costing.pricing import Pricing
+from roofline.evidence.published import validation_table
+from roofline.passes.model import ModelSpec, get_model
+from roofline.speculation.drafters import (
     MEDUSA_TREE_PATHS,
     TREE_PRESETS,
     Ctx,
@@ -17,13 +22,8 @@ from roofline.drafters import (
     default_tree,
     round_time,
 )
-from roofline.engine import load_engine
-from roofline.errors import SpecroofError
-from roofline.model import ModelSpec, get_model
-from roofline.predict import predict_speedup
-from roofline.pricing import Pricing
-from roofline.published import validation_table
-from roofline.trees import Tree
+from roofline.speculation.predict import predict_speedup
+from roofline.speculation.trees import Tree
 
 V7 = get_model("vicuna-7b")
 D, VOCAB = V7.d_model, V7.vocab_size

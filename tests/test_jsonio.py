@@ -2,7 +2,7 @@ import json
 
 import numpy as np
 
-from roofline.jsonio import dumps
+from roofline.core.jsonio import dumps
 
 
 def test_strict_json_with_numpy_and_non_finite_values():

@@ -14,8 +14,8 @@ import torch.nn.functional as F  # noqa: E402
 
 from measure import microbench  # noqa: E402
 from measure.models import Transformer, attend, attention_mask, context_bucket  # noqa: E402
-from roofline.model import ModelSpec  # noqa: E402
-from roofline.trees import Tree  # noqa: E402
+from roofline.passes.model import ModelSpec  # noqa: E402
+from roofline.speculation.trees import Tree  # noqa: E402
 
 SPEC = ModelSpec("gqa", 2, 64, 4, 2, 16, 128, 50, max_context=1024)
 TREE = Tree([-1, -1, 0, 0, 1, 2])

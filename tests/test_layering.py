@@ -165,3 +165,54 @@ def test_the_graph_sees_imports_inside_functions_and_type_checking_blocks(tmp_pa
     cycle = find_cycle(graph)
     assert cycle is not None and cycle[0] == cycle[-1] and len(cycle) == 3
     assert find_cycle({k: v for k, v in graph.items() if k not in ("roofline.b", "roofline.c")}) is None
+
+
+#: roofline/'s layer folders, bottom first (docs/architecture.md): a module imports its own folder and those below;
+#: the modules at roofline/'s top (the package's names, plot, explore) sit above every folder
+ROOFLINE_LAYERS = ("core", "passes", "costing", "speculation", "deploy", "serving", "evidence")
+
+
+def _roofline_layer(module: str) -> int:
+    parts = module.split(".")
+    return ROOFLINE_LAYERS.index(parts[1]) if len(parts) > 1 and parts[1] in ROOFLINE_LAYERS else len(ROOFLINE_LAYERS)
+
+
+def test_roofline_folders_import_down_only():
+    graph = import_graph()
+    wrong = sorted(
+        f"{m} imports {n}"
+        for m, edges in graph.items()
+        if m.startswith("roofline.")
+        for n in edges
+        if n.startswith("roofline.") and _roofline_layer(n) > _roofline_layer(m)
+    )
+    assert not wrong, "; ".join(wrong)
+
+
+def test_the_layering_check_catches_an_upward_import():
+    # a core module importing the planner is an upward edge; the check must see it
+    assert _roofline_layer("roofline.deploy.planner") > _roofline_layer("roofline.core.errors")
+    assert _roofline_layer("roofline.plot") == len(ROOFLINE_LAYERS)
+
+
+def test_roofline_top_is_its_layers_each_with_a_docstring():
+    top = sorted(p.name for p in (ROOT / "roofline").iterdir() if not p.name.startswith((".", "__pycache__")))
+    assert len(top) <= 12, top
+    for layer in ROOFLINE_LAYERS:
+        init = ROOT / "roofline" / layer / "__init__.py"
+        doc = ast.get_docstring(ast.parse(init.read_text()))
+        # its first line says the layer (serving's goes on to describe the simulator)
+        assert doc and doc.splitlines()[0].strip().endswith("."), (
+            f"roofline/{layer}/ needs a docstring saying its layer"
+        )
+
+
+def test_every_public_name_and_old_module_name_is_kept():
+    import roofline as rf
+
+    for name in rf.__all__ if hasattr(rf, "__all__") else []:
+        assert getattr(rf, name) is not None, name
+    assert rf.trees.Tree is rf.Tree if hasattr(rf, "Tree") else rf.trees.Tree
+    from roofline import planner  # a flat name of before the layer folders
+
+    assert planner.__name__ == "roofline.deploy.planner"

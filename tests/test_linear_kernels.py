@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from measure import models
 from measure.models import Linear, Transformer, fastest_linear, kernel_candidates, rows_bucket, run_linear
-from roofline.model import ModelSpec
+from roofline.passes.model import ModelSpec
 
 SPEC = ModelSpec("tiny", 2, 64, 4, 2, 16, 128, 97, max_context=64)
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from roofline.drafters import Ctx, as_drafter
-from roofline.model import get_model
-from roofline.passtime import kv_bound_context, kv_share, pass_seconds
-from roofline.planner import plan
-from roofline.pricing import Pricing
-from roofline.speculative import speedup
+from roofline.costing.passtime import kv_bound_context, kv_share, pass_seconds
+from roofline.costing.pricing import Pricing
+from roofline.deploy.planner import plan
+from roofline.passes.model import get_model
+from roofline.speculation.drafters import Ctx, as_drafter
+from roofline.speculation.speculative import speedup
 
 T8B = "llama-3.1-8b"
 SPEC = get_model(T8B)

@@ -196,7 +196,10 @@ def test_ci_runs_the_readme_commands_verbatim():
     first = subprocess.run(
         [sys.executable, str(ROOT / ".ci" / "readme_commands.py"), "1"], capture_output=True, text=True, check=True
     ).stdout.strip()
-    assert first == "python3 -m venv .venv && .venv/bin/pip install -q torch==2.13.0 '.[measure]' && .venv/bin/specroof report"
+    assert (
+        first
+        == "python3 -m venv .venv && .venv/bin/pip install -q torch==2.13.0 '.[measure]' && .venv/bin/specroof report"
+    )
     ci = (ROOT / ".ci" / "run").read_text()
     assert "readme_commands.py 1" in ci and "check_report.py" in ci and "--measured" in ci
     assert 'rm -rf "$WORK"' in ci  # no GB-sized venv left in the temp folder
@@ -238,7 +241,7 @@ def test_a_ctrl_c_swallowed_by_a_finalizer_still_stops_the_report(tmp_path):
     the report must still stop at the next section instead of running the rest."""
     import weakref
 
-    from roofline import interrupts
+    from roofline.core import interrupts
     from specroof.report import write_report
 
     ran = []

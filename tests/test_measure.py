@@ -17,10 +17,10 @@ from measure.microbench import bandwidth, dispatch_overhead, matmul_flops, measu
 from measure.store import SweepStore  # noqa: E402
 from measure.timing import time_fn  # noqa: E402
 from roofline import SpecroofError, load_hardware  # noqa: E402
-from roofline.hardware import Measured  # noqa: E402
-from roofline.model import ModelSpec  # noqa: E402
-from roofline.passtime import combine  # noqa: E402
-from roofline.trees import Tree  # noqa: E402
+from roofline.costing.hardware import Measured  # noqa: E402
+from roofline.costing.passtime import combine  # noqa: E402
+from roofline.passes.model import ModelSpec  # noqa: E402
+from roofline.speculation.trees import Tree  # noqa: E402
 from specroof.cli import main  # noqa: E402
 
 TINY = ModelSpec("tiny", 2, 64, 4, 2, 16, 128, 97, max_context=512)

@@ -30,12 +30,12 @@ from measure.engine_fit import (  # noqa: E402
 from measure.frameworks import hf, torch_eager  # noqa: E402
 from measure.pair import held_out_prompts, load_pair  # noqa: E402
 from measure.specval import error_summary, machine_load, mark_noise  # noqa: E402
-from roofline.drafters import DraftModel  # noqa: E402
-from roofline.errors import SpecroofError  # noqa: E402
-from roofline.hardware import load_hardware  # noqa: E402
-from roofline.measured_engine import load_measured_engine, measured_engine_from_dict  # noqa: E402
-from roofline.pricing import Pricing  # noqa: E402
-from roofline.speculative import predict_speedup  # noqa: E402
+from roofline.core.errors import SpecroofError  # noqa: E402
+from roofline.costing.hardware import load_hardware  # noqa: E402
+from roofline.costing.measured_engine import load_measured_engine, measured_engine_from_dict  # noqa: E402
+from roofline.costing.pricing import Pricing  # noqa: E402
+from roofline.speculation.drafters import DraftModel  # noqa: E402
+from roofline.speculation.speculative import predict_speedup  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -440,7 +440,7 @@ class _PricedFramework(_FakeFramework):
 
     def generate(self, model, prompts, n, *, assistant=None, gamma=0, count=False, clock=None):
         from measure.frameworks.common import FrameworkRun
-        from roofline.passtime import pass_seconds
+        from roofline.costing.passtime import pass_seconds
 
         if assistant is None:
             step = float(pass_seconds(model.spec, self.pr, len(prompts), 1, self.context))

@@ -21,7 +21,7 @@ from measure.fit import fit  # noqa: E402
 from measure.pair import PairConfig  # noqa: E402
 from measure.store import FolderLock, SweepStore, read_results  # noqa: E402
 from roofline import SpecroofError, load_hardware  # noqa: E402
-from roofline.model import ModelSpec  # noqa: E402
+from roofline.passes.model import ModelSpec  # noqa: E402
 
 TINY = ModelSpec("tiny", 2, 64, 4, 2, 16, 128, 100, max_context=512)
 GRID = dict(batch=[1], new_tokens=[1, 2], context=[0], dtype=["fp32"], repeats=1, progress=False)
@@ -280,7 +280,7 @@ _DYING = """
 import os, signal, sys
 import measure.store as st
 import measure.sweep as sweeps
-from roofline.model import ModelSpec
+from roofline.passes.model import ModelSpec
 k, mode, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 real = st.SweepStore.append
 count = {"n": 0}

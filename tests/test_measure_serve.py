@@ -16,8 +16,8 @@ from measure.models import Transformer  # noqa: E402
 from measure.serve import serve  # noqa: E402
 from measure.serve_check import _verdicts, latency_summary, requests_per_run, with_pass_overhead  # noqa: E402
 from roofline import SpecroofError  # noqa: E402
-from roofline.hardware import Hardware, Measured  # noqa: E402
-from roofline.model import ModelSpec  # noqa: E402
+from roofline.costing.hardware import Hardware, Measured  # noqa: E402
+from roofline.passes.model import ModelSpec  # noqa: E402
 
 SPEC = ModelSpec("target", 4, 64, 4, 2, 16, 128, 50, max_context=1024)
 

@@ -10,9 +10,9 @@ import json
 import numpy as np
 import pytest
 
-from roofline.cost import forward_cost
-from roofline.errors import SpecroofError
-from roofline.model import PRESETS, ModelSpec, get_model
+from roofline.core.errors import SpecroofError
+from roofline.passes.cost import forward_cost
+from roofline.passes.model import PRESETS, ModelSpec, get_model
 from specroof.cli import main
 
 # config.json of each model on the Hugging Face hub (the fields the cost model reads, as published)
@@ -312,8 +312,8 @@ def test_the_harness_refuses_to_build_what_it_would_build_wrong():
 def test_mla_cache_is_whole_on_every_tensor_parallel_rank():
     """TP splits MLA's heads, not its latent cache: each of 8 ranks reads all of it, so the attention products' memory
     time is the one-GPU time, while a GQA model's KV read splits 8 ways. Scalar and array paths agree."""
-    from roofline.hardware import load_hardware
-    from roofline.passtime import pass_time
+    from roofline.costing.hardware import load_hardware
+    from roofline.costing.passtime import pass_time
 
     tm = load_hardware("h200-sxm-141gb").time_model()
     for name, split in (("deepseek-v3", False), ("llama-3.1-70b", True)):

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from roofline.errors import SpecroofError
-from roofline.model import HF_IDS, PRESETS, get_model, hf_id
+from roofline.core.errors import SpecroofError
+from roofline.passes.model import HF_IDS, PRESETS, get_model, hf_id
 
 
 def test_every_preset_lists_the_ids_it_stands_for():
@@ -166,7 +166,7 @@ def test_the_served_presets_are_shaped_as_their_configs_say():
 
 
 def test_multimodal_configs_are_read_from_their_text_config(tmp_path):
-    from roofline.model import ModelSpec
+    from roofline.passes.model import ModelSpec
 
     gemma = {
         "model_type": "gemma3",
@@ -207,7 +207,7 @@ def test_multimodal_configs_are_read_from_their_text_config(tmp_path):
 
 
 def test_a_snapshot_path_is_named_by_its_model_id(tmp_path):
-    from roofline.model import ModelSpec
+    from roofline.passes.model import ModelSpec
 
     path = _cache_fixture(tmp_path, "acme/Qwen3-8B-finetune", QWEN3_8B, snapshot="0123abcd")
     assert ModelSpec.from_hf_config(path).name == "acme/Qwen3-8B-finetune"

@@ -9,8 +9,8 @@ torch = pytest.importorskip("torch")
 
 from measure.models import Transformer  # noqa: E402
 from roofline import SpecroofError  # noqa: E402
-from roofline.model import ModelSpec  # noqa: E402
-from roofline.trees import Tree  # noqa: E402
+from roofline.passes.model import ModelSpec  # noqa: E402
+from roofline.speculation.trees import Tree  # noqa: E402
 
 SPEC = ModelSpec("tiny", 2, 64, 4, 2, 16, 128, 97, max_context=256)
 ATOL = 2e-5

@@ -8,14 +8,14 @@ import dataclasses
 import numpy as np
 import pytest
 
-from roofline.cost import expected_experts_touched
-from roofline.engine import load_engine
-from roofline.errors import SpecroofError
-from roofline.model import get_model
-from roofline.passtime import fused_moe_layer_seconds, pass_seconds, pass_time
-from roofline.pricing import Pricing
-from roofline.published_kernels import fit_moe_kernel, kernel_summary, kernel_table, load_kernel_rows
-from roofline.timemodel import DENSE_MLP_FLOOR_SHARE
+from roofline.core.errors import SpecroofError
+from roofline.costing.engine import load_engine
+from roofline.costing.passtime import fused_moe_layer_seconds, pass_seconds, pass_time
+from roofline.costing.pricing import Pricing
+from roofline.costing.timemodel import DENSE_MLP_FLOOR_SHARE
+from roofline.evidence.published_kernels import fit_moe_kernel, kernel_summary, kernel_table, load_kernel_rows
+from roofline.passes.cost import expected_experts_touched
+from roofline.passes.model import get_model
 
 SERVING = ("vllm", "vllm-0.12", "vllm-0.14", "sglang", "sglang-spec-v2")
 

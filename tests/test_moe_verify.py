@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 
 import roofline as rf
-from roofline.acceptance import MeanAccepted, PositionCurve
-from roofline.cost import expected_experts_touched, forward_cost, moe_expert_rows
-from roofline.drafters import EAGLE3_HEADS, Ctx, as_drafter
-from roofline.errors import SpecroofError
-from roofline.passtime import moe_kernel_of, pass_seconds
-from roofline.planner import plan
-from roofline.predict import predict_speedup
-from roofline.pricing import Pricing
-from roofline.speculative import speedup
+from roofline.core.errors import SpecroofError
+from roofline.costing.passtime import moe_kernel_of, pass_seconds
+from roofline.costing.pricing import Pricing
+from roofline.deploy.planner import plan
+from roofline.passes.cost import expected_experts_touched, forward_cost, moe_expert_rows
+from roofline.speculation.acceptance import MeanAccepted, PositionCurve
+from roofline.speculation.drafters import EAGLE3_HEADS, Ctx, as_drafter
+from roofline.speculation.predict import predict_speedup
+from roofline.speculation.speculative import speedup
 
 H200 = "h200-sxm-141gb"
 GIB = 2**30

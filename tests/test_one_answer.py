@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import roofline as rf
-from roofline.error_bands import band_for as kind_band
-from roofline.passtime import pass_cost
-from roofline.pricing import Pricing
+from roofline.costing.passtime import pass_cost
+from roofline.costing.pricing import Pricing
+from roofline.evidence.error_bands import band_for as kind_band
 from specroof.cli import main
 
 

@@ -14,11 +14,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from roofline.engine import load_engine
-from roofline.engine_fits import calibrate
-from roofline.errors import SpecroofError
-from roofline.passtime import pass_time
-from roofline.published import load_published, predict_row, published_figure, validation_table
+from roofline.core.errors import SpecroofError
+from roofline.costing.engine import load_engine
+from roofline.costing.passtime import pass_time
+from roofline.evidence.engine_fits import calibrate
+from roofline.evidence.published import load_published, predict_row, published_figure, validation_table
 
 SOURCE = "splitwise_dgx_prefill.toml"
 
@@ -76,7 +76,7 @@ def test_compute_fraction_is_what_the_compute_bound_rows_measure(rows):
 
 
 def test_the_validation_rows_are_priced_and_stored(splitwise):
-    from roofline.error_bands import compute_residuals
+    from roofline.evidence.error_bands import compute_residuals
 
     val = splitwise[splitwise["use"] == "validation"]
     assert {"a100-sxm-80gb", "h100-sxm-80gb"} <= set(val["hardware"])

@@ -9,7 +9,11 @@ import pytest
 
 import roofline as rf
 from roofline import SpecroofError
-from roofline.drafters import (
+from roofline.costing.hardware import HOST_LINKS
+from roofline.costing.pricing import Pricing, pricing_of
+from roofline.deploy.planner import recommend
+from roofline.deploy.tree_sizing import best_tree_size, trees_vs_batch
+from roofline.speculation.drafters import (
     MTP,
     DraftModel,
     Eagle,
@@ -23,12 +27,8 @@ from roofline.drafters import (
     named_drafter,
     round_time,
 )
-from roofline.hardware import HOST_LINKS
-from roofline.planner import recommend
-from roofline.pricing import Pricing, pricing_of
-from roofline.speculative import predict_speedup, speedup
-from roofline.tree_sizing import best_tree_size, trees_vs_batch
-from roofline.trees import SiblingRankAcceptance, Tree, optimal_tree
+from roofline.speculation.speculative import predict_speedup, speedup
+from roofline.speculation.trees import SiblingRankAcceptance, Tree, optimal_tree
 
 H100 = "h100-sxm-80gb"
 T8B = rf.get_model("llama-3.1-8b")

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from roofline.hardware import Measured, list_hardware, load_hardware, write_profile
+from roofline.costing.hardware import Measured, list_hardware, load_hardware, write_profile
 
 
 def _same(a, b, path=""):

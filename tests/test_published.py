@@ -7,12 +7,12 @@ import dataclasses
 import numpy as np
 import pytest
 
-from roofline.cost import forward_cost
-from roofline.engine import Engine, engine_from_dict, load_engine
-from roofline.errors import SpecroofError
-from roofline.hardware import load_hardware
-from roofline.published import load_published
-from roofline.timemodel import TimeModel
+from roofline.core.errors import SpecroofError
+from roofline.costing.engine import Engine, engine_from_dict, load_engine
+from roofline.costing.hardware import load_hardware
+from roofline.costing.timemodel import TimeModel
+from roofline.evidence.published import load_published
+from roofline.passes.cost import forward_cost
 
 
 def _tm(hardware: str, engine: Engine | str) -> TimeModel:
@@ -62,7 +62,7 @@ def test_the_launch_pipeline_matches_a_kernel_by_kernel_simulation():
         cost = forward_cost("llama-2-7b", 4, 1, 900, weight_dtype="bf16")
         tm = _tm("a100-sxm-80gb", eng)
         op_mem, op_comp = tm.operator_times(cost, "bf16")
-        from roofline.timemodel import combine
+        from roofline.costing.timemodel import combine
 
         op = dict(zip(cost.operators, np.maximum(op_mem, op_comp).reshape(len(cost.operators)), strict=True))
         k, nl = eng.launches, cost.n_layers

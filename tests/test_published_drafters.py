@@ -7,11 +7,11 @@ import re
 
 import pytest
 
-from roofline.drafter_presets import PUBLISHED_DRAFTERS, draft_repos, published
-from roofline.drafters import ParallelBlock, as_drafter, default_gamma
-from roofline.engine_flags import EngineSetting, emit_flags
-from roofline.errors import SpecroofError
-from roofline.model import HF_IDS, PRESETS, get_model
+from roofline.core.errors import SpecroofError
+from roofline.deploy.engine_flags import EngineSetting, emit_flags
+from roofline.passes.model import HF_IDS, PRESETS, get_model
+from roofline.speculation.drafter_presets import PUBLISHED_DRAFTERS, draft_repos, published
+from roofline.speculation.drafters import ParallelBlock, as_drafter, default_gamma
 
 
 def test_every_published_drafter_names_a_preset_target_and_a_method():
@@ -49,7 +49,7 @@ def test_a_dflash_config_file_gives_its_block_size(tmp_path):
 
 def test_the_plan_never_drafts_more_than_a_block_holds():
     from roofline import load_hardware
-    from roofline.planner import plan
+    from roofline.deploy.planner import plan
 
     d = as_drafter("dflash", get_model("qwen3-8b"))
     t = plan(load_hardware("h100-sxm-80gb"), "qwen3-8b", d, 0.7, batch=1, context=1024)
@@ -90,7 +90,7 @@ def test_the_models_page_lists_every_preset_and_published_drafter():
 
 def test_the_api_and_speedup_resolve_dflash_by_the_target():
     from roofline import load_hardware
-    from roofline.predict import predict_speedup
+    from roofline.speculation.predict import predict_speedup
 
     r = predict_speedup(hardware=load_hardware("h100-sxm-80gb"), target="qwen3-8b", drafter="dflash", alpha=0.7)
     assert r.gamma == 15  # the published block of 16: the anchor and 15 drafts

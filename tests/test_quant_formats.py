@@ -6,12 +6,12 @@ import dataclasses
 
 import pytest
 
-from roofline.drafters import as_drafter, round_time
-from roofline.dtypes import dtype_bytes, weight_format
-from roofline.errors import SpecroofError
-from roofline.model import get_model
-from roofline.passtime import pass_time
-from roofline.pricing import Pricing
+from roofline.core.errors import SpecroofError
+from roofline.costing.passtime import pass_time
+from roofline.costing.pricing import Pricing
+from roofline.passes.dtypes import dtype_bytes, weight_format
+from roofline.passes.model import get_model
+from roofline.speculation.drafters import as_drafter, round_time
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 from measure import graphs, timing  # noqa: E402
 from measure.decode import speculative_generate  # noqa: E402
 from measure.models import Transformer  # noqa: E402
-from roofline.model import ModelSpec  # noqa: E402
+from roofline.passes.model import ModelSpec  # noqa: E402
 
 
 class Clock:

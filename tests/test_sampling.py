@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-import roofline.verification as ns
+import roofline.speculation.verification as ns
 from roofline import SpecroofError
-from roofline.speculative import acceptance_rate, expected_tokens
-from roofline.trees import Tree
-from roofline.verification import SamplingParams, accept_or_correct, process_logits
+from roofline.speculation.speculative import acceptance_rate, expected_tokens
+from roofline.speculation.trees import Tree
+from roofline.speculation.verification import SamplingParams, accept_or_correct, process_logits
 
 N = 200_000
 V = 6
@@ -620,7 +620,7 @@ def _tiny_pair():
     import torch
 
     from measure.models import Transformer
-    from roofline.model import ModelSpec
+    from roofline.passes.model import ModelSpec
 
     spec = ModelSpec("lossless-tiny", 1, 16, 2, 2, 8, 32, V, max_context=64)
     torch.manual_seed(0)

@@ -1,12 +1,12 @@
 """The scalar pricers are derived from the time model's one definition, not written beside it.
 
-Every time-model rule lives once, on :class:`roofline.timemodel.TimeModel` (the streaming rates, the memory and
+Every time-model rule lives once, on :class:`roofline.costing.timemodel.TimeModel` (the streaming rates, the memory and
 compute sides of an operator, the small-pass factor, the overlap, the fixed overheads, the all-reduces, the host's
-issuing and the step time, the engine's extra terms); the scalar pricers of :mod:`roofline.passtime` tabulate
+issuing and the step time, the engine's extra terms); the scalar pricers of :mod:`roofline.costing.passtime` tabulate
 those functions on the cost of one unit of each variable and compose with them (docs/cost-model.md, section 47),
-and the speedup and round formulas exist once in :mod:`roofline.speculative` and :mod:`roofline.drafters`. So
+and the speedup and round formulas exist once in :mod:`roofline.speculation.speculative` and :mod:`roofline.speculation.drafters`. So
 these tests check the derivation: a rule changed in its one place moves the scalar and the array results alike,
-and a term added through the public extension point (:attr:`roofline.engine.Engine.pass_terms`) reaches every
+and a term added through the public extension point (:attr:`roofline.costing.engine.Engine.pass_terms`) reaches every
 path. The reference is the same call with the scalar pricer and the plans switched off (``array_path``). No
 timing here (benchmarks/bench_scalar.py times them).
 """
@@ -20,22 +20,22 @@ import itertools
 import numpy as np
 import pytest
 
-import roofline.drafters as drafters
-import roofline.drafters.round as drafters_round
-import roofline.passtime as passtime
-import roofline.passtime.passes as passes
-import roofline.passtime.pricer as pricer
-import roofline.predict as predict
-import roofline.speculative as speculative
-from roofline.closed_forms import expected_tokens, expected_tokens_scalar
-from roofline.drafters import TREE_PRESETS, as_drafter, round_time
-from roofline.engine import Engine, load_engine
-from roofline.errors import SpecroofError
-from roofline.model import PRESETS, get_model
-from roofline.pricing import Pricing
-from roofline.speculative import predict_speedup, speedup
-from roofline.timemodel import TimeModel
-from roofline.trees import Tree
+import roofline.costing.passtime as passtime
+import roofline.costing.passtime.passes as passes
+import roofline.costing.passtime.pricer as pricer
+import roofline.speculation.drafters as drafters
+import roofline.speculation.drafters.round as drafters_round
+import roofline.speculation.predict as predict
+import roofline.speculation.speculative as speculative
+from roofline.core.errors import SpecroofError
+from roofline.costing.engine import Engine, load_engine
+from roofline.costing.pricing import Pricing
+from roofline.costing.timemodel import TimeModel
+from roofline.passes.model import PRESETS, get_model
+from roofline.speculation.closed_forms import expected_tokens, expected_tokens_scalar
+from roofline.speculation.drafters import TREE_PRESETS, as_drafter, round_time
+from roofline.speculation.speculative import predict_speedup, speedup
+from roofline.speculation.trees import Tree
 
 REL = 1e-12
 
@@ -408,9 +408,9 @@ def test_a_named_profile_is_looked_up_by_its_file_and_mtime(tmp_path):
     """pass_time with a hardware name gives the Pricing.of answer; a profile file rewritten on disk is read again."""
     import os
 
-    from roofline.hardware import profile_path
-    from roofline.passtime import pass_time
-    from roofline.pricing import pricing_of
+    from roofline.costing.hardware import profile_path
+    from roofline.costing.passtime import pass_time
+    from roofline.costing.pricing import pricing_of
 
     spec = get_model("llama-3.1-8b")
     by_name = pass_time(spec, "h100-sxm-80gb", 1, 1, 1024)
@@ -435,8 +435,8 @@ def test_a_named_profile_is_looked_up_by_its_file_and_mtime(tmp_path):
 def test_a_builtin_profile_name_reads_its_mtime_at_most_every_recheck_interval(tmp_path, monkeypatch):
     """A built-in profile asked for by name has its file's mtime read at most every BUILTIN_RECHECK_S seconds, and a
     rewrite is seen at the next check; a profile given by path (a built-in one's file too) is checked on every call."""
-    import roofline.pricing as pricing
-    from roofline.hardware import profile_path
+    import roofline.costing.pricing as pricing
+    from roofline.costing.hardware import profile_path
 
     clock, stats, moved = [1000.0], [], {}
     real = pricing._stamp
@@ -583,8 +583,8 @@ def test_a_rewritten_profile_file_is_read_again_by_every_scalar_call(tmp_path):
     what a fresh Pricing of the new file gives; profile_path finds the file load_hardware reads."""
     import os
 
-    from roofline.hardware import load_hardware, profile_path
-    from roofline.passtime import pass_time
+    from roofline.costing.hardware import load_hardware, profile_path
+    from roofline.costing.passtime import pass_time
 
     spec = get_model("llama-3.1-8b")
     builtin = profile_path("h100-sxm-80gb")
@@ -616,7 +616,7 @@ def test_a_rewritten_profile_file_is_read_again_by_every_scalar_call(tmp_path):
 def test_a_drafter_whose_tree_draft_time_is_its_own_is_priced_by_it(array_path):
     """A subclass that replaces tree_draft_time (the engine search's EAGLE layer run as SGLang runs it) keeps its own
     draft cost on the scalar path: the tree plan calls it, not the passes its parent class would draft."""
-    from roofline.engine_search import EngineDraft
+    from roofline.deploy.engine_search import EngineDraft
 
     pr, target = Pricing.of("h100-sxm-80gb"), get_model("llama-3.1-8b")
     for widths in ((1, 4, 4), (1, 4, 4, 4, 4, 4)):

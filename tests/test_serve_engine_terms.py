@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("torch")
 
 from measure.serve_check import acceptance_concentration  # noqa: E402
-from roofline.errors import SpecroofError  # noqa: E402
+from roofline.core.errors import SpecroofError  # noqa: E402
 
 
 def _rounds(alphas: np.ndarray, gamma: int, rounds: int, rng: np.random.Generator) -> pd.DataFrame:
@@ -53,9 +53,9 @@ def test_too_few_requests_or_no_rejection_tell_nothing():
 
 
 def test_the_prefill_host_term_adds_to_every_separate_prefill_step_and_nothing_else():
-    from roofline.drafters import DraftModel
-    from roofline.model import get_model
+    from roofline.passes.model import get_model
     from roofline.serving import pricing_context, step_prices
+    from roofline.speculation.drafters import DraftModel
 
     ctx = pricing_context("llama-3.1-8b", "h100-sxm-80gb")
     kw = dict(max_gamma=3, max_batch=8, max_tokens=2048, max_context=2048, prefill="separate")

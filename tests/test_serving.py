@@ -6,10 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from roofline.drafters import as_drafter
-from roofline.errors import SpecroofError
-from roofline.passtime import pass_seconds
-from roofline.pricing import Pricing
+from roofline.core.errors import SpecroofError
+from roofline.costing.passtime import pass_seconds
+from roofline.costing.pricing import Pricing
 from roofline.serving import (
     SchedulerConfig,
     Workload,
@@ -26,7 +25,8 @@ from roofline.serving import (
     step_prices,
 )
 from roofline.serving.metrics import ITL_LO_S, ITL_RATIO, itl_bins
-from roofline.speculative import speedup
+from roofline.speculation.drafters import as_drafter
+from roofline.speculation.speculative import speedup
 
 HW, TARGET, DRAFT = "h100-sxm-80gb", "llama-3.1-8b", "model:llama-3.2-1b"
 
@@ -73,7 +73,7 @@ def test_off_with_one_request_is_plain_decoding():
                    output_len=out, engine="serving")  # fmt: skip
     q = res.requests.iloc[0]
     pr = Pricing.of(HW, engine="serving")
-    from roofline.model import get_model
+    from roofline.passes.model import get_model
 
     spec = get_model(TARGET)
     prefill = float(pass_seconds(spec, pr, 1, inp, 0))
@@ -281,7 +281,7 @@ def test_disaggregated_prefill_and_decode_with_one_request_add_the_kv_transfer()
     res = simulate(hardware=HW, target=TARGET, policy="off", rates=[1.0], requests=1, input_len=inp,
                    output_len=out, engine="serving", disaggregate="1:1", kv_link_GB_per_s=50.0)  # fmt: skip
     q = res.requests.iloc[0]
-    from roofline.model import get_model
+    from roofline.passes.model import get_model
 
     spec = get_model(TARGET)
     pr = Pricing.of(HW, engine="serving")
@@ -315,7 +315,7 @@ def test_advancing_many_rounds_at_once_equals_stepping_one_round_at_a_time(monke
 def test_a_tree_policy_with_one_request_is_rounds_of_the_priced_tree():
     """EAGLE's 25-node tree, every path accepted (alpha 1): each round emits depth + 1 = 6 tokens and costs
     predict_speedup's tree round (draft level by level, one tree-masked verify pass, host time)."""
-    from roofline.predict import predict_speedup
+    from roofline.speculation.predict import predict_speedup
 
     inp, rounds = 500, 12
     out = 1 + 6 * rounds
@@ -337,7 +337,7 @@ def test_a_tree_policy_with_one_request_is_rounds_of_the_priced_tree():
 def test_separate_prefill_with_one_request_is_one_pass_of_the_prompt_plus_the_draft_models():
     """prefill="separate" (measure.serve's loop): the prompt is one target pass of its own, plus one pass of the
     draft model when the policy drafts with it; plain decoding never prefills the drafter. Fused stays as it was."""
-    from roofline.model import get_model
+    from roofline.passes.model import get_model
 
     inp, out = 200, 50
     pr = Pricing.of(HW, engine="serving")
@@ -358,7 +358,7 @@ def test_separate_prefill_runs_after_the_decode_round_whose_tokens_arrive_before
     """Request 0 prefills alone; request 1 arrives during that pass and joins the next step, which decodes
     request 0's last token (it finishes when the round ends) and then prefills request 1: its TTFT is the rest
     of request 0's prefill, the round and its own prefill. Fused, the step is one pass of both."""
-    from roofline.model import get_model
+    from roofline.passes.model import get_model
 
     spec, pr = get_model(TARGET), Pricing.of(HW, engine="serving")
     inp = 300

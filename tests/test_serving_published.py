@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from roofline import published
-from roofline.errors import SpecroofError
-from roofline.published import load_published, serving_crossovers, serving_table
+from roofline.core.errors import SpecroofError
+from roofline.evidence import published
+from roofline.evidence.published import load_published, serving_crossovers, serving_table
 
 SOURCE = "vllm_blog_spec_decode_4xh100"
 

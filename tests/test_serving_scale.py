@@ -9,16 +9,16 @@ import pandas as pd
 import pytest
 
 import roofline.serving.scheduler as scheduler
-from roofline.drafters import as_drafter
-from roofline.dtypes import dtype_bytes
-from roofline.errors import SpecroofError
-from roofline.hardware import load_hardware
-from roofline.model import get_model
-from roofline.parallel import EPCtx, all_to_all_link_bytes_per_s, all_to_all_s, ep_context
-from roofline.passtime import device_memory, memory_footprint
+from roofline.core.errors import SpecroofError
+from roofline.costing.hardware import load_hardware
+from roofline.costing.passtime import device_memory, memory_footprint
+from roofline.passes.dtypes import dtype_bytes
+from roofline.passes.model import get_model
 from roofline.serving import kv_capacity_tokens, pricing_context, simulate, step_prices
 from roofline.serving.scheduler import _blocks, _Gaps, _isum, _LogUniforms
 from roofline.serving.workload import TRACE_LENGTHS, Z90, draw_lengths, synthetic
+from roofline.speculation.drafters import as_drafter
+from roofline.speculation.parallel import EPCtx, all_to_all_link_bytes_per_s, all_to_all_s, ep_context
 
 HW, TARGET, DRAFT, MOE = "h100-sxm-80gb", "llama-3.1-8b", "model:llama-3.2-1b", "mixtral-8x7b"
 

@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 
 import roofline.serving.split as split
-from roofline.drafters import as_drafter
 from roofline.serving import SchedulerConfig, parse_policy, pricing_context, simulate, simulate_run, step_prices
 from roofline.serving.workload import synthetic
+from roofline.speculation.drafters import as_drafter
 
 HW, TARGET, DRAFT = "h100-sxm-80gb", "llama-3.1-8b", "model:llama-3.2-1b"
 LIGHT = dict(input_len="uniform:128-1024", output_len="uniform:16-256")

@@ -7,14 +7,14 @@ import dataclasses
 
 import pytest
 
-from roofline.engine import engine_data, engine_from_dict, load_engine
-from roofline.engine_flags import read_engine_config
-from roofline.errors import SpecroofError
-from roofline.model import get_model
-from roofline.planner import price_engine_config
-from roofline.predict import predict_speedup
-from roofline.pricing import Pricing
-from roofline.published import load_published, predict_row, validation_table
+from roofline.core.errors import SpecroofError
+from roofline.costing.engine import engine_data, engine_from_dict, load_engine
+from roofline.costing.pricing import Pricing
+from roofline.deploy.engine_flags import read_engine_config
+from roofline.deploy.planner import price_engine_config
+from roofline.evidence.published import load_published, predict_row, validation_table
+from roofline.passes.model import get_model
+from roofline.speculation.predict import predict_speedup
 
 ROUND_SOURCES = ("sglang_pr11398", "specforge_issue339", "sglang_pr4716", "angelslim_issue163")
 
@@ -99,7 +99,7 @@ def test_the_sparse_target_and_its_head_are_the_shipped_shapes():
     q = get_model("Qwen/Qwen3-30B-A3B")
     assert q.name == "qwen3-30b-a3b" and q.total_params == pytest.approx(30.53e9, rel=1e-3)
     assert (q.n_experts, q.experts_per_token, q.d_ff_expert, q.n_moe_layers) == (128, 8, 768, 48)
-    from roofline.drafters import as_drafter
+    from roofline.speculation.drafters import as_drafter
 
     head = as_drafter("eagle3").layer_spec(q)
     assert not head.is_moe and head.vocab_size == 32000 and head.n_layers == 1

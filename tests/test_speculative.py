@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from roofline import SpecroofError, get_model
-from roofline.planner import plan, recommend, speculation_stops_paying
-from roofline.simulate import simulate_chain, simulate_from_distributions
-from roofline.speculative import (
+from roofline.deploy.planner import plan, recommend, speculation_stops_paying
+from roofline.speculation.simulate import simulate_chain, simulate_from_distributions
+from roofline.speculation.speculative import (
     DraftModel,
     EarlyExit,
     Heads,
@@ -296,7 +296,7 @@ def test_planner_with_a_measured_curve_skips_gammas_beyond_it():
 
 
 def test_recommend_reads_the_plan_table_it_is_given_and_agrees_with_planning_afresh():
-    from roofline.planner import plan, recommend
+    from roofline.deploy.planner import plan, recommend
 
     kw = dict(gammas=range(0, 9), dtype="bf16")
     table = plan(["h100-sxm-80gb", "a100-sxm-80gb"], T8, D1, 0.75, batch=[1, 64], context=[512, 4096], **kw)
@@ -313,12 +313,12 @@ def test_recommend_reads_the_plan_table_it_is_given_and_agrees_with_planning_afr
 def test_a_draft_that_re_feeds_tokens_pays_for_them_in_its_first_pass():
     """DraftModel(first_pass_tokens=k): gamma one-token steps with the first one a k-token pass, nothing at gamma 0;
     the harness's draft model (which re-feeds two committed tokens a round) is priced so."""
-    from roofline.drafters import DraftModel
-    from roofline.passtime import pass_time
+    from roofline.costing.passtime import pass_time
+    from roofline.speculation.drafters import DraftModel
 
     target, draft = get_model("llama-2-7b"), get_model("llama-68m")
     plain, refed = DraftModel(draft), DraftModel(draft, first_pass_tokens=2)
-    from roofline.pricing import pricing_of
+    from roofline.costing.pricing import pricing_of
 
     hw = pricing_of("a100-sxm-80gb")  # one pricing for the speedups and the passes they are made of
     for g in (1, 4):

@@ -16,7 +16,7 @@ import measure.store as store  # noqa: E402
 import measure.sweep as sweeps  # noqa: E402
 from measure.store import SweepStore, read_results  # noqa: E402
 from roofline import SpecroofError  # noqa: E402
-from roofline.model import ModelSpec  # noqa: E402
+from roofline.passes.model import ModelSpec  # noqa: E402
 from specroof.cli import main  # noqa: E402
 
 TINY = ModelSpec("tiny", 2, 64, 4, 2, 16, 128, 100, max_context=512)

@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import measure.sweep as sweeps  # noqa: E402
-from roofline.model import ModelSpec  # noqa: E402
+from roofline.passes.model import ModelSpec  # noqa: E402
 
 TINY = ModelSpec("tiny", 2, 64, 4, 2, 16, 128, 100, max_context=512)
 GRID = dict(batch=[1], new_tokens=[1, 2, 4], context=[0], dtype=["fp32"], repeats=1, progress=False)

@@ -19,8 +19,8 @@ torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 
 from measure import tp as mtp  # noqa: E402
-from roofline.errors import SpecroofError  # noqa: E402
-from roofline.model import ModelSpec  # noqa: E402
+from roofline.core.errors import SpecroofError  # noqa: E402
+from roofline.passes.model import ModelSpec  # noqa: E402
 
 gloo = pytest.mark.skipif(
     not (dist.is_available() and dist.is_gloo_available()), reason="torch.distributed with gloo is not available"

@@ -1,4 +1,4 @@
-"""One tree parser (roofline.drafters.tree_preset): presets, parent arrays, rank paths, Sequoia growmaps, engine configs."""
+"""One tree parser (roofline.speculation.drafters.tree_preset): presets, parent arrays, rank paths, Sequoia growmaps, engine configs."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from roofline.drafters import MEDUSA_TREE_PATHS, TREE_PRESETS, tree_preset
-from roofline.errors import SpecroofError
-from roofline.predict import predict_speedup
-from roofline.trees import Tree
+from roofline.core.errors import SpecroofError
+from roofline.speculation.drafters import MEDUSA_TREE_PATHS, TREE_PRESETS, tree_preset
+from roofline.speculation.predict import predict_speedup
+from roofline.speculation.trees import Tree
 
 SMALL = [-1, -1, 0, 0, 2]  # two roots; node 0 has two children; node 2 one
 

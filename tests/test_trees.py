@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from roofline import ModelSpec, SpecroofError, load_hardware, pass_time
-from roofline.tree_sizing import best_tree_size
-from roofline.trees import (
+from roofline.deploy.tree_sizing import best_tree_size
+from roofline.speculation.trees import (
     ChainCurveAcceptance,
     DepthRankAcceptance,
     IIDAcceptance,
@@ -332,7 +332,7 @@ def thin(n_ranks=64, seed=0):
 
 
 def _count_prunes(monkeypatch):
-    from roofline import trees
+    from roofline.speculation import trees
 
     hits = {"levels": 0, "ranks": 0, "windows": 0}
     depth, ranks, rank = trees._depth_cannot_pay, trees._later_ranks_cannot_win, trees._dp_rank
@@ -369,7 +369,7 @@ def _count_prunes(monkeypatch):
     ids=["sequoia-like", "sequoia-like-zeros", "geometric", "thin", "increasing"],
 )
 def test_pruned_dp_equals_the_dense_recurrence(p, m_max, l_max, monkeypatch):
-    from roofline.trees import sequoia_dp
+    from roofline.speculation.trees import sequoia_dp
 
     hits = _count_prunes(monkeypatch)
     T, B, F = sequoia_dp(p, m_max, l_max)
@@ -381,7 +381,7 @@ def test_pruned_dp_equals_the_dense_recurrence(p, m_max, l_max, monkeypatch):
 
 
 def test_every_pruning_rule_fires_and_keeps_the_values(monkeypatch):
-    from roofline.trees import sequoia_dp
+    from roofline.speculation.trees import sequoia_dp
 
     hits = _count_prunes(monkeypatch)
     p = 0.6 * 0.38 ** np.arange(64)  # deep trees of few ranks: ranks stop mattering
@@ -394,7 +394,7 @@ def test_every_pruning_rule_fires_and_keeps_the_values(monkeypatch):
 
 @pytest.mark.parametrize("seed", range(12))
 def test_pruned_dp_on_random_vectors(seed):
-    from roofline.trees import sequoia_dp
+    from roofline.speculation.trees import sequoia_dp
 
     rng = np.random.default_rng(100 + seed)
     k = int(rng.integers(1, 40))

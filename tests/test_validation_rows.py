@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from roofline.published import error_summary, load_published, validation_table
+from roofline.evidence.published import error_summary, load_published, validation_table
 
 NEW_FILES = ("exllamav2_readme.toml", "torchao_gpt_fast.toml")
 

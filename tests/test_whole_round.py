@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import roofline as rf
-from roofline.drafters import Eagle, EarlyExit, SlidingWindowSelfDraft, as_drafter, round_time
-from roofline.pricing import Pricing
-from roofline.trees import Tree
+from roofline.costing.pricing import Pricing
+from roofline.speculation.drafters import Eagle, EarlyExit, SlidingWindowSelfDraft, as_drafter, round_time
+from roofline.speculation.trees import Tree
 
 H100 = "h100-sxm-80gb"
 T8B = "llama-3.1-8b"

@@ -1,6 +1,6 @@
 """Hugging Face ``transformers``: ``generate`` and assisted generation, timed as a user runs them.
 
-The models are ``LlamaForCausalLM`` built locally from a :class:`roofline.model.ModelSpec`
+The models are ``LlamaForCausalLM`` built locally from a :class:`roofline.passes.model.ModelSpec`
 (random weights: a pass's time does not depend on them) or converted from the harness's
 :class:`measure.models.Transformer` (the offline pair, so the assistant's drafts are accepted
 as often as the pair's are). Nothing is downloaded.
@@ -25,8 +25,8 @@ import torch
 
 from measure.frameworks.common import Clock, FrameworkRun, timed
 from measure.models import TORCH_DTYPES, Transformer
-from roofline.errors import SpecroofError
-from roofline.model import ModelSpec
+from roofline.core.errors import SpecroofError
+from roofline.passes.model import ModelSpec
 
 NAME = "hf"
 

@@ -15,7 +15,7 @@ import pandas as pd
 from measure.decode import autoregressive_generate, speculative_generate
 from measure.frameworks.common import Clock, FrameworkRun, timed
 from measure.models import Transformer
-from roofline.gamma_policies import HeuristicSchedule
+from roofline.speculation.gamma_policies import HeuristicSchedule
 
 NAME = "torch-eager"
 

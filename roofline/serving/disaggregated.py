@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from roofline.errors import SpecroofError
+from roofline.core.errors import SpecroofError
 from roofline.serving.policies import ServingPolicy, parse_policy
 from roofline.serving.prices import StepPrices
 from roofline.serving.scheduler import RunResult, SchedulerConfig, simulate_run

@@ -26,8 +26,8 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from roofline.errors import SpecroofError
-from roofline.validation import check_number
+from roofline.core.errors import SpecroofError
+from roofline.core.validation import check_number
 
 FloatArray = npt.NDArray[np.float64]
 

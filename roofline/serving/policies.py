@@ -1,12 +1,12 @@
 """How much each serving step speculates: off, a static gamma, gamma by batch size, or the goodput choice.
 
 * ``off``: plain decoding, one token per request per step.
-* ``static:G``: G drafts every step (what :func:`roofline.speculative.speedup` prices).
+* ``static:G``: G drafts every step (what :func:`roofline.speculation.speculative.speedup` prices).
 * ``by-batch:B1=G1,B2=G2,...``: the entry for the largest listed batch <= the running batch
-  (:class:`roofline.gamma_policies.BatchSchedule`); ``by-batch:1=4,32=0`` is vLLM's
+  (:class:`roofline.speculation.gamma_policies.BatchSchedule`); ``by-batch:1=4,32=0`` is vLLM's
   ``speculative_disable_by_batch_size=32`` with 4 speculative tokens.
 * ``tree:NAME``: a static draft tree every step (``eagle``, ``eagle2``, ``eagle3``, ``medusa``:
-  :data:`roofline.drafters.TREE_PRESETS`), drafted level by level and verified in one tree-masked
+  :data:`roofline.speculation.drafters.TREE_PRESETS`), drafted level by level and verified in one tree-masked
   pass of its nodes plus the pending token; a request's accepted length is drawn as a chain of the
   tree's depth at the per-token rate that gives the tree's tokens per round (``mean:E``).
 * ``goodput`` or ``goodput:GMAX``: SmartSpec (Liu et al. 2024, "Optimizing Speculative Decoding
@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from roofline.errors import SpecroofError
-from roofline.gamma_policies import BatchSchedule, GammaPolicy, StaticGamma
-from roofline.trees import Tree
+from roofline.core.errors import SpecroofError
+from roofline.speculation.gamma_policies import BatchSchedule, GammaPolicy, StaticGamma
+from roofline.speculation.trees import Tree
 
 #: the most drafts per step a policy may ask for (a verify pass of 33 tokens per request)
 MAX_GAMMA = 32
@@ -130,7 +130,7 @@ def parse_policy(policy: str | ServingPolicy | GammaPolicy) -> ServingPolicy:
             table[bb] = _gamma(g_text, "by-batch gamma")
         return ServingPolicy("by-batch", schedule=BatchSchedule(table))
     if kind == "tree" and arg:
-        from roofline.drafters import tree_preset
+        from roofline.speculation.drafters import tree_preset
 
         return ServingPolicy("tree", tree=tree_preset(arg), label=f"tree:{arg}")
     if kind == "goodput":

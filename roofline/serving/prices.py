@@ -4,10 +4,10 @@ A simulation takes hundreds of thousands of steps, so it cannot call the rooflin
 step. It prices a grid once and interpolates:
 
 * ``target[b, n, l]``: one pass of the target over ``b`` sequences of ``n`` new tokens each at
-  context ``l`` (:func:`roofline.passtime.pass_time`);
+  context ``l`` (:func:`roofline.costing.passtime.pass_time`);
 * ``draft[g, b, l]`` and ``verify[g, b, l]``: the drafter's ``draft_time`` and ``verify_time``
-  for ``g`` drafts (the terms :func:`roofline.speculative.speedup` adds up, with the same
-  :class:`roofline.speculative.Ctx`), plus the engine's per-round host time.
+  for ``g`` drafts (the terms :func:`roofline.speculation.speculative.speedup` adds up, with the same
+  :class:`roofline.speculation.speculative.Ctx`), plus the engine's per-round host time.
 
 A decode-only step of ``b`` requests with mean cached context ``l`` costs
 ``draft + verify (+ round)`` at (g, b, l), or the plain pass ``target[b, 1, l]`` at g = 0: on
@@ -44,16 +44,16 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from roofline.drafters import Ctx, Drafter, _SmallModel
-from roofline.dtypes import dtype_bytes
-from roofline.engine import Engine
-from roofline.errors import SpecroofError
-from roofline.hardware import Hardware
-from roofline.model import ModelSpec, get_model
-from roofline.parallel import ep_context, ep_expert_weight_bytes
-from roofline.passtime import device_memory, memory_footprint
-from roofline.pricing import Pricing, pricing_of
-from roofline.trees import Tree
+from roofline.core.errors import SpecroofError
+from roofline.costing.engine import Engine
+from roofline.costing.hardware import Hardware
+from roofline.costing.passtime import device_memory, memory_footprint
+from roofline.costing.pricing import Pricing, pricing_of
+from roofline.passes.dtypes import dtype_bytes
+from roofline.passes.model import ModelSpec, get_model
+from roofline.speculation.drafters import Ctx, Drafter, _SmallModel
+from roofline.speculation.parallel import ep_context, ep_expert_weight_bytes
+from roofline.speculation.trees import Tree
 
 try:  # np.interp's own compiled loop, without the wrapper's checks (a run prices thousands of short arrays)
     from numpy._core.multiarray import interp as _interp
@@ -341,7 +341,7 @@ def pricing_context(
     ep_link_GB_per_s: float | None = None,
 ) -> Ctx:
     """The :class:`Ctx` the simulator prices with: the target (without its context limit) and one Pricing;
-    ``ep`` > 1 prices the target's passes under expert parallelism (:func:`roofline.parallel.ep_context`)."""
+    ``ep`` > 1 prices the target's passes under expert parallelism (:func:`roofline.speculation.parallel.ep_context`)."""
     pr = pricing_of(hardware, engine=engine, dtype=dtype, weight_dtype=weight_dtype, kv_dtype=kv_dtype, tp=tp)
     ctx = Ctx(get_model(target).replace(max_context=_UNBOUNDED_CONTEXT), pr)
     return ep_context(ctx, ep, link_GB_per_s=ep_link_GB_per_s)
@@ -366,7 +366,7 @@ def step_prices(
     """Price tables for steps of up to ``max_batch`` sequences, ``max_tokens`` tokens and ``max_context`` context.
 
     ``tree`` adds a tree step's table: the drafter's ``tree_draft_time`` for its level widths and one
-    tree-masked verify pass of its nodes plus the pending token (as :func:`roofline.predict.predict_speedup`).
+    tree-masked verify pass of its nodes plus the pending token (as :func:`roofline.speculation.predict.predict_speedup`).
     ``prefill="separate"`` adds the draft model's own pass table (its prefill; a drafter that is a separate
     model). ``round_host_s + round_host_per_seq_s b`` is host time added to every decode round of ``b``
     sequences, plain or speculative, ``prefill_host_s`` to every separate prefill step, and ``idle_start_s`` to
@@ -502,7 +502,7 @@ def kv_capacity_tokens(
     ``gpu_memory_utilization``, default 0.9: https://docs.vllm.ai/en/stable/models/engine_args.html).
     Over ``tp`` devices the memory, the target's weights and its KV add up; the drafter's
     weights and KV count against the same total. Over ``ep`` expert-parallel GPUs
-    (:mod:`roofline.parallel`) each GPU holds every weight but the routed experts, ``1 / ep`` of
+    (:mod:`roofline.speculation.parallel`) each GPU holds every weight but the routed experts, ``1 / ep`` of
     those, the drafter and its sequences' KV: the group's capacity is ``ep`` times one GPU's.
     """
     pr = ctx.pricing

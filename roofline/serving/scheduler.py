@@ -65,7 +65,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from roofline.errors import SpecroofError
+from roofline.core.errors import SpecroofError
 from roofline.serving.metrics import ITL_BINS, itl_bins
 from roofline.serving.policies import ServingPolicy
 from roofline.serving.prices import TREE, StepPrices, check_prefill

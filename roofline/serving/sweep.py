@@ -13,14 +13,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from roofline.acceptance import parse_acceptance as parse_acceptance_text
-from roofline.drafters import DrafterLike, PromptLookup, as_drafter
-from roofline.dtypes import dtype_bytes
-from roofline.engine import Engine
-from roofline.errors import SpecroofError
-from roofline.gamma_policies import GammaPolicy
-from roofline.hardware import Hardware
-from roofline.model import ModelSpec, get_model
+from roofline.core.errors import SpecroofError
+from roofline.core.validation import RANGES, check_count, check_number, check_tp
+from roofline.costing.engine import Engine
+from roofline.costing.hardware import Hardware
+from roofline.passes.dtypes import dtype_bytes
+from roofline.passes.model import ModelSpec, get_model
 from roofline.serving import split
 from roofline.serving.disaggregated import simulate_disaggregated
 from roofline.serving.metrics import (
@@ -35,7 +33,9 @@ from roofline.serving.prices import kv_capacity_tokens as device_kv_tokens
 from roofline.serving.prices import pricing_context, step_prices
 from roofline.serving.scheduler import RunResult, SchedulerConfig, simulate_run
 from roofline.serving.workload import MAX_REQUESTS, Workload, check_rate, read_trace, synthetic
-from roofline.validation import RANGES, check_count, check_number, check_tp
+from roofline.speculation.acceptance import parse_acceptance as parse_acceptance_text
+from roofline.speculation.drafters import DrafterLike, PromptLookup, as_drafter
+from roofline.speculation.gamma_policies import GammaPolicy
 
 PolicyLike = str | ServingPolicy | GammaPolicy
 
@@ -168,7 +168,7 @@ class ServingResult:
 def parse_acceptance(acceptance: float | str, gamma: int | None) -> float:
     """Per-token alpha from ``0.7``, ``alpha:0.7``, ``mean:3.2@4`` (tokens per round at gamma 4), ...
 
-    (:func:`roofline.acceptance.parse_acceptance`; a bare ``mean:3.2`` is taken at ``gamma``.)
+    (:func:`roofline.speculation.acceptance.parse_acceptance`; a bare ``mean:3.2`` is taken at ``gamma``.)
     """
     return float(parse_acceptance_text(acceptance, gamma=gamma).alpha())
 
@@ -305,8 +305,8 @@ def simulate(
     """Simulate continuous-batching serving of ``target`` on ``hardware`` at each request rate, per policy.
 
     ``policy``: one or several of ``off``, ``static:G``, ``by-batch:B=G,...``, ``tree:NAME``, ``goodput[:GMAX]``
-    (:mod:`roofline.serving.policies`) or :mod:`roofline.gamma_policies` objects. ``drafter``:
-    a drafter object or name (:func:`roofline.drafters.as_drafter`: ``model:NAME``, ``eagle3``,
+    (:mod:`roofline.serving.policies`) or :mod:`roofline.speculation.gamma_policies` objects. ``drafter``:
+    a drafter object or name (:func:`roofline.speculation.drafters.as_drafter`: ``model:NAME``, ``eagle3``,
     ``mtp``, ``early-exit:L``, ...). ``acceptance``: per-token alpha (``0.7``, ``alpha:0.7``) or
     tokens per round ``mean:3.2@G``; ``alpha_concentration`` k draws each request's own alpha
     from Beta(alpha k, (1 - alpha) k) (default: every request at alpha).
@@ -336,7 +336,7 @@ def simulate(
     (:mod:`roofline.serving.disaggregated`). ``ep`` > 1 serves an MoE target from ``ep`` GPUs with its
     routed experts sharded over them and attention data-parallel, each MoE layer paying a dispatch and a
     combine all-to-all over the profile's interconnect within a node (``ep_link_GB_per_s`` across nodes):
-    :mod:`roofline.parallel`; one such group is one server. ``on_run(done, total, label)`` is called as each
+    :mod:`roofline.speculation.parallel`; one such group is one server. ``on_run(done, total, label)`` is called as each
     (policy, rate, server) run finishes, in order (a progress bar: 100,000 requests take seconds per run).
 
     Returns a :class:`ServingResult`; ``summary`` has ``ttft_p50_s`` ... ``e2e_p99_s``,

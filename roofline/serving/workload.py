@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from roofline.errors import SpecroofError
-from roofline.validation import check_count, check_number
+from roofline.core.errors import SpecroofError
+from roofline.core.validation import check_count, check_number
 
 #: the most requests one run simulates: each holds a row of ~30 numbers in the result (10^7: a few GB), and
 #: a run of 100,000 already takes seconds; checked before anything is drawn

@@ -1,7 +1,7 @@
 """``specroof acceptance import|show``: acceptance in the units people have, converted to the ones we price.
 
 ``import FILE --format vllm|sglang|spec-bench`` reads a serving stack's or benchmark's
-metrics (:mod:`roofline.importers`), prints what it found and what that converts to, and
+metrics (:mod:`roofline.speculation.importers`), prints what it found and what that converts to, and
 with ``--out`` writes a JSON file ``plan --acceptance KEY=FILE`` (and ``--acceptance-curve``)
 read. ``show VALUE`` explains one ``--acceptance`` value (``0.7``, ``mean:3.2@5``,
 ``vllm-rate:0.7@5``, a file) per speculation length.
@@ -16,10 +16,10 @@ from typing import Any
 
 import pandas as pd
 
-from roofline.acceptance import GRAMMAR, Acceptance, parse_acceptance, unconditional_from_conditional
-from roofline.errors import SpecroofError
-from roofline.importers import FORMATS, import_file
-from roofline.jsonio import dumps
+from roofline.core.errors import SpecroofError
+from roofline.core.jsonio import dumps
+from roofline.speculation.acceptance import GRAMMAR, Acceptance, parse_acceptance, unconditional_from_conditional
+from roofline.speculation.importers import FORMATS, import_file
 
 #: the longest speculation length a table lists
 MAX_GAMMA = 64

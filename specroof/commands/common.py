@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from roofline.errors import SpecroofError
-from roofline.hardware import load_hardware, weight_only
-from roofline.model import PRESETS, ModelSpec, get_model
+from roofline.core.errors import SpecroofError
+from roofline.costing.hardware import load_hardware, weight_only
+from roofline.passes.model import PRESETS, ModelSpec, get_model
 from specroof.shell import was_given
 
 
@@ -38,16 +38,16 @@ def band_for(
 ) -> tuple[dict[str, Any] | None, str]:
     """The error band of a prediction and the sentence that states it: the held-out published rows of the most
     specific group it belongs to (engine, kind, batch bucket, dense/MoE target, context:
-    :func:`roofline.error_bands.band_for`), or the old per-kind sentence when no group has rows.
+    :func:`roofline.evidence.error_bands.band_for`), or the old per-kind sentence when no group has rows.
 
-    ``what`` (batch, tp, weight_dtype, speculative, prefill) names the kind (:func:`roofline.error_bands.
+    ``what`` (batch, tp, weight_dtype, speculative, prefill) names the kind (:func:`roofline.evidence.error_bands.
     prediction_kind`) unless ``kind`` is given (``serving``); ``model`` is the target (dense or MoE), ``context``
     the tokens in each sequence's cache."""
     import dataclasses
 
-    from roofline.error_bands import band_for as kind_band
-    from roofline.error_bands import band_sentence, error_band, is_moe, prediction_kind
-    from roofline.published import batch_bucket, context_class
+    from roofline.evidence.error_bands import band_for as kind_band
+    from roofline.evidence.error_bands import band_sentence, error_band, is_moe, prediction_kind
+    from roofline.evidence.published import batch_bucket, context_class
 
     if not engine:
         return None, NO_ENGINE_BAND
@@ -137,8 +137,8 @@ def drafter_key(spec: str) -> str:
 
 
 def resolve_drafter(spec: str, target: Any = None) -> Any:
-    """One drafter from the grammar (``roofline.speculative.as_drafter`` is the only resolver)."""
-    from roofline.speculative import as_drafter
+    """One drafter from the grammar (``roofline.speculation.speculative.as_drafter`` is the only resolver)."""
+    from roofline.speculation.speculative import as_drafter
 
     return as_drafter(spec, target)
 
@@ -175,9 +175,9 @@ def _for_plan(key: str, acc: Any, args: argparse.Namespace | None = None) -> tup
     """What the planner takes for one drafter's acceptance (an alpha or a curve), and the sentence saying so.
 
     A chain measurement is read under the shape it was measured with, the engine's own when none is written, and
-    carried past it by its class's per-position decay (roofline.acceptance_positions; docs/cost-model.md, 50.1)."""
-    from roofline.acceptance import MeanAccepted
-    from roofline.acceptance_positions import engine_family, read_for_plan
+    carried past it by its class's per-position decay (roofline.speculation.acceptance_positions; docs/cost-model.md, 50.1)."""
+    from roofline.speculation.acceptance import MeanAccepted
+    from roofline.speculation.acceptance_positions import engine_family, read_for_plan
 
     family = engine_family(getattr(args, "engine", None), getattr(args, "emit", None))
     read = read_for_plan(key, acc, family, max(16, int(getattr(args, "max_gamma", 16) or 16)))
@@ -190,7 +190,7 @@ def _for_plan(key: str, acc: Any, args: argparse.Namespace | None = None) -> tup
         and acc.depth is None
         and drafter_key(key) in TREE_DRAFTER_KEYS
     ):
-        from roofline.engine_trees import SGLANG_DEFAULT, fit_acceptance
+        from roofline.speculation.engine_trees import SGLANG_DEFAULT, fit_acceptance
 
         p = float(fit_acceptance(acc.mean, SGLANG_DEFAULT).p)
         return p, (
@@ -227,7 +227,7 @@ NO_PUBLISHED_ACCEPTANCE = ("early-exit", "block", "window")
 
 
 def published_row(file: str, model: str, drafter: str) -> dict[str, Any]:
-    """One row of a published/ file, read as it is written (without importing roofline.published, which costs a
+    """One row of a published/ file, read as it is written (without importing roofline.evidence.published, which costs a
     second of imports that the commands do not need)."""
     import tomllib
 
@@ -243,7 +243,7 @@ def published_row(file: str, model: str, drafter: str) -> dict[str, Any]:
 
 def _tree_rate(mean: float, tree: Any) -> float:
     """The i.i.d. per-candidate rate p under which ``tree`` yields ``mean`` tokens per round (bisection)."""
-    from roofline.trees import IIDAcceptance
+    from roofline.speculation.trees import IIDAcceptance
 
     lo, hi = 0.0, 1.0
     for _ in range(40):
@@ -260,12 +260,12 @@ def published_acceptance(kind: str, target: Any = None) -> tuple[Any, str]:
     (prompt lookup) as the per-token rate of that chain; under Hugging Face's heuristic schedule (a draft model) as the
     rate that schedule turns into the figure. Raises SpecroofError for a kind no published figure covers.
     """
-    from roofline.acceptance import MeanAccepted, PerToken
+    from roofline.speculation.acceptance import MeanAccepted, PerToken
 
     kind = "eagle" if kind == "eagle1" else kind
-    if target is not None:  # a matched pair only (roofline.acceptance_defaults; docs/cost-model.md, 50.2)
-        from roofline.acceptance import parse_acceptance
-        from roofline.acceptance_defaults import NoMatchedDefault, matched_default, no_match_sentence
+    if target is not None:  # a matched pair only (roofline.speculation.acceptance_defaults; docs/cost-model.md, 50.2)
+        from roofline.speculation.acceptance import parse_acceptance
+        from roofline.speculation.acceptance_defaults import NoMatchedDefault, matched_default, no_match_sentence
 
         pair = matched_default(kind, target)
         if pair is None:
@@ -279,8 +279,8 @@ def published_acceptance(kind: str, target: Any = None) -> tuple[Any, str]:
             f"no published acceptance figure for {kind} drafters: give --acceptance {kind}=VALUE "
             "(0.7, mean:3.2@5, vllm-rate:0.7@5, a curve or a metrics file)"
         )
-    from roofline.drafters import TREE_PRESETS, as_drafter, default_tree
-    from roofline.predict import alpha_for_heuristic
+    from roofline.speculation.drafters import TREE_PRESETS, as_drafter, default_tree
+    from roofline.speculation.predict import alpha_for_heuristic
 
     file, model, drafter = SPEC_BENCH_ROWS[kind]
     row = published_row(file, model, drafter)
@@ -293,7 +293,7 @@ def published_acceptance(kind: str, target: Any = None) -> tuple[Any, str]:
         a = float(MeanAccepted(mean, gamma=int(gamma)).for_plan())
         return PerToken(a), f"{a:.3f} per token, {where} at gamma {int(gamma)}"
     if kind in ("eagle2", "eagle3"):  # EAGLE-2's dynamic tree, as Spec-Bench runs both (the file's note)
-        from roofline.engine_trees import EngineSetting, fit_acceptance
+        from roofline.speculation.engine_trees import EngineSetting, fit_acceptance
 
         p = float(fit_acceptance(mean, EngineSetting(*SPEC_BENCH_EAGLE2)).p)
         return PerToken(p), (
@@ -309,7 +309,7 @@ def default_acceptance(drafters: dict[str, Any], target: Any = None) -> dict[str
     drafter that has none."""
     missing = [k for k in drafters if drafter_key(k) not in (*SPEC_BENCH_ROWS, "mtp")]
     if missing and target is None:
-        from roofline.acceptance import GRAMMAR
+        from roofline.speculation.acceptance import GRAMMAR
 
         raise SpecroofError(
             f"no published acceptance for {', '.join(missing)}: give --acceptance KEY=VALUE for "
@@ -321,8 +321,8 @@ def default_acceptance(drafters: dict[str, Any], target: Any = None) -> dict[str
 def _at_built_length(key: str, acc: Any, drafter: Any) -> Any:
     """A mean accepted length given without its length (``mean:3.7``), for a chain drafter built for one length (a
     published DFlash drafter: its config's block less the anchor), read as measured at that length."""
-    from roofline.acceptance import MeanAccepted
-    from roofline.drafters import default_gamma
+    from roofline.speculation.acceptance import MeanAccepted
+    from roofline.speculation.drafters import default_gamma
 
     g = default_gamma(drafter)
     if not isinstance(acc, MeanAccepted) or acc.gamma is not None or acc.depth is not None or g is None:
@@ -333,7 +333,7 @@ def _at_built_length(key: str, acc: Any, drafter: Any) -> Any:
 
 
 def acceptance_from_args(args: argparse.Namespace, drafters: dict[str, Any]) -> Any:
-    """Acceptance per drafter (``--acceptance KEY=VALUE``, repeated; VALUE in any kind of roofline.acceptance), or one
+    """Acceptance per drafter (``--acceptance KEY=VALUE``, repeated; VALUE in any kind of roofline.speculation.acceptance), or one
     shared value only with --same-alpha. Returns what the planner takes, keyed by drafter name; the sentences saying
     what each value was read as go to ``args.acceptance_notes``.
 
@@ -341,7 +341,7 @@ def acceptance_from_args(args: argparse.Namespace, drafters: dict[str, Any]) -> 
     early exit and prompt lookup are not alike), so a plan that compares several with
     one shared alpha favours whichever is cheapest: it must be asked for explicitly.
     """
-    from roofline.acceptance import parse_acceptance_items
+    from roofline.speculation.acceptance import parse_acceptance_items
 
     args.acceptance_notes = []
     args.acceptance_kinds = {}
@@ -375,7 +375,7 @@ def acceptance_from_args(args: argparse.Namespace, drafters: dict[str, Any]) -> 
             f"{len(drafters)} drafters with one shared acceptance would favour the cheapest: give --acceptance KEY=VALUE "
             f"per drafter ({', '.join(drafters)}), or --same-alpha to compare them at one rate on purpose"
         )
-    from roofline.acceptance import PerToken, parse_acceptance
+    from roofline.speculation.acceptance import PerToken, parse_acceptance
 
     acc = parse_acceptance(args.acceptance_curve) if args.acceptance_curve else PerToken(args.alpha)
     value, note = _for_plan(next(iter(drafters)), acc, args) if len(drafters) == 1 else (acc.for_plan(), acc.describe())
@@ -389,7 +389,7 @@ def single_acceptance(value: str | None, drafter: str, target: Any = None) -> tu
 
     Returns (the acceptance kind, what the planner takes: a rate or a curve, the sentence saying what it was read as).
     """
-    from roofline.acceptance import parse_acceptance, parse_acceptance_items
+    from roofline.speculation.acceptance import parse_acceptance, parse_acceptance_items
 
     key = drafter_key(drafter)
     if value is None:  # with the target: its matched pair's figure (docs/cost-model.md, 50.2)
@@ -423,7 +423,7 @@ def with_offload(name: str, link: str | None) -> Any:
     return hw.offloaded(link) if link else hw
 
 
-#: the weight format grammar and the KV rule, as every pricing command's help states them (roofline.dtypes)
+#: the weight format grammar and the KV rule, as every pricing command's help states them (roofline.passes.dtypes)
 WEIGHT_DTYPE_HELP = (
     "weights stored as int8|int4|fp8|bits:B[,group:G][,kernel:gptfast|torchao|marlin|gptq|awq|exl2] "
     "(weight-only; e.g. int4,group:128,kernel:marlin or bits:2.5,kernel:exl2)"
@@ -435,8 +435,8 @@ KV_DTYPE_HELP = (
 
 def apply_weight_only(args: argparse.Namespace) -> None:
     """--dtype int4 alone is weight-only int4 with bf16 arithmetic (GPUs multiply in bf16); under an 8-bit
-    --dtype the KV cache stays bf16 unless --kv-dtype says otherwise (roofline.dtypes.default_kv_dtype)."""
-    from roofline.dtypes import default_kv_dtype
+    --dtype the KV cache stays bf16 unless --kv-dtype says otherwise (roofline.passes.dtypes.default_kv_dtype)."""
+    from roofline.passes.dtypes import default_kv_dtype
 
     args.dtype, args.weight_dtype = weight_only(args.dtype, getattr(args, "weight_dtype", None))
     if getattr(args, "kv_dtype", None) is None:
@@ -622,15 +622,15 @@ def engine_config_from_args(
     """``--engine-config`` read before any work, the flags it answers filled in: target, drafter, engine, TP, dtype
     and weight dtype where the command line leaves them out, and one line refusing a flag given with another value.
 
-    Returns the :class:`roofline.engine_flags.EngineConfig` (None without ``--engine-config``); what ``plan --emit``
+    Returns the :class:`roofline.deploy.engine_flags.EngineConfig` (None without ``--engine-config``); what ``plan --emit``
     printed is read as the deployment it names (``--hardware``, ``--batch`` and ``--context`` pick one of several).
     With ``fill_hardware`` (speedup, tree, serve: one GPU, one batch) that deployment's GPU, batch and context fill
     those flags too.
     A plan output's pricing engine prices it again, so the figure is plan's own. ``drafter_list``: the command takes
     ``--drafter`` repeated (plan).
     """
-    from roofline.engine import engine_group, load_engine
-    from roofline.engine_flags import read_engine_config
+    from roofline.costing.engine import engine_group, load_engine
+    from roofline.deploy.engine_flags import read_engine_config
 
     raw = getattr(args, "engine_config", None)
     if raw is None:
@@ -712,11 +712,11 @@ def engine_config_from_args(
 
 
 def config_acceptance(config: Any, acc: Any, value: Any, note: str) -> tuple[dict[str, Any], str]:
-    """What :func:`roofline.planner.price_engine_config` and ``compare_engine_config`` take for one drafter's
+    """What :func:`roofline.deploy.planner.price_engine_config` and ``compare_engine_config`` take for one drafter's
     acceptance (``acc`` its kind, ``value`` what the planner takes), and the sentence saying so. A mean accepted
     length without the setting it was measured at (or measured at this very chain or tree depth) is the engine's
     own "accept length" with this setting, fitted on it (docs/cost-model.md, section 30)."""
-    from roofline.acceptance import MeanAccepted
+    from roofline.speculation.acceptance import MeanAccepted
 
     s = config.setting
     if isinstance(acc, MeanAccepted) and (
@@ -734,14 +734,14 @@ def config_acceptance(config: Any, acc: Any, value: Any, note: str) -> tuple[dic
 def config_rate(config: Any, acceptance: dict[str, Any]) -> float:
     """One per-token (chain) or per-candidate (tree) rate for the serving simulator from :func:`config_acceptance`'s
     keywords: a mean measured with the setting is fitted on it."""
-    from roofline.acceptance_kinds import alpha_for_tokens
+    from roofline.speculation.acceptance_kinds import alpha_for_tokens
 
     s = config.setting
     if "mean_accepted" in acceptance:
         mean = float(acceptance["mean_accepted"])
         if s.is_chain:
             return float(alpha_for_tokens(mean, s.num_steps))
-        from roofline.engine_trees import fit_acceptance
+        from roofline.speculation.engine_trees import fit_acceptance
 
         return float(fit_acceptance(mean, s).p)
     value = acceptance["acceptance"]
@@ -754,7 +754,7 @@ def emit_prices(args: argparse.Namespace) -> None:
     """``--emit ENGINE`` without ``--engine``: the answer is priced under that engine's own profile (flags for SGLang
     priced with vLLM's costs would be two answers to one question); the default engine stands when it is that
     engine already (``serving`` is vLLM's)."""
-    from roofline.engine import load_engine
+    from roofline.costing.engine import load_engine
 
     if not getattr(args, "emit", None) or was_given(args, "engine") or args.engine is None:
         return

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from roofline.hardware import builtin_profile_dir, list_hardware, load_hardware
-from roofline.units import format_quantity
+from roofline.core.units import format_quantity
+from roofline.costing.hardware import builtin_profile_dir, list_hardware, load_hardware
 from specroof.shell import (
     _add_json,
     emit,

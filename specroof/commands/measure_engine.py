@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from roofline.errors import SpecroofError
+from roofline.core.errors import SpecroofError
 from specroof.cli import _add_json, _note, emit
 from specroof.shell import add_list_flag
 
@@ -61,7 +61,7 @@ def cmd_measure_engine(args: argparse.Namespace) -> int:
         profile_data,
         write_engine_profile,
     )
-    from roofline.model import get_model
+    from roofline.passes.model import get_model
 
     framework_module(args.framework)  # not importable here: one line before any work
     base_engine(args.framework)  # the shipped profile whose kernel counts the fit keeps loads, before any work

@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from roofline.errors import SpecroofError
+from roofline.core.errors import SpecroofError
 from specroof.shell import _add_json, _note, add_list_flag, emit, float_list
 
 

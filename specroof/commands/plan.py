@@ -7,13 +7,18 @@ from typing import Any
 
 import numpy as np
 
-from roofline.acceptance_defaults import CURVE_ALPHAS, NoMatchedDefault
-from roofline.acceptance_positions import VLLM_READING_GAMMA, engine_family, extrapolation_note, measured_length
-from roofline.errors import SpecroofError
-from roofline.hardware import load_hardware
-from roofline.memory import largest_fit, reserved_share
-from roofline.model import get_model
-from roofline.validation import check_tp
+from roofline.core.errors import SpecroofError
+from roofline.core.validation import check_tp
+from roofline.costing.hardware import load_hardware
+from roofline.deploy.memory import largest_fit, reserved_share
+from roofline.passes.model import get_model
+from roofline.speculation.acceptance_defaults import CURVE_ALPHAS, NoMatchedDefault
+from roofline.speculation.acceptance_positions import (
+    VLLM_READING_GAMMA,
+    engine_family,
+    extrapolation_note,
+    measured_length,
+)
 from specroof.commands.common import (
     DRAFTER_GRAMMAR,
     KV_DTYPE_HELP,
@@ -73,17 +78,17 @@ ENGINE_NAMES = {"sglang": "SGLang", "vllm": "vLLM", "trtllm": "TensorRT-LLM"}
 
 
 def _engine_trees(args: argparse.Namespace, key: str, d: Any, acceptance: Any, hw: str, c: int) -> Any:
-    """The engine's own EAGLE settings searched for one drafter (roofline.engine_search), per batch."""
-    from roofline.engine_search import plan_engine
-    from roofline.engine_trees import SGLANG_DEFAULT, EngineSetting
-    from roofline.trees import IIDAcceptance
+    """The engine's own EAGLE settings searched for one drafter (roofline.deploy.engine_search), per batch."""
+    from roofline.deploy.engine_search import plan_engine
+    from roofline.speculation.engine_trees import SGLANG_DEFAULT, EngineSetting
+    from roofline.speculation.trees import IIDAcceptance
 
     kind = drafter_key(key)
     acc = getattr(args, "acceptance_kinds", {}).get(key)
     family = engine_family(args.engine, args.emit)
     value = acceptance[d.name] if isinstance(acceptance, dict) else acceptance
     if isinstance(value, list):  # a chain measurement read as a curve (section 50.1): the trees are priced on it too
-        from roofline.trees import ChainCurveAcceptance
+        from roofline.speculation.trees import ChainCurveAcceptance
 
         kw: dict[str, Any] = {"acceptance": ChainCurveAcceptance(np.asarray(value, dtype=float))}
     elif acc is not None and getattr(acc, "kind", "") == "mean" and acc.gamma is None and family == "vllm":
@@ -114,11 +119,11 @@ def _deploy(args: argparse.Namespace, by_key: dict[str, Any], acceptance: Any, b
 
     The plan's best gamma is deployed as the engine's chain, with the plan's speedup, so the table, the sentence and
     the flags name one setting. For an EAGLE-family drafter the engine's own trees are searched too
-    (roofline.engine_search); a tree that beats the chosen chain replaces it, and the recommendation says so.
+    (roofline.deploy.engine_search); a tree that beats the chosen chain replaces it, and the recommendation says so.
     """
-    from roofline.engine_flags import emit_flags
-    from roofline.engine_trees import EngineSetting
-    from roofline.model import hf_id
+    from roofline.deploy.engine_flags import emit_flags
+    from roofline.passes.model import hf_id
+    from roofline.speculation.engine_trees import EngineSetting
 
     searched: dict[tuple[str, int, str], Any] = {}
     by_id = {load_hardware(h).id: h for h in args.hardware}
@@ -183,7 +188,7 @@ def _add_dynamic_gamma(
     best: list[dict[str, Any]], args: argparse.Namespace, by_key: dict[str, Any], acc: Any, hws: dict[str, Any]
 ) -> None:
     """Each recommendation's drafter run under Hugging Face's heuristic schedule, against its best static gamma."""
-    from roofline.gamma_policies import HeuristicSchedule, compare_policies
+    from roofline.speculation.gamma_policies import HeuristicSchedule, compare_policies
 
     for r in best:
         d = next((x for x in by_key.values() if x.name == r["strategy"]), None)
@@ -207,7 +212,7 @@ def _add_dynamic_gamma(
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from roofline.planner import plan, recommend
+    from roofline.deploy.planner import plan, recommend
 
     config = engine_config_from_args(args, drafter_list=True)  # read before any work
     if not args.target:
@@ -328,7 +333,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def _plan_over_acceptance(args: argparse.Namespace, by_key: dict[str, Any], why: str) -> int:
     """No matched published acceptance: per (GPU, batch, context), the best speedup over a range of per-token rates
     and the break-even rate (docs/cost-model.md, section 50.2), instead of one number borrowed from another pair."""
-    from roofline.planner import plan
+    from roofline.deploy.planner import plan
 
     target = get_model(args.target)
     if not target.is_abstract:
@@ -378,7 +383,7 @@ def _plan_over_acceptance(args: argparse.Namespace, by_key: dict[str, Any], why:
 def _largest(args: argparse.Namespace, pr: Any, target: Any, row: dict[str, Any], cap: float) -> tuple[int, int]:
     """The largest batch at this context and the longest context at this batch that fit the row's setting, its
     drafter's own memory included (section 50.4)."""
-    from roofline.memory import per_device_bytes
+    from roofline.deploy.memory import per_device_bytes
 
     b, c, k = int(row["batch"]), int(row["context"]), int(row["gamma"] or 0) + 1
     kw = {"weight_dtype": pr.stored_weight_dtype, "kv_dtype": pr.kv_dtype, "act_dtype": pr.dtype}
@@ -474,12 +479,12 @@ def _band_lines(cells: list[dict[str, Any]]) -> list[str]:
 
 def _plan_engine_config(args: argparse.Namespace, config: Any) -> int:
     """``plan --engine-config``: per (GPU, batch, context), your engine's setting priced beside the best setting of the
-    same engine, "yours gives X; the best setting gives Y, with these flags" (roofline.planner.compare_engine_config);
+    same engine, "yours gives X; the best setting gives Y, with these flags" (roofline.deploy.planner.compare_engine_config);
     the table ranks every setting searched, yours marked."""
     import pandas as pd
 
-    from roofline.passtime import kv_bound_context
-    from roofline.planner import compare_engine_config
+    from roofline.costing.passtime import kv_bound_context
+    from roofline.deploy.planner import compare_engine_config
 
     if args.dynamic_gamma:
         raise SpecroofError(

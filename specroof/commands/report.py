@@ -11,8 +11,8 @@ from typing import Any
 
 import pandas as pd
 
-from roofline import interrupts
-from roofline.errors import SpecroofError
+from roofline.core import interrupts
+from roofline.core.errors import SpecroofError
 from roofline.serving.sweep import DEFAULT_OBJECTIVE, OBJECTIVES
 from specroof.commands.common import drafter_key, single_acceptance
 from specroof.shell import (
@@ -26,7 +26,7 @@ from specroof.shell import (
 def _acceptance_items(args: argparse.Namespace, draft: str, exit_layer: int) -> dict[str, tuple[float, str]]:
     """The page's acceptances the user gave: --alpha (the draft model's) and --acceptance KEY=VALUE (model, early-exit),
     in the grammar every command shares; each as (per-token rate, what it was read as)."""
-    from roofline.validation import not_both
+    from roofline.core.validation import not_both
 
     items: dict[str, str] = {}
     for item in args.acceptance or []:

@@ -9,13 +9,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from roofline.errors import SpecroofError
-from roofline.hardware import load_hardware
-from roofline.model import PRESETS, ModelSpec
-from roofline.passtime import crossover_tokens, memory_footprint, pass_cost, pass_time, weights_only_crossover
-from roofline.pricing import pricing_of
-from roofline.units import format_quantity
-from roofline.validation import check_tp
+from roofline.core.errors import SpecroofError
+from roofline.core.units import format_quantity
+from roofline.core.validation import check_tp
+from roofline.costing.hardware import load_hardware
+from roofline.costing.passtime import crossover_tokens, memory_footprint, pass_cost, pass_time, weights_only_crossover
+from roofline.costing.pricing import pricing_of
+from roofline.passes.model import PRESETS, ModelSpec
 from specroof.commands.common import (
     KV_DTYPE_HELP,
     PLAN_MAX_CELLS,

@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from roofline.errors import SpecroofError
+from roofline.core.errors import SpecroofError
 from roofline.serving.sweep import DEFAULT_OBJECTIVE, OBJECTIVES
 from specroof.commands.common import (
     add_engine_config,
@@ -157,7 +157,7 @@ def _policies(given: list[str] | None) -> list[str]:
 
 def _objective(args: argparse.Namespace) -> tuple[str, str]:
     """(the objective's name, the summary column judged): --objective, or --metric (a column), default e2e."""
-    from roofline.validation import not_both
+    from roofline.core.validation import not_both
 
     not_both({"--objective": args.objective, "--metric": args.metric})
     if args.metric is not None:
@@ -175,10 +175,10 @@ def _config_policy(args: argparse.Namespace, config: Any, alpha: float) -> tuple
 
     The simulator draws a request's accepted run as a chain at one rate, capped at the policy's depth: a tree enters
     with the chain rate over its depth that gives its tokens per round (as ``tree:NAME`` policies do)."""
-    from roofline.acceptance_kinds import alpha_for_tokens
-    from roofline.engine_trees import engine_tree
     from roofline.serving.policies import ServingPolicy
-    from roofline.trees import IIDAcceptance
+    from roofline.speculation.acceptance_kinds import alpha_for_tokens
+    from roofline.speculation.engine_trees import engine_tree
+    from roofline.speculation.trees import IIDAcceptance
 
     st = config.setting
     if st.is_chain:
@@ -216,8 +216,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     policies: list[Any] = _policies(args.policy) if config is None or args.policy else ["off"]
     if args.tp is not None:  # tp must shard the target's heads: refused before the simulation
-        from roofline.model import get_model
-        from roofline.validation import check_tp
+        from roofline.core.validation import check_tp
+        from roofline.passes.model import get_model
 
         check_tp(get_model(args.target), args.tp)
     if args.trace is None and args.rate is None:
@@ -306,7 +306,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         payload["engine_config"] = config.to_json() | {"policy": spec_names[0]}
         lines.append(f"  {config_note} (read from {config.source})")
         lines += [f"  note: {n}" for n in config.notes]
-    from roofline.model import get_model
+    from roofline.passes.model import get_model
 
     band = band_for(args.engine, hw, kind="serving", model=get_model(args.target))
     payload["error_band"], payload["error_band_note"] = band
@@ -343,8 +343,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def add_parser(sub: Any) -> None:
     """Register ``specroof serve`` on the top-level subcommands."""
-    from roofline.drafters import DRAFTER_GRAMMAR
     from roofline.serving.workload import TRACE_LENGTHS
+    from roofline.speculation.drafters import DRAFTER_GRAMMAR
 
     p = sub.add_parser(
         "serve",

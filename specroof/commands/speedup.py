@@ -7,10 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from roofline.errors import SpecroofError
-from roofline.hardware import load_hardware
-from roofline.model import get_model
-from roofline.validation import check_gamma, check_tp, not_both
+from roofline.core.errors import SpecroofError
+from roofline.core.validation import check_gamma, check_tp, not_both
+from roofline.costing.hardware import load_hardware
+from roofline.passes.model import get_model
 from specroof.commands.common import (
     KV_DTYPE_HELP,
     WEIGHT_DTYPE_HELP,
@@ -36,7 +36,7 @@ from specroof.shell import (
 
 
 def cmd_speedup(args: argparse.Namespace) -> int:
-    from roofline.speculative import expected_tokens, ideal_speedup, optimal_gamma
+    from roofline.speculation.speculative import expected_tokens, ideal_speedup, optimal_gamma
 
     not_both({"--c (the idealised form)": args.c, "--hardware (the priced form)": args.hardware})
     if args.engine_config is not None:
@@ -80,7 +80,7 @@ def _acceptance(args: argparse.Namespace, gamma: int | str | None) -> tuple[floa
     docs/cost-model.md): the tree's expected tokens under it are the round's tokens."""
     if args.mean_accepted is not None or args.alpha is not None:
         return args.mean_accepted, args.alpha, ""
-    from roofline.acceptance import MeanAccepted
+    from roofline.speculation.acceptance import MeanAccepted
 
     acc, value, note = single_acceptance(args.acceptance, args.drafter, args.target)
     if isinstance(acc, MeanAccepted) and (acc.gamma is None or acc.gamma == gamma or gamma is None):
@@ -88,7 +88,7 @@ def _acceptance(args: argparse.Namespace, gamma: int | str | None) -> tuple[floa
         return acc.mean, None, f"{drafter_key(args.drafter)}: given {acc.given()}, priced as the round's tokens"
     if isinstance(acc, MeanAccepted) and acc.gamma is not None and isinstance(gamma, int):
         # a chain mean at another gamma: its class's per-position decay, not an i.i.d. rate (docs/cost-model.md, 50.1)
-        from roofline.acceptance_positions import MeasuredCurve
+        from roofline.speculation.acceptance_positions import MeasuredCurve
 
         curve = MeasuredCurve(acc.mean, acc.gamma, drafter_key(args.drafter), max(gamma, acc.gamma)).curve()
         mean = 1.0 + float(np.sum(np.cumprod(curve[:gamma])))
@@ -98,8 +98,8 @@ def _acceptance(args: argparse.Namespace, gamma: int | str | None) -> tuple[floa
         return mean, None, f"{note}; at gamma {gamma}: {mean:.3f} tokens per round{past}"
     rate = float(value) if isinstance(value, (int, float)) else float(acc.alpha())
     if gamma is None:
-        from roofline.drafters import as_drafter, default_tree, tree_preset
-        from roofline.trees import IIDAcceptance
+        from roofline.speculation.drafters import as_drafter, default_tree, tree_preset
+        from roofline.speculation.trees import IIDAcceptance
 
         tree = tree_preset(args.tree) if args.tree is not None else default_tree(as_drafter(args.drafter, args.target))
         if tree is not None:
@@ -114,7 +114,7 @@ def _acceptance(args: argparse.Namespace, gamma: int | str | None) -> tuple[floa
 
 def _speedup_priced(args: argparse.Namespace) -> int:
     """``speedup --hardware --target --drafter --mean-accepted``: one configuration priced by the cost model."""
-    from roofline.speculative import predict_speedup
+    from roofline.speculation.speculative import predict_speedup
 
     missing = [f for f in ("hardware", "target", "drafter") if getattr(args, f) is None]
     if missing:
@@ -133,10 +133,10 @@ def _speedup_priced(args: argparse.Namespace) -> int:
             raise SpecroofError(f"--gamma must be a whole number or 'heuristic' (got {args.gamma!r})") from None
     chain_note = ""
     if gamma is None and args.tree is None:
-        from roofline.acceptance_positions import VLLM_READING_GAMMA, engine_family
+        from roofline.speculation.acceptance_positions import VLLM_READING_GAMMA, engine_family
 
         if engine_family(args.engine) == "vllm":  # vLLM drafts a chain: its shape, not the drafter's own tree
-            from roofline.acceptance_positions import measured_length
+            from roofline.speculation.acceptance_positions import measured_length
 
             acc = None
             if args.mean_accepted is None and args.alpha is None:
@@ -196,10 +196,10 @@ def _speedup_priced(args: argparse.Namespace) -> int:
 
 def _does_not_fit(args: argparse.Namespace, r: Any) -> dict[str, Any] | None:
     """None when the configuration fits the engine's share of each device; else the reason, per device, and the
-    largest batch and context that fit it (roofline.memory; docs/cost-model.md, section 50.4)."""
-    from roofline.acceptance_positions import engine_family
-    from roofline.memory import largest_fit, per_device_bytes, reserved_share
-    from roofline.speculative import speedup
+    largest batch and context that fit it (roofline.deploy.memory; docs/cost-model.md, section 50.4)."""
+    from roofline.deploy.memory import largest_fit, per_device_bytes, reserved_share
+    from roofline.speculation.acceptance_positions import engine_family
+    from roofline.speculation.speculative import speedup
 
     pr = pricing_from_args(args)
     dev = pr.hardware.memory_bytes
@@ -234,10 +234,10 @@ def _does_not_fit(args: argparse.Namespace, r: Any) -> dict[str, Any] | None:
 
 
 def _speedup_engine_config(args: argparse.Namespace) -> int:
-    """``speedup --engine-config TEXT``: the engine's own setting priced on the GPU (roofline.planner.
+    """``speedup --engine-config TEXT``: the engine's own setting priced on the GPU (roofline.deploy.planner.
     price_engine_config: EAGLE-family drafters on the tree the engine builds, the others as its chain)."""
-    from roofline.acceptance import MeanAccepted
-    from roofline.planner import price_engine_config
+    from roofline.deploy.planner import price_engine_config
+    from roofline.speculation.acceptance import MeanAccepted
 
     if args.c is not None:
         raise SpecroofError("--engine-config prices an engine's setting on a GPU: drop --c (the idealised form)")

@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from roofline.errors import SpecroofError
-from roofline.hardware import load_hardware
+from roofline.core.errors import SpecroofError
+from roofline.costing.hardware import load_hardware
 from specroof.commands.common import (
     DRAFTER_GRAMMAR,
     KV_DTYPE_HELP,
@@ -45,7 +45,7 @@ from specroof.shell import (
 def read_acceptance_vector(path: str) -> Any:
     """A Sequoia sibling-rank vector from JSON: a list (rank 0 first, or Sequoia's saved layout with its leading 0,
     detected and said so, never shifted), {"p": [...]} or {"sequoia": [...]}."""
-    from roofline.acceptance import read_sibling_vector
+    from roofline.speculation.acceptance import read_sibling_vector
 
     return read_sibling_vector(path)
 
@@ -66,7 +66,7 @@ def tree_acceptance(args: argparse.Namespace, drafter: str | None) -> tuple[Any,
             "give --acceptance-vector FILE (a sibling-rank vector), or --hardware --target --drafter to use the "
             "drafter's published acceptance"
         )
-    from roofline.trees import IIDAcceptance
+    from roofline.speculation.trees import IIDAcceptance
 
     key = drafter_key(drafter)
     try:
@@ -107,7 +107,7 @@ def _tree_payload(t: Any) -> dict[str, Any]:
 
 def _tree_deploy(args: argparse.Namespace, drafter: str, acc: Any, framework: str) -> dict[str, Any]:
     """The engine's own tree knobs searched for this acceptance vector on the GPU, and the flags of the best."""
-    from roofline.engine_search import plan_engine
+    from roofline.deploy.engine_search import plan_engine
 
     kind = drafter_key(drafter)
     plan = plan_engine(
@@ -131,7 +131,7 @@ def _deploy_engine(args: argparse.Namespace) -> str:
     vLLM), else vLLM."""
     if args.emit:
         return str(args.emit)
-    from roofline.engine import load_engine
+    from roofline.costing.engine import load_engine
 
     eng = load_engine(args.engine) if isinstance(args.engine, str) else None
     name = str(getattr(eng, "name", "") or "").lower()
@@ -146,7 +146,7 @@ def _search_budgets(cap: int | None) -> list[int]:
 
 
 def cmd_tree(args: argparse.Namespace) -> int:
-    from roofline.trees import optimal_tree
+    from roofline.speculation.trees import optimal_tree
 
     if args.drafter and args.draft:
         raise SpecroofError("give --drafter SPEC or --draft NAME (the same as --drafter model:NAME), not both")
@@ -177,8 +177,8 @@ def cmd_tree(args: argparse.Namespace) -> int:
     if args.tp > 1:
         if not args.hardware:
             raise SpecroofError("--tp prices the tree on a GPU: give --hardware, --target and --drafter too")
-        from roofline.model import get_model
-        from roofline.validation import check_tp
+        from roofline.core.validation import check_tp
+        from roofline.passes.model import get_model
 
         check_tp(get_model(args.target), args.tp)
     depth = args.max_depth
@@ -239,7 +239,7 @@ def _hardware_answer(
     payload: dict[str, Any],
 ) -> list[str]:
     """The GPU's best tree at ``args.batch`` (one of ``--batch``'s values): its lines, its fields into ``payload``."""
-    from roofline.tree_sizing import best_tree_size
+    from roofline.deploy.tree_sizing import best_tree_size
 
     choice = best_tree_size(
         with_offload(args.hardware, args.offload),
@@ -327,9 +327,9 @@ def _check_config(args: argparse.Namespace, config: Any) -> None:
 
 def _config_lines(args: argparse.Namespace, config: Any, acc: Any, payload: dict[str, Any]) -> list[str]:
     """Your engine's tree under this acceptance vector: its shape and price, beside the best setting of the same
-    engine and the flags that deploy it (roofline.planner.compare_engine_config)."""
-    from roofline.engine_trees import engine_tree
-    from roofline.planner import compare_engine_config
+    engine and the flags that deploy it (roofline.deploy.planner.compare_engine_config)."""
+    from roofline.deploy.planner import compare_engine_config
+    from roofline.speculation.engine_trees import engine_tree
 
     v = compare_engine_config(config, pricing_from_args(args), acceptance=acc, target=args.target, batch=args.batch,
                               context=args.context)  # fmt: skip

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from roofline.errors import SpecroofError
+from roofline.core.errors import SpecroofError
 from specroof.shell import (
     _add_json,
     emit,
@@ -20,7 +20,7 @@ def bucket_text(buckets: Any) -> str:
     its rows), the bare roofline's median beside each, and whether issue 47's bound holds (10% / 15%)."""
     import pandas as pd
 
-    from roofline.published import BATCH_BUCKETS, BUCKET_BOUNDS
+    from roofline.evidence.published import BATCH_BUCKETS, BUCKET_BOUNDS
 
     if buckets.empty:
         return "no decode, batched or speculative rows with an error"
@@ -48,9 +48,9 @@ def bucket_text(buckets: Any) -> str:
 
 
 def cmd_validate_published(args: argparse.Namespace) -> int:
-    from roofline.engine_fits import calibrate, write_fitted
-    from roofline.error_bands import band_table, kind_band_table, write_residuals
-    from roofline.published import bucket_summary, error_summary, validation_table
+    from roofline.evidence.engine_fits import calibrate, write_fitted
+    from roofline.evidence.error_bands import band_table, kind_band_table, write_residuals
+    from roofline.evidence.published import bucket_summary, error_summary, validation_table
 
     if args.write and not args.fit:
         raise SpecroofError("--write writes a fitted engine: give --fit ENGINE")
@@ -130,7 +130,7 @@ def _percent_table(df: Any) -> str:
 
 
 def _engine_params(e: Any) -> dict[str, float]:
-    from roofline.engine_fits import FIT_PARAMETERS, _get
+    from roofline.evidence.engine_fits import FIT_PARAMETERS, _get
 
     return {n: _get(e, n) for n in FIT_PARAMETERS.get(e.name, {})}
 

@@ -1,0 +1,1 @@
+"""How it is deployed: the engines' trees, flags and searches, the planner, tree sizing."""

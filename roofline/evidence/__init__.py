@@ -1,0 +1,1 @@
+"""How far it is from published runs: the published table, kernel tables, error bands."""

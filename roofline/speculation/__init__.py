@@ -1,0 +1,1 @@
+"""What speculation buys: trees, acceptance, drafters, verification, rounds and speedup."""

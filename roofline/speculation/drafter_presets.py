@@ -1,0 +1,156 @@
+"""Published drafters of the preset targets, by name: EAGLE-3 heads and DFlash block drafters.
+
+A row names the draft checkpoint (its Hugging Face id), the preset target it was trained for and its method. A
+DFlash row also carries the draft network's shape and block size as its ``config.json`` gives them, so
+``--drafter dflash`` on that target (or ``--drafter dflash:ID``) prices the real drafter instead of a hand-written
+config and a guessed block. A row without a shape names a checkpoint whose config was not read here: its shape comes
+from the Hugging Face cache or hub (``roofline.passes.model.get_model`` of its id), as any id does.
+
+MTP modules are not listed: they live in the target's own checkpoint (``ModelSpec.mtp_modules``, read from
+``num_nextn_predict_layers`` / ``num_mtp_modules``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from roofline.core.errors import SpecroofError
+from roofline.passes.model import ModelSpec, get_model
+
+
+@dataclass(frozen=True)
+class PublishedDrafter:
+    """One published draft checkpoint: ``repo`` (its Hugging Face id) for the preset ``target``, by ``method``."""
+
+    repo: str
+    target: str
+    method: str  # "eagle3" | "dflash"
+    source: str
+    spec: ModelSpec | None = None  # the draft network's shape, where its config.json was read
+    block_size: int = (
+        0  # DFlash: positions per block (config.json ``block_size``): the anchor and block_size - 1 drafts
+    )
+
+
+def _dflash_qwen3(repo: str, L: int, d: int, H: int, kv: int, ff: int) -> ModelSpec:
+    """A DFlash draft stack of Qwen3 layers (``model_type`` qwen3, ``architectures`` DFlashDraftModel). It reads the
+    target's embedding and LM head (tied here, so the head is counted once) and conditions on the target's hidden
+    states through ``fc``; ``fc``'s weights (one d x d per tapped layer) are left out of the count."""
+    return ModelSpec(repo, L, d, H, kv, 128, ff, 151936, max_context=40960, tie_embeddings=True)
+
+
+PUBLISHED_DRAFTERS: tuple[PublishedDrafter, ...] = (
+    PublishedDrafter(
+        "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "llama-3.1-8b", "eagle3", "the EAGLE authors' EAGLE-3 head"
+    ),
+    PublishedDrafter(
+        "yuhuili/EAGLE3-LLaMA3.3-Instruct-70B", "llama-3.3-70b", "eagle3", "the EAGLE authors' EAGLE-3 head"
+    ),
+    # Red Hat AI's EAGLE-3 heads in the speculators format (vLLM loads them as method eagle3)
+    PublishedDrafter("RedHatAI/Qwen3-8B-speculator.eagle3", "qwen3-8b", "eagle3", "Red Hat AI's EAGLE-3 head"),
+    PublishedDrafter("RedHatAI/Qwen3-32B-speculator.eagle3", "qwen3-32b", "eagle3", "Red Hat AI's EAGLE-3 head"),
+    PublishedDrafter(
+        "lmsys/SGLang-EAGLE3-Qwen3-Coder-480B-A35B-Instruct-SpecForge-EigenAI",
+        "qwen3-coder-480b-a35b",
+        "eagle3",
+        "LMSYS SpecForge's EAGLE-3 head",
+    ),
+    # z-lab/Qwen3-8B-DFlash-b16 config.json: 5 Qwen3 layers of the target's width (hidden 4096, intermediate 12288,
+    # 32 query / 8 KV heads of 128), block_size 16, dflash_config.target_layer_ids [1, 9, 17, 25, 33]
+    PublishedDrafter(
+        "z-lab/Qwen3-8B-DFlash-b16",
+        "qwen3-8b",
+        "dflash",
+        "z-lab/Qwen3-8B-DFlash-b16 config.json",
+        spec=_dflash_qwen3("z-lab/Qwen3-8B-DFlash-b16", 5, 4096, 32, 8, 12288),
+        block_size=16,
+    ),  # fmt: skip
+    # published by z-lab beside it (the DFlash README's model list); their config.json was not read here
+    PublishedDrafter("z-lab/Qwen3-4B-DFlash-b16", "qwen3-4b", "dflash", "z-lab DFlash model list"),
+    PublishedDrafter("z-lab/Qwen3-Coder-30B-A3B-DFlash", "qwen3-coder-30b-a3b", "dflash", "z-lab DFlash model list"),
+    PublishedDrafter(
+        "z-lab/LLaMA3.1-8B-Instruct-DFlash-UltraChat", "llama-3.1-8b", "dflash", "z-lab DFlash model list"
+    ),
+    PublishedDrafter("z-lab/gpt-oss-20b-DFlash", "gpt-oss-20b", "dflash", "z-lab DFlash model list"),
+    PublishedDrafter("z-lab/gpt-oss-120b-DFlash", "gpt-oss-120b", "dflash", "z-lab DFlash model list"),
+    PublishedDrafter("z-lab/Kimi-K2.5-DFlash", "kimi-k2.5", "dflash", "z-lab DFlash model list"),
+)
+
+_BY_REPO = {p.repo.lower(): p for p in PUBLISHED_DRAFTERS}
+
+
+def published(target: str, method: str) -> PublishedDrafter | None:
+    """The published ``method`` drafter of the preset ``target`` (its first row), or None."""
+    t = str(target).strip().lower()
+    return next((p for p in PUBLISHED_DRAFTERS if p.target == t and p.method == method), None)
+
+
+def draft_repos() -> dict[tuple[str, str], str]:
+    """(preset target, method) -> draft checkpoint id, for the engine flags (``--speculative-draft-model-path``)."""
+    out: dict[tuple[str, str], str] = {}
+    for p in PUBLISHED_DRAFTERS:
+        out.setdefault((p.target, p.method), p.repo)
+    return out
+
+
+def _block_size(spec: ModelSpec, row: PublishedDrafter | None, source: Any) -> int:
+    if row is not None and row.block_size:
+        return row.block_size
+    return 0 if source is None else _config_block_size(source)
+
+
+def _config_block_size(path: Any) -> int:
+    """``block_size`` of a DFlash config.json (top level, or under ``dflash_config``), 0 when absent."""
+    import json
+    from pathlib import Path
+
+    p = Path(path)
+    if p.is_dir():
+        p = p / "config.json"
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return 0
+    if not isinstance(data, dict):
+        return 0
+    inner = data.get("dflash_config")
+    value = data.get("block_size", inner.get("block_size") if isinstance(inner, dict) else None)
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 1 else 0
+
+
+def dflash(name: str, target: Any = None) -> tuple[ModelSpec, int, str]:
+    """The DFlash drafter ``name`` names, as (its draft network, its block size or 0, its label): ``dflash`` (the
+    target's published one), ``dflash:ID`` (a published id, or any Hugging Face id or config.json path of a DFlash
+    draft), or a published DFlash id on its own. :func:`roofline.speculation.drafters.as_drafter` makes the block drafter."""
+    text = name.strip()
+    kind, sep, arg = text.partition(":")
+    arg = arg.strip() if sep else ("" if kind.lower() == "dflash" else text)
+    if not arg:
+        tname = getattr(target, "name", target)
+        row = published(str(tname), "dflash") if tname is not None else None
+        if row is None:
+            have = ", ".join(sorted({p.target for p in PUBLISHED_DRAFTERS if p.method == "dflash"}))
+            where = f"for --target {tname}" if tname is not None else "without a --target"
+            raise SpecroofError(
+                f"no published DFlash drafter {where}: published for {have}; or name one with "
+                "--drafter dflash:ID_OR_CONFIG (a Hugging Face id or a config.json path)"
+            )
+        arg = row.repo
+    row = _BY_REPO.get(arg.lower())
+    if row is not None and row.spec is not None:
+        spec, source = row.spec, None
+    else:
+        spec = get_model(arg)
+        from roofline.passes.model import cached_hf_config
+
+        source = cached_hf_config(arg) if "/" in arg and not arg.endswith(".json") else arg
+    size = _block_size(spec, row, source)
+    label = f"dflash {spec.name}" + (f" (block {size})" if size else "")
+    return spec, size, label
+
+
+def is_dflash_name(key: str) -> bool:
+    """Whether a drafter name (lower-cased) asks for a DFlash drafter: ``dflash``, ``dflash:...`` or a published id."""
+    k = key.strip()
+    return k == "dflash" or k.startswith("dflash:") or (k in _BY_REPO and _BY_REPO[k].method == "dflash")

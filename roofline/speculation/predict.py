@@ -1,0 +1,264 @@
+"""A speedup from a measured acceptance: what one speculative configuration buys as an engine runs it.
+
+Published speculative results report tokens per round (Spec-Bench's "#mean accepted
+tokens", vLLM's mean acceptance length), not a per-token rate; :func:`predict_speedup`
+takes that figure for a chain or a tree and prices the round with
+:func:`roofline.speculation.drafters.round_time`, the same formula :func:`roofline.speculation.speculative.speedup`
+and the tree sizing use. Hugging Face's heuristic schedule (:func:`alpha_for_heuristic`)
+is simulated with :mod:`roofline.speculation.gamma_policies`. Also importable from
+:mod:`roofline.speculation.speculative`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from roofline.core.errors import SpecroofError, _short, check_min, check_range
+from roofline.core.validation import check_number
+from roofline.costing.engine import Engine
+from roofline.costing.hardware import Hardware
+from roofline.costing.passtime import pass_seconds
+from roofline.costing.pricing import DEFAULT_CONTEXT, Pricing, pricing_for
+from roofline.passes.cost import frozen, scalar_count
+from roofline.passes.model import ModelSpec, get_model
+from roofline.speculation.acceptance_kinds import check_mean_accepted, check_reused_modules
+from roofline.speculation.closed_forms import expected_tokens
+from roofline.speculation.drafters import (
+    DrafterLike,
+    as_drafter,
+    chain_plan,
+    default_gamma,
+    default_tree,
+    round_seconds,
+    round_time,
+    tree_plan,
+    tree_preset,
+)
+from roofline.speculation.gamma_policies import HeuristicSchedule, PolicyRun, simulate_policy
+
+
+@dataclass(frozen=True)
+class PredictedSpeedup:
+    """One prediction: the speedup and every term behind it.
+
+    ``mean_accepted`` is the tokens per round (bonus included), ``t_base_s`` the base step
+    (one plain decode pass), ``t_round_host_s`` the round host time; seconds per round.
+    """
+
+    speedup: float
+    mean_accepted: float
+    t_round_s: float
+    t_draft_s: float
+    t_verify_s: float
+    t_round_host_s: float
+    t_base_s: float
+    tokens_per_s: float
+    baseline_tokens_per_s: float
+    drafter: str
+    engine: str
+    gamma: float | None
+    tree_nodes: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_frame(self) -> pd.DataFrame:
+        """This prediction as a one-row table."""
+        return pd.DataFrame([self.to_dict()])
+
+
+@functools.lru_cache(maxsize=256)
+def _heuristic_mix(mean_accepted: float, rounds: int = 2000) -> tuple[float, tuple[tuple[int, float], ...], float]:
+    """Hugging Face's heuristic schedule at the i.i.d. acceptance that yields ``mean_accepted`` tokens per round.
+
+    Returns the simulated tokens per round, the share of rounds at each draft length and
+    that acceptance rate: which lengths the schedule picks does not depend on timing, so
+    it is solved once.
+    """
+
+    def run(a: float) -> PolicyRun:
+        return simulate_policy(HeuristicSchedule(), [a], lambda g: 1.0, 1.0, rounds=rounds)
+
+    lo, hi = 0.0, 1.0
+    # tokens per round grow with alpha: bisect to the published figure (16 halvings: alpha to 2e-5; the
+    # simulation's own spread at 2000 rounds, about 1% of the tokens per round, is the limit, and a fixed seed
+    # keeps it reproducible)
+    for _ in range(16):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if run(mid).tokens_per_round < mean_accepted else (lo, mid)
+    alpha = (lo + hi) / 2
+    pr = run(alpha)
+    gs, counts = np.unique(pr.gammas, return_counts=True)
+    mix = tuple((int(g), float(c) / pr.rounds) for g, c in zip(gs, counts, strict=True))
+    return pr.tokens_per_round, mix, alpha
+
+
+def alpha_for_heuristic(mean_accepted: float) -> float:
+    """The per-token acceptance at which Hugging Face's schedule emits ``mean_accepted`` tokens per round."""
+    return _heuristic_mix(float(mean_accepted))[2]
+
+
+def speedup_by_engine(
+    *,
+    hardware: Pricing | Hardware | str,
+    target: ModelSpec | str,
+    drafter: DrafterLike,
+    alpha: float,
+    engines: Sequence[Engine | str | None] = (None, "eager", "compiled", "serving"),
+    gammas: Sequence[int] = tuple(range(1, 13)),
+    context: int = 512,
+    dtype: str | None = "fp16",
+) -> pd.DataFrame:
+    """Speedup per (engine, gamma) for one chain drafter: where the best gamma lies under each engine (tidy).
+
+    ``hardware`` may be a Pricing; each engine then replaces the Pricing's own.
+    """
+    rows = []
+    spec = get_model(target)
+    d = as_drafter(drafter, spec)
+    for e in engines:
+        if isinstance(hardware, Pricing):
+            pr = hardware.with_(engine=e)
+        else:
+            pr = Pricing.of(hardware, engine=e, dtype=dtype)
+        for g in gammas:
+            p = predict_speedup(hardware=pr, target=spec, drafter=d, alpha=alpha, gamma=int(g), context=context)
+            rows.append(
+                {"engine": p.engine, "gamma": int(g), "speedup": p.speedup, "t_draft_s": p.t_draft_s,
+                 "t_verify_s": p.t_verify_s, "t_round_host_s": p.t_round_host_s, "t_base_s": p.t_base_s}
+            )  # fmt: skip
+    df = pd.DataFrame(rows)
+    df["best"] = df["speedup"] == df.groupby("engine")["speedup"].transform("max")
+    return df
+
+
+def predict_speedup(
+    *,
+    hardware: Pricing | Hardware | str,
+    target: ModelSpec | str,
+    drafter: DrafterLike,
+    mean_accepted: float | None = None,
+    alpha: float | None = None,
+    gamma: int | str | None = None,
+    tree: Any = None,
+    engine: Engine | str | None = None,
+    batch: int = 1,
+    context: int = DEFAULT_CONTEXT,
+    dtype: str | None = None,
+    weight_dtype: str | None = None,
+    kv_dtype: str | None = None,
+    tp: int | None = None,
+) -> PredictedSpeedup:
+    """Speedup of one speculative configuration as an engine runs it, from a measured acceptance.
+
+    ``hardware`` is a :class:`roofline.costing.pricing.Pricing` or a profile priced with ``engine``,
+    ``dtype``, ``weight_dtype``, ``kv_dtype`` and ``tp`` (not both). ``mean_accepted`` is
+    the tokens per round (Spec-Bench's "#mean accepted tokens", vLLM's mean acceptance
+    length; 1 for plain decoding), for a chain of ``gamma`` drafts or for ``tree`` (a
+    :class:`roofline.speculation.trees.Tree`, a preset name, a parent array, rank paths, a Sequoia growmap,
+    or text or a JSON file holding one: :func:`roofline.speculation.drafters.tree_preset`). ``alpha``
+    (per-token acceptance) may stand in for it on chains. ``gamma="heuristic"`` is Hugging
+    Face's schedule (+2 after an all-accepted round, -1 otherwise, from 5): the acceptance
+    rate that yields ``mean_accepted`` under it is found and the run simulated.
+    ``drafter``: a drafter object or a name in the grammar (:func:`roofline.speculation.drafters.as_drafter`);
+    EAGLE and Medusa use their own trees and MTP its module count when neither ``gamma``
+    nor ``tree`` is given; any other chain drafter needs ``gamma``.
+    """
+    pr = pricing_for(hardware, dtype, weight_dtype, kv_dtype, tp=tp, engine=engine)
+    spec = get_model(target)
+    d = as_drafter(drafter, spec)
+    B, L = scalar_count(batch, 1), scalar_count(context, 0)  # a valid count as it is; anything else checked here
+    if B is None:
+        B = int(check_min("batch", batch, 1, integer=True))
+    if L is None:
+        L = int(check_min("context", context, 0, integer=True))
+    if mean_accepted is None and alpha is None:
+        raise SpecroofError("give mean_accepted (tokens per round) or alpha (per-token acceptance)")
+    if mean_accepted is not None:  # numpy scalars are numbers; 10**30 or a string is this one line, not a TypeError
+        try:
+            mean_accepted = check_number("mean_accepted", mean_accepted, 1.0)
+        except SpecroofError:
+            raise SpecroofError(
+                f"mean_accepted is tokens per round, a finite number at least 1 (got {_short(mean_accepted)})"
+            ) from None
+    if alpha is not None:  # 0 (nothing accepted) and 1 (everything) are rates too; the array path's words
+        a = check_range("alpha", alpha, 0.0, 1.0)
+        if a.ndim:
+            raise SpecroofError(f"alpha must be one number in [0, 1] (got {_short(alpha)})")
+        alpha = float(a)
+    # a draft model's chain of a whole-number length: every pass from its plan's floats (round_time's numbers)
+    times = None
+    base = None
+    tplan = None
+    if tree is None and type(gamma) is int and gamma >= 1:
+        plan = chain_plan(pr, spec, d)
+        times = plan.times(gamma, B, L) if plan is not None else None
+        base = times[0] if times is not None else None
+    elif tree is not None or gamma is None:  # a tree round, likely: its plan prices the plain pass too
+        tplan = tree_plan(pr, spec, d)
+        base = tplan.base(B, L) if tplan is not None else None
+    if base is None:
+        base = float(pass_seconds(spec, pr, B, 1, L))
+    t = tree_preset(tree) if tree is not None else (default_tree(d) if gamma is None else None)
+    if t is not None:
+        if mean_accepted is None:
+            raise SpecroofError("a tree needs mean_accepted: its acceptance is not a single alpha")
+        lv = t.levels()
+        # one path of the tree is accepted: a round emits at most depth + 1 tokens
+        E = check_mean_accepted(float(mean_accepted), depth=lv.depth, speculative=False)
+        tt = tplan.times(t, B, L, lv) if tplan is not None else None
+        if tt is not None:
+            t_draft, t_verify, round_host = tt
+        else:
+            rt = round_time(pr, spec, d, t, B, L)
+            t_draft, t_verify, round_host = float(rt.t_draft_s), float(rt.t_verify_s), float(rt.t_round_host_s)
+        g_out, nodes = None, lv.n_nodes
+    elif gamma == "heuristic":
+        if mean_accepted is None:
+            raise SpecroofError("gamma='heuristic' needs mean_accepted")
+        E, mix, _ = _heuristic_mix(float(mean_accepted))
+        gs = np.array([g for g, _ in mix])
+        share = np.array([w for _, w in mix])
+        rt = round_time(pr, spec, d, gs, B, L)  # every draft length the schedule picks, in one call
+        t_draft, t_verify = float(share @ rt.t_draft_s), float(share @ rt.t_verify_s)
+        round_host = float(rt.t_round_host_s)
+        g_out, nodes = float(gs @ share), None
+    else:
+        if gamma is None:
+            gamma = default_gamma(d)
+        if gamma is None:
+            raise SpecroofError(
+                f"gamma (draft tokens per round) is required for the chain drafter {d.name!r}: give gamma= or tree="
+            )
+        g = int(check_min("gamma", gamma, 1, integer=True))
+        if mean_accepted is None:  # one rate over a reused MTP module's steps is refused (section 29)
+            check_reused_modules(d, spec, g)
+        E = float(mean_accepted) if mean_accepted is not None else float(expected_tokens(float(alpha or 0.0), g))
+        E = check_mean_accepted(E, gamma=g, speculative=False)
+        # n-gram drafting verifies only the requests whose n-gram matched: the round's tokens are their share
+        E = d.tokens_per_round(E) if hasattr(d, "tokens_per_round") else E
+        if times is not None:
+            t_draft, t_verify, round_host = times[1], times[2], times[3]
+        else:
+            rt = round_time(pr, spec, d, np.asarray(g), B, L)
+            t_draft, t_verify, round_host = float(rt.t_draft_s), float(rt.t_verify_s), float(rt.t_round_host_s)
+        g_out, nodes = float(g), None
+    t_round = round_seconds(t_draft, t_verify, round_host)
+    # every field given: the instance without the frozen dataclass's per-field __setattr__ (cost.frozen)
+    result: PredictedSpeedup = frozen(
+        PredictedSpeedup,
+        {
+            "speedup": E * base / t_round, "mean_accepted": E, "t_round_s": t_round, "t_draft_s": t_draft,
+            "t_verify_s": t_verify, "t_round_host_s": round_host, "t_base_s": base, "tokens_per_s": B * E / t_round,
+            "baseline_tokens_per_s": B / base, "drafter": str(getattr(d, "name", drafter)), "engine": pr.engine_name,
+            "gamma": g_out, "tree_nodes": nodes,
+        },
+    )  # fmt: skip
+    return result
