@@ -43,6 +43,7 @@ from roofline.evidence.error_bands import band_sentence, error_band
 from roofline.passes.cost import PassCost, arithmetic_intensity, forward_cost, moe_expert_rows
 from roofline.passes.dtypes import DTYPE_BYTES
 from roofline.passes.model import PRESETS, ModelSpec, get_model
+from roofline.speculation.acceptance_positions import MeasuredCurve
 from roofline.speculation.acceptance import (
     MeanAccepted,
     PerToken,
@@ -94,6 +95,7 @@ from roofline.speculation.trees import (
 )
 
 __all__ = [
+    "MeasuredCurve",
     "DEFAULT_CONTEXT",
     "DRAFTER_GRAMMAR",
     "DTYPE_BYTES",
