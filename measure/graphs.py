@@ -42,7 +42,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import torch
 
 from measure.models import Transformer, block_step, context_bucket
@@ -807,58 +806,3 @@ def runner_stats(models: Sequence[Any]) -> dict[str, float]:
             for k in out:
                 out[k] += float(r.stats[k])
     return out
-
-
-def launch_overhead(
-    model: Transformer,
-    points: Sequence[tuple[int, int, int]],
-    *,
-    repeats: int = 20,
-    warmup: int = 3,
-) -> pd.DataFrame:
-    """What CUDA graphs remove: each (batch, new tokens, context) point timed eagerly and replayed as a graph,
-    interleaved; one row per point with ``t_eager_s``, ``t_graph_s`` (medians, CUDA events) and
-    ``launch_overhead_s`` (eager minus graph, per pass). Needs a CUDA device; the model's runner is restored."""
-    from measure.timing import time_fn
-
-    if model.device.type != "cuda":
-        raise SpecroofError("the launch overhead graphs remove is measured on a CUDA device")
-    held, block = model.runner, model.block_fn
-    runner = GraphRunner(model, capture=True)
-    rows = []
-    try:
-        B = max(b for b, _, _ in points)
-        seq = max(c + n for _, n, c in points)
-        model.runner = None
-        model.block_fn = block_step
-        model.cache = None
-        model.setup_cache(B, seq)
-        model.runner = runner
-        gen = torch.Generator().manual_seed(0)
-        for b, n, c in points:
-            tokens = torch.randint(0, model.spec.vocab_size, (b, n), generator=gen).to(model.device)
-            assert model.cache is not None
-            model.cache.rollback([c] * model.cache.max_batch)
-
-            def eager(tokens: torch.Tensor = tokens) -> None:
-                with model.eager(), torch.inference_mode():
-                    model(tokens)
-
-            def graph(tokens: torch.Tensor = tokens) -> None:
-                with torch.inference_mode():
-                    model(tokens)
-
-            graph()  # captured here, outside the timing
-            t_e = t_g = np.inf
-            for _ in range(2):  # interleaved: a slow moment falls on both
-                t_e = min(t_e, time_fn(eager, warmup=warmup, repeats=repeats, device=model.device).median_s)
-                t_g = min(t_g, time_fn(graph, warmup=warmup, repeats=repeats, device=model.device).median_s)
-            rows.append({"batch": b, "new_tokens": n, "context": c, "t_eager_s": t_e, "t_graph_s": t_g,
-                         "launch_overhead_s": t_e - t_g})  # fmt: skip
-    finally:
-        runner.reset()
-        if held is not None:
-            held.reset()  # its graphs read the cache this replaced
-        model.runner, model.block_fn = held, block
-        model.cache = None
-    return pd.DataFrame(rows)

@@ -840,7 +840,7 @@ def spec_check(
     if dev.type == "cuda" and passes["passes"] == "eager" and not target_model.spec.is_moe:
         # --graphs off on a GPU: what the graphs would remove, per pass of the target, at a few verify widths, while
         # their passes (priced a-priori, rescaled as the runs ran) fit what the closing leaves
-        from measure.graphs import launch_overhead
+        from measure.microbench import launch_overhead
         from measure.sweep import LAUNCH_PASSES
 
         pts = [

@@ -235,7 +235,7 @@ def sweep(
     error, and the CPU runs eagerly. ``compile`` runs each layer through ``torch.compile`` first
     (its compile time is spent inside the budget). A model that already has a runner keeps it.
     With graphs off on a GPU, up to ``launch_points`` points are also timed both ways, and
-    ``attrs["launch_overhead"]`` holds what the graphs remove per pass (eager minus graph).
+    ``attrs["launch_overhead"]`` holds what the graphs remove per pass (the same static pass uncaptured minus replayed).
     ``attrs["passes"]`` says how passes ran; ``attrs["runner"]`` the captures and their seconds.
 
     With ``out``, every visit is a row of ``results.csv``, written and fsync'd as it
@@ -354,7 +354,8 @@ def sweep(
     finally:
         if lock is not None:
             lock.release()
-    from measure.graphs import detach, launch_overhead, runner_stats
+    from measure.graphs import detach, runner_stats
+    from measure.microbench import launch_overhead
 
     df.attrs["passes"] = passes
     df.attrs["runner"] = runner_stats(models)
@@ -388,9 +389,9 @@ def _mode_name(graphs: bool, compile: bool) -> str:
     return ("graphs" if graphs else "static") + ("+compile" if compile else "")
 
 
-#: passes :func:`measure.graphs.launch_overhead` runs per point: two interleaved rounds of 3 warm-up and 20 timed
-#: passes, eager and replayed
-LAUNCH_PASSES = 2 * 2 * (3 + 20)
+#: passes :func:`measure.microbench.launch_overhead` runs per point: two interleaved rounds of 3 warm-up and 20 timed
+#: passes, uncaptured and replayed, after one first use of each and the profiled pass that counts its kernels (2 more)
+LAUNCH_PASSES = 2 * 2 * (3 + 20) + 4
 
 
 def _launch_within(

@@ -291,10 +291,10 @@ def _passes_part(pay: dict[str, Any]) -> str:
     if launch:
         parts = ", ".join(
             f"batch {r['batch']} x {r['new_tokens']} tokens: {1e3 * r['launch_overhead_s']:.2f} ms "
-            f"({1e3 * r['t_eager_s']:.2f} eager, {1e3 * r['t_graph_s']:.2f} as a graph)"
+            f"({1e3 * r['t_uncaptured_s']:.2f} uncaptured, {1e3 * r['t_graph_s']:.2f} as a graph)"
             for r in launch
         )
-        body += f"<p>What CUDA graphs remove here (eager minus graph, per pass of the target): {esc(parts)}.</p>"
+        body += f"<p>What CUDA graphs remove here (the same static pass uncaptured minus replayed, per pass of the target): {esc(parts)}.</p>"
     return body
 
 

@@ -227,7 +227,7 @@ def test_a_run_stopped_by_a_signal_keeps_every_finished_step_and_a_summary(tmp_p
     for line in proc.stdout:
         seen.append(line)
         if line.startswith("== sweep (limit"):
-            time.sleep(3)  # well inside the sweep
+            time.sleep(0.5)  # inside the sweep: its imports alone take longer
             proc.send_signal(signal.SIGTERM)
             break
     rest, _ = proc.communicate(timeout=120)
@@ -236,6 +236,10 @@ def test_a_run_stopped_by_a_signal_keeps_every_finished_step_and_a_summary(tmp_p
     assert {"machine.txt", "all.log", "gpu-run.tgz", "summary.json"} <= {p.name for p in out.iterdir()}
     assert {"device.out", "device.log", "bench.out", "apriori-profile.toml", "steps.tsv"} <= _archive(out)
     s = json.loads((out / "summary.json").read_text())
-    assert [(st["step"], st["exit"]) for st in s["steps"]] == [("device", 0), ("bench", 0), ("sweep", 143)]
+    steps = [(st["step"], st["exit"]) for st in s["steps"]]
+    # the steps that finished kept exit 0, the one running when the signal came is recorded as stopped (143) and
+    # nothing after it ran (on a quiet machine the sweep may finish first: then fit is the one stopped)
+    assert steps[:2] == [("device", 0), ("bench", 0)] and steps[-1][1] == 143, steps
+    assert all(code == 0 for _, code in steps[:-1]) and [name for name, _ in steps][2] == "sweep", steps
     assert s["copy_bandwidth_GB_per_s"] > 0  # the finished steps' figures are in the summary
-    assert "fit" in s["missing"]
+    assert "fit" in s["missing"] or steps[-1] == ("fit", 143)

@@ -274,11 +274,13 @@ def test_graphs_replay_the_eager_decoding_on_a_gpu():
 def test_graphs_remove_launch_overhead_on_a_gpu():
     torch.manual_seed(0)
     model = Transformer(ModelSpec("small", 8, 256, 4, 2, 64, 512, 1000, max_context=1024), dtype="bf16", device="cuda")
-    df = graphs.launch_overhead(model, [(1, 1, 64), (4, 8, 64)], repeats=10)
-    assert list(df.columns) >= ["batch", "new_tokens", "context", "t_eager_s", "t_graph_s", "launch_overhead_s"]
+    from measure.microbench import launch_overhead
+
+    df = launch_overhead(model, [(1, 1, 64), (4, 8, 64)], repeats=10)
+    assert {"batch", "new_tokens", "context", "t_uncaptured_s", "t_graph_s", "launch_overhead_s"} <= set(df.columns)
     assert (df["t_graph_s"] > 0).all()
-    # eight layers of eager launches against one replay: eager is not faster at either point
-    assert (df["t_graph_s"] <= df["t_eager_s"] * 1.05).all()
+    # eight layers of launches from Python against one replay of the same kernels: uncaptured is not faster
+    assert (df["t_graph_s"] <= df["t_uncaptured_s"] * 1.05).all()
 
 
 def test_the_cli_refuses_graphs_on_and_a_missing_inductor_in_one_line(monkeypatch, capsys, tmp_path):
