@@ -43,7 +43,6 @@ from roofline.evidence.error_bands import band_sentence, error_band
 from roofline.passes.cost import PassCost, arithmetic_intensity, forward_cost, moe_expert_rows
 from roofline.passes.dtypes import DTYPE_BYTES
 from roofline.passes.model import PRESETS, ModelSpec, get_model
-from roofline.speculation.acceptance_positions import MeasuredCurve
 from roofline.speculation.acceptance import (
     MeanAccepted,
     PerToken,
@@ -53,6 +52,7 @@ from roofline.speculation.acceptance import (
     VllmDraftRate,
     parse_acceptance,
 )
+from roofline.speculation.acceptance_positions import MeasuredCurve
 from roofline.speculation.drafters import (
     DRAFTER_GRAMMAR,
     MTP,
