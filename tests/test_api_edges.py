@@ -442,3 +442,30 @@ def test_report_runs_at_alpha_1_end_to_end(capsys, tmp_path):
     code, _, err = _run(capsys, ["report", "--alpha", "1", "--skip-measure", "--out", str(out)])
     assert code == 0, err
     assert "given per-token rate alpha 1" in (out / "index.html").read_text()
+
+
+# -- the searches and constructors left after the first pass of this file ------------------------------------------
+
+
+@pytest.mark.parametrize("limit", [10**30, float("nan"), 2.5, 0])
+def test_max_batch_sizes_its_search_before_building_it(limit):
+    with pytest.raises(rf.SpecroofError, match="limit must be a whole number in"):
+        rf.max_batch("llama-3.1-8b", "h100-sxm-80gb", 1024, limit=limit)
+    assert rf.max_batch("llama-3.1-8b", "h100-sxm-80gb", 1024, limit=np.int64(64)) == 64
+
+
+@pytest.mark.parametrize("max_batch", [10**30, float("nan"), 0])
+def test_speculation_stops_paying_takes_its_largest_batch_as_a_count(max_batch):
+    from roofline.deploy.planner import speculation_stops_paying
+
+    with pytest.raises(rf.SpecroofError, match="max_batch must be a whole number in"):
+        speculation_stops_paying("h100-sxm-80gb", "llama-3.1-8b", "model:llama-3.2-1b", 0.7, max_batch=max_batch)
+
+
+def test_mtp_says_how_to_give_its_module_count():
+    with pytest.raises(rf.SpecroofError, match=r"MTP\(modules=8\)"):
+        rf.MTP(8)
+    m = rf.MTP(modules=np.int64(2))
+    assert m.modules == 2 and type(m.modules) is int and m.name == "mtp:2"
+    with pytest.raises(rf.SpecroofError, match="mtp modules must be a whole number"):
+        rf.MTP(modules=2.5)

@@ -94,3 +94,12 @@ def test_the_api_and_speedup_resolve_dflash_by_the_target():
 
     r = predict_speedup(hardware=load_hardware("h100-sxm-80gb"), target="qwen3-8b", drafter="dflash", alpha=0.7)
     assert r.gamma == 15  # the published block of 16: the anchor and 15 drafts
+
+
+def test_serve_resolves_dflash_by_its_target(capsys):
+    from specroof.cli import main
+
+    rc = main(["serve", "--hardware", "h100-sxm-80gb", "--target", "qwen3-8b", "--drafter", "dflash",
+               "--acceptance", "0.7", "--rate", "1", "--requests", "20", "--json"])  # fmt: skip
+    out = json.loads(capsys.readouterr().out)
+    assert rc in (0, None) and "z-lab/Qwen3-8B-DFlash-b16" in json.dumps(out)

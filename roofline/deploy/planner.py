@@ -15,6 +15,7 @@ import pandas as pd
 from numpy.typing import ArrayLike
 
 from roofline.core.errors import SpecroofError, check_min
+from roofline.core.validation import check_count
 from roofline.costing.engine import Engine
 from roofline.costing.hardware import Hardware
 from roofline.costing.passtime import crossover_tokens, kv_bound_context
@@ -268,6 +269,8 @@ def speculation_stops_paying(
     pr = pricing_of(
         hardware, dtype=dtype, efficiency=efficiency, tp=tp, engine=engine, weight_dtype=weight_dtype, kv_dtype=kv_dtype
     )
+    # the batches searched are powers of two up to max_batch: a count, sized before the plan's table is built
+    max_batch = check_count("max_batch", max_batch, 1, 1 << 24)
     batches = 2 ** np.arange(int(np.log2(max_batch)) + 1)
     table = plan(pr, target, drafter, acceptance, batch=batches, context=context, gammas=gammas)
     table = table[table["fits_in_memory"]]

@@ -391,7 +391,7 @@ def simulate(
         raise SpecroofError(
             f"policy {speculating[0].name} speculates: give a drafter (e.g. model:llama-3.2-1b, eagle3)"
         )
-    d = as_drafter(drafter) if drafter is not None else None
+    d = as_drafter(drafter, spec) if drafter is not None else None  # dflash: the target's published drafter
     if ep != 1 and isinstance(d, PromptLookup):
         # its verify pass blends two passes' costs and prices them directly, past the context's expert-parallel pass
         raise SpecroofError("ep > 1 is not priced for the n-gram drafter (prompt lookup): use a model or head drafter")

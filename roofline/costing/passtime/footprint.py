@@ -9,6 +9,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from roofline.core.errors import SpecroofError, check_min
+from roofline.core.validation import check_count
 from roofline.costing.passtime.step import (
     Array,
     HardwareLike,
@@ -100,7 +101,11 @@ def max_batch(
     new_tokens: int = 1,
     limit: int = 1 << 20,
 ) -> int:
-    """Largest batch whose weights + KV + activations fit in the device memory (0 if none)."""
+    """Largest batch whose weights + KV + activations fit in the device memory (0 if none); batches up to ``limit``
+    (at most 2**24) are searched, so the search's table is sized before it is built."""
+    limit = check_count("limit", limit, 1, 1 << 24)
+    context = check_count("context", context, 0)
+    new_tokens = check_count("new_tokens", new_tokens, 1)
     pr = pricing_of(hardware, weight_dtype=weight_dtype, kv_dtype=kv_dtype)
     hw = pr.hardware
     if hw.memory_bytes is None:

@@ -11,7 +11,8 @@ import numpy as np
 import numpy.typing as npt
 from numpy.typing import ArrayLike
 
-from roofline.core.errors import SpecroofError, check_min
+from roofline.core.errors import SpecroofError
+from roofline.core.validation import check_count
 from roofline.passes.model import ModelSpec
 from roofline.speculation.drafters.base import (
     Array,
@@ -148,8 +149,13 @@ class MTP(Eagle):
     modules: int | None = None
 
     def __post_init__(self) -> None:
+        if self.version not in (1, 2, 3):  # MTP(8): a positional count lands in the inherited first field
+            raise SpecroofError(
+                f"MTP takes its module count by name: MTP(modules={self.version}) (its first field, version, is the "
+                "EAGLE layer it is priced as: 1, 2 or 3); on the command line: --drafter mtp:N"
+            )
         if self.modules is not None:
-            check_min("mtp modules", self.modules, 1, integer=True)
+            object.__setattr__(self, "modules", check_count("mtp modules", self.modules, 1))  # np.int64(2) as 2
         n = self.modules
         object.__setattr__(self, "name", self.name or ("mtp" if n is None or n == 1 else f"mtp:{n}"))
         super().__post_init__()
