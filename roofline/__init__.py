@@ -10,6 +10,12 @@ notebook needs are here (``import roofline as rf``)::
     rf.best_tree_size(pr, "llama-3.1-8b", "eagle2", [0.6, 0.2, 0.1]).to_frame()
 """
 
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import types
+
 from roofline import serving  # noqa: E402  (rf.serving.simulate: the serving simulator, a package of its own)
 from roofline.core.errors import SpecroofError
 from roofline.costing.engine import Engine, list_engines, load_engine
@@ -235,3 +241,28 @@ def __getattr__(name: str) -> object:
     import importlib
 
     return importlib.import_module(f"roofline.{layer}.{name}")
+
+
+class _FlatNames(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """``import roofline.trees`` and ``from roofline.passtime import pass_time`` (the paths of before the layer
+    folders, in user code and notebooks) give the module where it lives now: the same object, not a copy."""
+
+    def find_spec(
+        self, fullname: str, path: object = None, target: object = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        parts = fullname.split(".")
+        if len(parts) < 2 or parts[0] != "roofline" or parts[1] not in _LAYER_OF:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        parts = spec.name.split(".")
+        module = importlib.import_module(".".join(["roofline", _LAYER_OF[parts[1]], *parts[1:]]))
+        self._own_spec = module.__spec__  # the import system sets the alias's spec on it: put its own back
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        module.__spec__ = self._own_spec
+
+
+sys.meta_path.insert(0, _FlatNames())  # before the path finder, which would load a second copy of a submodule

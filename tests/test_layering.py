@@ -216,3 +216,19 @@ def test_every_public_name_and_old_module_name_is_kept():
     from roofline import planner  # a flat name of before the layer folders
 
     assert planner.__name__ == "roofline.deploy.planner"
+
+
+def test_the_flat_import_paths_of_before_the_folders_give_the_same_modules():
+    # user code and notebooks written against the flat package: `from roofline.trees import ...` and a submodule of a
+    # moved package, in a fresh interpreter so that nothing is imported yet
+    code = (
+        "import roofline.drafters.round as a, roofline.speculation.drafters.round as b\n"
+        "from roofline.trees import optimal_tree\n"
+        "from roofline.passtime import crossover_tokens\n"
+        "import roofline.speculation.trees as t, roofline.costing.passtime as p\n"
+        "assert a is b and optimal_tree is t.optimal_tree and crossover_tokens is p.crossover_tokens\n"
+        "assert t.__spec__.name == 'roofline.speculation.trees' and b.__spec__.name.startswith('roofline.speculation')\n"
+        "print('ok')"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-2000:]
