@@ -43,7 +43,11 @@ QUANTISED_WEIGHTS = ("int8", "int4", "fp8")
 #: per layer two norms, the q/k/v projections, rotary embedding, the KV-cache write, attention, the output
 #: projection, each MLP matrix, the activation (and its gate product), two residual adds; MoE layers add the
 #: router's kernels and each touched expert's gather/scatter; per pass the embedding, the final norm, the LM
-#: head and the sampling/stopping kernels of the decoding loop
+#: head and the sampling/stopping kernels of the decoding loop. Transformers' MoE forward (docs/cost-model.md,
+#: section 53) adds ``moe_layer`` (kernels an MoE layer issues once whatever the experts: the expert mask, or the
+#: sort, gathers and grouped GEMMs of a grouped experts kernel), ``grouped_experts`` (1: the routed experts run as
+#: those per-layer kernels, none per expert; 0: a loop over the experts hit), ``sync`` and ``expert_sync`` (host
+#: reads of a device value, per MoE layer and per expert hit, each a wait for the device to drain)
 LAUNCH_KEYS = (
     "norm",
     "qkv",
@@ -56,6 +60,10 @@ LAUNCH_KEYS = (
     "residual",
     "router",
     "expert",
+    "moe_layer",
+    "grouped_experts",
+    "sync",
+    "expert_sync",
     "embed",
     "lm_head",
     "sampling",
@@ -63,6 +71,48 @@ LAUNCH_KEYS = (
 
 #: names that stand for another engine (kept so the published rows and old commands keep their meaning)
 ALIASES = {"eager": "hf", "serving": "vllm"}
+
+#: the Transformers major version ``--engine hf`` prices when none is installed (docs/cost-model.md, section 53): the
+#: current major, whose MoE layers run grouped experts kernels (``experts_implementation`` "grouped_mm")
+HF_DEFAULT_MAJOR = 5
+#: the Transformers majors with a profile of their own (``hf-4``: the loop over the experts hit; ``hf-5``: grouped)
+HF_MAJORS = (4, 5)
+
+
+def installed_transformers_major() -> int | None:
+    """The major version of the installed ``transformers`` distribution (its metadata, never an import), or None."""
+    from importlib import metadata
+
+    try:
+        version = metadata.version("transformers")
+    except metadata.PackageNotFoundError:
+        return None
+    head = version.split(".", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def hf_engine_name(major: int | None = None) -> str:
+    """The profile ``--engine hf`` stands for: the installed Transformers major's (``hf-4``, ``hf-5``), or the current
+    major's (:data:`HF_DEFAULT_MAJOR`) when none is installed or the installed one has no profile; ``hf`` itself is the
+    current major's profile."""
+    m = installed_transformers_major() if major is None else major
+    if m is None or m not in HF_MAJORS or m == HF_DEFAULT_MAJOR:
+        return "hf"
+    return f"hf-{m}"
+
+
+def hf_version_text() -> str:
+    """What ``--engine hf`` prices a mixture's experts as, for the output: the installed Transformers major's forward,
+    or the current major's when none is installed (section 53)."""
+    m = installed_transformers_major()
+    name = hf_engine_name(m)
+    how = "a loop over the experts hit" if name == "hf-4" else "grouped experts GEMMs"
+    if m is None:
+        return f"no transformers installed: priced as transformers {HF_DEFAULT_MAJOR}, MoE experts as {how}; --engine hf-4 prices 4's loop"
+    if m not in HF_MAJORS:
+        return f"transformers {m} installed, priced as {HF_DEFAULT_MAJOR}: MoE experts as {how}"
+    other = "hf-5" if name == "hf-4" else "hf-4"
+    return f"transformers {m} installed: MoE experts as {how}; --engine {other} prices the other major"
 
 
 @dataclass(frozen=True)
@@ -495,6 +545,27 @@ def _load_file(path: str) -> Engine:
         data = tomllib.loads(p.read_text())
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise SpecroofError(f"cannot read engine profile {p}: {e}") from None
+    base = data.get("extends")
+    if base is not None:
+        # a profile that differs from a shipped one in a few tables (hf-4: Transformers 4's MoE loop): the base's tables,
+        # each key overridden where this file gives it, so the shared fitted terms live in one file
+        target = p.parent / f"{base}.toml"
+        if not target.exists() or str(base) in ALIASES:
+            raise SpecroofError(f"{p}: extends names {base!r}, which is not a shipped engine")
+        try:
+            merged = tomllib.loads(target.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as e:
+            raise SpecroofError(f"cannot read engine profile {target}: {e}") from None
+        if "extends" in merged or "alias_of" in merged:
+            raise SpecroofError(f"{p}: extends names {base!r}, which itself extends or aliases another")
+        for key, value in data.items():
+            if key == "extends":
+                continue
+            if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+                merged[key] = {**merged[key], **value}
+            else:
+                merged[key] = value
+        return engine_from_dict(merged, where=str(p))
     alias = data.get("alias_of")
     if alias is not None:
         if set(data) - {"name", "description", "alias_of"}:
@@ -508,9 +579,13 @@ def _load_file(path: str) -> Engine:
 
 def load_engine(engine: Engine | str | Path | None) -> Engine | None:
     """An :class:`Engine` from itself, a shipped name (``hf``, ``torch-eager``, ``compiled``, ``vllm``, ``sglang``,
-    ``trtllm``; the aliases ``eager`` and ``serving``) or a TOML path; None stays None."""
+    ``trtllm``; the aliases ``eager`` and ``serving``) or a TOML path; None stays None. ``hf`` (and ``eager``) is the
+    installed Transformers major's profile (``hf-4``, ``hf-5``; the current major's when none is installed)."""
     if engine is None or isinstance(engine, Engine):
         return engine
+    if str(engine) in ("hf", "eager"):
+        # Transformers' MoE forward changed between majors (section 53): the installed one's profile
+        engine = hf_engine_name()
     p = Path(engine)
     if p.suffix == ".toml" or p.exists():
         return _load_file(str(p.resolve()))
@@ -522,8 +597,8 @@ def load_engine(engine: Engine | str | Path | None) -> Engine | None:
 
 def engine_group(engine: Engine | str | None) -> str:
     """The engine a band is kept for: a versioned profile is its engine (``vllm-0.12`` -> ``vllm``, ``sglang-spec-v2``
-    -> ``sglang``), an alias what it stands for (``eager`` -> ``hf``, ``serving`` -> ``vllm``), none ``roofline``."""
+    -> ``sglang``, ``hf-4`` -> ``hf``), an alias what it stands for (``eager`` -> ``hf``, ``serving`` -> ``vllm``), none ``roofline``."""
     if engine is None:
         return "roofline"
     name = engine.name.split("@")[0] if isinstance(engine, Engine) else canonical_engine(str(engine)) or ""
-    return name.split("-")[0] if name.startswith(("vllm-", "sglang-")) else name
+    return name.split("-")[0] if name.startswith(("vllm-", "sglang-", "hf-")) else name

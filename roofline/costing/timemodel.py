@@ -373,7 +373,13 @@ def launch_pipeline(tm: TimeModel, e: Engine, op_t: Array, fixed_s: Any, allredu
 
     moe = cost.n_moe_layers / nl if nl else 0.0
     experts = np.asarray(cost.experts_touched, dtype=float)  # distinct experts per MoE layer (shared included)
-    per_layer_mats = cost.mlp_matrices * ((1.0 - moe) + moe * experts)
+    # grouped experts kernels (Transformers 5, section 53): the routed experts run in the layer's own kernels, only a
+    # shared expert as an MLP of its own; a loop (Transformers 4) issues each hit expert's matrices
+    grouped = k.get("grouped_experts", 0) > 0
+    loop_experts = experts - np.asarray(cost.routed_experts, dtype=float) if grouped else experts
+    per_layer_mats = cost.mlp_matrices * ((1.0 - moe) + moe * loop_experts)
+    mlp_dev = dev("mlp") / nl
+    moe_dev = mlp_dev if grouped and moe and k.get("moe_layer", 0) else zero
     norm_dev = dev("norms") / (2 * nl + 1)
     layer_floor = tm.layer_overhead_s if np.ndim(fixed_s) == 0 and fixed_s >= nl * tm.layer_overhead_s else 0.0
     pass_floor = fixed_s - nl * layer_floor
@@ -387,9 +393,10 @@ def launch_pipeline(tm: TimeModel, e: Engine, op_t: Array, fixed_s: Any, allredu
         (k.get("residual", 0), zero),
         (k.get("norm", 0), norm_dev),
         (k.get("router", 0) * moe, dev("router") / nl),
-        (k.get("mlp_matrix", 0) * per_layer_mats, dev("mlp") / nl),
+        (k.get("moe_layer", 0) * moe, moe_dev),
+        (k.get("mlp_matrix", 0) * per_layer_mats, mlp_dev - moe_dev),
         (k.get("activation", 0) * per_layer_mats / max(cost.mlp_matrices, 1), zero),
-        (k.get("expert", 0) * moe * experts, zero),
+        (k.get("expert", 0) * moe * loop_experts, zero),
         (k.get("residual", 0), zero),
         # device work issued with the layer's last kernel; a hybrid model's linear-attention layers and state
         # checkpoints (docs/cost-model.md, section 52) by their device time
@@ -432,4 +439,17 @@ def launch_pipeline(tm: TimeModel, e: Engine, op_t: Array, fixed_s: Any, allredu
         finish = np.maximum(finish, end(h_pro + tm.host_layer_s + a, s + d_epi, n, dk) + steady)
     for a, s, n, dk in epi:
         finish = np.maximum(finish, end(h_pro + nl * h_lay + a, s, n, dk))
+    syncs = moe * (k.get("sync", 0) + k.get("expert_sync", 0) * loop_experts)
+    if np.any(syncs):
+        # host reads of a device value (section 53): the host issues the copy (one more launch) and waits for the device
+        # to drain, so it cannot run ahead across them. A layer is then its segments one after another, each
+        # max(host, first issue + device): the rest of the layer, and one segment per expert hit
+        per_expert = cost.mlp_matrices * k.get("mlp_matrix", 0) + k.get("activation", 0) + k.get("expert", 0)
+        hits = moe * loop_experts
+        h_exp = per_expert * h
+        d_exp = np.divide(mlp_dev, hits, out=np.zeros(shape), where=hits > 0)
+        h_rest = h_lay - hits * h_exp
+        d_rest = d_lay - mlp_dev
+        t_layer = np.maximum(h_rest, h + d_rest) + hits * np.maximum(h_exp, h + d_exp) + syncs * h
+        finish = np.maximum(finish, h_pro + d_pro + nl * t_layer + np.maximum(h_epi, d_epi))
     return finish

@@ -66,9 +66,28 @@ PUBLISHED_DRAFTERS: tuple[PublishedDrafter, ...] = (
         spec=_dflash_qwen3("z-lab/Qwen3-8B-DFlash-b16", 5, 4096, 32, 8, 12288),
         block_size=16,
     ),  # fmt: skip
+    # z-lab/Qwen3-Coder-30B-A3B-DFlash: its config.json was not found in a public copy, so its shape is derived from
+    # what can be cited (docs/cost-model.md, section 53): the DFlash README lists it for Qwen3-Coder-30B-A3B; a
+    # public drafter registry gives it as ~0.5B parameters, block size 16; DFlash drafters are Qwen3 layers of the
+    # target's width and attention shape (the Qwen3-8B drafter's config.json above: hidden, heads and head_dim of
+    # Qwen3-8B), so 2048 wide with 32 query / 4 KV heads of 128 as Qwen3-Coder-30B-A3B; the MLP width is the target
+    # config's dense intermediate_size (6144); 5 layers, as SGLang's and the DFlash trainer's build_target_layer_ids
+    # tap 5 target layers ([1, 12, 23, 34, 45] of 48, as public Qwen3-30B-A3B DFlash configs give). That is 0.28B in
+    # its layers, 0.59B with the target's embedding it reads: the published ~0.5B lies between
+    PublishedDrafter(
+        "z-lab/Qwen3-Coder-30B-A3B-DFlash",
+        "qwen3-coder-30b-a3b",
+        "dflash",
+        "derived (no public config.json read): Qwen3 layers of the target's width and heads, 5 layers, block 16 "
+        "(docs/cost-model.md, section 53)",
+        spec=ModelSpec(
+            "z-lab/Qwen3-Coder-30B-A3B-DFlash", 5, 2048, 32, 4, 128, 6144, 151936, max_context=262144,
+            tie_embeddings=True,
+        ),
+        block_size=16,
+    ),  # fmt: skip
     # published by z-lab beside it (the DFlash README's model list); their config.json was not read here
     PublishedDrafter("z-lab/Qwen3-4B-DFlash-b16", "qwen3-4b", "dflash", "z-lab DFlash model list"),
-    PublishedDrafter("z-lab/Qwen3-Coder-30B-A3B-DFlash", "qwen3-coder-30b-a3b", "dflash", "z-lab DFlash model list"),
     PublishedDrafter(
         "z-lab/LLaMA3.1-8B-Instruct-DFlash-UltraChat", "llama-3.1-8b", "dflash", "z-lab DFlash model list"
     ),
@@ -154,3 +173,10 @@ def is_dflash_name(key: str) -> bool:
     """Whether a drafter name (lower-cased) asks for a DFlash drafter: ``dflash``, ``dflash:...`` or a published id."""
     k = key.strip()
     return k == "dflash" or k.startswith("dflash:") or (k in _BY_REPO and _BY_REPO[k].method == "dflash")
+
+
+def published_spec(name: str) -> ModelSpec | None:
+    """The draft network of a published drafter id whose shape is listed here (``block:z-lab/...-DFlash`` prices it
+    without the hub), or None."""
+    row = _BY_REPO.get(str(name).strip().lower())
+    return row.spec if row is not None else None

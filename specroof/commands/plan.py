@@ -459,6 +459,10 @@ def _priced_under(args: argparse.Namespace) -> str:
         why = " (the engine configuration's; --engine names a version of it)"
     elif args.engine == DEFAULT_ENGINE:
         why = " (the default; --engine none: the datasheet roofline)"
+    elif args.engine in ("hf", "eager") and args.target and getattr(get_model(args.target), "is_moe", False):
+        from roofline.costing.engine import hf_version_text
+
+        why = f" ({hf_version_text()})"
     return f"priced under the {args.engine} engine{why}"
 
 

@@ -128,7 +128,10 @@ def _from_name(d: str) -> Any:
     if kind == "block":
         if not arg_raw:
             raise SpecroofError("block needs a draft model, e.g. block:llama-3.2-1b")
-        return ParallelBlock(get_model(arg_raw))
+        from roofline.speculation.drafter_presets import published_spec
+
+        # a published drafter's listed shape first: its id needs no hub
+        return ParallelBlock(published_spec(arg_raw) or get_model(arg_raw))
     if kind == "model":
         if not arg_raw:
             raise SpecroofError("model needs a draft model, e.g. model:llama-3.2-1b or model:path/config.json")
