@@ -81,7 +81,15 @@ PUBLISHED_DRAFTERS: tuple[PublishedDrafter, ...] = (
         "derived (no public config.json read): Qwen3 layers of the target's width and heads, 5 layers, block 16 "
         "(docs/cost-model.md, section 53)",
         spec=ModelSpec(
-            "z-lab/Qwen3-Coder-30B-A3B-DFlash", 5, 2048, 32, 4, 128, 6144, 151936, max_context=262144,
+            "z-lab/Qwen3-Coder-30B-A3B-DFlash",
+            5,
+            2048,
+            32,
+            4,
+            128,
+            6144,
+            151936,
+            max_context=262144,
             tie_embeddings=True,
         ),
         block_size=16,
