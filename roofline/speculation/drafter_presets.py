@@ -94,8 +94,18 @@ PUBLISHED_DRAFTERS: tuple[PublishedDrafter, ...] = (
         ),
         block_size=16,
     ),  # fmt: skip
+    # z-lab/Qwen3-4B-DFlash-b16: config.json not read here either; derived as the 8B one reads (its sibling, "b16" in
+    # both names): 5 Qwen3 layers of Qwen3-4B's own width, heads and MLP (2560, 32 query / 8 KV heads of 128, 9728)
+    PublishedDrafter(
+        "z-lab/Qwen3-4B-DFlash-b16",
+        "qwen3-4b",
+        "dflash",
+        "derived (no public config.json read): 5 Qwen3 layers of the target's width, heads and MLP, as the Qwen3-8B "
+        "drafter's config.json has them, block 16 (the name's b16; docs/cost-model.md, section 53)",
+        spec=_dflash_qwen3("z-lab/Qwen3-4B-DFlash-b16", 5, 2560, 32, 8, 9728),
+        block_size=16,
+    ),
     # published by z-lab beside it (the DFlash README's model list); their config.json was not read here
-    PublishedDrafter("z-lab/Qwen3-4B-DFlash-b16", "qwen3-4b", "dflash", "z-lab DFlash model list"),
     PublishedDrafter(
         "z-lab/LLaMA3.1-8B-Instruct-DFlash-UltraChat", "llama-3.1-8b", "dflash", "z-lab DFlash model list"
     ),
