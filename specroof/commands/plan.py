@@ -12,7 +12,7 @@ from roofline.core.validation import check_tp
 from roofline.costing.hardware import load_hardware
 from roofline.deploy.memory import largest_fit, reserved_share
 from roofline.passes.model import get_model
-from roofline.speculation.acceptance_defaults import CURVE_ALPHAS, NoMatchedDefault
+from roofline.speculation.acceptance_defaults import CURVE_ALPHAS, NoMatchedDefault, break_even
 from roofline.speculation.acceptance_positions import (
     VLLM_READING_GAMMA,
     engine_family,
@@ -368,8 +368,7 @@ def _plan_over_acceptance(args: argparse.Namespace, by_key: dict[str, Any], why:
                     )
     breakeven = []
     for (hw, b, c), rs in cells.items():
-        pays = [r for r in rs if r["gamma"] > 0 and r["speedup"] > 1.0]
-        be = min((r["alpha"] for r in pays), default=None)
+        be = break_even([r["alpha"] for r in rs], [r["gamma"] > 0 and r["speedup"] > 1.0 for r in rs])
         breakeven.append({"hardware": hw, "batch": b, "context": c, "break_even_alpha": be})
         where = f"speculation pays from a per-token rate of {be:g}" if be is not None else "speculation never pays here"
         curve = ", ".join(f"{r['alpha']:g}: {r['speedup']:.2f}x@{r['gamma']}" for r in rs)

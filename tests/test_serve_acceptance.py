@@ -1,0 +1,87 @@
+"""``specroof serve`` takes acceptance by the rule plan and report take it (issue 56): a matched published default
+named in its first lines, and where no matched figure exists a curve over acceptance with the break-even rate."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from roofline.speculation.acceptance_defaults import CURVE_ALPHAS, break_even, matched_default
+from specroof.cli import main
+
+HW = "h100-sxm-80gb"
+SMALL = ["--requests", "40", "--input-len", "128", "--output-len", "32", "--rate", "1,8"]
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_break_even_is_the_lowest_rate_from_which_every_higher_one_pays():
+    assert break_even([0.3, 0.5, 0.7, 0.9], [False, True, True, True]) == 0.5
+    assert break_even([0.9, 0.3, 0.7, 0.5], [True, False, True, False]) == 0.7  # paying once below is no break-even
+    assert break_even([0.3, 0.5], [True, False]) is None
+    assert break_even([0.3, 0.5], [True, True]) == 0.3
+
+
+def test_serve_names_the_matched_default_and_its_source_in_its_first_lines(capsys):
+    pair = matched_default("eagle3", "llama-3.1-8b")
+    assert pair is not None
+    code, out, err = run(capsys, "serve", "--hardware", HW, "--target", "llama-3.1-8b", "--drafter", "eagle3",
+                         "--policy", "static:3", *SMALL)  # fmt: skip
+    assert code == 0, err
+    head = "\n".join(out.splitlines()[:3])
+    assert pair.url in head and pair.value in head and "Spec-Bench" not in out
+    code, js, _ = run(capsys, "serve", "--hardware", HW, "--target", "llama-3.1-8b", "--drafter", "eagle3",
+                      "--policy", "static:3", *SMALL, "--json")  # fmt: skip
+    d = json.loads(js)
+    assert code == 0 and pair.url in d["acceptance"]
+    # the matched mean, drawn as the chain rate with its tokens per round at its own length (mean:3.53@7)
+    from roofline.speculation.acceptance_kinds import alpha_for_tokens
+
+    assert d["settings"]["alpha"] == pytest.approx(float(alpha_for_tokens(3.53, 7)), rel=1e-6)
+
+
+def test_serve_without_a_matched_figure_answers_with_a_curve_and_its_break_even(capsys):
+    assert matched_default("eagle3", "llama-3.1-70b") is None
+    argv = ["serve", "--hardware", HW, "--target", "llama-3.1-70b", "--tp", "4", "--drafter", "eagle3",
+            "--policy", "static:3", *SMALL]  # fmt: skip
+    code, out, err = run(capsys, *argv, "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert "no published acceptance" in d["acceptance"] and "speculation_stops_paying_at_rate" not in d
+    assert "per_rate" not in d  # not one number priced at a borrowed figure
+    curve = [r for r in d["curve"] if r["policy"] == "static:3" and r["rate_req_s"] == 1.0]
+    assert [r["alpha"] for r in curve] == list(CURVE_ALPHAS)
+    assert all(r["speedup"] > 0 for r in curve) and curve[-1]["speedup"] > curve[0]["speedup"]
+    be = {(b["rate_req_s"], b["policy"]): b["break_even_alpha"] for b in d["break_even"]}
+    assert set(be) == {(1.0, "static:3"), (8.0, "static:3")}
+    assert be[(1.0, "static:3")] == break_even([r["alpha"] for r in curve], [r["speedup"] > 1 for r in curve])
+    # each point of the curve is the simulation at that rate given explicitly
+    code, one, _ = run(capsys, *argv, "--acceptance", "0.7", "--json")
+    p = json.loads(one)["per_rate"]
+    spec = next(r for r in p if r["policy"] == "static:3" and r["rate_req_s"] == 1.0)["e2e_p50_s"]
+    off = next(r for r in p if r["policy"] == "off" and r["rate_req_s"] == 1.0)["e2e_p50_s"]
+    assert next(r for r in curve if r["alpha"] == 0.7)["speedup"] == pytest.approx(off / spec, rel=1e-9)
+    code, text, err = run(capsys, *argv)
+    assert code == 0, err
+    first = text.splitlines()[0]
+    assert first.startswith("acceptance: no published acceptance of eagle3") and "break-even" in first
+    assert "1 req/s, static:3:" in text and "0.95: " in text
+
+
+def test_under_vllm_a_mean_and_the_same_mean_at_vllms_reading_length_are_one_answer(capsys):
+    from roofline.speculation.acceptance_positions import VLLM_READING_GAMMA
+
+    base = ["serve", "--hardware", HW, "--target", "llama-3.1-8b", "--drafter", "eagle3", "--engine", "vllm",
+            "--policy", "static:3", *SMALL, "--json"]  # fmt: skip
+    outs = []
+    for value in ("eagle3=mean:3", f"eagle3=mean:3@{VLLM_READING_GAMMA}"):
+        code, out, err = run(capsys, *base, "--acceptance", value)
+        assert code == 0, err
+        outs.append(json.loads(out))
+    assert outs[0]["settings"]["alpha"] == pytest.approx(outs[1]["settings"]["alpha"], rel=1e-12)
+    assert outs[0]["per_rate"] == outs[1]["per_rate"]
