@@ -505,7 +505,8 @@ def add_parser(sub: Any) -> None:
         metavar="[KEY=]VALUE",
         help="the drafter's acceptance, as plan takes it (KEY its name: model=0.8, eagle3=mean:3.5): 0.7 or alpha:0.7 "
         "(per-token), mean:3.2[@G] (tokens per round), vllm-rate:0.7@K, curve:0.9,0.8,... or a metrics file "
-        "(default: the drafter's published figure, named on the output)",
+        "(default: the published figure of this drafter class on a target of the same family and size class, named "
+        "on the output; where none exists, the answer is a curve over acceptance with its break-even rate)",
     )
     p.add_argument("--rate", type=_rates, help="request rates to sweep, req/s: 1,2,4,8,16")
     p.add_argument(
