@@ -85,3 +85,47 @@ def test_under_vllm_a_mean_and_the_same_mean_at_vllms_reading_length_are_one_ans
         outs.append(json.loads(out))
     assert outs[0]["settings"]["alpha"] == pytest.approx(outs[1]["settings"]["alpha"], rel=1e-12)
     assert outs[0]["per_rate"] == outs[1]["per_rate"]
+
+
+# -- one measured number, one answer: a suffix that restates the engine's default changes nothing --------------------
+
+
+def _plan(capsys, engine, value, target="llama-3.1-8b"):
+    code, out, err = run(capsys, "plan", "--hardware", HW, "--target", target, "--drafter", "eagle3",
+                         "--acceptance", f"eagle3={value}", "--engine", engine, "--batch", "1,16,64", "--json")  # fmt: skip
+    assert code == 0, err
+    return [(r["batch"], r["gamma"], r["speedup"]) for r in json.loads(out)["recommendations"]]
+
+
+def test_a_suffix_that_restates_the_engines_default_shape_gives_the_same_answer(capsys):
+    from roofline.speculation.acceptance_positions import VLLM_READING_GAMMA
+
+    assert _plan(capsys, "vllm", "mean:3") == _plan(capsys, "vllm", f"mean:3@{VLLM_READING_GAMMA}")
+    assert _plan(capsys, "sglang", "mean:3") == _plan(capsys, "sglang", "mean:3@tree")
+    # @tree says the tree explicitly under an engine whose default is a chain: a different reading, said so
+    code, out, err = run(capsys, "plan", "--hardware", HW, "--target", "llama-3.1-8b", "--drafter", "eagle3",
+                         "--acceptance", "eagle3=mean:3@tree", "--engine", "vllm")  # fmt: skip
+    assert code == 0 and "SGLang's default EAGLE tree" in out.splitlines()[1]
+
+
+def test_mean_at_tree_is_parsed_and_refused_where_it_names_nothing():
+    from roofline.speculation.acceptance import parse_acceptance
+
+    acc = parse_acceptance("mean:3.2@tree")
+    assert acc.tree and acc.gamma is None and acc.mean == 3.2 and "@tree" in acc.given()
+    assert not parse_acceptance("mean:3.2@4").tree
+
+
+def test_at_tree_for_a_chain_drafter_is_one_line(capsys):
+    code, out, err = run(capsys, "plan", "--hardware", HW, "--target", "llama-3.1-8b", "--drafter",
+                         "model:llama-3.2-1b", "--acceptance", "model=mean:3@tree")  # fmt: skip
+    assert code == 2 and not out and len(err.strip().splitlines()) == 1 and "mean:3@G" in err
+
+
+def test_the_report_names_where_its_acceptance_came_from_in_its_headline(capsys, tmp_path):
+    code, out, err = run(capsys, "report", "--quick", "--skip-measure", "--hardware", HW, "--out", str(tmp_path / "r"))
+    assert code == 0, err
+    head = out.splitlines()[:3]
+    assert head[0].startswith("The answer") and head[1].startswith("  acceptance of draft llama-3.2-1b: ")
+    assert "no published acceptance of model drafting" in head[1] and "stand-in" in head[1]
+    assert "break-even" in head[1]

@@ -184,6 +184,11 @@ def _for_plan(key: str, acc: Any, args: argparse.Namespace | None = None) -> tup
     if read is not None:
         return read
 
+    if isinstance(acc, MeanAccepted) and acc.tree and drafter_key(key) not in TREE_DRAFTER_KEYS:
+        raise SpecroofError(
+            f"--acceptance {key}=mean:{acc.mean:g}@tree: @tree names SGLang's default EAGLE tree, which {key} does not draft; "
+            f"write mean:{acc.mean:g}@G (G drafts per round)"
+        )
     if (
         isinstance(acc, MeanAccepted)
         and acc.gamma is None
