@@ -129,3 +129,19 @@ def test_the_report_names_where_its_acceptance_came_from_in_its_headline(capsys,
     assert head[0].startswith("The answer") and head[1].startswith("  acceptance of draft llama-3.2-1b: ")
     assert "no published acceptance of model drafting" in head[1] and "stand-in" in head[1]
     assert "break-even" in head[1]
+
+
+def test_a_tree_that_does_not_fit_carries_no_speedup(capsys, tmp_path):
+    vec = tmp_path / "v.json"
+    vec.write_text("[0.6, 0.2, 0.1]")
+    argv = ["tree", "--hardware", HW, "--target", "llama-3.1-70b", "--drafter", "model:llama-3.2-1b",
+            "--acceptance-vector", str(vec)]  # fmt: skip
+    code, out, err = run(capsys, *argv)
+    assert code == 0, err
+    assert "does not fit in memory" in out and "speedup" not in out and "x (" not in out
+    code, out, err = run(capsys, *argv, "--json")
+    d = json.loads(out)
+    assert d["hardware_choice"]["fits_in_memory"] is False and d["hardware_choice"]["speedup"] is None
+    assert "speedup" not in {k for k, v in d.items() if v is not None and k != "hardware_choice"}
+    code, out, _ = run(capsys, *argv, "--tp", "2")  # two devices hold it: the answer is back
+    assert code == 0 and "best tree" in out and "does not fit" not in out

@@ -215,7 +215,7 @@ def cmd_tree(args: argparse.Namespace) -> int:
             drawn = by_batch[0]["tree"]
         first = by_batch[0]
         payload |= {k: v for k, v in first.items() if k not in ("batch", "tree")}
-        if args.budget is None:  # the answer is the GPU's tree: the top-level fields describe it
+        if args.budget is None and first["tree"] is not None:  # the answer is the GPU's tree: its fields on top
             payload |= {"expected_tokens": first["hardware_choice"]["expected_tokens"], **_tree_payload(first["tree"])}
         if len(batches) > 1:
             payload["by_batch"] = [{k: v for k, v in b.items() if k != "tree"} for b in by_batch]
@@ -258,6 +258,13 @@ def _hardware_answer(
         opt=shared,
     )
     b = choice.best
+    unfit = _does_not_fit(args, drafter, int(choice.tree.n_nodes))
+    if unfit is not None:  # no speedup for a tree the engine cannot hold (docs/cost-model.md, section 50.4)
+        payload["hardware_choice"] = {"fits_in_memory": False, "speedup": None, **unfit}
+        payload["engine"] = args.engine
+        payload["tree"] = None
+        return ["", f"on {args.hardware}: {args.target} + {drafter}, batch {args.batch}, context {args.context}: "
+                    f"{unfit['reason']}"]  # fmt: skip
     chosen = {
         k: (float(v) if isinstance(v, (int, float, np.floating, np.integer)) else v) for k, v in b.items()
     } | _tree_payload(choice.tree)
@@ -305,6 +312,18 @@ def _hardware_answer(
             f"{drafter} drafts a chain there: specroof plan --emit vllm|sglang|trtllm deploys its best gamma",
         ]
     return lines
+
+
+def _does_not_fit(args: argparse.Namespace, drafter: str, nodes: int) -> dict[str, Any] | None:
+    """None when the GPU's best tree fits the engine's share of each device; else the reason and the largest batch
+    and context that fit, by the rule ``speedup`` applies (one check: specroof.commands.speedup)."""
+    from types import SimpleNamespace
+
+    from specroof.commands.speedup import _does_not_fit as unfit
+
+    one = argparse.Namespace(**vars(args))
+    one.drafter = drafter
+    return unfit(one, SimpleNamespace(tree_nodes=nodes, gamma=None))
 
 
 def _check_config(args: argparse.Namespace, config: Any) -> None:
