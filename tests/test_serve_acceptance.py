@@ -145,3 +145,37 @@ def test_a_tree_that_does_not_fit_carries_no_speedup(capsys, tmp_path):
     assert "speedup" not in {k for k, v in d.items() if v is not None and k != "hardware_choice"}
     code, out, _ = run(capsys, *argv, "--tp", "2")  # two devices hold it: the answer is back
     assert code == 0 and "best tree" in out and "does not fit" not in out
+
+
+def test_the_apis_recommendation_that_does_not_fit_carries_no_speedup():
+    import roofline as rf
+    from roofline.deploy.planner import NOT_FIT_BLANK
+
+    pr = rf.Pricing.of(HW, engine="vllm", dtype="bf16")
+    rec = rf.recommend(pr, "llama-3.1-70b", "eagle3", 0.7, batch=1)
+    assert rec.row["fits_in_memory"] is False or not rec.row["fits_in_memory"]
+    assert all(rec.row[k] is None for k in NOT_FIT_BLANK)
+    assert rec.reason.startswith("does not fit in memory") and "x (" not in rec.reason
+    rec = rf.recommend(pr, "llama-3.1-8b", "eagle3", 0.7, batch=512, context=32768)
+    assert rec.row["speedup"] is None and "the largest batch that fits at context 32768 is" in rec.reason
+    two = rf.recommend(rf.Pricing.of(HW, engine="vllm", dtype="bf16", tp=2), "llama-3.1-70b", "eagle3", 0.7)
+    assert two.row["fits_in_memory"] and two.row["speedup"] > 1
+
+
+def test_the_largest_batch_that_fits_counts_the_drafters_memory_at_that_batch(capsys):
+    """A draft model keeps a KV cache of its own: the largest batch that fits is read with it at that batch, not
+    with the drafter's bytes at the batch that did not fit (which leaves no room for any)."""
+    import roofline as rf
+    from roofline.deploy.planner import largest_for_row
+
+    drafters, acc = ["model:llama-3.2-1b"], {"draft llama-3.2-1b": 0.75}
+    pr = rf.Pricing.of(HW)
+    rec = rf.recommend(pr, "llama-3.1-8b", drafters, acc, batch=64, context=32768)
+    assert rec.row["speedup"] is None and "not even one sequence fits" not in rec.reason
+    top = {str(k): v for k, v in rec.table.iloc[0].items()}
+    got = largest_for_row(pr, "llama-3.1-8b", drafters, top, pr.hardware.memory_bytes)
+    assert 1 <= got.batch < 64 and 1024 <= got.context < 32768
+    at = rf.plan(pr, "llama-3.1-8b", drafters, acc, batch=[got.batch, got.batch + 1], context=32768,
+                 gammas=[int(top["gamma"])])  # fmt: skip
+    fits = dict(zip(at["batch"], at["fits_in_memory"], strict=True))
+    assert fits[got.batch] and not fits[got.batch + 1]  # the same footprint plan() prices, at the edge

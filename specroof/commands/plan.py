@@ -10,7 +10,11 @@ import numpy as np
 from roofline.core.errors import SpecroofError
 from roofline.core.validation import check_tp
 from roofline.costing.hardware import load_hardware
-from roofline.deploy.memory import largest_fit, reserved_share
+from roofline.deploy.memory import reserved_share
+from roofline.deploy.planner import (  # what a configuration that does not fit carries no figure of
+    NOT_FIT_BLANK,
+    largest_for_row,
+)
 from roofline.passes.model import get_model
 from roofline.speculation.acceptance_defaults import CURVE_ALPHAS, NoMatchedDefault, break_even
 from roofline.speculation.acceptance_positions import (
@@ -54,10 +58,6 @@ from specroof.shell import (
 #: the columns of the ranked table the text shows (--json has every column)
 SHOWN = ["hardware", "strategy", "gamma", "batch", "context", "expected_tokens", "t_round_s", "tokens_per_s_per_user",
          "tokens_per_s_total", "speedup", "extrapolated", "kv_bound_context"]  # fmt: skip
-
-#: what a configuration that does not fit carries no figure of (text and --json): only the reason and what fits
-NOT_FIT_BLANK = ("strategy", "gamma", "speedup", "expected_tokens", "t_round_s", "tokens_per_s_per_user",
-                 "tokens_per_s_total", "t_draft_s", "t_verify_s", "t_round_host_s")  # fmt: skip
 
 #: the relative speedup within which two settings are one answer (the error bands' resolution): the cheaper wins
 #: (docs/cost-model.md, section 50.3)
@@ -269,10 +269,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 row = {"hardware": pr.hardware.id, "batch": b, "context": c, **rec.row, "reason": rec.reason}
                 _mark_extrapolated(row, measured, family)
                 if not rec.row["fits_in_memory"]:  # marked and not ranked: no strategy is an answer on this GPU
-                    row["reason"] = _does_not_fit(args, pr, target, b, c, rec.row, caps[pr.hardware.id], share_why)
-                    row["largest_batch"], row["largest_context"] = _largest(
-                        args, pr, target, rec.row, caps[pr.hardware.id]
-                    )
+                    top = {str(k): v for k, v in rec.table.iloc[0].items()}  # its setting, before the speeds blank
+                    row["reason"] = _does_not_fit(args, pr, target, b, c, top, caps[pr.hardware.id], share_why)
+                    row["largest_batch"], row["largest_context"] = _largest(args, pr, top, caps[pr.hardware.id])
                     row |= {k: None for k in NOT_FIT_BLANK}
                 best.append(row)
     if args.dynamic_gamma:
@@ -379,22 +378,17 @@ def _plan_over_acceptance(args: argparse.Namespace, by_key: dict[str, Any], why:
     return 0
 
 
-def _largest(args: argparse.Namespace, pr: Any, target: Any, row: dict[str, Any], cap: float) -> tuple[int, int]:
+def _largest(args: argparse.Namespace, pr: Any, row: dict[str, Any], cap: float) -> tuple[int, int]:
     """The largest batch at this context and the longest context at this batch that fit the row's setting, its
-    drafter's own memory included (section 50.4)."""
-    from roofline.deploy.memory import per_device_bytes
-
-    b, c, k = int(row["batch"]), int(row["context"]), int(row["gamma"] or 0) + 1
-    kw = {"weight_dtype": pr.stored_weight_dtype, "kv_dtype": pr.kv_dtype, "act_dtype": pr.dtype}
-    extra = max(0.0, float(row["memory_bytes"]) - per_device_bytes(target, b, c, k, max(1, args.tp), **kw))
-    got = largest_fit(target, cap, batch=b, context=c, new_tokens=k, tp=max(1, args.tp), extra_bytes=extra, **kw)
+    drafter's own memory included (section 50.4; roofline.deploy.planner.largest_for_row)."""
+    got = largest_for_row(pr, args.target, list(drafters_by_key(args).values()), row, cap)
     return got.batch, got.context
 
 
 def _does_not_fit(args: argparse.Namespace, pr: Any, target: Any, b: int, c: int, row: dict[str, Any], cap: float,
                   share_why: str) -> str:  # fmt: skip
     """The one sentence a configuration that does not fit gets: per device, against the engine's share, what fits."""
-    lb, lc = _largest(args, pr, target, row, cap)
+    lb, lc = _largest(args, pr, row, cap)
     dev = pr.hardware.memory_bytes or float("nan")
     per = f" per device (TP {args.tp})" if args.tp > 1 else ""
     fits = (
