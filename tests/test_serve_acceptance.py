@@ -179,3 +179,22 @@ def test_the_largest_batch_that_fits_counts_the_drafters_memory_at_that_batch(ca
                  gammas=[int(top["gamma"])])  # fmt: skip
     fits = dict(zip(at["batch"], at["fits_in_memory"], strict=True))
     assert fits[got.batch] and not fits[got.batch + 1]  # the same footprint plan() prices, at the edge
+
+
+def test_tree_takes_the_matched_default_or_answers_over_acceptance(capsys):
+    pair = matched_default("eagle3", "llama-3.1-8b")
+    code, out, err = run(capsys, "tree", "--hardware", HW, "--target", "llama-3.1-8b", "--drafter", "eagle3")
+    assert code == 0, err
+    assert pair.url in out.splitlines()[0] and "Spec-Bench" not in out
+    argv = ["tree", "--hardware", HW, "--target", "llama-3.1-8b", "--drafter", "eagle2", "--batch", "1,16"]
+    code, out, err = run(capsys, *argv, "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert "no published acceptance of eagle2" in d["acceptance"] and "--acceptance-vector" in d["acceptance"]
+    assert [r["iid_p"] for r in d["curve"] if r["batch"] == 1] == list(CURVE_ALPHAS)
+    one = [r for r in d["curve"] if r["batch"] == 16]
+    assert d["break_even"][1]["break_even_p"] == break_even([r["iid_p"] for r in one], [r["speedup"] > 1 for r in one])
+    code, text, _ = run(capsys, *argv)
+    assert text.startswith("acceptance: no published acceptance") and "flags:" not in text
+    code, out, err = run(capsys, *argv, "--budget", "8")  # one tree of a fixed size needs one acceptance
+    assert code == 2 and not out and len(err.strip().splitlines()) == 1

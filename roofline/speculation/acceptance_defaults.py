@@ -34,6 +34,16 @@ def break_even(alphas: Sequence[float], pays: Sequence[bool]) -> float | None:
     return found
 
 
+def break_even_words(found: float | None, rate: str = "per-token rate") -> str:
+    """The break-even rate in words, the same in every command: where it pays across the whole range, it says so
+    rather than naming the range's lowest rate as if it were the break-even point."""
+    if found is None:
+        return "does not pay at any rate of the range"
+    if found <= min(CURVE_ALPHAS):
+        return f"pays at every {rate} of the range, from {found:g}"
+    return f"pays from a {rate} of {found:g}"
+
+
 class NoMatchedDefault(SpecroofError):
     """No published measurement of this drafter class on this target's family and size class."""
 

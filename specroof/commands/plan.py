@@ -16,7 +16,7 @@ from roofline.deploy.planner import (  # what a configuration that does not fit 
     largest_for_row,
 )
 from roofline.passes.model import get_model
-from roofline.speculation.acceptance_defaults import CURVE_ALPHAS, NoMatchedDefault, break_even
+from roofline.speculation.acceptance_defaults import CURVE_ALPHAS, NoMatchedDefault, break_even, break_even_words
 from roofline.speculation.acceptance_positions import (
     VLLM_READING_GAMMA,
     engine_family,
@@ -369,7 +369,7 @@ def _plan_over_acceptance(args: argparse.Namespace, by_key: dict[str, Any], why:
     for (hw, b, c), rs in cells.items():
         be = break_even([r["alpha"] for r in rs], [r["gamma"] > 0 and r["speedup"] > 1.0 for r in rs])
         breakeven.append({"hardware": hw, "batch": b, "context": c, "break_even_alpha": be})
-        where = f"speculation pays from a per-token rate of {be:g}" if be is not None else "speculation never pays here"
+        where = f"speculation {break_even_words(be)}"
         curve = ", ".join(f"{r['alpha']:g}: {r['speedup']:.2f}x@{r['gamma']}" for r in rs)
         lines.append(f"{hw}  batch {b:>4}  context {c:>6}:  {where}; best speedup (at gamma) by rate: {curve}")
     payload = {"recommendations": [], "acceptance": [why], "break_even": breakeven, "curve": rows,

@@ -18,7 +18,7 @@ import pandas as pd
 
 from roofline.core.errors import SpecroofError
 from roofline.serving.sweep import DEFAULT_OBJECTIVE, OBJECTIVES
-from roofline.speculation.acceptance_defaults import CURVE_ALPHAS, NoMatchedDefault, break_even
+from roofline.speculation.acceptance_defaults import CURVE_ALPHAS, NoMatchedDefault, break_even, break_even_words
 from specroof.commands.common import (
     add_engine_config,
     band_for,
@@ -347,13 +347,7 @@ def _serve_over_acceptance(
     for (rate, p), rs in sorted(cells.items()):
         be = break_even([r["alpha"] for r in rs], [r["speedup"] > 1.0 for r in rs])
         breakeven.append({"rate_req_s": rate, "policy": p, "break_even_alpha": be})
-        where = (
-            "does not pay at any rate of the range"
-            if be is None
-            else f"pays at every rate of the range, from {be:g}"
-            if be == min(CURVE_ALPHAS)
-            else f"pays from a per-token rate of {be:g}"
-        )
+        where = break_even_words(be)
         curve = ", ".join(f"{r['alpha']:g}: {r['speedup']:.2f}x" for r in rs)
         lines.append(f"  {rate:g} req/s, {p}: {where}; {curve}")
     lines += [f"  {x}" for x in notes]
