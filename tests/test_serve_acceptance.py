@@ -198,3 +198,16 @@ def test_tree_takes_the_matched_default_or_answers_over_acceptance(capsys):
     assert text.startswith("acceptance: no published acceptance") and "flags:" not in text
     code, out, err = run(capsys, *argv, "--budget", "8")  # one tree of a fixed size needs one acceptance
     assert code == 2 and not out and len(err.strip().splitlines()) == 1
+
+
+def test_trees_table_never_ranks_the_undeployable_tree_first(capsys, tmp_path):
+    vec = tmp_path / "vec.json"
+    vec.write_text("[0.6, 0.2, 0.1]")
+    argv = ["tree", "--acceptance-vector", str(vec), "--hardware", HW, "--target", "llama-3.1-8b", "--drafter",
+            "eagle3", "--batch", "1", "--engine", "vllm", "--json"]  # fmt: skip
+    code, out, err = run(capsys, *argv)
+    assert code == 0, err
+    rows = json.loads(out)["answers"]
+    searched = next(r for r in rows if r["answer"] == "best tree searched")
+    assert searched["speedup"] > rows[0]["speedup"] * 1.02  # the case: the searched tree is well ahead
+    assert rows[0]["deployable"].startswith("deployable in vLLM") and rows[1] == searched
