@@ -211,3 +211,14 @@ def test_trees_table_never_ranks_the_undeployable_tree_first(capsys, tmp_path):
     searched = next(r for r in rows if r["answer"] == "best tree searched")
     assert searched["speedup"] > rows[0]["speedup"] * 1.02  # the case: the searched tree is well ahead
     assert rows[0]["deployable"].startswith("deployable in vLLM") and rows[1] == searched
+
+
+def test_speculation_paying_only_at_the_larger_batch_says_why(capsys):
+    code, out, err = run(capsys, "plan", "--hardware", HW, "--target", "gpt-oss-120b", "--drafter", "eagle3",
+                         "--acceptance", "eagle3=mean:2.56@3", "--batch", "1,32", "--engine", "sglang", "--json")  # fmt: skip
+    assert code == 0, err
+    d = json.loads(out)
+    one, big = d["recommendations"]
+    assert one["gamma"] == 0 and big["gamma"] and big["speedup"] > 1  # the case: paying only at batch 32
+    note = next(n for n in d["batch_notes"] if n.startswith("speculation pays at batch 32"))
+    assert "not at batch 1" in note and "the plain step grows" in note

@@ -299,7 +299,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     lines = [_priced_under(args), *_band_lines(best), "", *lines]
     if getattr(args, "acceptance_notes", None):
         lines = ["acceptance, as given and as priced:", *(f"  {n}" for n in args.acceptance_notes), "", *lines]
-    payload["batch_notes"] = _batch_notes(best)
+    payload["batch_notes"] = _batch_notes(best, table)
     lines += [f"note: {n}" for n in payload["notes"] + payload["batch_notes"]]
     if args.emit:
         lines += [
@@ -417,7 +417,7 @@ def _mark_extrapolated(row: dict[str, Any], measured: dict[str, int | None], fam
         row["reason"] += f" (extrapolated: one position past the {at} measured)"
 
 
-def _batch_notes(best: list[dict[str, Any]]) -> list[str]:
+def _batch_notes(best: list[dict[str, Any]], table: Any = None) -> list[str]:
     """Where a larger batch's speedup is above a smaller one's, why: the plain step grows more than the round."""
     out = []
     rows = [r for r in best if r.get("speedup") and r.get("gamma")]
@@ -436,6 +436,44 @@ def _batch_notes(best: list[dict[str, Any]]) -> list[str]:
                 f"{b['t_round_s'] / a['t_round_s'] - 1:+.0%} (its draft passes {a['t_draft_s'] * 1e3:.2f} -> "
                 f"{b['t_draft_s'] * 1e3:.2f} ms, verify {a['t_verify_s'] * 1e3:.2f} -> {b['t_verify_s'] * 1e3:.2f} ms): "
                 "the fixed part of a round weighs less at the larger batch"
+            )
+            break
+    if table is not None:
+        out += _pays_only_at_larger_batch(best, table)
+    return out
+
+
+def _pays_only_at_larger_batch(best: list[dict[str, Any]], table: Any) -> list[str]:
+    """Where speculation pays at a larger batch and not at a smaller one, why, in the priced times: the larger
+    batch's setting at the smaller batch, its verify against a plain step at both (a sparse MoE's plain step at a
+    small batch reads few experts, the verify of every draft token reads more of them)."""
+    out = []
+    for a in best:
+        if a.get("gamma") != 0 or a.get("speedup") is None:
+            continue
+        for b in best:
+            same = (a["hardware"], a["context"]) == (b["hardware"], b["context"])
+            if not same or b["batch"] <= a["batch"] or not b.get("gamma") or not (b.get("speedup") or 0) > 1.0:
+                continue
+            at = table[(table["hardware"] == a["hardware"]) & (table["context"] == a["context"])
+                       & (table["batch"] == a["batch"]) & (table["strategy"] == b["strategy"])
+                       & (table["gamma"] == b["gamma"])]  # fmt: skip
+            if at.empty:
+                continue
+            r = at.iloc[0]
+            step_a = float(r["t_round_s"]) * float(r["speedup"]) / float(r["expected_tokens"])
+            step_b = b["t_round_s"] * b["speedup"] / b["expected_tokens"]
+            da, va, ra = float(r["t_draft_s"]), float(r["t_verify_s"]), float(r["t_round_s"])
+            db, vb, rb = b["t_draft_s"], b["t_verify_s"], b["t_round_s"]
+            ha, hb = float(r["t_round_host_s"]), float(b["t_round_host_s"])
+            out.append(
+                f"speculation pays at batch {b['batch']} ({b['speedup']:.2f}x) and not at batch {a['batch']}, where "
+                f"the same setting ({b['strategy']}, gamma {b['gamma']}) gives {float(r['speedup']):.2f}x: its round "
+                f"(draft {da * 1e3:.2f} + verify {va * 1e3:.2f} + host {ha * 1e3:.2f} ms) is {ra / step_a:.1f}x a plain step of "
+                f"{step_a * 1e3:.2f} ms at batch {a['batch']}, {rb / step_b:.1f}x one of {step_b * 1e3:.2f} ms at batch "
+                f"{b['batch']} (draft {db * 1e3:.2f} + verify {vb * 1e3:.2f} + host {hb * 1e3:.2f} ms): from batch {a['batch']} to "
+                f"{b['batch']} the plain step grows {step_b / step_a:.1f}x, the draft passes {db / max(da, 1e-12):.1f}x, "
+                f"the verify {vb / max(va, 1e-12):.1f}x and the host {hb / max(ha, 1e-12):.1f}x"
             )
             break
     return out
