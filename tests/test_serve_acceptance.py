@@ -222,3 +222,21 @@ def test_speculation_paying_only_at_the_larger_batch_says_why(capsys):
     assert one["gamma"] == 0 and big["gamma"] and big["speedup"] > 1  # the case: paying only at batch 32
     note = next(n for n in d["batch_notes"] if n.startswith("speculation pays at batch 32"))
     assert "not at batch 1" in note and "the plain step grows" in note
+
+
+def test_serve_sizes_its_kv_cache_in_the_engines_reserved_share(capsys):
+    from roofline.deploy.memory import reserved_share
+
+    base = ["serve", "--hardware", HW, "--target", "llama-3.1-8b", "--drafter", "eagle3", "--acceptance", "0.7",
+            "--policy", "static:3", "--rate", "1", "--requests", "20", "--json"]  # fmt: skip
+    kv = {}
+    for extra in ([], ["--engine", "sglang"], ["--memory-fraction", "0.5"]):
+        code, out, err = run(capsys, *base, *extra)
+        assert code == 0, err
+        d = json.loads(out)
+        kv[tuple(extra)] = (d["memory_share"]["fraction"], d["settings"]["kv_capacity_tokens"]["off"])
+    assert kv[()][0] == 0.9 and kv[("--engine", "sglang")][0] == reserved_share("sglang", 1)[0]
+    assert kv[("--memory-fraction", "0.5")][0] == 0.5
+    assert kv[("--memory-fraction", "0.5")][1] < kv[("--engine", "sglang")][1] < kv[()][1]
+    code, out, err = run(capsys, *base[:-1], "--memory-fraction", "1.5")
+    assert code == 2 and not out and "--memory-fraction" in err and len(err.strip().splitlines()) == 1

@@ -228,6 +228,22 @@ def _one_rate(args: argparse.Namespace, acc: Any, value: Any) -> tuple[float, st
     )
 
 
+def _memory_share(args: argparse.Namespace) -> tuple[float, str]:
+    """The share of each device the KV cache is sized in, and where it comes from: --memory-fraction, SGLang's
+    mem_fraction_static under --engine sglang, else vLLM's gpu_memory_utilization (the simulator's default, 0.9;
+    roofline.deploy.memory, docs/cost-model.md section 50.4)."""
+    from roofline.deploy.memory import VLLM_GPU_MEMORY_UTILIZATION, reserved_share
+    from roofline.speculation.acceptance_positions import engine_family
+
+    family = engine_family(args.engine)
+    if args.memory_fraction is not None or family == "sglang":
+        return reserved_share(family, args.tp or 1, args.memory_fraction)
+    return VLLM_GPU_MEMORY_UTILIZATION, (
+        f"vLLM's gpu_memory_utilization default {VLLM_GPU_MEMORY_UTILIZATION:g}"
+        + ("" if family == "vllm" else " (no engine of its own named: --memory-fraction for yours)")
+    )
+
+
 def _simulate(
     args: argparse.Namespace, policies: list[Any], alpha: float, on_run: Callable[[int, int, str], None] | None
 ) -> Any:
@@ -253,6 +269,7 @@ def _simulate(
         max_seqs=args.max_seqs,
         max_tokens=args.max_tokens,
         kv_capacity_tokens=args.kv_capacity_tokens,
+        memory_fraction=_memory_share(args)[0],
         alpha_concentration=args.alpha_concentration,
         slo_ttft_s=args.slo_ttft,
         slo_tpot_s=args.slo_tpot,
@@ -368,6 +385,7 @@ def _serve_over_acceptance(
         "error_band": band[0],
         "error_band_note": band[1],
         "settings": settings,
+        "memory_share": dict(zip(("fraction", "source"), _memory_share(args), strict=True)),
     }
     emit(args, payload, "\n".join(lines))
     return 0
@@ -422,7 +440,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         fig = serving_curves(s, title=f"{res.settings['target']} on {hw}: serving with and without speculation")
         fig.savefig(args.plot, dpi=120)
     per_rate = s.to_dict(orient="records")  # every column; JSON_KEYS among them
+    share, share_why = _memory_share(args)
     payload: dict[str, Any] = {
+        "memory_share": {"fraction": share, "source": share_why},
         "speculation_stops_paying_at_rate": stops[first],
         "stops_paying_by_policy": stops,
         "judged_on": metric,
@@ -544,6 +564,14 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--max-tokens", type=bounded_int(1, 1 << 20), default=2048, help="tokens per step (chunked prefill)")
     p.add_argument(
         "--kv-capacity-tokens", type=bounded_int(1, 1 << 40), help="KV cache size (default: the memory model)"
+    )
+    p.add_argument(
+        "--memory-fraction",
+        type=_positive_float,
+        default=None,
+        help="the share of each device the engine may use for weights, activations and the KV cache (vLLM's "
+        "--gpu-memory-utilization, SGLang's --mem-fraction-static; default: SGLang's under --engine sglang, else "
+        "vLLM's 0.9)",
     )
     p.add_argument("--alpha-concentration", type=_positive_float, help="per-request alpha ~ Beta around the mean")
     p.add_argument("--dtype", action=GivenStore, default="bf16", help="compute/activation dtype (default bf16)")
