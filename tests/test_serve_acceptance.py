@@ -240,3 +240,15 @@ def test_serve_sizes_its_kv_cache_in_the_engines_reserved_share(capsys):
     assert kv[("--memory-fraction", "0.5")][1] < kv[("--engine", "sglang")][1] < kv[()][1]
     code, out, err = run(capsys, *base[:-1], "--memory-fraction", "1.5")
     assert code == 2 and not out and "--memory-fraction" in err and len(err.strip().splitlines()) == 1
+
+
+def test_speedup_prices_a_chain_measured_default_on_its_chain_as_plan_does(capsys):
+    code, out, err = run(capsys, "speedup", "--hardware", HW, "--target", "llama-3.1-8b", "--drafter", "eagle3",
+                         "--json")  # fmt: skip
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["gamma"] == 7 and not d.get("tree_nodes")  # mean:3.53@7, measured on vLLM's chain of 7
+    code, out, _ = run(capsys, "plan", "--hardware", HW, "--target", "llama-3.1-8b", "--drafter", "eagle3",
+                       "--batch", "1", "--top", "30", "--json")  # fmt: skip
+    row = next(r for r in json.loads(out)["table"] if r["gamma"] == 7)
+    assert d["speedup"] == pytest.approx(row["speedup"], rel=1e-6)
