@@ -252,3 +252,10 @@ def test_speedup_prices_a_chain_measured_default_on_its_chain_as_plan_does(capsy
                        "--batch", "1", "--top", "30", "--json")  # fmt: skip
     row = next(r for r in json.loads(out)["table"] if r["gamma"] == 7)
     assert d["speedup"] == pytest.approx(row["speedup"], rel=1e-6)
+
+
+def test_serve_over_acceptance_refuses_a_plot_in_one_line(capsys, tmp_path):
+    code, out, err = run(capsys, "serve", "--hardware", HW, "--target", "llama-3.1-70b", "--tp", "4", "--drafter",
+                         "eagle3", *SMALL, "--plot", str(tmp_path / "p.png"))  # fmt: skip
+    assert code == 2 and not out and len(err.strip().splitlines()) == 1 and "--acceptance" in err
+    assert not (tmp_path / "p.png").exists()

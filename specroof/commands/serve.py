@@ -310,6 +310,8 @@ def _serve_over_acceptance(
     and the break-even rate, instead of one verdict priced at a number borrowed from another pair."""
     from roofline.passes.model import get_model
 
+    if args.plot:  # one simulation's latency against throughput: it needs one acceptance
+        raise SpecroofError(f"{why.partition(': give')[0]}: --plot draws one simulation, give --acceptance for one")
     on_run, close_bar = _progress(args)
     n = len(CURVE_ALPHAS)
     off = None
