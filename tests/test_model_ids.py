@@ -106,6 +106,7 @@ def test_an_id_not_cached_is_fetched_through_huggingface_hub_config_only(tmp_pat
         return str(_cache_fixture(tmp_path / "dl", repo_id, QWEN3_8B))
 
     monkeypatch.setattr(hub, "hf_hub_download", fake_download)
+    monkeypatch.setattr(hub, "get_hf_file_metadata", lambda url, **kw: None)  # the probe before it: online
     spec = get_model("acme/fetched-8b")
     assert calls == [("acme/fetched-8b", "config.json")] and spec.name == "acme/fetched-8b"
 

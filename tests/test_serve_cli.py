@@ -99,7 +99,7 @@ def test_an_moe_question_runs_end_to_end_over_8_expert_parallel_gpus(run):
     not fit one 80 GB GPU), prompt and output lengths of the Azure 2023 conversation trace."""
     moe = ["serve", "--hardware", "h100-sxm-80gb", "--target", "mixtral-8x7b", "--drafter", "eagle3",
            "--rate", "2,16", "--requests", "80", "--input-len", "azure-conv-2023", "--output-len", "azure-conv-2023",
-           "--policy", "static:3"]  # fmt: skip
+           "--policy", "static:3", "--acceptance", "0.75"]  # fmt: skip
     code, out, err = run(*moe, "--ep", "8", "--json")
     assert code == 0, err
     data = json.loads(out)

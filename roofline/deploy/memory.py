@@ -6,6 +6,7 @@ a device an engine lets it use, and the largest batch or context that fits.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from roofline.core.errors import SpecroofError
@@ -59,15 +60,17 @@ def largest_fit(
     weight_dtype: str = "bf16",
     kv_dtype: str | None = None,
     act_dtype: str | None = None,
-    extra_bytes: float = 0.0,
+    extra_bytes: float | Callable[[int, int], float] = 0.0,
 ) -> Largest:
     """Largest batch (at ``context``) and context (at ``batch``) whose footprint per device, plus ``extra_bytes`` (a
-    drafter's own), is within ``capacity_bytes`` (bisection: the footprint rises with both)."""
+    drafter's own: a number, or a function of (batch, context) where the drafter keeps a KV cache of its own that
+    grows with both), is within ``capacity_bytes`` (bisection: the footprint rises with both)."""
     s = get_model(spec)
     kw = {"weight_dtype": weight_dtype, "kv_dtype": kv_dtype, "act_dtype": act_dtype}
 
     def fits(b: int, c: int) -> bool:
-        return per_device_bytes(s, b, c, new_tokens, tp, **kw) + extra_bytes <= capacity_bytes
+        extra = float(extra_bytes(b, c)) if callable(extra_bytes) else float(extra_bytes)
+        return per_device_bytes(s, b, c, new_tokens, tp, **kw) + extra <= capacity_bytes
 
     def grow(ok: object, lo: int, top: int) -> int:
         if not ok(lo):  # type: ignore[operator]

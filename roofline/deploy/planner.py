@@ -162,9 +162,16 @@ def plan(
     return out
 
 
+#: a recommendation's fields that speak of speed: None where nothing fits, so no speedup is read off a configuration
+#: the device cannot hold (docs/cost-model.md, section 50.4)
+NOT_FIT_BLANK = ("strategy", "gamma", "speedup", "expected_tokens", "t_round_s", "tokens_per_s_per_user",
+                 "tokens_per_s_total", "t_draft_s", "t_verify_s", "t_round_host_s")  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Recommendation:
-    """The best configuration of a plan and a one-line reason."""
+    """The best configuration of a plan and a one-line reason (where nothing fits: no speedup, the reason and the
+    largest batch and context that fit)."""
 
     row: dict[str, Any]
     reason: str
@@ -238,10 +245,46 @@ def recommend(
             f"; {fastest['strategy']} at gamma {fastest['gamma']} gives {fastest['speedup']:.2f}x, within the "
             f"{resolution:.0%} resolution: the cheaper setting wins"
         )
-    if not best["fits_in_memory"]:
-        cap = f" of {hw.memory_bytes / 1e9:.0f} GB" if hw.memory_bytes else ""
-        reason += f"; warning: needs {best['memory_bytes'] / 1e9:.0f} GB, more than the device{cap}"
+    if not best["fits_in_memory"]:  # ranked last by plan(): here every row fails to fit
+        reason = _does_not_fit(pr, target, drafter, best)
+        return Recommendation(best | {k: None for k in NOT_FIT_BLANK}, reason, table)
     return Recommendation(best, reason, table)
+
+
+def largest_for_row(pr: Pricing, target: ModelSpec | str, drafter: Any, row: dict[str, Any], capacity: float) -> Any:
+    """The largest batch (at the row's context) and longest context (at its batch) whose footprint per device, the
+    row's drafter's own memory included (weights, and a KV cache that grows with batch and context), is within
+    ``capacity`` bytes (roofline.deploy.memory.largest_fit)."""
+    from roofline.deploy.memory import largest_fit
+    from roofline.speculation.speculative import Ctx
+
+    spec = get_model(target)
+    b, c, k, tp = int(row["batch"]), int(row["context"]), int(row["gamma"] or 0) + 1, max(1, int(pr.tp))
+    d = next((x for x in (as_drafter(y, spec) for y in _listify(drafter)) if x.name == row["strategy"]), None)
+    ctx = Ctx(spec, pr)
+
+    def extra(bb: int, cc: int) -> float:  # the drafter's bytes on top of the target's (plain decoding: none)
+        return 0.0 if d is None or int(row["gamma"] or 0) == 0 else float(d.extra_memory_bytes(ctx, bb, cc))
+
+    return largest_fit(spec, capacity, batch=b, context=c, new_tokens=k, tp=tp, extra_bytes=extra,
+                       weight_dtype=pr.stored_weight_dtype, kv_dtype=pr.kv_dtype, act_dtype=pr.dtype)  # fmt: skip
+
+
+def _does_not_fit(pr: Pricing, target: ModelSpec | str, drafter: Any, row: dict[str, Any]) -> str:
+    """The reason a row does not fit, per device, and the largest batch and context that fit its setting."""
+    dev = pr.hardware.memory_bytes or float("inf")
+    b, c, tp = int(row["batch"]), int(row["context"]), max(1, int(pr.tp))
+    got = largest_for_row(pr, target, drafter, row, dev)
+    fits = (
+        f"the largest batch that fits at context {c} is {got.batch}, the longest context at batch {b} is {got.context:,}"
+        if got.batch or got.context
+        else "not even one sequence fits"
+    )
+    per = f" per device (TP {tp})" if tp > 1 else ""
+    return (
+        f"does not fit in memory: needs {float(row['memory_bytes']) / 1e9:.1f} GB{per}, more than the "
+        f"{dev / 1e9:.0f} GB device; {fits}"
+    )
 
 
 def speculation_stops_paying(

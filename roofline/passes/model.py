@@ -1118,6 +1118,23 @@ def cached_hf_config(model_id: str) -> Path | None:
 _FROM_HUB: dict[str, ModelSpec] = {}
 
 
+#: seconds the hub probe waits for an answer (HF_HUB_ETAG_TIMEOUT, when set, instead)
+HUB_PROBE_TIMEOUT_S = 5.0
+
+
+def _hub_probe(model_id: str) -> None:
+    """One request for ``config.json``'s metadata, never retried: raises the hub's error (no network, gated, not
+    found) at once. huggingface_hub's ``get_hf_file_metadata`` retries only when asked (``retry_on_errors``, which
+    versions before 1.0 lack and which is off by default), so it is called with the timeout alone."""
+    import os
+
+    import huggingface_hub as hub
+
+    given = os.environ.get("HF_HUB_ETAG_TIMEOUT", "").strip()
+    timeout = float(given) if given.replace(".", "", 1).isdigit() and float(given) > 0 else HUB_PROBE_TIMEOUT_S
+    hub.get_hf_file_metadata(hub.hf_hub_url(model_id, "config.json"), timeout=timeout)
+
+
 def _hub_config(model_id: str) -> Path:
     """``config.json`` of ``model_id`` through ``huggingface_hub`` (only that file): from the local cache, or downloaded
     when online. ``HF_HUB_OFFLINE=1`` keeps it to the cache. One line names what is missing."""
@@ -1136,6 +1153,9 @@ def _hub_config(model_id: str) -> Path:
             "huggingface_hub (pip install huggingface_hub), or give the path of its config.json"
         ) from None
     try:
+        # one HEAD of the file first, without retries and on a short timeout: offline, hf_hub_download retries its
+        # request with backoff for some 25 s before it gives up; the probe makes an offline machine's error immediate
+        _hub_probe(model_id)
         # the cache the environment names now (the hub reads HF_HUB_CACHE / HF_HOME once, when it is imported)
         cache = os.environ.get("HF_HUB_CACHE") or (
             str(Path(os.environ["HF_HOME"]) / "hub") if os.environ.get("HF_HOME") else None

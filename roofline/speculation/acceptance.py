@@ -94,7 +94,8 @@ def read_acceptance_file(path: str | Path, *, gamma: int | None = None) -> Accep
 
 
 def parse_acceptance(text: str | float, *, gamma: int | None = None) -> Acceptance:
-    """The command line's acceptance VALUE: ``0.7``, ``alpha:0.7``, ``mean:3.2[@G]``, ``vllm-rate:0.7@K``,
+    """The command line's acceptance VALUE: ``0.7``, ``alpha:0.7``, ``mean:3.2[@G]``, ``mean:3.2@tree`` (measured on
+    the engine's default tree: SGLang's EAGLE tree), ``vllm-rate:0.7@K``,
     ``curve:0.9,0.8,...`` (conditional), ``unconditional:0.9,0.72,...``, or a file.
 
     ``gamma`` is the speculation length a bare ``mean:`` was measured at. vLLM's rate may be
@@ -109,6 +110,9 @@ def parse_acceptance(text: str | float, *, gamma: int | None = None) -> Acceptan
         if head == "alpha":
             return PerToken(_number(rest, "alpha"))
         if head == "mean":
+            value, sep_at, shape = rest.rpartition("@")
+            if sep_at and shape.strip().lower() == "tree":  # measured on the engine's default tree, said explicitly
+                return MeanAccepted(_number(value, "mean accepted length"), tree=True)
             value, at = _at(rest, "mean")
             return MeanAccepted(_number(value, "mean accepted length"), gamma=at if at is not None else gamma)
         if head == "vllm-rate":

@@ -8,6 +8,7 @@ plan answers with its speedup over a range of acceptance and the break-even poin
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -19,6 +20,28 @@ DATA = Path(__file__).resolve().parents[2] / "published" / "acceptance" / "defau
 
 #: the per-token rates a plan without a matched default is answered over (its speedup curve and break-even point)
 CURVE_ALPHAS = (0.3, 0.4, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
+
+
+def break_even(alphas: Sequence[float], pays: Sequence[bool]) -> float | None:
+    """The break-even rate of a curve over acceptance: the lowest rate of the grid from which speculation pays at it
+    and at every higher rate (None when it does not pay at the highest). One rule for every command that answers
+    over acceptance (plan, serve)."""
+    found = None
+    for a, p in sorted(zip(alphas, pays, strict=True), reverse=True):
+        if not p:
+            break
+        found = float(a)
+    return found
+
+
+def break_even_words(found: float | None, rate: str = "per-token rate") -> str:
+    """The break-even rate in words, the same in every command: where it pays across the whole range, it says so
+    rather than naming the range's lowest rate as if it were the break-even point."""
+    if found is None:
+        return "does not pay at any rate of the range"
+    if found <= min(CURVE_ALPHAS):
+        return f"pays at every {rate} of the range, from {found:g}"
+    return f"pays from a {rate} of {found:g}"
 
 
 class NoMatchedDefault(SpecroofError):

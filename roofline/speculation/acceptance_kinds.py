@@ -429,11 +429,17 @@ class MeanAccepted(_Kind):
     gamma: int | None = None
     depth: int | None = None
     source: str = ""
+    #: measured on the default tree (``mean:X@tree``): SGLang's EAGLE tree, the one engine default that is a tree
+    tree: bool = False
     kind: ClassVar[str] = "mean"
 
     def __post_init__(self) -> None:
         if self.gamma is not None and self.depth is not None:
             raise SpecroofError("a mean accepted length comes from a chain (gamma) or a tree (depth), not both")
+        if self.tree and (self.gamma is not None or self.depth is not None):
+            raise SpecroofError(
+                "mean:X@tree is measured on SGLang's default EAGLE tree: give no gamma or depth with it"
+            )
         g = None if self.gamma is None else int(check_min("gamma", self.gamma, 1, integer=True))
         d = None if self.depth is None else int(check_min("tree depth", self.depth, 1, integer=True))
         object.__setattr__(self, "mean", check_mean_accepted(self.mean, gamma=g, depth=d, speculative=False))
@@ -474,6 +480,7 @@ class MeanAccepted(_Kind):
 
     def given(self) -> str:
         at = f" at gamma {self.gamma}" if self.gamma else f" on a tree of depth {self.depth}" if self.depth else ""
+        at = " on SGLang's default EAGLE tree (@tree)" if self.tree else at
         return f"mean accepted length {self.mean:g} tokens per round{at}"
 
     def converted(self) -> str:
@@ -485,7 +492,7 @@ class MeanAccepted(_Kind):
         )
 
     def to_json(self) -> dict[str, Any]:
-        out = {"mean": self.mean, "gamma": self.gamma, "depth": self.depth}
+        out = {"mean": self.mean, "gamma": self.gamma, "depth": self.depth} | ({"tree": True} if self.tree else {})
         if self.gamma is None:
             return {"kind": self.kind, **out, "tokens_per_round": self.mean, "source": self.source,
                     "describe": self.describe()}  # fmt: skip

@@ -202,6 +202,10 @@ def measured_length(key: str, acc: Any, family: str | None) -> int | None:
     """The draft positions an acceptance was measured over (None: a rate that states every position itself)."""
     kind = getattr(acc, "kind", "")
     if kind == "mean":
+        if getattr(acc, "tree", False):  # mean:X@tree: SGLang's default EAGLE tree, whatever the engine
+            from roofline.speculation.engine_trees import SGLANG_DEFAULT
+
+            return int(SGLANG_DEFAULT.num_steps)
         if acc.gamma is not None:
             return int(acc.gamma)
         if acc.depth is not None:
@@ -229,7 +233,12 @@ def read_for_plan(key: str, acc: Any, family: str | None, max_gamma: int = 16) -
     if kind == "vllm-rate":
         g, mean, given = int(acc.num_speculative_tokens), float(acc.tokens_per_round()), acc.given()
         shape = f"a chain of {g} (num_speculative_tokens={g})"
-    elif kind == "mean" and acc.depth is None and (acc.gamma is not None or reading_gamma(name, family) is not None):
+    elif (
+        kind == "mean"
+        and acc.depth is None
+        and not getattr(acc, "tree", False)  # mean:X@tree is read on the tree it names (the caller's tree branch)
+        and (acc.gamma is not None or reading_gamma(name, family) is not None)
+    ):
         g = int(acc.gamma) if acc.gamma is not None else int(reading_gamma(name, family) or 1)
         mean, given = float(acc.mean), f"mean accepted length {acc.mean:g} tokens per round"
         if acc.gamma is None:

@@ -184,6 +184,11 @@ def _for_plan(key: str, acc: Any, args: argparse.Namespace | None = None) -> tup
     if read is not None:
         return read
 
+    if isinstance(acc, MeanAccepted) and acc.tree and drafter_key(key) not in TREE_DRAFTER_KEYS:
+        raise SpecroofError(
+            f"--acceptance {key}=mean:{acc.mean:g}@tree: @tree names SGLang's default EAGLE tree, which {key} does not draft; "
+            f"write mean:{acc.mean:g}@G (G drafts per round)"
+        )
     if (
         isinstance(acc, MeanAccepted)
         and acc.gamma is None
@@ -383,9 +388,13 @@ def acceptance_from_args(args: argparse.Namespace, drafters: dict[str, Any]) -> 
     return value
 
 
-def single_acceptance(value: str | None, drafter: str, target: Any = None) -> tuple[Any, Any, str]:
+def single_acceptance(
+    value: str | None, drafter: str, target: Any = None, args: argparse.Namespace | None = None
+) -> tuple[Any, Any, str]:
     """One drafter's acceptance in the grammar every command shares: ``VALUE`` or ``KEY=VALUE`` (KEY the drafter's
-    name, as ``plan --acceptance`` takes it), or None for its published figure (:func:`published_acceptance`).
+    name, as ``plan --acceptance`` takes it), or None for its published figure (:func:`published_acceptance`: with
+    ``target``, its matched pair's only, else :class:`NoMatchedDefault`). ``args`` (its ``--engine``) says which shape
+    a mean without one was measured on, as ``plan`` reads it.
 
     Returns (the acceptance kind, what the planner takes: a rate or a curve, the sentence saying what it was read as).
     """
@@ -394,7 +403,7 @@ def single_acceptance(value: str | None, drafter: str, target: Any = None) -> tu
     key = drafter_key(drafter)
     if value is None:  # with the target: its matched pair's figure (docs/cost-model.md, 50.2)
         acc, source = published_acceptance(key, target)
-        plan_value, _ = _for_plan(key, acc)
+        plan_value, _ = _for_plan(key, acc, args)
         return acc, plan_value, f"{key}: none given: {source} (--acceptance {key}=VALUE for yours)"
     text = str(value).strip()
     if "=" in text and not Path(text).is_file():  # KEY=VALUE (a file whose name holds '=' is a file): KEY names it
@@ -402,7 +411,7 @@ def single_acceptance(value: str | None, drafter: str, target: Any = None) -> tu
         acc = parse_acceptance_items([text], [key], aliases=aliases)[key]
     else:
         acc = parse_acceptance(text)
-    plan_value, note = _for_plan(key, acc)
+    plan_value, note = _for_plan(key, acc, args)
     return acc, plan_value, note
 
 

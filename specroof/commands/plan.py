@@ -10,9 +10,13 @@ import numpy as np
 from roofline.core.errors import SpecroofError
 from roofline.core.validation import check_tp
 from roofline.costing.hardware import load_hardware
-from roofline.deploy.memory import largest_fit, reserved_share
+from roofline.deploy.memory import reserved_share
+from roofline.deploy.planner import (  # what a configuration that does not fit carries no figure of
+    NOT_FIT_BLANK,
+    largest_for_row,
+)
 from roofline.passes.model import get_model
-from roofline.speculation.acceptance_defaults import CURVE_ALPHAS, NoMatchedDefault
+from roofline.speculation.acceptance_defaults import CURVE_ALPHAS, NoMatchedDefault, break_even, break_even_words
 from roofline.speculation.acceptance_positions import (
     VLLM_READING_GAMMA,
     engine_family,
@@ -54,10 +58,6 @@ from specroof.shell import (
 #: the columns of the ranked table the text shows (--json has every column)
 SHOWN = ["hardware", "strategy", "gamma", "batch", "context", "expected_tokens", "t_round_s", "tokens_per_s_per_user",
          "tokens_per_s_total", "speedup", "extrapolated", "kv_bound_context"]  # fmt: skip
-
-#: what a configuration that does not fit carries no figure of (text and --json): only the reason and what fits
-NOT_FIT_BLANK = ("strategy", "gamma", "speedup", "expected_tokens", "t_round_s", "tokens_per_s_per_user",
-                 "tokens_per_s_total", "t_draft_s", "t_verify_s", "t_round_host_s")  # fmt: skip
 
 #: the relative speedup within which two settings are one answer (the error bands' resolution): the cheaper wins
 #: (docs/cost-model.md, section 50.3)
@@ -269,10 +269,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 row = {"hardware": pr.hardware.id, "batch": b, "context": c, **rec.row, "reason": rec.reason}
                 _mark_extrapolated(row, measured, family)
                 if not rec.row["fits_in_memory"]:  # marked and not ranked: no strategy is an answer on this GPU
-                    row["reason"] = _does_not_fit(args, pr, target, b, c, rec.row, caps[pr.hardware.id], share_why)
-                    row["largest_batch"], row["largest_context"] = _largest(
-                        args, pr, target, rec.row, caps[pr.hardware.id]
-                    )
+                    top = {str(k): v for k, v in rec.table.iloc[0].items()}  # its setting, before the speeds blank
+                    row["reason"] = _does_not_fit(args, pr, target, b, c, top, caps[pr.hardware.id], share_why)
+                    row["largest_batch"], row["largest_context"] = _largest(args, pr, top, caps[pr.hardware.id])
                     row |= {k: None for k in NOT_FIT_BLANK}
                 best.append(row)
     if args.dynamic_gamma:
@@ -300,7 +299,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     lines = [_priced_under(args), *_band_lines(best), "", *lines]
     if getattr(args, "acceptance_notes", None):
         lines = ["acceptance, as given and as priced:", *(f"  {n}" for n in args.acceptance_notes), "", *lines]
-    payload["batch_notes"] = _batch_notes(best)
+    payload["batch_notes"] = _batch_notes(best, table)
     lines += [f"note: {n}" for n in payload["notes"] + payload["batch_notes"]]
     if args.emit:
         lines += [
@@ -368,10 +367,9 @@ def _plan_over_acceptance(args: argparse.Namespace, by_key: dict[str, Any], why:
                     )
     breakeven = []
     for (hw, b, c), rs in cells.items():
-        pays = [r for r in rs if r["gamma"] > 0 and r["speedup"] > 1.0]
-        be = min((r["alpha"] for r in pays), default=None)
+        be = break_even([r["alpha"] for r in rs], [r["gamma"] > 0 and r["speedup"] > 1.0 for r in rs])
         breakeven.append({"hardware": hw, "batch": b, "context": c, "break_even_alpha": be})
-        where = f"speculation pays from a per-token rate of {be:g}" if be is not None else "speculation never pays here"
+        where = f"speculation {break_even_words(be)}"
         curve = ", ".join(f"{r['alpha']:g}: {r['speedup']:.2f}x@{r['gamma']}" for r in rs)
         lines.append(f"{hw}  batch {b:>4}  context {c:>6}:  {where}; best speedup (at gamma) by rate: {curve}")
     payload = {"recommendations": [], "acceptance": [why], "break_even": breakeven, "curve": rows,
@@ -380,22 +378,17 @@ def _plan_over_acceptance(args: argparse.Namespace, by_key: dict[str, Any], why:
     return 0
 
 
-def _largest(args: argparse.Namespace, pr: Any, target: Any, row: dict[str, Any], cap: float) -> tuple[int, int]:
+def _largest(args: argparse.Namespace, pr: Any, row: dict[str, Any], cap: float) -> tuple[int, int]:
     """The largest batch at this context and the longest context at this batch that fit the row's setting, its
-    drafter's own memory included (section 50.4)."""
-    from roofline.deploy.memory import per_device_bytes
-
-    b, c, k = int(row["batch"]), int(row["context"]), int(row["gamma"] or 0) + 1
-    kw = {"weight_dtype": pr.stored_weight_dtype, "kv_dtype": pr.kv_dtype, "act_dtype": pr.dtype}
-    extra = max(0.0, float(row["memory_bytes"]) - per_device_bytes(target, b, c, k, max(1, args.tp), **kw))
-    got = largest_fit(target, cap, batch=b, context=c, new_tokens=k, tp=max(1, args.tp), extra_bytes=extra, **kw)
+    drafter's own memory included (section 50.4; roofline.deploy.planner.largest_for_row)."""
+    got = largest_for_row(pr, args.target, list(drafters_by_key(args).values()), row, cap)
     return got.batch, got.context
 
 
 def _does_not_fit(args: argparse.Namespace, pr: Any, target: Any, b: int, c: int, row: dict[str, Any], cap: float,
                   share_why: str) -> str:  # fmt: skip
     """The one sentence a configuration that does not fit gets: per device, against the engine's share, what fits."""
-    lb, lc = _largest(args, pr, target, row, cap)
+    lb, lc = _largest(args, pr, row, cap)
     dev = pr.hardware.memory_bytes or float("nan")
     per = f" per device (TP {args.tp})" if args.tp > 1 else ""
     fits = (
@@ -405,8 +398,8 @@ def _does_not_fit(args: argparse.Namespace, pr: Any, target: Any, b: int, c: int
     )
     return (
         f"does not fit in memory: needs {row['memory_bytes'] / 1e9:.1f} GB{per} (weights + KV + activations), over the "
-        f"{cap / 1e9:.1f} GB the engine may use of each {dev / 1e9:.0f} GB device ({share_why}); {fits}: or raise --tp, "
-        "store the weights in fewer bits (--weight-dtype)"
+        f"{cap / 1e9:.1f} GB the engine may use of each {dev / 1e9:.0f} GB device ({share_why}); {fits}"
+        f"{'; or' if lb or lc else ':'} raise --tp or store the weights in fewer bits (--weight-dtype)"
     )
 
 
@@ -424,7 +417,7 @@ def _mark_extrapolated(row: dict[str, Any], measured: dict[str, int | None], fam
         row["reason"] += f" (extrapolated: one position past the {at} measured)"
 
 
-def _batch_notes(best: list[dict[str, Any]]) -> list[str]:
+def _batch_notes(best: list[dict[str, Any]], table: Any = None) -> list[str]:
     """Where a larger batch's speedup is above a smaller one's, why: the plain step grows more than the round."""
     out = []
     rows = [r for r in best if r.get("speedup") and r.get("gamma")]
@@ -443,6 +436,44 @@ def _batch_notes(best: list[dict[str, Any]]) -> list[str]:
                 f"{b['t_round_s'] / a['t_round_s'] - 1:+.0%} (its draft passes {a['t_draft_s'] * 1e3:.2f} -> "
                 f"{b['t_draft_s'] * 1e3:.2f} ms, verify {a['t_verify_s'] * 1e3:.2f} -> {b['t_verify_s'] * 1e3:.2f} ms): "
                 "the fixed part of a round weighs less at the larger batch"
+            )
+            break
+    if table is not None:
+        out += _pays_only_at_larger_batch(best, table)
+    return out
+
+
+def _pays_only_at_larger_batch(best: list[dict[str, Any]], table: Any) -> list[str]:
+    """Where speculation pays at a larger batch and not at a smaller one, why, in the priced times: the larger
+    batch's setting at the smaller batch, its verify against a plain step at both (a sparse MoE's plain step at a
+    small batch reads few experts, the verify of every draft token reads more of them)."""
+    out = []
+    for a in best:
+        if a.get("gamma") != 0 or a.get("speedup") is None:
+            continue
+        for b in best:
+            same = (a["hardware"], a["context"]) == (b["hardware"], b["context"])
+            if not same or b["batch"] <= a["batch"] or not b.get("gamma") or not (b.get("speedup") or 0) > 1.0:
+                continue
+            at = table[(table["hardware"] == a["hardware"]) & (table["context"] == a["context"])
+                       & (table["batch"] == a["batch"]) & (table["strategy"] == b["strategy"])
+                       & (table["gamma"] == b["gamma"])]  # fmt: skip
+            if at.empty:
+                continue
+            r = at.iloc[0]
+            step_a = float(r["t_round_s"]) * float(r["speedup"]) / float(r["expected_tokens"])
+            step_b = b["t_round_s"] * b["speedup"] / b["expected_tokens"]
+            da, va, ra = float(r["t_draft_s"]), float(r["t_verify_s"]), float(r["t_round_s"])
+            db, vb, rb = b["t_draft_s"], b["t_verify_s"], b["t_round_s"]
+            ha, hb = float(r["t_round_host_s"]), float(b["t_round_host_s"])
+            out.append(
+                f"speculation pays at batch {b['batch']} ({b['speedup']:.2f}x) and not at batch {a['batch']}, where "
+                f"the same setting ({b['strategy']}, gamma {b['gamma']}) gives {float(r['speedup']):.2f}x: its round "
+                f"(draft {da * 1e3:.2f} + verify {va * 1e3:.2f} + host {ha * 1e3:.2f} ms) is {ra / step_a:.1f}x a plain step of "
+                f"{step_a * 1e3:.2f} ms at batch {a['batch']}, {rb / step_b:.1f}x one of {step_b * 1e3:.2f} ms at batch "
+                f"{b['batch']} (draft {db * 1e3:.2f} + verify {vb * 1e3:.2f} + host {hb * 1e3:.2f} ms): from batch {a['batch']} to "
+                f"{b['batch']} the plain step grows {step_b / step_a:.1f}x, the draft passes {db / max(da, 1e-12):.1f}x, "
+                f"the verify {vb / max(va, 1e-12):.1f}x and the host {hb / max(ha, 1e-12):.1f}x"
             )
             break
     return out

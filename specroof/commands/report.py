@@ -171,6 +171,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     summary["seconds"] = time.perf_counter() - t0
     how = f"roofline + {pairing['engine']} engine" if pairing["engine"] else "datasheet roofline, no engine"
     lines = [f"The answer ({how}, batch 1): best strategy and gamma per GPU, and the best draft-tree size"]
+    # where each acceptance came from, in the headline: the matched pair's source, or the stand-in said to be one
+    rates, notes = pairing.get("acceptance", {}), pairing.get("acceptance_notes", {})
+    summary["acceptance_notes"] = dict(notes)
+    lines += [f"  acceptance of {k}: " + (f"{rates[k]:.3g}, " if k in rates else "") + notes[k] for k in notes]
     if "answer" in summary:
         table = pd.DataFrame(summary["answer"])
         deploy = [c for c in table.columns if c.startswith("deploy_")]

@@ -18,6 +18,7 @@ import pandas as pd
 
 from roofline.core.errors import SpecroofError
 from roofline.serving.sweep import DEFAULT_OBJECTIVE, OBJECTIVES
+from roofline.speculation.acceptance_defaults import CURVE_ALPHAS, NoMatchedDefault, break_even, break_even_words
 from specroof.commands.common import (
     add_engine_config,
     band_for,
@@ -204,9 +205,195 @@ def _config_policy(args: argparse.Namespace, config: Any, alpha: float) -> tuple
     )
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
+def _one_rate(args: argparse.Namespace, acc: Any, value: Any) -> tuple[float, str]:
+    """The per-token rate the simulator draws for a request, and the words to add when a per-position curve becomes
+    it: the simulator draws one rate per request, so a curve enters as the chain rate that emits the same tokens per
+    round over the positions it was measured at (past them the draws are i.i.d. at that rate)."""
+    if isinstance(value, (int, float)):
+        return float(value), ""
+    import numpy as np
+
+    from roofline.speculation.acceptance_kinds import alpha_for_tokens
+    from roofline.speculation.acceptance_positions import engine_family, measured_length
+    from specroof.commands.common import drafter_key
+
+    curve = np.asarray(value, dtype=float)
+    g = measured_length(drafter_key(args.drafter), acc, engine_family(args.engine)) or curve.size
+    g = max(1, min(int(g), curve.size))
+    tokens = 1.0 + float(np.sum(np.cumprod(curve[:g])))
+    a = float(alpha_for_tokens(tokens, g))
+    return a, (
+        f"; the simulator draws one per-token rate per request: {a:.3f}, the chain rate with the same "
+        f"{tokens:.3f} tokens per round at gamma {g} (past {g}, i.i.d. at that rate)"
+    )
+
+
+def _memory_share(args: argparse.Namespace) -> tuple[float, str]:
+    """The share of each device the KV cache is sized in, and where it comes from: --memory-fraction, SGLang's
+    mem_fraction_static under --engine sglang, else vLLM's gpu_memory_utilization (the simulator's default, 0.9;
+    roofline.deploy.memory, docs/cost-model.md section 50.4)."""
+    from roofline.deploy.memory import VLLM_GPU_MEMORY_UTILIZATION, reserved_share
+    from roofline.speculation.acceptance_positions import engine_family
+
+    family = engine_family(args.engine)
+    if args.memory_fraction is not None or family == "sglang":
+        return reserved_share(family, args.tp or 1, args.memory_fraction)
+    return VLLM_GPU_MEMORY_UTILIZATION, (
+        f"vLLM's gpu_memory_utilization default {VLLM_GPU_MEMORY_UTILIZATION:g}"
+        + ("" if family == "vllm" else " (no engine of its own named: --memory-fraction for yours)")
+    )
+
+
+def _simulate(
+    args: argparse.Namespace, policies: list[Any], alpha: float, on_run: Callable[[int, int, str], None] | None
+) -> Any:
+    """One serving sweep of ``policies`` at per-token rate ``alpha``, with every other setting from the flags."""
     from roofline.serving import simulate
 
+    return simulate(
+        hardware=args.hardware,
+        target=args.target,
+        drafter=args.drafter,
+        acceptance=alpha,
+        policy=policies,
+        rates=args.rate,
+        requests=args.requests,
+        input_len=args.input_len,
+        output_len=args.output_len,
+        arrivals=args.arrivals,
+        trace=args.trace,
+        engine=args.engine,
+        dtype=args.dtype,
+        weight_dtype=args.weight_dtype,
+        tp=args.tp,
+        max_seqs=args.max_seqs,
+        max_tokens=args.max_tokens,
+        kv_capacity_tokens=args.kv_capacity_tokens,
+        memory_fraction=_memory_share(args)[0],
+        alpha_concentration=args.alpha_concentration,
+        slo_ttft_s=args.slo_ttft,
+        slo_tpot_s=args.slo_tpot,
+        seed=args.seed,
+        workers=args.workers,
+        replicas=args.replicas,
+        disaggregate=args.disaggregate,
+        kv_link_GB_per_s=args.kv_link_GB_s,
+        ep=args.ep,
+        ep_link_GB_per_s=args.ep_link_GB_s,
+        prefill=args.prefill,
+        round_host_s=args.round_host_us,
+        round_host_per_seq_s=args.round_host_per_seq_us,
+        prefill_host_s=args.prefill_host_us,
+        idle_start_s=args.idle_start_us,
+        on_run=on_run,
+    )
+
+
+#: the summary columns whose speculation-against-plain ratio the curve over acceptance carries in --json
+CURVE_KEYS = ("e2e_p50_s", "tpot_p50_s", "ttft_p50_s", "throughput_tok_s", "goodput_req_s")
+
+
+def _speedup(spec: float, off: float, column: str) -> float:
+    """Speculation's gain over plain decoding on one summary column: off / spec for a latency, spec / off for a rate
+    (above 1: speculation is better)."""
+    from roofline.serving.metrics import lower_is_better
+
+    num, den = (off, spec) if lower_is_better(column) else (spec, off)
+    return float(num / den) if den > 0 else float("nan")
+
+
+def _serve_over_acceptance(
+    args: argparse.Namespace, config: Any, policies: list[Any], objective: str, metric: str, why: str
+) -> int:
+    """No matched published acceptance: at each request rate, speculation's gain over plain decoding on the judged
+    metric over a range of per-token rates (the rule plan answers with: roofline.speculation.acceptance_defaults),
+    and the break-even rate, instead of one verdict priced at a number borrowed from another pair."""
+    from roofline.passes.model import get_model
+
+    if args.plot:  # one simulation's latency against throughput: it needs one acceptance
+        raise SpecroofError(f"{why.partition(': give')[0]}: --plot draws one simulation, give --acceptance for one")
+    on_run, close_bar = _progress(args)
+    n = len(CURVE_ALPHAS)
+    off = None
+    rows: list[dict[str, Any]] = []
+    settings: dict[str, Any] = {}
+    notes: list[str] = []
+    try:
+        for i, a in enumerate(CURVE_ALPHAS):
+            pols = [p for p in policies if p != "off"]
+            if config is not None:  # the engine's setting at this rate (a tree is built under it)
+                policy, _, _ = _config_policy(args, config, float(a))
+                pols = [policy]
+                notes = [f"your setting ({config.label}) simulated at each per-token rate (read from {config.source})"]
+            if off is None:
+                pols = ["off", *pols]
+
+            def step(done: int, total: int, label: str, i: int = i, a: float = a) -> None:
+                if on_run is not None:
+                    on_run(i * total + done, n * total, f"alpha {a:g}: {label}")
+
+            res = _simulate(args, pols, float(a), step)
+            s = res.summary
+            if off is None:
+                off = s[s["policy"] == "off"].set_index("rate_req_s")
+                settings = dict(res.settings)
+            for p in [x for x in res.policies if x != "off"]:
+                for _, r in s[s["policy"] == p].iterrows():
+                    base = off.loc[r["rate_req_s"]]
+                    rows.append(
+                        {
+                            "rate_req_s": float(r["rate_req_s"]),
+                            "policy": str(p),
+                            "alpha": float(a),
+                            "speedup": _speedup(float(r[metric]), float(base[metric]), metric),
+                            **{f"speedup_{c}": _speedup(float(r[c]), float(base[c]), c) for c in CURVE_KEYS},
+                            metric: float(r[metric]),
+                            f"off_{metric}": float(base[metric]),
+                        }  # fmt: skip
+                    )
+    finally:
+        close_bar()
+    hw = settings.get("hardware", args.hardware)
+    lines = [
+        f"acceptance: {why}; the answer is speculation's {metric} against plain decoding over a range of per-token "
+        "rates, with the break-even rate",
+        f"  on {hw}, each rate swept, by per-token rate (above 1x: speculation is better on {metric}):",
+    ]
+    breakeven = []
+    cells: dict[tuple[float, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        cells.setdefault((r["rate_req_s"], r["policy"]), []).append(r)
+    for (rate, p), rs in sorted(cells.items()):
+        be = break_even([r["alpha"] for r in rs], [r["speedup"] > 1.0 for r in rs])
+        breakeven.append({"rate_req_s": rate, "policy": p, "break_even_alpha": be})
+        where = break_even_words(be)
+        curve = ", ".join(f"{r['alpha']:g}: {r['speedup']:.2f}x" for r in rs)
+        lines.append(f"  {rate:g} req/s, {p}: {where}; {curve}")
+    lines += [f"  {x}" for x in notes]
+    band = band_for(args.engine, hw, kind="serving", model=get_model(args.target))
+    lines.append(f"  error band: {band[1]}")
+    lines.append(
+        f"  {settings.get('target', args.target)} + {settings.get('drafter', args.drafter)}, "
+        f"{settings.get('pricing', '')}; {args.requests} requests per point"
+    )
+    lines += ["", TERMS.format(metric=metric)]
+    payload = {
+        "acceptance": why,
+        "judged_on": metric,
+        "objective": objective,
+        "break_even": breakeven,
+        "curve": rows,
+        "off_per_rate": off.reset_index().to_dict(orient="records") if off is not None else [],
+        "error_band": band[0],
+        "error_band_note": band[1],
+        "settings": settings,
+        "memory_share": dict(zip(("fraction", "source"), _memory_share(args), strict=True)),
+    }
+    emit(args, payload, "\n".join(lines))
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
     config = engine_config_from_args(args, fill_hardware=True)  # read before any work
     if not args.target:
         raise SpecroofError("give --target (a preset or config.json), or an --engine-config naming it")
@@ -222,55 +409,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
         check_tp(get_model(args.target), args.tp)
     if args.trace is None and args.rate is None:
         raise SpecroofError("give --rate R1,R2,... (req/s), or --trace FILE to replay a trace")
-    acc, value, acceptance_note = single_acceptance(args.acceptance, args.drafter)
+    try:  # none given: the target's matched pair only, as plan and report take it (docs/cost-model.md, 50.2)
+        acc, value, acceptance_note = single_acceptance(args.acceptance, args.drafter, args.target, args)
+    except NoMatchedDefault as e:  # no published figure for this pair: the answer is a curve over acceptance
+        return _serve_over_acceptance(args, config, policies, objective, metric, str(e))
     config_note = ""
     if config is not None:
-        kw, acceptance_note = config_acceptance(config, acc, value, acceptance_note)
+        rate, drawn = _one_rate(args, acc, value)  # a per-position curve enters as its chain rate, and says so
+        kw, acceptance_note = config_acceptance(config, acc, rate, acceptance_note + drawn)
         policy, alpha, config_note = _config_policy(args, config, config_rate(config, kw))
         if isinstance(policy, str) and policy in policies:
             policies.remove(policy)  # --policy static:G as well: one run
         policies.insert(1, policy)
     else:
-        # the simulator draws one per-token rate per request: a curve enters as the rate with its tokens per round
-        alpha = float(value) if isinstance(value, (int, float)) else float(acc.alpha())
+        alpha, drawn = _one_rate(args, acc, value)
+        acceptance_note += drawn
     on_run, close_bar = _progress(args)
     try:
-        res = simulate(
-            hardware=args.hardware,
-            target=args.target,
-            drafter=args.drafter,
-            acceptance=alpha,
-            policy=policies,
-            rates=args.rate,
-            requests=args.requests,
-            input_len=args.input_len,
-            output_len=args.output_len,
-            arrivals=args.arrivals,
-            trace=args.trace,
-            engine=args.engine,
-            dtype=args.dtype,
-            weight_dtype=args.weight_dtype,
-            tp=args.tp,
-            max_seqs=args.max_seqs,
-            max_tokens=args.max_tokens,
-            kv_capacity_tokens=args.kv_capacity_tokens,
-            alpha_concentration=args.alpha_concentration,
-            slo_ttft_s=args.slo_ttft,
-            slo_tpot_s=args.slo_tpot,
-            seed=args.seed,
-            workers=args.workers,
-            replicas=args.replicas,
-            disaggregate=args.disaggregate,
-            kv_link_GB_per_s=args.kv_link_GB_s,
-            ep=args.ep,
-            ep_link_GB_per_s=args.ep_link_GB_s,
-            prefill=args.prefill,
-            round_host_s=args.round_host_us,
-            round_host_per_seq_s=args.round_host_per_seq_us,
-            prefill_host_s=args.prefill_host_us,
-            idle_start_s=args.idle_start_us,
-            on_run=on_run,
-        )
+        res = _simulate(args, policies, alpha, on_run)
     finally:
         close_bar()
     s = res.summary
@@ -286,7 +442,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         fig = serving_curves(s, title=f"{res.settings['target']} on {hw}: serving with and without speculation")
         fig.savefig(args.plot, dpi=120)
     per_rate = s.to_dict(orient="records")  # every column; JSON_KEYS among them
+    share, share_why = _memory_share(args)
     payload: dict[str, Any] = {
+        "memory_share": {"fraction": share, "source": share_why},
         "speculation_stops_paying_at_rate": stops[first],
         "stops_paying_by_policy": stops,
         "judged_on": metric,
@@ -363,7 +521,8 @@ def add_parser(sub: Any) -> None:
         metavar="[KEY=]VALUE",
         help="the drafter's acceptance, as plan takes it (KEY its name: model=0.8, eagle3=mean:3.5): 0.7 or alpha:0.7 "
         "(per-token), mean:3.2[@G] (tokens per round), vllm-rate:0.7@K, curve:0.9,0.8,... or a metrics file "
-        "(default: the drafter's published figure, named on the output)",
+        "(default: the published figure of this drafter class on a target of the same family and size class, named "
+        "on the output; where none exists, the answer is a curve over acceptance with its break-even rate)",
     )
     p.add_argument("--rate", type=_rates, help="request rates to sweep, req/s: 1,2,4,8,16")
     p.add_argument(
@@ -407,6 +566,14 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--max-tokens", type=bounded_int(1, 1 << 20), default=2048, help="tokens per step (chunked prefill)")
     p.add_argument(
         "--kv-capacity-tokens", type=bounded_int(1, 1 << 40), help="KV cache size (default: the memory model)"
+    )
+    p.add_argument(
+        "--memory-fraction",
+        type=_positive_float,
+        default=None,
+        help="the share of each device the engine may use for weights, activations and the KV cache (vLLM's "
+        "--gpu-memory-utilization, SGLang's --mem-fraction-static; default: SGLang's under --engine sglang, else "
+        "vLLM's 0.9)",
     )
     p.add_argument("--alpha-concentration", type=_positive_float, help="per-request alpha ~ Beta around the mean")
     p.add_argument("--dtype", action=GivenStore, default="bf16", help="compute/activation dtype (default bf16)")

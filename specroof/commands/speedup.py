@@ -147,6 +147,11 @@ def _speedup_priced(args: argparse.Namespace) -> int:
             chain_note = (
                 f"vLLM drafts a chain: priced at num_speculative_tokens={gamma}, as measured (--gamma for another)"
             )
+    if gamma is None and args.tree is None and args.mean_accepted is None and args.alpha is None:
+        acc0 = single_acceptance(args.acceptance, args.drafter, args.target, args)[0]
+        if getattr(acc0, "kind", "") == "mean" and acc0.gamma is not None:  # a chain's mean: priced on that chain
+            gamma = int(acc0.gamma)
+            chain_note = f"measured on a chain of {gamma}: priced there, not on the drafter's tree (--gamma, --tree)"
     mean_accepted, alpha, note = _acceptance(args, gamma)
     note = "; ".join(x for x in (note, chain_note) if x)
     r = predict_speedup(

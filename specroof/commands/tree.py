@@ -9,6 +9,7 @@ import numpy as np
 
 from roofline.core.errors import SpecroofError
 from roofline.costing.hardware import load_hardware
+from roofline.speculation.acceptance_defaults import CURVE_ALPHAS, NoMatchedDefault, break_even, break_even_words
 from specroof.commands.common import (
     DRAFTER_GRAMMAR,
     KV_DTYPE_HELP,
@@ -69,15 +70,74 @@ def tree_acceptance(args: argparse.Namespace, drafter: str | None) -> tuple[Any,
     from roofline.speculation.trees import IIDAcceptance
 
     key = drafter_key(drafter)
-    try:
-        acc, source = published_acceptance(key)
+    try:  # the target's matched pair only, as plan takes it (docs/cost-model.md, 50.2); NoMatchedDefault goes up
+        acc, source = published_acceptance(key, getattr(args, "target", None))
+    except NoMatchedDefault:
+        raise
     except SpecroofError:
         raise SpecroofError(
             f"no published acceptance for {key} drafters: give --acceptance-vector FILE (a sibling-rank vector)"
         ) from None
     p = float(acc.alpha())
-    note = f"{key}: none given: {source}; each candidate accepted i.i.d. (--acceptance-vector FILE for yours)"
+    read = (
+        f"; read per candidate at the chain's per-token rate over its {acc.gamma} measured drafts, {p:.3f}"
+        if getattr(acc, "gamma", None)
+        else ""
+    )
+    note = f"{key}: none given: {source}{read}; each candidate accepted i.i.d. (--acceptance-vector FILE for yours)"
     return IIDAcceptance(p), {"iid_p": p, "given": False, "source": source}, f"acceptance: {note}"
+
+
+def _tree_over_acceptance(
+    args: argparse.Namespace, drafter: str, why: str, budgets: list[int], batches: list[int]
+) -> int:
+    """No matched published acceptance: per batch, the fastest tree's speedup over a range of per-candidate rates
+    and the break-even rate (the rule plan and serve answer with: roofline.speculation.acceptance_defaults), instead
+    of one tree sized at a figure borrowed from another pair. No flags: no one setting is the answer."""
+    from roofline.deploy.tree_sizing import best_tree_size
+    from roofline.speculation.trees import IIDAcceptance
+
+    why = why.partition(": give")[0] + ": give --acceptance-vector FILE for one answer"
+    lines = [
+        f"acceptance: {why}; the answer is the fastest tree's speedup over a range of per-candidate rates (i.i.d.), "
+        "with the break-even rate",
+    ]
+    rows, breakeven = [], []
+    for batch in batches:
+        args.batch = batch  # the fit check reads one batch
+        cell = []
+        for a in CURVE_ALPHAS:
+            choice = best_tree_size(
+                with_offload(args.hardware, args.offload), args.target, resolve_drafter(drafter, args.target),
+                IIDAcceptance(float(a)), batch, args.context, budgets=budgets, max_depth=args.max_depth,
+                dtype=args.dtype, engine=engine_of(args), weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype,
+                tp=args.tp,
+            )  # fmt: skip
+            cell.append({"batch": batch, "iid_p": float(a), "speedup": float(choice.best["speedup"]),
+                         "n_nodes": int(choice.tree.n_nodes), "depth": int(choice.tree.depth),
+                         "expected_tokens": float(choice.best["expected_tokens"])})  # fmt: skip
+        unfit = _does_not_fit(args, drafter, max(r["n_nodes"] for r in cell))
+        if unfit is not None:  # the largest tree of the range does not fit: no speedup, only the reason
+            lines.append(f"on {args.hardware}, batch {batch}, context {args.context}: {unfit['reason']}")
+            breakeven.append({"batch": batch, "break_even_p": None, "fits_in_memory": False, **unfit})
+            continue
+        rows += cell
+        be = break_even([r["iid_p"] for r in cell], [r["speedup"] > 1.0 for r in cell])
+        breakeven.append({"batch": batch, "break_even_p": be})
+        where = break_even_words(be, "per-candidate rate")
+        curve = ", ".join(f"{r['iid_p']:g}: {r['speedup']:.2f}x@{r['n_nodes']}" for r in cell)
+        lines.append(
+            f"on {args.hardware}, batch {batch}, context {args.context}: the fastest tree {where}; its speedup (at "
+            f"its nodes) by rate: {curve}"
+        )
+    lines.append(
+        "  the trees searched, not an engine's setting: give --acceptance-vector FILE (or the target's measured "
+        "acceptance to plan --emit) for the flags of one"
+    )
+    payload = {"acceptance": why, "curve": rows, "break_even": breakeven, "engine": args.engine}
+    args.batch = batches
+    emit(args, payload, "\n".join(lines))
+    return 0
 
 
 #: the most paths the text shows (a 512-node tree's paths fill a screen; --json has every one)
@@ -187,7 +247,14 @@ def cmd_tree(args: argparse.Namespace) -> int:
         raise SpecroofError(
             f"--engine-config prices one deployment: give one --batch (got {','.join(map(str, batches))})"
         )
-    acc, acc_json, acc_line = tree_acceptance(args, drafter)
+    try:
+        acc, acc_json, acc_line = tree_acceptance(args, drafter)
+    except NoMatchedDefault as e:  # no published figure for this pair: the answer is a curve over acceptance
+        if args.budget is not None or config is not None or args.emit or args.plot:
+            raise SpecroofError(
+                f"{e}: --budget, --emit, --plot and --engine-config size or draw one tree, which needs one acceptance"
+            ) from None
+        return _tree_over_acceptance(args, drafter, str(e), _search_budgets(None), batches)
     payload: dict[str, Any] = {"acceptance": acc_json}
     lines = [acc_line]
     drawn = None
@@ -215,7 +282,7 @@ def cmd_tree(args: argparse.Namespace) -> int:
             drawn = by_batch[0]["tree"]
         first = by_batch[0]
         payload |= {k: v for k, v in first.items() if k not in ("batch", "tree")}
-        if args.budget is None:  # the answer is the GPU's tree: the top-level fields describe it
+        if args.budget is None and first["tree"] is not None:  # the answer is the GPU's tree: its fields on top
             payload |= {"expected_tokens": first["hardware_choice"]["expected_tokens"], **_tree_payload(first["tree"])}
         if len(batches) > 1:
             payload["by_batch"] = [{k: v for k, v in b.items() if k != "tree"} for b in by_batch]
@@ -258,6 +325,13 @@ def _hardware_answer(
         opt=shared,
     )
     b = choice.best
+    unfit = _does_not_fit(args, drafter, int(choice.tree.n_nodes))
+    if unfit is not None:  # no speedup for a tree the engine cannot hold (docs/cost-model.md, section 50.4)
+        payload["hardware_choice"] = {"fits_in_memory": False, "speedup": None, **unfit}
+        payload["engine"] = args.engine
+        payload["tree"] = None
+        return ["", f"on {args.hardware}: {args.target} + {drafter}, batch {args.batch}, context {args.context}: "
+                    f"{unfit['reason']}"]  # fmt: skip
     chosen = {
         k: (float(v) if isinstance(v, (int, float, np.floating, np.integer)) else v) for k, v in b.items()
     } | _tree_payload(choice.tree)
@@ -305,6 +379,18 @@ def _hardware_answer(
             f"{drafter} drafts a chain there: specroof plan --emit vllm|sglang|trtllm deploys its best gamma",
         ]
     return lines
+
+
+def _does_not_fit(args: argparse.Namespace, drafter: str, nodes: int) -> dict[str, Any] | None:
+    """None when the GPU's best tree fits the engine's share of each device; else the reason and the largest batch
+    and context that fit, by the rule ``speedup`` applies (one check: specroof.commands.speedup)."""
+    from types import SimpleNamespace
+
+    from specroof.commands.speedup import _does_not_fit as unfit
+
+    one = argparse.Namespace(**vars(args))
+    one.drafter = drafter
+    return unfit(one, SimpleNamespace(tree_nodes=nodes, gamma=None))
 
 
 def _check_config(args: argparse.Namespace, config: Any) -> None:
