@@ -348,11 +348,12 @@ def test_did_you_mean_stays_quiet_when_nothing_is_close():
 
 
 def test_tree_needs_no_vector_and_takes_a_list_of_batches(capsys):
-    base = ["tree", "--hardware", HW, "--target", TARGET, "--drafter", "eagle2", "--json"]
+    # eagle3 on Llama-3.1-8B has a matched published default (an unmatched drafter answers with a curve instead)
+    base = ["tree", "--hardware", HW, "--target", TARGET, "--drafter", "eagle3", "--json"]
     code, out, _ = _run(capsys, [*base, "--batch", "1,16"])
     assert code == 0
     data = json.loads(out)
-    assert data["acceptance"]["given"] is False and "Spec-Bench" in data["acceptance"]["source"]
+    assert data["acceptance"]["given"] is False and "matched pair" in data["acceptance"]["source"]
     assert [b["batch"] for b in data["by_batch"]] == [1, 16]
     assert data["hardware_choice"] == data["by_batch"][0]["hardware_choice"]
     code, out2, _ = _run(capsys, [*base, "--batch", "1", "16"])
@@ -374,7 +375,6 @@ def test_tree_names_its_default_acceptance_in_words(capsys):
     "argv,match",
     [
         (["tree", "--budget", "8"], "give --acceptance-vector FILE"),
-        (["tree", "--hardware", HW, "--target", TARGET, "--drafter", "early-exit:8"], "no published acceptance for"),
         (["tree", "--hardware", HW, "--target", TARGET, "--drafter", "eagle2", "--batch", "1,0"], "--batch"),
     ],
 )

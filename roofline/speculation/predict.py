@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,13 +25,14 @@ from roofline.core.errors import SpecroofError, _short, check_min, check_range
 from roofline.core.validation import check_number
 from roofline.costing.engine import Engine
 from roofline.costing.hardware import Hardware
-from roofline.costing.passtime import pass_seconds
+from roofline.costing.passtime import memory_footprint, pass_seconds
 from roofline.costing.pricing import DEFAULT_CONTEXT, Pricing, pricing_for
 from roofline.passes.cost import frozen, scalar_count
 from roofline.passes.model import ModelSpec, get_model
 from roofline.speculation.acceptance_kinds import check_mean_accepted, check_reused_modules
 from roofline.speculation.closed_forms import expected_tokens
 from roofline.speculation.drafters import (
+    Ctx,
     DrafterLike,
     as_drafter,
     chain_plan,
@@ -65,9 +67,20 @@ class PredictedSpeedup:
     engine: str
     gamma: float | None
     tree_nodes: int | None
+    #: bytes per device (the target's share over its ``tp`` devices plus the drafter's own) and whether they fit the
+    #: device; a configuration that does not fit has no speedup in :meth:`to_dict` (docs/cost-model.md, 50.4)
+    memory_bytes: float = 0.0
+    fits_in_memory: bool = True
+
+    #: the fields that carry a speed: blanked in :meth:`to_dict` where the configuration does not fit
+    SPEED_FIELDS = ("speedup", "tokens_per_s", "baseline_tokens_per_s", "t_round_s")
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every field; a configuration that does not fit the device carries no speed (None), only its bytes."""
+        d = dataclasses.asdict(self)
+        if not self.fits_in_memory:
+            d.update(dict.fromkeys(self.SPEED_FIELDS))
+        return d
 
     def to_frame(self) -> pd.DataFrame:
         """This prediction as a one-row table."""
@@ -98,6 +111,22 @@ def _heuristic_mix(mean_accepted: float, rounds: int = 2000) -> tuple[float, tup
     gs, counts = np.unique(pr.gammas, return_counts=True)
     mix = tuple((int(g), float(c) / pr.rounds) for g, c in zip(gs, counts, strict=True))
     return pr.tokens_per_round, mix, alpha
+
+
+def target_bytes_on_device(pr: Pricing, spec: ModelSpec, batch: Any, context: Any, new_tokens: Any) -> Any:
+    """The target's bytes on its devices for a pass of ``new_tokens`` per sequence: weights (unless offloaded to host
+    memory), KV cache, activations and a hybrid model's states, over all ``tp`` devices (the one rule both speedup
+    paths use)."""
+    fp = memory_footprint(
+        spec,
+        batch,
+        context,
+        weight_dtype=pr.stored_weight_dtype,
+        kv_dtype=pr.kv_dtype,
+        act_dtype=pr.dtype,
+        new_tokens=new_tokens,
+    )
+    return fp.total_bytes - (fp.weights_bytes if pr.offloaded else 0.0)
 
 
 def alpha_for_heuristic(mean_accepted: float) -> float:
@@ -251,6 +280,11 @@ def predict_speedup(
             t_draft, t_verify, round_host = float(rt.t_draft_s), float(rt.t_verify_s), float(rt.t_round_host_s)
         g_out, nodes = float(g), None
     t_round = round_seconds(t_draft, t_verify, round_host)
+    # memory as the array path counts it: the target's share of one device plus the drafter's own bytes
+    new_tokens = (nodes if nodes is not None else int(round(g_out or 0))) + 1
+    mem = float(target_bytes_on_device(pr, spec, B, L, new_tokens)) / pr.tp
+    mem += float(d.extra_memory_bytes(Ctx(spec, pr), B, L))
+    cap = pr.hardware.memory_bytes if pr.hardware.memory_bytes is not None else math.inf
     # every field given: the instance without the frozen dataclass's per-field __setattr__ (cost.frozen)
     result: PredictedSpeedup = frozen(
         PredictedSpeedup,
@@ -258,7 +292,7 @@ def predict_speedup(
             "speedup": E * base / t_round, "mean_accepted": E, "t_round_s": t_round, "t_draft_s": t_draft,
             "t_verify_s": t_verify, "t_round_host_s": round_host, "t_base_s": base, "tokens_per_s": B * E / t_round,
             "baseline_tokens_per_s": B / base, "drafter": str(getattr(d, "name", drafter)), "engine": pr.engine_name,
-            "gamma": g_out, "tree_nodes": nodes,
+            "gamma": g_out, "tree_nodes": nodes, "memory_bytes": mem, "fits_in_memory": bool(mem <= cap),
         },
     )  # fmt: skip
     return result

@@ -59,7 +59,13 @@ from roofline.speculation.drafters import (
     round_seconds,
     round_time,
 )
-from roofline.speculation.predict import PredictedSpeedup, alpha_for_heuristic, predict_speedup, speedup_by_engine
+from roofline.speculation.predict import (
+    PredictedSpeedup,
+    alpha_for_heuristic,
+    predict_speedup,
+    speedup_by_engine,
+    target_bytes_on_device,
+)
 
 #: with the closed forms (roofline.speculation.closed_forms), the drafters (roofline.speculation.drafters) and the prediction from a
 #: measured acceptance (roofline.speculation.predict), re-exported here
@@ -297,17 +303,7 @@ def speedup(
     base = pass_seconds(spec, pr, B, 1, L)
     rt = round_time(pr, spec, d, g, B, L, draft=draft, round_overhead_s=round_overhead_s)
     extra = d.extra_memory_bytes(Ctx(spec, pr), B, L)
-    target_fp = memory_footprint(
-        spec,
-        B,
-        L,
-        weight_dtype=pr.stored_weight_dtype,
-        kv_dtype=pr.kv_dtype,
-        act_dtype=pr.dtype,
-        new_tokens=np.maximum(g, 0) + 1,
-    )
-    # offloaded weights live in host memory: only the KV cache and activations take device memory
-    on_device = target_fp.total_bytes - (target_fp.weights_bytes if pr.offloaded else 0.0)
+    on_device = target_bytes_on_device(pr, spec, B, L, np.maximum(g, 0) + 1)
     # a hybrid model: the verify pass's state checkpoints, shown apart (section 52)
     ckpt = checkpoint_seconds(pr, spec, g, B, L) if spec.n_linear_layers else 0.0
     return _speedup_result(
