@@ -131,6 +131,15 @@ def _speedup_priced(args: argparse.Namespace) -> int:
             gamma = check_gamma(int(gamma), "--gamma")
         except ValueError:
             raise SpecroofError(f"--gamma must be a whole number or 'heuristic' (got {args.gamma!r})") from None
+    from roofline.speculation.acceptance_defaults import matched_default
+
+    # no acceptance given and none published for this drafter class on this target: answered over acceptance
+    unmatched = (
+        args.acceptance is None
+        and args.mean_accepted is None
+        and args.alpha is None
+        and matched_default(drafter_key(args.drafter), args.target) is None
+    )
     chain_note = ""
     if gamma is None and args.tree is None:
         from roofline.speculation.acceptance_positions import VLLM_READING_GAMMA, engine_family
@@ -139,7 +148,7 @@ def _speedup_priced(args: argparse.Namespace) -> int:
             from roofline.speculation.acceptance_positions import measured_length
 
             acc = None
-            if args.mean_accepted is None and args.alpha is None:
+            if args.mean_accepted is None and args.alpha is None and not unmatched:
                 acc = single_acceptance(args.acceptance, args.drafter, args.target)[0]
             gamma = (measured_length(drafter_key(args.drafter), acc, "vllm") if acc is not None else None) or (
                 VLLM_READING_GAMMA
@@ -147,11 +156,13 @@ def _speedup_priced(args: argparse.Namespace) -> int:
             chain_note = (
                 f"vLLM drafts a chain: priced at num_speculative_tokens={gamma}, as measured (--gamma for another)"
             )
-    if gamma is None and args.tree is None and args.mean_accepted is None and args.alpha is None:
+    if gamma is None and args.tree is None and args.mean_accepted is None and args.alpha is None and not unmatched:
         acc0 = single_acceptance(args.acceptance, args.drafter, args.target, args)[0]
         if getattr(acc0, "kind", "") == "mean" and acc0.gamma is not None:  # a chain's mean: priced on that chain
             gamma = int(acc0.gamma)
             chain_note = f"measured on a chain of {gamma}: priced there, not on the drafter's tree (--gamma, --tree)"
+    if unmatched:
+        return _speedup_curve(args, gamma)  # no matched figure: the answer over acceptance, not one number
     mean_accepted, alpha, note = _acceptance(args, gamma)
     note = "; ".join(x for x in (note, chain_note) if x)
     r = predict_speedup(
@@ -195,6 +206,68 @@ def _speedup_priced(args: argparse.Namespace) -> int:
     )
     if note:
         payload["acceptance"] = note
+    emit(args, payload, text)
+    return 0
+
+
+def _speedup_curve(args: argparse.Namespace, gamma: int | str | None) -> int:
+    """No published acceptance of this drafter class on the target's family and size class: the speedup over the
+    range of per-token rates every command answers over, with the break-even rate (a tree's rate is read as
+    i.i.d. candidates, as ``--alpha`` on a tree is), never one number priced at a borrowed figure."""
+    from roofline.speculation.acceptance_defaults import (
+        CURVE_ALPHAS,
+        break_even,
+        break_even_words,
+        no_match_sentence,
+    )
+    from roofline.speculation.drafters import as_drafter, default_tree, tree_preset
+    from roofline.speculation.speculative import predict_speedup
+    from roofline.speculation.trees import IIDAcceptance
+
+    pr = pricing_from_args(args)
+    tree = None
+    if gamma is None:
+        tree = tree_preset(args.tree) if args.tree is not None else default_tree(as_drafter(args.drafter, args.target))
+    points = []
+    for a in CURVE_ALPHAS:
+        kw: dict[str, Any] = (
+            {"alpha": a} if tree is None else {"mean_accepted": float(tree.expected_tokens(IIDAcceptance(a)))}
+        )
+        r = predict_speedup(hardware=pr, target=args.target, drafter=args.drafter, gamma=gamma, tree=args.tree,
+                            batch=args.batch, context=args.context, **kw)  # fmt: skip
+        points.append(r)
+    asked = args.engine or "roofline"
+    first = points[0]
+    unfit = _does_not_fit(args, first)
+    rate = "per-token rate" if tree is None else "per-candidate rate"
+    sentence = (
+        f"{no_match_sentence(drafter_key(args.drafter), args.target)}: give --acceptance "
+        f"{drafter_key(args.drafter)}=VALUE for one answer; the answer is the speedup over a range of {rate}s"
+        + (" (i.i.d. candidates on its tree)" if tree is not None else "")
+        + ", with the break-even rate"
+    )
+    if unfit is not None:
+        payload = {"hardware": args.hardware, "target": args.target, "drafter": first.drafter, "engine": asked,
+                   "fits_in_memory": False, "speedup": None, "acceptance": sentence, **unfit}  # fmt: skip
+        emit(args, payload, f"acceptance: {sentence}\n{args.target} + {first.drafter} on {args.hardware}: "
+             f"{unfit['reason']}")  # fmt: skip
+        return 0
+    be = break_even(list(CURVE_ALPHAS), [p.speedup > 1.0 for p in points])
+    shape = f"tree of {first.tree_nodes} nodes" if first.tree_nodes else f"gamma {first.gamma:g}"
+    curve = [{"alpha": a, "mean_accepted": p.mean_accepted, "speedup": p.speedup, "t_round_s": p.t_round_s}
+             for a, p in zip(CURVE_ALPHAS, points, strict=True)]  # fmt: skip
+    payload = {"hardware": args.hardware, "target": args.target, "drafter": first.drafter, "engine": asked,
+               "engine_profile": first.engine, "gamma": first.gamma, "tree_nodes": first.tree_nodes,
+               "acceptance": sentence, "curve": curve, "break_even_alpha": be, "t_base_s": first.t_base_s}  # fmt: skip
+    text = "\n".join(
+        [
+            f"acceptance: {sentence}",
+            f"{args.target} + {first.drafter} ({shape}) on {args.hardware}, engine {asked}: speculation "
+            f"{break_even_words(be, rate)}",
+            "  speedup by rate: "
+            + ", ".join(f"{a:g}: {p.speedup:.2f}x" for a, p in zip(CURVE_ALPHAS, points, strict=True)),
+        ]
+    )
     emit(args, payload, text)
     return 0
 
