@@ -106,7 +106,9 @@ def test_ep_bytes_of_mxfp4_experts_are_the_formats():
     i = cost.operators.index("mlp")
     ewb = spec.expert_bytes(dtype_bytes(cost.weight_dtype))
     # the GPU's own experts that the whole step touches, in MXFP4, are what the EP pass streams of them
-    assert np.allclose(ep_cost.expert_format_bytes, spec.n_moe_layers * ep_cost.routed_experts * spec.expert_params * ewb)
+    assert np.allclose(
+        ep_cost.expert_format_bytes, spec.n_moe_layers * ep_cost.routed_experts * spec.expert_params * ewb
+    )
     others = np.asarray(cost.bytes_weights)[i] - np.asarray(cost.expert_format_bytes)
     assert np.allclose(np.asarray(ep_cost.bytes_weights)[i] - ep_cost.expert_format_bytes, others)
     assert np.all(np.asarray(ep_cost.bytes_weights)[i] > 0)
@@ -114,3 +116,36 @@ def test_ep_bytes_of_mxfp4_experts_are_the_formats():
     assert ep_expert_weight_bytes(spec, 2.0) == pytest.approx(
         spec.n_moe_layers * spec.n_experts * spec.expert_params * 0.53125
     )
+
+
+def _rows(file: str):
+    df = load_published()
+    return df[df["file"] == file]
+
+
+def test_the_rocm_blog_rows_parse_and_price_within_their_fit():
+    rows = _rows("rocm_blog_eagle3_mi355x.toml")
+    assert len(rows) == 20 and set(rows["hardware"]) == {"mi355x-288gb"} and set(rows["engine"]) == {"vllm-rocm"}
+    t = validation_table(rows)
+    plain = t[t["kind"] == "batched"]["error_engine"].abs()
+    assert len(plain) == 10
+    assert float(np.median(plain)) <= 0.06 and float(plain.max()) <= 0.15
+    # the EAGLE-3 rows publish no accept length: the tokens per round they imply are a chain of 3's (at most 4)
+    implied = t[t["kind"] == "speculative"]["implied_mean_accepted"]
+    assert len(implied) == 10 and ((implied > 1.5) & (implied <= 4.0)).all()
+
+
+def test_vllm_on_rocm_is_vllm_014_with_its_own_layer_time():
+    rocm, cuda = load_engine("vllm-rocm"), load_engine("vllm-0.14")
+    assert rocm.device_layer_s > 2 * cuda.device_layer_s
+    assert dataclasses.replace(rocm, device_layer_s=cuda.device_layer_s, name=cuda.name, description="") == (
+        dataclasses.replace(cuda, description="")
+    )
+
+
+def test_the_dspark_rows_are_transcribed_and_not_priced():
+    rows = _rows("vllm_blog_dspark_b300.toml")
+    assert len(rows) == 6 and set(rows["hardware"]) == {"b300-288gb"}
+    assert (rows["not_modelled"].str.len() > 20).all()
+    t = validation_table(rows)
+    assert t["error_engine"].isna().all()

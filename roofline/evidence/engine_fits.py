@@ -67,6 +67,12 @@ FIT_PARAMETERS: dict[str, dict[str, tuple[float, float, float]]] = {
     "sglang": {
         "round_fixed_s": (0.0, 5e-4, 1e-2),
     },
+    # vLLM on ROCm: the device time per layer and pass its kernels take beyond what they stream (AITER's kernel
+    # floors, the HIP graphs' launches, the all-reduce's latency over Infinity Fabric at TP > 1: one term, the rows
+    # do not separate them); its other terms are vllm-0.14's (docs/cost-model.md, section 55)
+    "vllm-rocm": {
+        "device_layer_s": (0.0, 4.6e-5, 5e-4),
+    },
 }
 
 

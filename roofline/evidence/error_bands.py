@@ -30,7 +30,7 @@ from roofline.evidence.published import batch_bucket, context_class
 
 #: engines that share one set of fitted terms, and so one set of residuals
 FAMILY = {"vllm": "serving", "sglang": "serving", "trtllm": "serving", "vllm-0.12": "serving", "vllm-0.14": "serving",
-          "sglang-spec-v2": "serving"}  # fmt: skip
+          "sglang-spec-v2": "serving", "vllm-rocm": "serving"}  # fmt: skip
 
 #: the share of a group's held-out rows its band covers (the claim every band sentence states)
 COVERAGE = 0.8

@@ -138,9 +138,13 @@ class EPCtx(Ctx):
         d_mlp = combine(mem1[i], comp1[i], tm.overlap) - combine(mem0[i], comp0[i], tm.overlap)
         ab = dtype_bytes(cost.compute_dtype)
         tokens_gpu = np.asarray(cost.batch * cost.new_tokens, dtype=float)
-        return np.asarray(d_mlp + all_to_all_s(self.target, tokens_gpu, self.ep, ab, self.link_bytes_per_s), dtype=float)
+        return np.asarray(
+            d_mlp + all_to_all_s(self.target, tokens_gpu, self.ep, ab, self.link_bytes_per_s), dtype=float
+        )
 
-    def ep_costs(self, batch: ArrayLike, per_gpu: Any, new_tokens: Any, context: Any, tree: Any = None) -> tuple[Any, Any]:
+    def ep_costs(
+        self, batch: ArrayLike, per_gpu: Any, new_tokens: Any, context: Any, tree: Any = None
+    ) -> tuple[Any, Any]:
         """(the busiest GPU's pass cost as one GPU would price it, the same with only its ``E / ep`` experts' share
         streamed): the MoE layer's weights of the second are the GPU's own experts that the whole step touches."""
         spec, pr, ep = self.target, self.pricing, self.ep
