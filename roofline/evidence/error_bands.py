@@ -186,7 +186,8 @@ def _calibration_gpus() -> dict[str, tuple[str, ...]]:
 
     rows = load_published()
     rows = rows.assign(family=rows["engine"].map(family))
-    cal = rows[rows["use"] == "calibration"]
+    # a row that is not priced (``not_modelled``) calibrates nothing: its GPU is not one the family was fitted on
+    cal = rows[(rows["use"] == "calibration") & (rows["not_modelled"] == "")]
     return {str(f): tuple(sorted(set(g["hardware"]))) for f, g in cal.groupby("family")}
 
 
