@@ -149,3 +149,12 @@ def test_the_dspark_rows_are_transcribed_and_not_priced():
     assert (rows["not_modelled"].str.len() > 20).all()
     t = validation_table(rows)
     assert t["error_engine"].isna().all()
+
+
+def test_rows_not_priced_make_no_calibration_gpu():
+    from roofline.evidence.error_bands import _calibration_gpus
+
+    _calibration_gpus.cache_clear()
+    gpus = _calibration_gpus()["serving"]
+    assert "mi355x-288gb" in gpus  # vllm-rocm's fitted rows
+    assert "b300-288gb" not in gpus  # the DSpark rows are transcribed, not priced
