@@ -158,3 +158,19 @@ def test_rows_not_priced_make_no_calibration_gpu():
     gpus = _calibration_gpus()["serving"]
     assert "mi355x-288gb" in gpus  # vllm-rocm's fitted rows
     assert "b300-288gb" not in gpus  # the DSpark rows are transcribed, not priced
+
+
+def test_a_family_refit_reaches_vllm_on_rocm_but_not_its_own_layer_time(tmp_path):
+    import shutil
+
+    from roofline.costing.engine import ENGINE_DIR
+    from roofline.evidence.engine_fits import write_fitted
+
+    for p in ENGINE_DIR.glob("*.toml"):
+        shutil.copy(p, tmp_path / p.name)
+    own = load_engine("vllm-rocm").device_layer_s
+    write_fitted(dataclasses.replace(load_engine("vllm"), compute_fraction=0.5), tmp_path)
+    write_fitted(dataclasses.replace(load_engine("compiled"), device_layer_s=1e-5, bandwidth_fraction=0.9), tmp_path)
+    rocm = load_engine(tmp_path / "vllm-rocm.toml")
+    assert rocm.compute_fraction == 0.5 and rocm.bandwidth_fraction == 0.9
+    assert rocm.device_layer_s == pytest.approx(own)
