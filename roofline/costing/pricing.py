@@ -210,15 +210,28 @@ class Pricing:
         """Host seconds per speculative round outside the passes (the engine's; 0 for the pure roofline)."""
         return self.engine.round_s + self.engine.round_fixed_s if self.engine is not None else 0.0
 
-    def round_host_at(self, batch: Any) -> Any:
+    def round_fixed_for(self, drafter: Any = None) -> float:
+        """The engine's fixed worker time per round (``round_fixed_s``) that ``drafter``'s rounds pay: all of it for
+        the drafters SGLang runs through its EAGLE worker (a multi-step draft loop, the tree build, a draft-extend
+        pass); none for a drafter whose round is one draft pass, the verify and the acceptance
+        (``one_pass_round``: a block drafter, SGLang's DFlashWorker; docs/cost-model.md, section 55)."""
+        e = self.engine
+        if e is None or not e.round_fixed_s or getattr(drafter, "one_pass_round", False):
+            return 0.0
+        return e.round_fixed_s
+
+    def round_host_at(self, batch: Any, drafter: Any = None) -> Any:
         """Host seconds of a speculative round of ``batch`` sequences outside its passes: the engine's per-round,
-        per-sequence and (where a round does not hide it) per-step host time (:meth:`Engine.round_host_s`)."""
+        per-sequence and (where a round does not hide it) per-step host time (:meth:`Engine.round_host_s`), with
+        the fixed worker time that ``drafter``'s rounds pay (:meth:`round_fixed_for`)."""
         e = self.engine
         if e is None:
             return 0.0
+        # the worker time the engine prices into every round, less what this drafter's worker does not run
+        skip = e.round_fixed_s - self.round_fixed_for(drafter)
         if not (e.round_per_seq_s or e.step_hidden_only_when_plain or e.spec_step_overlap is True):
-            return e.round_s + e.round_fixed_s
-        t = e.round_host_s(batch)
+            return e.round_s + e.round_fixed_s - skip
+        t = e.round_host_s(batch) - skip
         return float(t) if np.ndim(t) == 0 else t
 
     @cached_property

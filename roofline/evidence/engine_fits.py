@@ -67,6 +67,12 @@ FIT_PARAMETERS: dict[str, dict[str, tuple[float, float, float]]] = {
     "sglang": {
         "round_fixed_s": (0.0, 5e-4, 1e-2),
     },
+    # vLLM on ROCm: the device time per layer and pass its kernels take beyond what they stream (AITER's kernel
+    # floors, the HIP graphs' launches, the all-reduce's latency over Infinity Fabric at TP > 1: one term, the rows
+    # do not separate them); its other terms are vllm-0.14's (docs/cost-model.md, section 55)
+    "vllm-rocm": {
+        "device_layer_s": (0.0, 4.6e-5, 5e-4),
+    },
 }
 
 
@@ -149,6 +155,10 @@ def calibrate(engine: Engine | str, rows: pd.DataFrame | None = None) -> tuple[E
 #: engines whose device terms are the compiled engine's (no calibration source of their own)
 SHARES_COMPILED_DEVICE = SERVING_FAMILY
 
+#: profiles that are a serving engine on another platform's kernels (vLLM on ROCm: vllm-0.14's terms): their own
+#: FIT_PARAMETERS are fitted on their own rows, every other fitted term is written into them with the family's
+ON_OTHER_KERNELS = ("vllm-rocm",)
+
 
 def write_fitted(engine: Engine, folder: str | Path | None = None) -> list[Path]:
     """Write ``engine``'s fitted parameters into its shipped profile (and into the profiles that share them).
@@ -163,12 +173,16 @@ def write_fitted(engine: Engine, folder: str | Path | None = None) -> list[Path]
     names = [engine.name] + (list(SHARES_COMPILED_DEVICE) if engine.name == "compiled" else [])
     if engine.name in SERVING_FAMILY:
         names = list(dict.fromkeys([engine.name, *SERVING_FAMILY]))
+    if engine.name == "compiled" or engine.name in SERVING_FAMILY:
+        names += list(ON_OTHER_KERNELS)  # vLLM on ROCm keeps vllm-0.14's terms but its own fitted ones
     written = []
     for name in names:
         path = root / f"{name}.toml"
         target = load_engine(path)
         assert target is not None
         for param in FIT_PARAMETERS[engine.name]:
+            if name in ON_OTHER_KERNELS and name != engine.name and param in FIT_PARAMETERS[name]:
+                continue  # fitted on that platform's own rows
             if param not in OWN_PARAMETERS or engine_base(name) == engine_base(engine.name):
                 target = _with(target, param, _get(engine, param))
         path.write_text(tomli_w.dumps(_readable(engine_data(target))))

@@ -30,7 +30,7 @@ from roofline.evidence.published import batch_bucket, context_class
 
 #: engines that share one set of fitted terms, and so one set of residuals
 FAMILY = {"vllm": "serving", "sglang": "serving", "trtllm": "serving", "vllm-0.12": "serving", "vllm-0.14": "serving",
-          "sglang-spec-v2": "serving"}  # fmt: skip
+          "sglang-spec-v2": "serving", "vllm-rocm": "serving"}  # fmt: skip
 
 #: the share of a group's held-out rows its band covers (the claim every band sentence states)
 COVERAGE = 0.8
@@ -186,7 +186,8 @@ def _calibration_gpus() -> dict[str, tuple[str, ...]]:
 
     rows = load_published()
     rows = rows.assign(family=rows["engine"].map(family))
-    cal = rows[rows["use"] == "calibration"]
+    # a row that is not priced (``not_modelled``) calibrates nothing: its GPU is not one the family was fitted on
+    cal = rows[(rows["use"] == "calibration") & (rows["not_modelled"] == "")]
     return {str(f): tuple(sorted(set(g["hardware"]))) for f, g in cal.groupby("family")}
 
 

@@ -405,7 +405,8 @@ def step_prices(
     # plain decoding hides it and a speculative round does not (docs/cost-model.md, section 32); rides on the
     # draft table, which only speculative steps read
     round_s = ctx.pricing.round_host_s
-    round_extra = np.asarray(ctx.pricing.round_host_at(b_grid), dtype=float) - round_s
+    # (less the engine's fixed worker time where the drafter's worker does not run it: section 55)
+    round_extra = np.asarray(ctx.pricing.round_host_at(b_grid, drafter), dtype=float) - round_s
     if max_gamma > 0:
         if drafter is None:
             raise SpecroofError("a speculating policy needs a drafter")

@@ -97,8 +97,9 @@ def all_to_all_s(spec: ModelSpec, tokens_per_gpu: ArrayLike, ep: int, act_bytes:
 
 
 def ep_expert_weight_bytes(spec: ModelSpec, weight_bytes: float) -> float:
-    """Bytes of every routed expert of every MoE layer (what EP shards)."""
-    return float(spec.n_moe_layers * spec.n_experts * spec.expert_params * weight_bytes)
+    """Bytes of every routed expert of every MoE layer (what EP shards), in the experts' own format where the model
+    stores them in one (``weight_bytes`` is the other weights' bytes per weight)."""
+    return float(spec.n_moe_layers * spec.n_experts * spec.expert_params * spec.expert_bytes(weight_bytes))
 
 
 class EPCtx(Ctx):
@@ -129,6 +130,23 @@ class EPCtx(Ctx):
         return t + self._moe_terms(batch, per_gpu, new_tokens, context, tree)
 
     def _moe_terms(self, batch: ArrayLike, per_gpu: Any, new_tokens: Any, context: Any, tree: Any) -> Array:
+        cost, ep_cost = self.ep_costs(batch, per_gpu, new_tokens, context, tree)
+        tm, pr = self.pricing.time_model, self.pricing
+        i = cost.operators.index("mlp")
+        mem0, comp0 = tm.operator_times(cost, pr.dtype, 1)
+        mem1, comp1 = tm.operator_times(ep_cost, pr.dtype, 1)
+        d_mlp = combine(mem1[i], comp1[i], tm.overlap) - combine(mem0[i], comp0[i], tm.overlap)
+        ab = dtype_bytes(cost.compute_dtype)
+        tokens_gpu = np.asarray(cost.batch * cost.new_tokens, dtype=float)
+        return np.asarray(
+            d_mlp + all_to_all_s(self.target, tokens_gpu, self.ep, ab, self.link_bytes_per_s), dtype=float
+        )
+
+    def ep_costs(
+        self, batch: ArrayLike, per_gpu: Any, new_tokens: Any, context: Any, tree: Any = None
+    ) -> tuple[Any, Any]:
+        """(the busiest GPU's pass cost as one GPU would price it, the same with only its ``E / ep`` experts' share
+        streamed): the MoE layer's weights of the second are the GPU's own experts that the whole step touches."""
         spec, pr, ep = self.target, self.pricing, self.ep
         cost = pass_cost(spec, pr, per_gpu, new_tokens, context, tree)
         tokens_gpu = np.asarray(cost.batch * cost.new_tokens, dtype=float)
@@ -136,17 +154,18 @@ class EPCtx(Ctx):
         E, k = spec.n_experts, spec.experts_per_token
         touched = expected_experts_touched(E, k, tokens_gpu)
         touched_ep = expected_experts_touched(E, k, tokens_all) / ep  # the group's experts, E / ep of them a GPU
-        wb = dtype_bytes(cost.weight_dtype)
+        # the experts' bytes per weight: their own format's where the model stores them in one (gpt-oss: MXFP4,
+        # 4.25 bits), not the other weights' dtype (docs/cost-model.md, section 55)
+        ewb = spec.expert_bytes(dtype_bytes(cost.weight_dtype))
         i = cost.operators.index("mlp")
-        saved = spec.n_moe_layers * (touched - touched_ep) * spec.expert_params * wb
+        saved = spec.n_moe_layers * (touched - touched_ep) * spec.expert_params * ewb
         w = np.array(cost.bytes_weights, dtype=float)
         w[i] = w[i] - saved
-        tm = pr.time_model
-        mem0, comp0 = tm.operator_times(cost, pr.dtype, 1)
-        mem1, comp1 = tm.operator_times(replace(cost, bytes_weights=w, routed_experts=touched_ep), pr.dtype, 1)
-        d_mlp = combine(mem1[i], comp1[i], tm.overlap) - combine(mem0[i], comp0[i], tm.overlap)
-        ab = dtype_bytes(cost.compute_dtype)
-        return np.asarray(d_mlp + all_to_all_s(spec, tokens_gpu, ep, ab, self.link_bytes_per_s), dtype=float)
+        # bytes in the experts' own format stream at the plain rate (section 51): the GPU's share of them is what
+        # that rate now streams
+        own = cost.expert_format_bytes
+        own = own - saved if spec.expert_format else own
+        return cost, replace(cost, bytes_weights=w, routed_experts=touched_ep, expert_format_bytes=own)
 
 
 def ep_context(ctx: Ctx, ep: int, *, link_GB_per_s: float | None = None, gpus_per_node: int = GPUS_PER_NODE) -> Ctx:

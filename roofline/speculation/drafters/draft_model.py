@@ -88,6 +88,10 @@ class ParallelBlock(_SmallModel):
     """DFlash-style block drafter: one pass of a small model proposes the whole gamma-token block."""
 
     _label = "block"
+    #: an engine runs its round as one draft pass, the verify and the acceptance (SGLang's DFlashWorker: no draft
+    #: loop, no tree built from draft steps, no draft-extend pass): it pays none of the EAGLE worker's fixed round
+    #: time (``Pricing.round_fixed_for``, docs/cost-model.md, section 55)
+    one_pass_round = True
     #: a published block drafter's positions per block (its config.json ``block_size``; 0: not known): a block
     #: verifies the anchor and ``block_size - 1`` drafts, the chain it is built for (:func:`default_gamma`)
     block_size: int = 0

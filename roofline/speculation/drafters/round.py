@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,7 +104,7 @@ def round_time(
     pricing = pricing if isinstance(pricing, Pricing) else pricing_of(pricing)
     ctx = Ctx.of(target, pricing)
     dctx = Ctx.of(target, draft if draft is not None else draft_pricing(pricing, d), draft_tp(pricing, d))
-    host = pricing.round_host_at(batch) + round_overhead_s
+    host = pricing.round_host_at(batch, d) + round_overhead_s
     if isinstance(shape, Tree):
         lv = shape.levels()
         t_draft = np.asarray(_tree_draft_s(d, dctx, shape, lv, _scalar(batch), _scalar(context)))
@@ -170,7 +171,8 @@ class TreePlan:
     def __init__(self, pricing: Pricing, target: ModelSpec, drafter: Any, pricer: Any) -> None:
         self.drafter = drafter
         self.dctx = Ctx.of(target, draft_pricing(pricing, drafter), draft_tp(pricing, drafter))
-        self.pricer, self.max_context, self.host = pricer, target.max_context, pricing.round_host_at
+        self.pricer, self.max_context = pricer, target.max_context
+        self.host = functools.partial(pricing.round_host_at, drafter=drafter)  # the drafter's worker's round time
         # the target's Ctx, for a drafter that prices its own tree verify pass (round_time's tree branch)
         self.tctx = Ctx.of(target, pricing) if hasattr(drafter, "tree_verify_time") else None
 
@@ -244,7 +246,7 @@ class ChainPlan:
     def __init__(self, pricing: Pricing, target: ModelSpec, drafter: DraftModel, t_pricer: Any, d_pricer: Any) -> None:
         self.target, self.draft = t_pricer, d_pricer
         self.target_context, self.draft_context = target.max_context, drafter.spec.max_context
-        self.host = pricing.round_host_at
+        self.host = functools.partial(pricing.round_host_at, drafter=drafter)  # the drafter's worker's round time
 
     def times(self, gamma: int, batch: int, context: int, round_overhead_s: float = 0.0) -> tuple[float, ...] | None:
         """(t_base, t_draft, t_verify, t_round_host) of one round in seconds, :func:`round_time`'s floats; None where
