@@ -226,7 +226,8 @@ def scalar_pricer(spec: ModelSpec, pr: Pricing, tp: int) -> _Pricer | None:
     if hit is not None and hit[0] is spec and hit[1] is pr and hit[2] is tm:  # the entry holds them: ids not reused
         return hit[3]
     e = tm.engine
-    if (e is not None and e.launches) or (tp > 1 and tm.interconnect_bytes_per_s is None):
+    if (e is not None and e.launches) or (tp > 1 and tm.interconnect_bytes_per_s is None) or tm.kv_read is not None:
+        # the KV read's rate by batch (docs/cost-model.md, section 54) is not linear in the table's variables
         return None
     wb, ab, kb = dtype_bytes(pr.stored_weight_dtype), dtype_bytes(pr.dtype), dtype_bytes(pr.kv_dtype or pr.dtype)
     lin = linear_terms(spec, wb, ab, kb, moe_kernel_of(pr))
