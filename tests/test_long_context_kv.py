@@ -93,3 +93,24 @@ def test_efficiency_reports_the_curve_with_its_floor() -> None:
     assert float(kve.efficiency(4096, 1, 1, a100)) < 0.1 < float(kve.efficiency(32768, 32, 1, a100))
     # 128 sequences: 1.2 waves on an A100's 108 SMs, one wave on an H100's 132
     assert float(kve.efficiency(32768, 128, 1, a100)) < 0.5 < 0.8 < float(kve.efficiency(32768, 128, 1, h100))
+
+
+def test_a_streaming_llm_draft_prices_its_window() -> None:
+    from roofline.speculation.drafters import Ctx, DraftModel
+
+    pr = Pricing.of("a100-sxm-80gb", engine="compiled", tp=8)
+    ctx = Ctx.of(rf.get_model("llama-3.1-8b"), pr)
+    full, window = DraftModel("llama-3.2-1b"), DraftModel("llama-3.2-1b", kv_window=512)
+    g = np.asarray(3)
+    # the window's draft steps at 100k tokens cost what the full draft's cost at 512
+    assert float(window.draft_time(ctx, g, 64, 100000)) == pytest.approx(float(full.draft_time(ctx, g, 64, 512)))
+    assert float(window.draft_time(ctx, g, 64, 100000)) < 0.2 * float(full.draft_time(ctx, g, 64, 100000))
+    # it holds the window's KV, not the context's
+    assert float(window.extra_memory_bytes(ctx, 64, 100000)) == float(full.extra_memory_bytes(ctx, 64, 512))
+    assert window.name == "draft llama-3.2-1b (StreamingLLM 512)"
+    # the scalar speedup (a chain plan steps aside for the window) and the array one agree
+    one = rf.speedup(pr, "llama-3.1-8b", window, 0.8, 3, batch=64, context=32768).speedup
+    many = rf.speedup(pr, "llama-3.1-8b", window, 0.8, 3, batch=np.array([64, 32]), context=32768).speedup
+    assert float(one) == pytest.approx(float(np.asarray(many)[0]), rel=1e-12)
+    with pytest.raises(rf.SpecroofError, match="kv_window"):
+        DraftModel("llama-3.2-1b", kv_window=0)
