@@ -56,8 +56,9 @@ HOPPER_CEILING = 3000.0 / 3352.0
 #: kernels (Ampere's figure); Blackwell has no public decode table in text form: Hopper's figure, by family
 CEILING = {"ampere": AMPERE_CEILING, "ada": AMPERE_CEILING, "hopper": HOPPER_CEILING, "blackwell": HOPPER_CEILING}
 
-#: hardware profile id prefix -> (generation, SMs), from the datasheets; GPUs not listed (Volta, Turing: no
-#: FlashAttention 2; AMD, TPU, Apple, CPUs) keep the engine's flat ``kv_bandwidth_fraction``
+#: hardware profile id prefix -> (generation, SMs), from the datasheets (Blackwell Ultra, B300 and GB300: 160); GPUs
+#: not listed (Volta, Turing: no FlashAttention 2; AMD, TPU, Apple, CPUs) keep the engine's flat
+#: ``kv_bandwidth_fraction``
 GPUS = {
     "a100-pcie": ("ampere", 108), "a100-sxm": ("ampere", 108), "a10g": ("ampere", 80), "a10-": ("ampere", 72),
     "rtx-3090": ("ampere", 82), "rtx-3090-ti": ("ampere", 84),
@@ -65,7 +66,7 @@ GPUS = {
     "rtx-6000-ada": ("ada", 142),
     "h100-sxm": ("hopper", 132), "h100-nvl": ("hopper", 132), "h100-pcie": ("hopper", 114),
     "h200": ("hopper", 132), "h20-": ("hopper", 78),
-    "b200": ("blackwell", 148), "gb200": ("blackwell", 148), "b300": ("blackwell", 148), "gb300": ("blackwell", 148),
+    "b200": ("blackwell", 148), "gb200": ("blackwell", 148), "b300": ("blackwell", 160), "gb300": ("blackwell", 160),
     "rtx-5090": ("blackwell", 170), "rtx-pro-6000": ("blackwell", 188),
 }  # fmt: skip
 
