@@ -57,7 +57,7 @@ def test_long_context_slower_on_a100_not_on_h100() -> None:
         flat = dataclasses.replace(pr.time_model, kv_read=None)
         assert pr.time_model.kv_read is not None
         new = float(pass_time("llama-3.1-8b", pr, batch=128, new_tokens=1, context=100000).t_step_s)
-        old_pr = Pricing.of(hw, engine="compiled", tp=8)
+        old_pr = dataclasses.replace(pr)  # a new object: Pricing.of hands out one shared pricing per arguments
         old_pr.__dict__["time_model"] = flat  # the same pricing with the flat KV share of before section 54
         old = float(pass_time("llama-3.1-8b", old_pr, batch=128, new_tokens=1, context=100000).t_step_s)
         assert lo <= new / old <= hi, (hw, new / old)
@@ -114,3 +114,14 @@ def test_a_streaming_llm_draft_prices_its_window() -> None:
     assert float(one) == pytest.approx(float(np.asarray(many)[0]), rel=1e-12)
     with pytest.raises(rf.SpecroofError, match="kv_window"):
         DraftModel("llama-3.2-1b", kv_window=0)
+
+
+def test_a_prefill_over_a_long_cache_fills_the_gpu() -> None:
+    # 2048 new tokens per sequence: 32 query tiles per sequence-head, the GPU is full and the ceiling's rate holds
+    pr = Pricing.of("a100-sxm-80gb", engine="compiled", tp=8)
+    flat = dataclasses.replace(pr)
+    flat.__dict__["time_model"] = dataclasses.replace(pr.time_model, kv_read=None)
+    for n, lo, hi in ((1, 1.5, 2.5), (2048, 1.0, 1.05)):
+        new = float(pass_time("llama-3.1-8b", pr, batch=128, new_tokens=n, context=32768).t_step_s)
+        old = float(pass_time("llama-3.1-8b", flat, batch=128, new_tokens=n, context=32768).t_step_s)
+        assert lo <= new / old <= hi, (n, new / old)

@@ -42,6 +42,10 @@ HEAD_BYTES = 2 * 128 * 2
 #: the key block of FlashAttention's split-KV decode kernel (a split covers at least one block of keys)
 KEY_BLOCK = 256
 
+#: query rows of one block of a prefill-style attention kernel: a pass of ``n`` new tokens per sequence has
+#: ``ceil(n / 64)`` query tiles per (sequence, KV head), one work unit each (a decode or a verify of a few tokens: one)
+QUERY_TILE = 64
+
 #: FlashAttention's split heuristic (``num_splits_heuristic``): no split once the units fill 80% of the SMs; otherwise
 #: the fewest splits whose wave efficiency is within 85% of the best, at most 128
 SPLIT_MIN_FILL, SPLIT_NEAR_BEST, SPLIT_MAX = 0.8, 0.85, 128

@@ -218,7 +218,7 @@ class TimeModel:
         device's call of each layer reads its share of the cache in
         :meth:`roofline.costing.kv_efficiency.KVRead.call_read_seconds` for the pass's (sequence, KV head) work
         units, counted from the bytes a sequence reads per token and layer on one device."""
-        from roofline.costing.kv_efficiency import HEAD_BYTES
+        from roofline.costing.kv_efficiency import HEAD_BYTES, QUERY_TILE
 
         kv = self.kv_read
         assert kv is not None
@@ -226,7 +226,9 @@ class TimeModel:
         context = np.asarray(cost.context, dtype=float)
         call = np.asarray(cost.bytes_kv_read, dtype=float).sum(axis=0) / (tp * max(cost.n_layers, 1))
         heads = np.maximum(np.round(call / np.maximum(batch * context, 1.0) / HEAD_BYTES), 1.0)
-        read = kv.call_read_seconds(call, batch * heads, context, self.bandwidth_bytes_per_s)
+        # a pass of many new tokens per sequence runs a prefill kernel, one block per 64-row query tile as well
+        tiles = np.ceil(np.asarray(cost.new_tokens, dtype=float) / QUERY_TILE)
+        read = kv.call_read_seconds(call, batch * heads * tiles, context, self.bandwidth_bytes_per_s)
         # a pass that reads no cache (the first token of a sequence) has no excess: where=call > 0
         per_byte = np.divide(read, call * tp, out=np.zeros(np.shape(read)), where=call > 0)
         return np.where(call > 0, per_byte - 1.0 / bw, 0.0)
