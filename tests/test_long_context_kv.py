@@ -125,3 +125,19 @@ def test_a_prefill_over_a_long_cache_fills_the_gpu() -> None:
         new = float(pass_time("llama-3.1-8b", pr, batch=128, new_tokens=n, context=32768).t_step_s)
         old = float(pass_time("llama-3.1-8b", flat, batch=128, new_tokens=n, context=32768).t_step_s)
         assert lo <= new / old <= hi, (n, new / old)
+
+
+@pytest.mark.parametrize("hw", ["a100-sxm-80gb", "h100-sxm-80gb"])
+def test_the_scalar_pricer_adds_the_kernels_excess_as_the_array_path_does(hw: str) -> None:
+    from roofline.costing.passtime import pass_seconds
+    from roofline.costing.passtime.pricer import scalar_pricer
+
+    spec = rf.get_model("llama-3.1-8b")
+    for tp in (1, 8):
+        pr = Pricing.of(hw, engine="compiled", tp=tp)
+        assert scalar_pricer(spec, pr, tp) is not None  # the fast path prices compiled
+        for B, n, L in ((1, 1, 0), (8, 1, 100), (64, 4, 32768), (128, 1, 100000), (128, 70, 4096)):
+            arr = pass_time(spec, pr, np.array([B, B + 1]), n, L)
+            one = pass_time(spec, pr, B, n, L)
+            assert float(pass_seconds(spec, pr, B, n, L)) == pytest.approx(float(arr.t_step_s[0]), rel=1e-12)
+            assert np.allclose(np.asarray(one.op_memory_s), np.asarray(arr.op_memory_s)[:, 0], rtol=1e-12, atol=0)

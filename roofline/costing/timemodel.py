@@ -214,20 +214,27 @@ class TimeModel:
         return op_mem
 
     def kv_read_excess(self, cost: PassCost, bw: Any, tp: int = 1) -> Any:
-        """Seconds per KV byte read beyond ``1 / bw`` under :attr:`kv_read` (docs/cost-model.md, section 54): each
-        device's call of each layer reads its share of the cache in
-        :meth:`roofline.costing.kv_efficiency.KVRead.call_read_seconds` for the pass's (sequence, KV head) work
-        units, counted from the bytes a sequence reads per token and layer on one device."""
+        """Seconds per KV byte read beyond ``1 / bw`` under :attr:`kv_read` for the pass ``cost``
+        (:meth:`kv_read_excess_of` of its bytes per device and layer, batch, context and new tokens)."""
+        call = np.asarray(cost.bytes_kv_read, dtype=float).sum(axis=0) / (tp * max(cost.n_layers, 1))
+        return self.kv_read_excess_of(call, cost.batch, cost.context, cost.new_tokens, bw, tp)
+
+    def kv_read_excess_of(self, call: Any, batch: Any, context: Any, new_tokens: Any, bw: Any, tp: int = 1) -> Any:
+        """Seconds per KV byte read beyond ``1 / bw`` under :attr:`kv_read` (docs/cost-model.md, section 54) when each
+        device's call of each layer reads ``call`` bytes for ``batch`` sequences of ``context`` cached and
+        ``new_tokens`` new tokens: :meth:`roofline.costing.kv_efficiency.KVRead.call_read_seconds` for the call's
+        work units, the (sequence, KV head) pairs counted from the bytes a sequence reads per token and layer on one
+        device, times the query tiles of a wide pass. Floats or arrays (the scalar pricer calls it with floats)."""
         from roofline.costing.kv_efficiency import HEAD_BYTES, QUERY_TILE
 
         kv = self.kv_read
         assert kv is not None
-        batch = np.asarray(cost.batch, dtype=float)
-        context = np.asarray(cost.context, dtype=float)
-        call = np.asarray(cost.bytes_kv_read, dtype=float).sum(axis=0) / (tp * max(cost.n_layers, 1))
+        call = np.asarray(call, dtype=float)
+        batch = np.asarray(batch, dtype=float)
+        context = np.asarray(context, dtype=float)
         heads = np.maximum(np.round(call / np.maximum(batch * context, 1.0) / HEAD_BYTES), 1.0)
         # a pass of many new tokens per sequence runs a prefill kernel, one block per 64-row query tile as well
-        tiles = np.ceil(np.asarray(cost.new_tokens, dtype=float) / QUERY_TILE)
+        tiles = np.ceil(np.asarray(new_tokens, dtype=float) / QUERY_TILE)
         read = kv.call_read_seconds(call, batch * heads * tiles, context, self.bandwidth_bytes_per_s)
         # a pass that reads no cache (the first token of a sequence) has no excess: where=call > 0
         per_byte = np.divide(read, call * tp, out=np.zeros(np.shape(read)), where=call > 0)
