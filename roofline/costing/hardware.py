@@ -224,6 +224,7 @@ class Hardware:
         include the software that measured them (``[measured] engine``), so adding an
         engine to it is refused rather than counted twice.
         """
+        from roofline.costing.kv_efficiency import kv_read_model
         from roofline.costing.timemodel import TimeModel
 
         measured = self.measured is not None
@@ -267,6 +268,7 @@ class Hardware:
             weight_bytes_factor=dict(e.weight_bytes_factor) if e else {},
             name=self.id + (f" + {e.name}" if e else ""),
             engine=e,
+            kv_read=kv_read_model(self, e),
         )
 
     def ridge(self, dtype: str, efficiency: bool = False) -> float:

@@ -27,6 +27,7 @@ from roofline.passes.cost import PassCost
 
 if TYPE_CHECKING:
     from roofline.costing.engine import Engine
+    from roofline.costing.kv_efficiency import KVRead
 
 Array = npt.NDArray[np.float64]
 
@@ -130,6 +131,9 @@ class TimeModel:
     #: the engine whose per-kernel launches, per-step host time, paged-KV efficiency and sampling this
     #: composition prices (docs/cost-model.md, section 6); None: none of those terms
     engine: Engine | None = None
+    #: the decode-attention kernel's KV read by batch, heads and GPU (docs/cost-model.md, section 54); None: the
+    #: engine's flat ``kv_bandwidth_fraction``
+    kv_read: KVRead | None = None
     #: label for errors
     name: str = field(default="", compare=False)
 
@@ -190,7 +194,10 @@ class TimeModel:
             op_mem = op_mem + (cost.bytes_kv_read + cost.bytes_kv_write) * (tp - 1) / bw
             kv_read = cost.bytes_kv_read * tp
         e = self.engine
-        if e is not None and e.kv_bandwidth_fraction != 1.0:
+        if self.kv_read is not None:
+            # the split-KV kernel's time at this batch's occupancy of the SMs (section 54), in place of the flat share
+            op_mem = op_mem + kv_read * self.kv_read_excess(cost, bw, tp)
+        elif e is not None and e.kv_bandwidth_fraction != 1.0:
             # attention over the (paged) cache reads its KV at a share of the weight stream's rate
             op_mem = op_mem + kv_read / bw * (1.0 / e.kv_bandwidth_fraction - 1.0)
         if e is not None and e.moe_expert_s and cost.n_moe_layers and "mlp" in cost.operators:
@@ -205,6 +212,33 @@ class TimeModel:
             op_mem = op_mem.copy()
             op_mem[head] = op_mem[head] + logits / bw
         return op_mem
+
+    def kv_read_excess(self, cost: PassCost, bw: Any, tp: int = 1) -> Any:
+        """Seconds per KV byte read beyond ``1 / bw`` under :attr:`kv_read` for the pass ``cost``
+        (:meth:`kv_read_excess_of` of its bytes per device and layer, batch, context and new tokens)."""
+        call = np.asarray(cost.bytes_kv_read, dtype=float).sum(axis=0) / (tp * max(cost.n_layers, 1))
+        return self.kv_read_excess_of(call, cost.batch, cost.context, cost.new_tokens, bw, tp)
+
+    def kv_read_excess_of(self, call: Any, batch: Any, context: Any, new_tokens: Any, bw: Any, tp: int = 1) -> Any:
+        """Seconds per KV byte read beyond ``1 / bw`` under :attr:`kv_read` (docs/cost-model.md, section 54) when each
+        device's call of each layer reads ``call`` bytes for ``batch`` sequences of ``context`` cached and
+        ``new_tokens`` new tokens: :meth:`roofline.costing.kv_efficiency.KVRead.call_read_seconds` for the call's
+        work units, the (sequence, KV head) pairs counted from the bytes a sequence reads per token and layer on one
+        device, times the query tiles of a wide pass. Floats or arrays (the scalar pricer calls it with floats)."""
+        from roofline.costing.kv_efficiency import HEAD_BYTES, QUERY_TILE
+
+        kv = self.kv_read
+        assert kv is not None
+        call = np.asarray(call, dtype=float)
+        batch = np.asarray(batch, dtype=float)
+        context = np.asarray(context, dtype=float)
+        heads = np.maximum(np.round(call / np.maximum(batch * context, 1.0) / HEAD_BYTES), 1.0)
+        # a pass of many new tokens per sequence runs a prefill kernel, one block per 64-row query tile as well
+        tiles = np.ceil(np.asarray(new_tokens, dtype=float) / QUERY_TILE)
+        read = kv.call_read_seconds(call, batch * heads * tiles, context, self.bandwidth_bytes_per_s)
+        # a pass that reads no cache (the first token of a sequence) has no excess: where=call > 0
+        per_byte = np.divide(read, call * tp, out=np.zeros(np.shape(read)), where=call > 0)
+        return np.where(call > 0, per_byte - 1.0 / bw, 0.0)
 
     def compute_rates(self, operators: tuple[str, ...], dtype: str, tp: int = 1) -> tuple[Array, npt.NDArray[np.bool_]]:
         """Per operator the FLOP/s its products run at over ``tp`` devices (the attention products at their own

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import fields
 from typing import Any
@@ -81,15 +82,27 @@ class _Pricer:
 
     __slots__ = ("tm", "lin", "mem", "comp", "scaled", "tops", "vocab", "moe", "n_experts", "k",
                  "moe_kernel", "rest_ops", "call_ops", "fixed", "tp", "nl", "d_ab", "host", "finishing", "op",
-                 "memo")  # fmt: skip
+                 "memo", "kvr", "kvb", "kv_call", "rates", "kv_memo")  # fmt: skip
 
     def __init__(self, spec: ModelSpec, pr: Pricing, tp: int, lin: LinearTerms) -> None:
         tm = pr.time_model
         self.tm, self.lin, self.tp = tm, lin, tp
         self.op = tm.operator_seconds  # the overlap rule, looked up once
         unit = _unit_cost(spec, pr, lin)
+        # the decode kernel's KV read (docs/cost-model.md, section 54) depends on the batch and the bytes per call, not
+        # linearly on the variables: the table holds the KV bytes at the stream's rate, and each pass adds the
+        # kernel's excess per KV byte from the time model's own function (kv_excess)
+        self.kvr = tm.kv_read is not None
+        flat = tm
+        if self.kvr:
+            e = tm.engine
+            e = dataclasses.replace(e, kv_bandwidth_fraction=1.0) if e is not None else None
+            flat = dataclasses.replace(tm, kv_read=None, engine=e)
+        self.rates = tm.stream_rates(tp)
         # seconds per unit of each variable (columns) and operator (rows): memory per regime, compute
-        self.mem = [tm.operator_memory(unit, bw, tp) for bw in tm.stream_rates(tp)]
+        self.mem = [flat.operator_memory(unit, bw, tp) for bw in self.rates]
+        # per operator, the KV bytes it reads per cached token (over all devices)
+        self.kvb = np.asarray(unit.bytes_kv_read, dtype=float)[:, 3]
         rates, scaled = tm.compute_rates(lin.operators, pr.dtype, tp)
         self.comp, self.scaled = unit.flops / rates[:, None], scaled
         self.tops = tuple(top for top, _ in tm.rows_bandwidth_bytes_per_s)
@@ -101,7 +114,7 @@ class _Pricer:
         # the operators of T alone, and the others (their coefficients on the pairs and the cached tokens), equal
         # rows counted once (attention's scores and values): per regime, plain floats
         self.rest_ops: list[list[tuple[list[float], list[float], bool]]] = []
-        self.call_ops: list[list[tuple[int, int, float, float, float, float, bool]]] = []
+        self.call_ops: list[list[tuple[int, int, float, float, float, float, bool, float]]] = []
         per_call = [bool(np.any(self.comp[i, 2:4]) or any(np.any(m[i, 2:4]) for m in self.mem))
                     for i in range(len(lin.operators))]  # fmt: skip
         for m in self.mem:
@@ -127,11 +140,13 @@ class _Pricer:
                         float(self.comp[i, 2]),
                         float(self.comp[i, 3]),
                         bool(scaled[i]),
+                        float(self.kvb[i]),
                     )
                     for n, i in groups.values()
                 ]
             )
         self.nl = s.nl if s is not None else 0
+        self.kv_call = float(self.kvb.sum()) / (tp * max(self.nl, 1))  # KV bytes per device, layer and cached token
         n_moe = s.n_moe_layers if self.moe else 0  # type: ignore[union-attr]
         self.fixed = float(tm.overhead_s(self.nl, n_moe) if pr.overhead_s is None else pr.overhead_s)
         self.d_ab = s.d * dtype_bytes(pr.dtype) if s is not None else 0.0  # all-reduce bytes per token
@@ -140,6 +155,7 @@ class _Pricer:
         # asked of finish itself, at two probes, so that a pass skips it only where it returns its input unchanged
         self.finishing = any(tm.finish(t, self.host, T, B) != t for t, T, B in ((0.0, 1.0, 1.0), (1e-3, 3.0, 2.0)))
         self.memo: dict[float, tuple[Any, ...]] = {}
+        self.kv_memo: dict[tuple[float, float, float], float] = {}
 
     def variables(self, T: float) -> list[float]:
         """The table's variables that are functions of T alone: 1, T, the embedding's rows (min(T, vocab)), a
@@ -169,7 +185,7 @@ class _Pricer:
             parts.append((float(m[0] + m[1] * T + m[4] * v[4] + m[5] * v[5] + m[6] * v[6]),
                           float(c[0] + c[1] * T + c[4] * v[4] + c[5] * v[5] + c[6] * v[6])))  # fmt: skip
         comm = self.tm.allreduce_seconds(T * self.d_ab, self.nl, self.tp) if self.tp > 1 else 0.0
-        hit = (rest, tuple(zip(self.call_ops[k], parts, strict=True)), factor, self.fixed + comm)
+        hit = (rest, tuple(zip(self.call_ops[k], parts, strict=True)), factor, self.fixed + comm, k)
         if len(self.memo) > 4096:  # a sweep over many token counts: keep the table small
             self.memo.clear()
         self.memo[T] = hit
@@ -181,13 +197,27 @@ class _Pricer:
         overheads and the all-reduces, then :meth:`~roofline.costing.timemodel.TimeModel.finish` (the host's issuing, the
         step time, the engine's extra terms) where it changes anything."""
         hit = self.memo.get(T)
-        rest, calls, factor, fixed = self.at(T) if hit is None else hit
+        rest, calls, factor, fixed, k = self.at(T) if hit is None else hit
         t = rest
-        for (n, _, m2, m3, c2, c3, scaled), (mT, cT) in calls:
+        kx = self.kv_excess(T, B, cached, k) if self.kvr and cached > 0 else 0.0
+        for (n, _, m2, m3, c2, c3, scaled, kv), (mT, cT) in calls:
             comp = cT + c2 * pairs + c3 * cached
-            t += n * self.op(mT + m2 * pairs + m3 * cached, comp * factor if scaled else comp)
+            t += n * self.op(mT + m2 * pairs + (m3 + kv * kx) * cached, comp * factor if scaled else comp)
         t += fixed
         return self.tm.finish(t, self.host, T, B) if self.finishing else t  # type: ignore[no-any-return]
+
+    def kv_excess(self, T: float, B: float, cached: float, k: int) -> float:
+        """Seconds per KV byte beyond the stream's rate for a pass of T tokens over B sequences and ``cached`` cached
+        tokens in memory regime ``k``: :meth:`roofline.costing.timemodel.TimeModel.kv_read_excess_of`, the rule the
+        array path prices with (docs/cost-model.md, section 54)."""
+        key = (T, B, cached)  # T fixes the regime k
+        hit = self.kv_memo.get(key)
+        if hit is None:
+            hit = float(self.tm.kv_read_excess_of(self.kv_call * cached, B, cached / B, T / B, self.rates[k], self.tp))
+            if len(self.kv_memo) > 4096:  # a sweep over many contexts: keep the table small
+                self.kv_memo.clear()
+            self.kv_memo[key] = hit
+        return hit
 
     def seconds(self, B: int, n: int, L: int, vis: float) -> float:
         """One pass: ``B`` sequences of ``n`` new tokens (``vis`` visible pairs among them) over ``L`` cached."""
@@ -329,6 +359,9 @@ class _StepPricer:
         out = np.array(v).dot(self.mats[memory_regime(T, p.tops)])
         s_flops, s_w, s_kr, s_kw, s_a, s_mem, s_comp = self.rows  # views of the one result
         op_mem, op_comp = out[s_mem], out[s_comp]
+        if p.kvr and L > 0:
+            # the decode kernel's KV excess, which the table leaves out (section 54)
+            op_mem = op_mem + p.kvb * (Bf * L) * p.kv_excess(T, Bf, Bf * L, memory_regime(T, p.tops))
         if self.tm.matmul_half_tokens:
             op_comp = np.where(self.scaled, op_comp * self.tm.small_pass_factor(T), op_comp)
         op_t = self.tm.operator_seconds(op_mem, op_comp)

@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 from numpy.typing import ArrayLike
 
-from roofline.core.errors import SpecroofError
+from roofline.core.errors import SpecroofError, check_min
 from roofline.costing.passtime import (
     memory_footprint,
 )
@@ -58,6 +58,10 @@ class DraftModel(_SmallModel):
     """
 
     first_pass_tokens: int = 1
+    #: a StreamingLLM cache of this many tokens (attention sinks and the most recent ones, MagicDec's standalone
+    #: drafts): the draft reads and holds ``min(context, kv_window)`` cached tokens per sequence, not the context
+    #: (docs/cost-model.md, section 54); None: the whole context
+    kv_window: int | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -65,9 +69,21 @@ class DraftModel(_SmallModel):
             raise SpecroofError(f"first_pass_tokens must be a whole number (got {self.first_pass_tokens!r})")
         if self.first_pass_tokens < 1:
             raise SpecroofError(f"first_pass_tokens must be at least 1 (got {self.first_pass_tokens})")
+        if self.kv_window is not None:
+            check_min("kv_window", self.kv_window, 1, integer=True)
+            if self.name == f"{self._label} {self.spec.name}":
+                object.__setattr__(self, "name", f"{self.name} (StreamingLLM {self.kv_window})")
+
+    def _cached(self, context: ArrayLike) -> ArrayLike:
+        """The cached tokens a draft step reads: the context, or the StreamingLLM window where it is shorter."""
+        return context if self.kv_window is None else np.minimum(context, self.kv_window)
+
+    def extra_memory_bytes(self, ctx: Ctx, batch: ArrayLike, context: ArrayLike) -> Array:
+        return super().extra_memory_bytes(ctx, batch, self._cached(context))
 
     def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
         _check_smaller(self.spec, ctx.target)
+        context = self._cached(context)
         steps = _steps(ctx, self.spec, gamma, batch, context)
         if self.first_pass_tokens == 1:
             return steps
@@ -77,7 +93,7 @@ class DraftModel(_SmallModel):
 
     def tree_passes(self, ctx: Ctx, widths: Sequence[int], context: int) -> tuple[ModelSpec, Sequence[int], int]:
         _check_smaller(self.spec, ctx.target)
-        return self.spec, widths, context
+        return self.spec, widths, context if self.kv_window is None else min(context, self.kv_window)
 
     def tree_draft_time(self, ctx: Ctx, widths: Sequence[int], batch: int, context: int) -> float:
         return _tree_levels(ctx, self.tree_passes(ctx, widths, context), batch)

@@ -270,8 +270,8 @@ def chain_plan(pricing: Pricing, target: ModelSpec, drafter: Any) -> ChainPlan |
     (pricing, target, draft model) object; None for any other drafter, an abstract model, a draft model not smaller
     than the target (the round formula raises that), one whose first pass re-feeds tokens (the array path prices
     it) and where a scalar pricer steps aside."""
-    if type(drafter) is not DraftModel or drafter.first_pass_tokens != 1:
-        return None
+    if type(drafter) is not DraftModel or drafter.first_pass_tokens != 1 or drafter.kv_window is not None:
+        return None  # a StreamingLLM draft's window (section 54): the array path prices it
     spec = drafter.spec
     key = (id(pricing), id(target), id(spec))
     hit = _CHAIN_PLANS.get(key)
