@@ -323,15 +323,18 @@ def measure_speedups(
     resume: bool = False,
     keep_s: float = 0.0,
     costs: UnitCosts | None = None,
+    pairs: int | None = None,
+    configs: Sequence[tuple[str, int]] | None = None,
 ) -> pd.DataFrame:
     """Measured half: one row per (drafter, batch, gamma) with the speedups, acceptance and pass times.
 
     ``drafters`` maps a label to a draft :class:`Transformer` or an early-exit layer
     count. ``prompts_by_batch[b]`` holds a multiple of ``b`` prompts, decoded ``b`` at a
     time (more prompts at batch 1 average acceptance over more text). Each repetition
-    runs, per batch size, every drafter and gamma in a shuffled order, with a baseline
-    probe (one group of prompts, decoded autoregressively, every step timed) before
-    the first and after each. ``before_block(i)`` runs before each (repetition, batch
+    runs, per batch size, every configuration (``configs``: (drafter, gamma) pairs; default every drafter at every
+    gamma), the drafters in the order given and each one's gammas shuffled, as ``pairs`` pairs of a speculative
+    run and a baseline run (one group of prompts, decoded autoregressively, every step timed) after it, with one
+    more baseline run before the first: plain and speculative runs alternate (:func:`_measure_block`). ``before_block(i)`` runs before each (repetition, batch
     size) block, numbered from 0 (the CLI measures a round of its verify sweeps there,
     so the fit sees the machine in the same periods as the decoding).
 
@@ -374,7 +377,8 @@ def measure_speedups(
     if q is None:
         raise SpecroofError(f"statistic must be 'min' or 'median' (got {statistic!r})")
     repeats = int(check_min("repeats", repeats, 1, integer=True))
-    configs = [(label, g) for label in drafters for g in gammas]
+    configs = list(configs) if configs is not None else [(label, g) for label in drafters for g in gammas]
+    gammas = sorted({g for _, g in configs})
     groups: dict[int, list[list[list[int]]]] = {}
     for batch, prompts in prompts_by_batch.items():
         if not prompts or len(prompts) % batch:
@@ -396,7 +400,7 @@ def measure_speedups(
     reps_run = 0
     try:
         for rep in range(repeats):
-            perm = {b: rng.permutation(len(configs)) for b in groups}  # drawn even when resumed: same order
+            perm = {b: priority_order(configs, rng) for b in groups}  # drawn even when resumed: same order
             rep_s = sum(v for (r, _), v in block_s.items() if r == rep - 1)
             if rep > 0 and not all((rep, b) in blocks for b in groups) and not limit.allows(rep_s):
                 break  # the next repetition would not fit: stop with what is measured
@@ -406,7 +410,8 @@ def measure_speedups(
                     bar.update(1 + 2 * len(configs))
                     continue
                 first_block = rep == 0 and k == 0
-                one = [("sweep", batch), ("probe", batch), ("spec", batch, *configs[perm[batch][0]]), ("probe", batch)]
+                one = [("sweep", batch), ("probe", batch), ("spec", batch, *configs[perm[batch][0]])]
+                one += [("probe", batch)] * (pairs or len(grps))
                 if costs is not None and limit.limited and not first_block and not limit.allows(costs.need(one)):
                     for label, g in configs:  # not even its sweep visit, a probe and one configuration fit
                         dropped[config_name(label, g, batch)] = f"not measured in repetition {rep + 1}: out of time"
@@ -423,7 +428,7 @@ def measure_speedups(
 
                 block = _measure_block(
                     target, drafters, configs, perm[batch], grps, rep, batch, max_new_tokens, jr, bar, warmed,
-                    fits=fits, costs=costs, clock=clock, dropped=dropped,
+                    fits=fits, costs=costs, clock=clock, dropped=dropped, pairs=pairs,
                 )  # fmt: skip
                 block_s[(rep, batch)] = clock() - t0
                 jr.end_block(rep, batch, block_s[(rep, batch)])
@@ -459,7 +464,7 @@ def _measure_block(
     target: Transformer,
     drafters: dict[str, Any],
     configs: list[tuple[str, int]],
-    order: np.ndarray,
+    order: Sequence[int],
     grps: list[list[list[int]]],
     rep: int,
     batch: int,
@@ -472,15 +477,22 @@ def _measure_block(
     costs: UnitCosts | None = None,
     clock: Callable[[], float] = time.perf_counter,
     dropped: dict[str, str] | None = None,
+    pairs: int | None = None,
 ) -> list[Run]:
-    """One (repetition, batch) block: a probe, then each configuration followed by a probe, all journalled.
+    """One (repetition, batch) block: a baseline probe, then each configuration in ``order`` as ``pairs`` pairs
+    (default: one per prompt group), each a speculative run and the baseline run after it, all journalled.
+
+    Pair k decodes prompt group k (mod the groups) on both sides, so the baselines and the speculative runs
+    alternate: every speculative run sits between two baseline runs, and its own ratio is taken against them
+    (:func:`_summarise`), so a machine drifting over the block moves both sides of every ratio.
 
     Every configuration's first run in this process is preceded by a short untimed one
     (``warmed`` remembers which ran): a first use of a shape loads kernels and picks
     algorithms, which on a GPU costs more than the whole timed run. ``fits(units)`` says
-    whether a configuration (with the probe after it) still fits the budget: the block's
+    whether a configuration (with its baseline runs) still fits the budget: the block's
     first always runs; one that does not fit is left out and named in ``dropped``.
     """
+    n_pairs = int(pairs) if pairs else len(grps)
     t0 = clock()
     if ("probe", batch, 0) not in warmed:
         _warm_up(target, None, grps[0], 0)
@@ -490,36 +502,46 @@ def _measure_block(
     bar.update(1)
     if costs is not None:
         costs.done(("probe", batch), clock() - t0)
-    n_probes = 1
-    for pos, j in enumerate(order):  # a shuffled order per repetition: drift cannot line up with gamma
+    for pos, j in enumerate(order):
         label, g = configs[j]
         unit = ("spec", batch, label, g)
-        if pos > 0 and fits is not None and not fits([unit, ("probe", batch)]):
+        if pos > 0 and fits is not None and not fits([unit] + [("probe", batch)] * n_pairs):
             if dropped is not None:
                 dropped[config_name(label, g, batch)] = f"not measured in repetition {rep + 1}: out of time"
             bar.update(2)
             continue
+        spec_s = 0.0
         t0 = clock()
         if (label, batch, g) not in warmed:
             _warm_up(target, drafters[label], grps[0], g)
             warmed.add((label, batch, g))
-        for grp in grps:
-            out.append(
-                Run.of(
-                    "spec", rep, batch, label, g, speculative_generate(target, drafters[label], grp, g, max_new_tokens)
-                )
-            )
+        for k in range(n_pairs):
+            grp = grps[k % len(grps)]
+            out.append(Run.of("spec", rep, batch, label, g, speculative_generate(target, drafters[label], grp, g,
+                                                                              max_new_tokens)))  # fmt: skip
             jr.run(out[-1])
-        bar.update(1)
-        t1 = clock()
-        out.append(Run.of("probe", rep, batch, "", 0, _probe(target, grps[n_probes % len(grps)], max_new_tokens)))
-        n_probes += 1
-        jr.run(out[-1])
-        bar.update(1)
+            t1 = clock()
+            spec_s += t1 - t0
+            out.append(Run.of("probe", rep, batch, "", 0, _probe(target, grp, max_new_tokens)))
+            jr.run(out[-1])
+            bar.update(2.0 / n_pairs)
+            t0 = clock()
+            if costs is not None:
+                costs.done(("probe", batch), t0 - t1)
         if costs is not None:
-            costs.done(unit, t1 - t0)
-            costs.done(("probe", batch), clock() - t1)
+            costs.done(unit, spec_s)
     return out
+
+
+def priority_order(configs: Sequence[tuple[str, int]], rng: np.random.Generator) -> list[int]:
+    """The order a block runs ``configs`` in: the drafters in the order given (the one asked for first, so a
+    budget that runs out leaves the others out, not it), each drafter's gammas shuffled (drift cannot line up
+    with gamma)."""
+    order: list[int] = []
+    for label in dict.fromkeys(c[0] for c in configs):
+        mine = [i for i, c in enumerate(configs) if c[0] == label]
+        order += [mine[i] for i in rng.permutation(len(mine))]
+    return order
 
 
 def _quiet_speedup(rounds: pd.DataFrame, t_base: float, batch: int, q: float) -> float:
@@ -550,15 +572,14 @@ def _summarise(
     statistic: str,
     q: float,
 ) -> pd.DataFrame:
-    """The speedup table from journalled runs (each spec run compared with the probes around it)."""
+    """The speedup table from journalled runs: each speculative run against the baseline runs around it (a pair),
+    a row's speedup the median of its pairs' ratios (docs/guide/measuring.md, "A noisy machine")."""
     rows = []
     for batch, prompts in prompts_by_batch.items():
         mine = [r for r in runs if r.batch == batch]
         if not mine:
             continue
         context = int(np.mean([len(p) for p in prompts]) + max_new_tokens / 2)
-        steps = [t for r in mine if r.kind == "probe" for t in r.step_s]
-        t_base = float(np.quantile(steps, q))
         # the host's share of a baseline step: its wall time less its pass's device time (probes that kept both)
         step_host = [
             w - d for r in mine if r.kind == "probe" and len(r.step_device_s) == len(r.step_s)
@@ -593,11 +614,18 @@ def _summarise(
                 tok, sec = int(steady_rounds["emitted"].sum()), float(steady_rounds["t_round_s"].sum())
                 acc = per.setdefault(
                     (spec_runs[0].label, spec_runs[0].gamma),
-                    {"wall": [], "e2e": [], "runs": [], "spread": [], "rep": [], "steady": []},
-                )
+                    {"wall": [], "e2e": [], "runs": [], "spread": [], "rep": [], "steady": [], "base": [],
+                     "bound": []},
+                )  # fmt: skip
                 probe_steps = [t for p in (before, after) for t in p.step_s]
-                if probe_steps:
-                    acc["rep"].append(_quiet_speedup(steady_rounds, float(np.quantile(probe_steps, q)), batch, q))
+                if probe_steps and not steady_rounds.empty:
+                    # the pair's own ratio, and its own bound: a round costs at least its verify pass, so no speedup
+                    # beats tokens per round x baseline step / verify pass, all three from this pair
+                    base = float(np.quantile(probe_steps, q))
+                    acc["base"].append(base)
+                    acc["rep"].append(_quiet_speedup(steady_rounds, base, batch, q))
+                    per_seq = float(steady_rounds["emitted"].mean()) / batch
+                    acc["bound"].append(per_seq * base / float(steady_rounds["t_verify_s"].quantile(q)))
                 acc["steady"].append(steady_rounds)
                 acc["wall"].append((tok / sec) / base_tps if sec > 0 else np.nan)
                 acc["e2e"].append(sum(r.n_tokens for r in spec_runs) / sum(r.decode_s for r in spec_runs) / base_tps)
@@ -618,11 +646,15 @@ def _summarise(
                 curve = np.nan_to_num(steady.acceptance_curve(), nan=0.0)  # unreached positions: 0
                 per_round = pd.concat(acc["steady"], ignore_index=True)
                 t = per_round[["t_round_s", "t_draft_s", "t_verify_s", "t_host_s"]].quantile(q)
-                measured = _quiet_speedup(per_round, t_base, batch, q)
+                if not acc["rep"]:
+                    continue
+                # the median of the pairs' ratios: each ratio's two sides ran minutes apart at most, so a machine
+                # that drifts moves both; pooling every baseline step against every round put the drift in it
+                measured = float(np.median(acc["rep"]))
+                t_base = float(np.median(acc["base"]))
                 wall = float(np.nanmedian(acc["wall"]))
-                # a round takes at least its verify pass: no speedup beats tokens per round x step / verify on
-                # the quiet machine; wall-clock ratios carry host work and drift too, so they get more slack
-                bound = m.mean_acceptance_length * t_base / float(t["t_verify_s"])
+                # wall-clock ratios carry host work and drift too, so they get more slack
+                bound = float(np.median(acc["bound"]))
                 noisy = measured > bound * (1 + BOUND_SLACK) or wall > bound * (1 + WALL_SLACK)
                 flag = "noise: above its physical bound" if noisy else ""
                 raw = measured
@@ -643,7 +675,8 @@ def _summarise(
                         "speedup_bound": bound,
                         "speedup_wall": wall,
                         "speedup_end_to_end": float(np.median(acc["e2e"])),
-                        "repetitions": len(acc["wall"]),
+                        "repetitions": len({r.rep for r in acc["runs"]}),
+                        "pairs": len(acc["rep"]),
                         "probe_spread": float(np.median(acc["spread"])),
                         "rep_spread": _pair_spread(acc["rep"]),
                         "flag": flag,
