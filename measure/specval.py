@@ -325,6 +325,7 @@ def measure_speedups(
     costs: UnitCosts | None = None,
     pairs: int | None = None,
     configs: Sequence[tuple[str, int]] | None = None,
+    runs_per_side: int = 1,
 ) -> pd.DataFrame:
     """Measured half: one row per (drafter, batch, gamma) with the speedups, acceptance and pass times.
 
@@ -411,7 +412,7 @@ def measure_speedups(
                     continue
                 first_block = rep == 0 and k == 0
                 one = [("sweep", batch), ("probe", batch), ("spec", batch, *configs[perm[batch][0]])]
-                one += [("probe", batch)] * (pairs or len(grps))
+                one += [("probe", batch)] * (pairs or len(grps)) * runs_per_side
                 if costs is not None and limit.limited and not first_block and not limit.allows(costs.need(one)):
                     for label, g in configs:  # not even its sweep visit, a probe and one configuration fit
                         dropped[config_name(label, g, batch)] = f"not measured in repetition {rep + 1}: out of time"
@@ -428,7 +429,7 @@ def measure_speedups(
 
                 block = _measure_block(
                     target, drafters, configs, perm[batch], grps, rep, batch, max_new_tokens, jr, bar, warmed,
-                    fits=fits, costs=costs, clock=clock, dropped=dropped, pairs=pairs,
+                    fits=fits, costs=costs, clock=clock, dropped=dropped, pairs=pairs, runs_per_side=runs_per_side,
                 )  # fmt: skip
                 block_s[(rep, batch)] = clock() - t0
                 jr.end_block(rep, batch, block_s[(rep, batch)])
@@ -478,13 +479,16 @@ def _measure_block(
     clock: Callable[[], float] = time.perf_counter,
     dropped: dict[str, str] | None = None,
     pairs: int | None = None,
+    runs_per_side: int = 1,
 ) -> list[Run]:
     """One (repetition, batch) block: a baseline probe, then each configuration in ``order`` as ``pairs`` pairs
     (default: one per prompt group), each a speculative run and the baseline run after it, all journalled.
 
-    Pair k decodes prompt group k (mod the groups) on both sides, so the baselines and the speculative runs
-    alternate: every speculative run sits between two baseline runs, and its own ratio is taken against them
-    (:func:`_summarise`), so a machine drifting over the block moves both sides of every ratio.
+    A pair's side is ``runs_per_side`` runs, pair k's of prompt groups k r .. k r + r - 1 (mod the groups), the same
+    on both sides, so the baselines and the speculative runs alternate: every speculative side sits between two
+    baseline sides, and its own ratio is taken against them (:func:`_summarise`), so a machine drifting over the
+    block moves both sides of every ratio. Several runs a side make a pair longer (less noisy) without decoding
+    past the length a model was trained on.
 
     Every configuration's first run in this process is preceded by a short untimed one
     (``warmed`` remembers which ran): a first use of a shape loads kernels and picks
@@ -493,19 +497,22 @@ def _measure_block(
     first always runs; one that does not fit is left out and named in ``dropped``.
     """
     n_pairs = int(pairs) if pairs else len(grps)
-    t0 = clock()
+    r = max(1, int(runs_per_side))
     if ("probe", batch, 0) not in warmed:
         _warm_up(target, None, grps[0], 0)
         warmed.add(("probe", batch, 0))
-    out = [Run.of("probe", rep, batch, "", 0, _probe(target, grps[0], max_new_tokens))]
-    jr.run(out[-1])
+    out: list[Run] = []
+    for u in range(r):
+        t0 = clock()
+        out.append(Run.of("probe", rep, batch, "", 0, _probe(target, grps[u % len(grps)], max_new_tokens)))
+        jr.run(out[-1])
+        if costs is not None:
+            costs.done(("probe", batch), clock() - t0)
     bar.update(1)
-    if costs is not None:
-        costs.done(("probe", batch), clock() - t0)
     for pos, j in enumerate(order):
         label, g = configs[j]
         unit = ("spec", batch, label, g)
-        if pos > 0 and fits is not None and not fits([unit] + [("probe", batch)] * n_pairs):
+        if pos > 0 and fits is not None and not fits([unit] + [("probe", batch)] * n_pairs * r):
             if dropped is not None:
                 dropped[config_name(label, g, batch)] = f"not measured in repetition {rep + 1}: out of time"
             bar.update(2)
@@ -516,18 +523,20 @@ def _measure_block(
             _warm_up(target, drafters[label], grps[0], g)
             warmed.add((label, batch, g))
         for k in range(n_pairs):
-            grp = grps[k % len(grps)]
-            out.append(Run.of("spec", rep, batch, label, g, speculative_generate(target, drafters[label], grp, g,
-                                                                              max_new_tokens)))  # fmt: skip
-            jr.run(out[-1])
-            t1 = clock()
-            spec_s += t1 - t0
-            out.append(Run.of("probe", rep, batch, "", 0, _probe(target, grp, max_new_tokens)))
-            jr.run(out[-1])
+            side = [grps[(k * r + u) % len(grps)] for u in range(r)]
+            for grp in side:
+                run = speculative_generate(target, drafters[label], grp, g, max_new_tokens)
+                out.append(Run.of("spec", rep, batch, label, g, run))
+                jr.run(out[-1])
+            spec_s += clock() - t0
+            for grp in side:
+                t1 = clock()
+                out.append(Run.of("probe", rep, batch, "", 0, _probe(target, grp, max_new_tokens)))
+                jr.run(out[-1])
+                if costs is not None:
+                    costs.done(("probe", batch), clock() - t1)
             bar.update(2.0 / n_pairs)
             t0 = clock()
-            if costs is not None:
-                costs.done(("probe", batch), t0 - t1)
         if costs is not None:
             costs.done(unit, spec_s)
     return out
@@ -597,13 +606,19 @@ def _summarise(
                 j = i
                 while j < len(seq) and seq[j].kind == "spec":
                     j += 1
-                before = next((r for r in reversed(seq[:i]) if r.kind == "probe"), None)
-                after = seq[j] if j < len(seq) and seq[j].kind == "probe" else None
+                # the baseline runs on either side: as many in a row as the pair's side has (runs_per_side)
+                b0 = i
+                while b0 > 0 and seq[b0 - 1].kind == "probe":
+                    b0 -= 1
+                a1 = j
+                while a1 < len(seq) and seq[a1].kind == "probe":
+                    a1 += 1
+                before, after = seq[b0:i], seq[j:a1]
                 spec_runs = seq[i:j]
                 i = j
-                if before is None or after is None:
+                if not before or not after:
                     continue
-                tpt = [p.decode_s / p.n_tokens for p in (before, after)]
+                tpt = [sum(p.decode_s for p in side) / sum(p.n_tokens for p in side) for side in (before, after)]
                 base_tps = 2.0 / sum(tpt)
                 # this repetition's steady rounds: its wall-clock speedup, its own quiet one (against the two
                 # probes around it: the repetitions' spread), and the pooled rows below
@@ -617,7 +632,7 @@ def _summarise(
                     {"wall": [], "e2e": [], "runs": [], "spread": [], "rep": [], "steady": [], "base": [],
                      "bound": []},
                 )  # fmt: skip
-                probe_steps = [t for p in (before, after) for t in p.step_s]
+                probe_steps = [t for p in (*before, *after) for t in p.step_s]
                 if probe_steps and not steady_rounds.empty:
                     # the pair's own ratio, and its own bound: a round costs at least its verify pass, so no speedup
                     # beats tokens per round x baseline step / verify pass, all three from this pair
