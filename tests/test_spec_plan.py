@@ -170,3 +170,17 @@ def test_the_summary_reads_as_sentences():
     assert "3 of 8 speedup rows stand above the machine's noise, the largest error among them 22%; 5 noisy rows" in text
     none = summary_sentences(pay | {"speedup_errors_quiet": {"error_max": None, "rows": 0, "noisy_rows": 2}}, {})
     assert "None of the 2 speedup rows stands above the machine's noise (their largest error 27%)" in none
+
+
+@pytest.mark.slow
+def test_measure_spec_end_to_end_answers_for_the_drafter_asked_for_in_its_first_line(tmp_path, capsys):
+    """The real command on the offline pair with a small budget: whatever the machine, its first line is the
+    requested drafter's row or why there is none, and the plan it made is printed."""
+    from specroof.cli import main
+
+    out = tmp_path / "spec"
+    assert main(["measure", "spec", "--pair", "offline", "--early-exit", "1", "--budget", "40", "--out", str(out)]) == 0
+    text = capsys.readouterr().out.splitlines()
+    assert text[0].startswith(("early exit @1 at gamma", "no speedup of early exit @1 that"))
+    assert any(line.startswith("planned: ") for line in text[:4])
+    assert (out / "plan.json").is_file() and (out / "speedup.csv").is_file()
