@@ -1097,10 +1097,9 @@ def spec_check(
     look = look_at_machine(target_model, held_out_prompts(1, seed=7)[0])
     say(look.describe())
     pair_plan: PairPlan | None = None
-    if batches is None and gammas is None and (look.noisy or tokens is None):
-        recorded = _recorded_pair_plan(folder) if resume else None
-        if recorded is not None:
-            pair_plan = recorded
+    if batches is None and gammas is None:
+        if resume and (folder / "plan.json").is_file():
+            pair_plan = _recorded_pair_plan(folder)  # a resume measures what it planned (None: a quiet plan)
         elif look.noisy:
             pair_plan = noisy_plan(
                 target_model, drafters, apriori_hw, dtype, host_s, look, runs_bud, tokens, trained_tokens

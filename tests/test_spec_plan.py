@@ -102,6 +102,19 @@ def test_given_tokens_set_the_run_length():
     assert plan.tokens == 16 and plan.runs_per_side == 8  # 128 tokens a side in runs of 16
 
 
+def test_a_resume_measures_the_plan_it_recorded(tmp_path):
+    import dataclasses
+
+    from measure.spec_check import _recorded_pair_plan
+    from roofline.core.jsonio import dumps
+
+    plan = _plan(seconds=60.0)
+    (tmp_path / "plan.json").write_text(dumps({"batches": [1], "pair_plan": dataclasses.asdict(plan)}))
+    assert _recorded_pair_plan(tmp_path) == plan
+    (tmp_path / "plan.json").write_text(dumps({"batches": [1, 4]}))  # a quiet machine's plan: none to reuse
+    assert _recorded_pair_plan(tmp_path) is None
+
+
 def test_blocks_run_the_drafter_asked_for_first():
     configs = [("ee", 1), ("ee", 2), ("draft", 1), ("draft", 2), ("ee", 4)]
     for seed in range(5):
