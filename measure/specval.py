@@ -362,11 +362,12 @@ def measure_speedups(
     * ``speedup_end_to_end``: the same with the whole run, tail included.
 
     ``probe_spread`` is how far the two probes around a run disagreed (relative, median
-    over repetitions): the machine's noise during that configuration. ``rep_spread`` is how
-    far the repetitions' own ``speedup_measured`` disagreed (the median over pairs of them of
-    |a - b| / their mean, each repetition's rounds against its own two probes; NaN with one
-    repetition): the noise the probes cannot see, a change in arithmetic speed that moves wide
-    passes only. ``flag`` marks a row whose speedup exceeds its physical bound, mean tokens per
+    over pairs): the machine's noise during that configuration. ``rep_spread`` is how far the
+    pairs' own ratios of round time to baseline step (each pair's rounds against the baseline
+    runs on either side, at the statistic) disagreed: the median over every two of them of
+    |a - b| / their mean, NaN with one pair (``pairs`` counts them). It is the noise the probes
+    cannot see, a change in arithmetic speed that moves wide passes only. ``speedup_measured`` is
+    the tokens per round of every pair's rounds over the median of those ratios. ``flag`` marks a row whose speedup exceeds its physical bound, mean tokens per
     round x baseline step / verify pass (a round costs at least its verify pass): such a figure
     is noise, not speed; a ``speedup_measured`` above the bound is NaN (the figure stays in
     ``speedup_measured_raw`` beside ``speedup_bound``). The table's ``attrs["load"]`` records
@@ -634,13 +635,13 @@ def _summarise(
                 )  # fmt: skip
                 probe_steps = [t for p in (*before, *after) for t in p.step_s]
                 if probe_steps and not steady_rounds.empty:
-                    # the pair's own ratio, and its own bound: a round costs at least its verify pass, so no speedup
-                    # beats tokens per round x baseline step / verify pass, all three from this pair
+                    # the pair's own ratio of times: its rounds' (and their verify passes') over the baseline steps
+                    # on either side, at the statistic. Times, not tokens: each pair decodes its own prompts, whose
+                    # acceptance differs, so the pairs' speedups would disagree by the text as well as the machine
                     base = float(np.quantile(probe_steps, q))
                     acc["base"].append(base)
-                    acc["rep"].append(_quiet_speedup(steady_rounds, base, batch, q))
-                    per_seq = float(steady_rounds["emitted"].mean()) / batch
-                    acc["bound"].append(per_seq * base / float(steady_rounds["t_verify_s"].quantile(q)))
+                    acc["rep"].append(float(steady_rounds["t_round_s"].quantile(q)) / base)
+                    acc["bound"].append(float(steady_rounds["t_verify_s"].quantile(q)) / base)
                 acc["steady"].append(steady_rounds)
                 acc["wall"].append((tok / sec) / base_tps if sec > 0 else np.nan)
                 acc["e2e"].append(sum(r.n_tokens for r in spec_runs) / sum(r.decode_s for r in spec_runs) / base_tps)
@@ -663,13 +664,16 @@ def _summarise(
                 t = per_round[["t_round_s", "t_draft_s", "t_verify_s", "t_host_s"]].quantile(q)
                 if not acc["rep"]:
                     continue
-                # the median of the pairs' ratios: each ratio's two sides ran minutes apart at most, so a machine
+                # tokens per round (every pair's rounds pooled, as the prediction's acceptance curve is) over the
+                # median of the pairs' round-to-step ratios: each ratio's two sides ran seconds apart, so a machine
                 # that drifts moves both; pooling every baseline step against every round put the drift in it
-                measured = float(np.median(acc["rep"]))
+                tokens_per_round = float(per_round["emitted"].mean()) / batch
+                measured = tokens_per_round / float(np.median(acc["rep"]))
                 t_base = float(np.median(acc["base"]))
                 wall = float(np.nanmedian(acc["wall"]))
+                # a round costs at least its verify pass: no speedup beats tokens per round x step / verify pass;
                 # wall-clock ratios carry host work and drift too, so they get more slack
-                bound = float(np.median(acc["bound"]))
+                bound = tokens_per_round / float(np.median(acc["bound"]))
                 noisy = measured > bound * (1 + BOUND_SLACK) or wall > bound * (1 + WALL_SLACK)
                 flag = "noise: above its physical bound" if noisy else ""
                 raw = measured

@@ -692,9 +692,9 @@ def register(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--statistic",
         choices=["min", "median"],
-        default="min",
+        default=None,
         help="min: fits to each sweep point's minimum, rounds and steps at their 10th percentile (the quiet machine); "
-        "median: medians throughout",
+        "median: medians throughout (default: min, median on a machine the check finds noisy)",
     )
     p.add_argument(
         "--hardware", default=None, help="a-priori profile and fit start (default: microbenchmark this device now)"
