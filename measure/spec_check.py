@@ -421,6 +421,8 @@ class PairPlan:
     left_out: dict[str, str]
     why_not: str = ""
     runs_per_side: int = 1
+    #: seconds (margin included) that MIN_PAIRS pairs of the first drafter with the sides the noise needs would take
+    needed_s: float = 0.0
 
     def line(self) -> str:
         n = len(self.configs)
@@ -506,7 +508,7 @@ def plan_pairs(
         else:
             left[lab] = f"not planned: {n} pairs of it would not fit after {first}'s"
     configs = tuple((lab, gamma[lab]) for lab in chosen)
-    return PairPlan(t, n, configs, total(chosen, n, t, r), left, why, r)
+    return PairPlan(t, n, configs, total(chosen, n, t, r), left, why, r, need)
 
 
 def noisy_plan(
@@ -564,7 +566,7 @@ def _recorded_pair_plan(folder: Path) -> PairPlan | None:
         return None
     return PairPlan(
         int(rec["tokens"]), int(rec["pairs"]), tuple((str(a), int(b)) for a, b in rec["configs"]),
-        float(rec["predicted_s"]), dict(rec["left_out"]), str(rec.get("why_not", "")), int(rec.get("runs_per_side", 1)),
+        float(rec["predicted_s"]), dict(rec["left_out"]), str(rec.get("why_not", "")), int(rec.get("runs_per_side", 1)), float(rec.get("needed_s", 0.0)),
     )  # fmt: skip
 
 
@@ -711,7 +713,9 @@ def verdict(df: pd.DataFrame, payload: dict[str, Any]) -> str:
             f"{quieter} or a GPU (--device cuda); {budget}"
         )
     if stated and decoding > 0:
-        budget = f"--budget {int(np.ceil(fixed + decoding * factor))} (longer pairs)"
+        # the sides the pairs' spread asks for, or the ones the plan could not afford, whichever is dearer
+        need = max(fixed + decoding * factor, fixed + float(pp.get("needed_s") or 0.0))
+        budget = f"--budget {int(np.ceil(need))} (longer pairs)"
     elif stated:
         budget = f"--budget {int(np.ceil(float(stated) * factor))}"
     else:

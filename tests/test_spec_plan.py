@@ -95,6 +95,7 @@ def test_a_budget_too_short_for_any_pairs_says_what_they_need():
     plan = _plan(seconds=5.0)
     assert plan.pairs == MIN_PAIRS  # the first block runs all the same
     assert plan.why_not.startswith("--budget 180 leaves ~5 s for the runs") and "need ~" in plan.why_not
+    assert plan.needed_s > 5.0
 
 
 def test_given_tokens_set_the_run_length():
@@ -153,6 +154,12 @@ def test_the_first_line_says_why_not_and_what_would_work():
     assert "repetitions disagreed by 10%" in line and "load average 3.2 on 2 cores" in line
     factor = (0.10 / 0.0667) ** 2
     assert f"--budget {int(np.ceil(40.0 + 100.0 * factor))}" in line and "GPU" in line
+
+
+def test_the_budget_offered_covers_the_sides_the_plan_could_not_afford():
+    rows = _rows(noisy=[True], rep_spread=[0.10], noise=["repetitions disagreed by 10%"])
+    dear = PAYLOAD | {"plan": {"pair_plan": {"tokens": 64, "runs_per_side": 2, "needed_s": 500.0}}}
+    assert "--budget 540 (longer pairs)" in verdict(rows, dear)  # the fixed 40 s and the 500 s the plan needed
 
 
 def test_no_budget_is_offered_where_no_plan_could_make_the_pairs_agree():
