@@ -306,12 +306,14 @@ NOISE_PROBE_TOKENS = 8
 #: new tokens per sequence of a timed run on a quiet machine (``--tokens``' default there)
 QUIET_TOKENS = 32
 #: the longest side of a pair (new tokens, over its runs) a plan asks for, and the shortest it falls back to
-MAX_PLAN_TOKENS = 512
+MAX_PLAN_TOKENS = 256
 MIN_PLAN_TOKENS = 16
-#: the most runs a pair's side is made of (each of the prompt groups in turn)
-MAX_RUNS_PER_SIDE = 8
+#: the most runs a pair's side is made of (each of the prompt groups in turn). Beside a busy core the noise came in
+#: bursts of seconds: 12 pairs of 64-token sides disagreed by 1-5%, 3 pairs of 512-token sides by 9% (the offline
+#: pair, 2026-12-07), so a plan buys pairs before it buys length
+MAX_RUNS_PER_SIDE = 4
 #: fewest pairs a row's median and spread are taken over, and the most a plan asks for before adding a drafter
-MIN_PAIRS = 3
+MIN_PAIRS = 5
 MAX_PAIRS = 12
 #: points of each verify sweep a noisy plan's one visit keeps whatever they cost: a fit of 8 free parameters to the
 #: 3 a quiet check keeps (it revisits) matched anything (a 153 s check beside a busy core, 2026-12-07)

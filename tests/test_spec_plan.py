@@ -100,7 +100,7 @@ def test_a_budget_too_short_for_any_pairs_says_what_they_need():
 
 def test_given_tokens_set_the_run_length():
     plan = _plan(seconds=600.0, tokens=16)
-    assert plan.tokens == 16 and plan.runs_per_side == 8  # 128 tokens a side in runs of 16
+    assert plan.tokens == 16 and plan.runs_per_side == 4  # 128 tokens a side wanted, in at most 4 runs of 16
 
 
 def test_a_resume_measures_the_plan_it_recorded(tmp_path):
@@ -136,7 +136,7 @@ PAYLOAD = {
     "budget_s": 180.0,
     "steps_s": {"before_check": 10.0, "setup": 20.0, "microbenchmarks": 10.0, "decoding_runs": 100.0},
     "load": {"load_avg_1m": 3.2, "cpus": 2, "others_cores": 1.0},
-    "plan": {"tokens": 64, "pair_plan": {"tokens": 64, "runs_per_side": 2, "why_not": ""}},
+    "plan": {"tokens": 64, "pair_plan": {"tokens": 64, "runs_per_side": 1, "why_not": ""}},
 }
 
 
@@ -158,7 +158,7 @@ def test_the_first_line_says_why_not_and_what_would_work():
 
 def test_the_budget_offered_covers_the_sides_the_plan_could_not_afford():
     rows = _rows(noisy=[True], rep_spread=[0.10], noise=["repetitions disagreed by 10%"])
-    dear = PAYLOAD | {"plan": {"pair_plan": {"tokens": 64, "runs_per_side": 2, "needed_s": 500.0}}}
+    dear = PAYLOAD | {"plan": {"pair_plan": {"tokens": 64, "runs_per_side": 1, "needed_s": 500.0}}}
     assert "--budget 540 (longer pairs)" in verdict(rows, dear)  # the fixed 40 s and the 500 s the plan needed
 
 
