@@ -309,8 +309,8 @@ QUIET_TOKENS = 32
 MAX_PLAN_TOKENS = 256
 MIN_PLAN_TOKENS = 16
 #: the most runs a pair's side is made of (each of the prompt groups in turn). Beside a busy core the noise came in
-#: bursts of seconds: 12 pairs of 64-token sides disagreed by 1-5%, 3 pairs of 512-token sides by 9% (the offline
-#: pair, 2026-12-07), so a plan buys pairs before it buys length
+#: bursts of seconds: 12 pairs of 64-token sides disagreed by 1-6% in five rows of six, 3-4 pairs of 448-512-token
+#: sides by 9% and 25% (the offline pair, 2026-12-07; BENCHMARKS.md), so a plan buys pairs before it buys length
 MAX_RUNS_PER_SIDE = 4
 #: fewest pairs a row's median and spread are taken over, and the most a plan asks for before adding a drafter
 MIN_PAIRS = 5
