@@ -21,6 +21,7 @@ Everything lands in ``out`` as it is measured (``sweep-target/``, ``sweep-draft/
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -297,6 +298,280 @@ def plan_configs(
     }
 
 
+# -- a noisy machine: look first, then fewer, longer pairs of the drafter asked for (docs/guide/measuring.md) --------
+
+#: the noise probe: this many short baseline runs of this many new tokens each (a second or two on a CPU)
+NOISE_PROBE_RUNS = 5
+NOISE_PROBE_TOKENS = 8
+#: new tokens per sequence of a timed run on a quiet machine (``--tokens``' default there)
+QUIET_TOKENS = 32
+#: the longest side of a pair (new tokens, over its runs) a plan asks for, and the shortest it falls back to
+MAX_PLAN_TOKENS = 256
+MIN_PLAN_TOKENS = 16
+#: the most runs a pair's side is made of (each of the prompt groups in turn). Beside a busy core the noise came in
+#: bursts of seconds: 12 pairs of 64-token sides disagreed by 1-6% in five rows of six, 3-4 pairs of 448-512-token
+#: sides by 9% and 25% (the offline pair, 2026-12-07; BENCHMARKS.md), so a plan buys pairs before it buys length
+MAX_RUNS_PER_SIDE = 4
+#: fewest pairs a row's median and spread are taken over, and the most a plan asks for before adding a drafter
+MIN_PAIRS = 5
+MAX_PAIRS = 12
+#: points of each verify sweep a noisy plan's one visit keeps whatever they cost: a fit of 8 free parameters to the
+#: 3 a quiet check keeps (it revisits) matched anything (a 153 s check beside a busy core, 2026-12-07)
+NOISY_SWEEP_POINTS = 8
+#: gammas the noisy plan chooses its one per drafter from (the best predicted at the assumed acceptance)
+NOISY_GAMMAS = (1, 2, 3, 4)
+
+
+@dataclass(frozen=True)
+class MachineLook:
+    """The machine before the timed runs: its load, and how far short baseline runs disagreed.
+
+    ``spread`` is the median over pairs of the probe's runs of |a - b| / their mean, per-token times of runs of
+    ``probe_tokens`` new tokens (the same measure a row's pairs are judged by); ``step_s`` their median seconds
+    per token; ``others_cores`` the cores' worth of other processes' work while it ran.
+    """
+
+    load_avg_1m: float
+    cpus: int
+    others_cores: float
+    step_s: float
+    spread: float
+    probe_tokens: int = NOISE_PROBE_TOKENS
+
+    @property
+    def busy(self) -> list[str]:
+        """What says the machine is not this check's alone (empty on a quiet one)."""
+        out = []
+        if np.isfinite(self.load_avg_1m) and self.load_avg_1m > self.cpus:
+            out.append(f"load average {self.load_avg_1m:.1f} on {self.cpus} cores")
+        if np.isfinite(self.others_cores) and self.others_cores > OTHERS_LIMIT:
+            out.append(f"other processes kept {self.others_cores:.1f} cores busy")
+        return out
+
+    @property
+    def noisy(self) -> bool:
+        from measure.specval import NOISE_FLOOR
+
+        return bool(self.busy) or (np.isfinite(self.spread) and self.spread > NOISE_FLOOR / 2)
+
+    def tokens_needed(self) -> int:
+        """New tokens a pair's side needs for two sides to agree within half the noise floor (NOISE_FLOOR / 2).
+
+        A side's per-token time averages its steps, so where the machine disturbs steps independently its spread
+        falls as 1 / sqrt(tokens): ``probe_tokens * (spread / target)^2`` tokens. On a busy machine at least twice
+        the quiet default (a probe of a few seconds can miss what another process does next); within
+        [QUIET_TOKENS, MAX_PLAN_TOKENS].
+        """
+        from measure.specval import NOISE_FLOOR
+
+        spread = self.spread if np.isfinite(self.spread) else 0.0
+        need = self.probe_tokens * (spread / (NOISE_FLOOR / 2)) ** 2
+        floor = 2 * QUIET_TOKENS if self.noisy else QUIET_TOKENS
+        return int(min(MAX_PLAN_TOKENS, max(floor, int(np.ceil(need)))))
+
+    def describe(self) -> str:
+        what = ", ".join(self.busy) if self.busy else f"load average {self.load_avg_1m:.1f} on {self.cpus} cores"
+        return (
+            f"the machine: {what}; {NOISE_PROBE_RUNS} baseline runs of {self.probe_tokens} tokens took "
+            f"{1e3 * self.step_s:.1f} ms per token and disagreed by {self.spread:.1%}: "
+            + ("noisy, so fewer, longer runs" if self.noisy else "quiet")
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ("load_avg_1m", "cpus", "others_cores", "step_s", "spread")} | {
+            "noisy": self.noisy
+        }
+
+
+def look_at_machine(
+    target: Any, prompt: list[int], runs: int = NOISE_PROBE_RUNS, tokens: int = NOISE_PROBE_TOKENS
+) -> MachineLook:
+    """Time ``runs`` short baseline runs of ``tokens`` new tokens: the machine's speed and noise now."""
+    from measure.decode import autoregressive_generate
+    from measure.specval import _pair_spread, machine_load
+
+    start = machine_load()["ticks"]
+    autoregressive_generate(target, [prompt], 2)  # a first use pays for itself
+    per_token = []
+    for _ in range(runs):
+        r = autoregressive_generate(target, [prompt], tokens)
+        per_token.append(r.decode_s / max(1, r.n_tokens))
+    load = machine_load(start)
+    return MachineLook(
+        float(load["load_avg_1m"]),
+        int(load["cpus"] or 1),
+        float(load["others_cores"]),
+        float(np.median(per_token)),
+        _pair_spread(per_token),
+        tokens,
+    )
+
+
+@dataclass(frozen=True)
+class PairPlan:
+    """What a check on a noisy machine measures: ``pairs`` pairs of each configuration (drafter, gamma) at batch 1,
+    the drafter asked for first, a pair's side ``runs_per_side`` runs of ``tokens`` new tokens; ``predicted_s``
+    with the planning margin.
+
+    ``why_not`` is "" when the drafter asked for gets its MIN_PAIRS pairs as long as the noise needs; else what
+    falls short, and what would work."""
+
+    tokens: int
+    pairs: int
+    configs: tuple[tuple[str, int], ...]
+    predicted_s: float
+    left_out: dict[str, str]
+    why_not: str = ""
+    runs_per_side: int = 1
+    #: seconds (margin included) that MIN_PAIRS pairs of the first drafter with the sides the noise needs would take
+    needed_s: float = 0.0
+
+    def line(self) -> str:
+        n = len(self.configs)
+        which = ", ".join(f"{label} at gamma {g}" for label, g in self.configs)
+        side = f"{self.runs_per_side} runs x " if self.runs_per_side > 1 else ""
+        return (
+            f"planned: {n} drafter{'s' if n != 1 else ''} x {self.pairs} pairs of {side}{self.tokens} tokens a side "
+            f"({which}; batch 1), ~{self.predicted_s:.0f} s with the sweeps"
+        )
+
+
+def plan_pairs(
+    look: MachineLook,
+    labels: Sequence[str],
+    gamma: dict[str, int],
+    speedup_guess: dict[str, float],
+    sweep_s: dict[str, float],
+    seconds: float | None,
+    tokens: int | None = None,
+    budget_words: str = "the budget",
+    max_run: int | None = None,
+) -> PairPlan:
+    """The plan for a noisy machine, sized to ``seconds``: the first of ``labels`` (the drafter asked for) at
+    ``gamma[label]``, MIN_PAIRS pairs whose sides are as long as the noise needs (``look.tokens_needed()`` new
+    tokens), then more pairs of it (up to MAX_PAIRS) while they fit, then each other drafter at as many pairs.
+
+    A side is runs of ``tokens`` new tokens where given, else of up to ``max_run`` (the longest a model decodes
+    well), as many as make it long enough (up to MAX_RUNS_PER_SIDE). Prices: a baseline run of T tokens takes
+    ``T * look.step_s`` (measured now), a speculative one that over ``speedup_guess[label]``; one more baseline side
+    per block and a warm-up per configuration; ``sweep_s[label]`` the verify sweeps' visit that drafter brings
+    (the target's with the first); all times PLAN_MARGIN. Where the first drafter's pairs do not fit, the sides
+    shorten (to MIN_PLAN_TOKENS at least) and ``why_not`` says by how much; where not even those fit, ``pairs``
+    is MIN_PAIRS all the same (the first block always runs) and ``why_not`` names the seconds that would fit.
+    """
+    from measure.specval import PLAN_MARGIN, WARMUP_TOKENS
+
+    step = look.step_s
+
+    def total(chosen: Sequence[str], n: int, t: int, r: int) -> float:
+        runs = r * t * step
+        runs += sum(WARMUP_TOKENS * step + n * r * t * step * (1 + 1 / speedup_guess[lab]) for lab in chosen)
+        return sum(sweep_s[lab] for lab in chosen) + PLAN_MARGIN * runs
+
+    def shape(side: int) -> tuple[int, int]:
+        """(tokens per run, runs per side) for a side of ``side`` new tokens."""
+        t = int(tokens) if tokens is not None else min(side, max_run or side)
+        return t, int(min(MAX_RUNS_PER_SIDE, max(1, -(-side // t))))
+
+    first = labels[0]
+    want = look.tokens_needed()
+    if tokens is not None:
+        want = max(want, int(tokens))
+    avail = float("inf") if seconds is None else float(seconds)
+    t, r = shape(want)
+    full = t * r  # the side asked for, as the runs can make it
+    side = full
+    while side > MIN_PLAN_TOKENS and total([first], MIN_PAIRS, t, r) > avail:
+        side = max(MIN_PLAN_TOKENS, int(side * 0.8))
+        t, r = shape(side)
+        if tokens is not None and r == 1:
+            break
+    why = ""
+    need = total([first], MIN_PAIRS, *shape(full))
+    if total([first], MIN_PAIRS, t, r) > avail:
+        why = (
+            f"{budget_words} leaves ~{avail:.0f} s for the runs, and {MIN_PAIRS} pairs of {first} with "
+            f"{full}-token sides (and its verify sweeps) need ~{need:.0f} s"
+        )
+    elif t * r < full:
+        why = (
+            f"a pair's side is {t * r} tokens, not the {full} this machine's noise needs: {MIN_PAIRS} pairs of "
+            f"{first} with {full}-token sides need ~{need:.0f} s of the ~{avail:.0f} s left"
+        )
+    # the drafter asked for gets its pairs first: a median and a spread over more pairs outvote a burst of another
+    # process's work that a few pairs would carry; another drafter comes in only at as many pairs
+    n = MIN_PAIRS
+    while n < MAX_PAIRS and total([first], n + 1, t, r) <= avail:
+        n += 1
+    chosen, left = [first], {}
+    for lab in labels[1:]:
+        if total([*chosen, lab], n, t, r) <= avail:
+            chosen.append(lab)
+        else:
+            left[lab] = f"not planned: {n} pairs of it would not fit after {first}'s"
+    configs = tuple((lab, gamma[lab]) for lab in chosen)
+    return PairPlan(t, n, configs, total(chosen, n, t, r), left, why, r, need)
+
+
+def noisy_plan(
+    target: Any,
+    drafters: dict[str, Any],
+    hw: Hardware,
+    dtype: str,
+    host_s: float,
+    look: MachineLook,
+    bud: Budget,
+    tokens: int | None,
+    max_tokens: int | None = None,
+) -> PairPlan:
+    """:func:`plan_pairs` priced for this check: each drafter's gamma and speedup the a-priori roofline's best at
+    the acceptance assumed (PLAN_ALPHA), its verify sweeps priced a-priori and rescaled by the baseline step the
+    look measured against the one priced (a loaded machine runs slower than its microbenchmarks said).
+    ``max_tokens``: the longest run the models decode well (the offline pair was trained on 128-byte sequences:
+    past them its acceptance collapses, and a speedup measured there says nothing)."""
+    priced_step = float(pass_time(target.spec, hw, 1, 1, 64, dtype).t_step_s) + host_s
+    scale = max(1.0, look.step_s / priced_step) if priced_step > 0 else 1.0
+    gamma: dict[str, int] = {}
+    guess: dict[str, float] = {}
+    sweep_s: dict[str, float] = {}
+    contexts = [64, 64 + 2 * QUIET_TOKENS]
+    for k, (label, d) in enumerate(drafters.items()):
+        alpha = PLAN_ALPHA["draft" if isinstance(d, Transformer) else "early exit"]
+        cost = cost_model_of(d)
+        by_g = {
+            g: float(
+                speedup(hw, target.spec, cost, alpha, g, batch=1, context=96, dtype=dtype, overhead_s=host_s).speedup
+            )
+            for g in NOISY_GAMMAS
+        }
+        gamma[label] = max(by_g, key=lambda g: by_g[g])
+        guess[label] = max(1e-3, by_g[gamma[label]])
+        specs = ([target.spec] if k == 0 else []) + ([d.spec] if isinstance(d, Transformer) else [])
+        sweep_s[label] = sum(
+            scale * sweep_visit_s([s], hw, dtype, [1], [gamma[label]], contexts, host_s) for s in specs
+        )
+    cap = (target.spec.max_context - PROMPT_TOKENS - 128) // 2  # the sweeps' widest pass at twice the new tokens
+    cap = max(MIN_PLAN_TOKENS, min(cap, max_tokens) if max_tokens is not None else cap)
+    stated = bud.stated
+    words = f"--budget {stated:g}" if stated is not None else "the budget"
+    seconds = bud.remaining_s if bud.limited else None
+    return plan_pairs(look, list(drafters), gamma, guess, sweep_s, seconds, tokens, words, cap)
+
+
+def _recorded_pair_plan(folder: Path) -> PairPlan | None:
+    """The noisy-machine plan a check in ``folder`` measured with (a resume measures what it recorded)."""
+    try:
+        rec = json.loads((folder / "plan.json").read_text()).get("pair_plan")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not rec:
+        return None
+    return PairPlan(
+        int(rec["tokens"]), int(rec["pairs"]), tuple((str(a), int(b)) for a, b in rec["configs"]),
+        float(rec["predicted_s"]), dict(rec["left_out"]), str(rec.get("why_not", "")), int(rec.get("runs_per_side", 1)), float(rec.get("needed_s", 0.0)),
+    )  # fmt: skip
+
+
 #: the largest |error| of a speedup row that is reported as the model's without evidence that the machine was quiet
 ERROR_LIMIT = 0.25
 #: CPU steal (percent of the session's ticks taken by the hypervisor) above which the machine was not ours alone
@@ -362,6 +637,109 @@ def mark_unexplained_noise(df: pd.DataFrame, load: dict[str, Any]) -> pd.DataFra
     out["noisy"] = noisy
     out["noise"] = reasons
     return out
+
+
+def verdict(df: pd.DataFrame, payload: dict[str, Any]) -> str:
+    """The first line of ``measure spec``'s answer: the drafter asked for (``payload["requested"]``), its best row
+    the check can stand behind (not noisy), or why there is none and what would work.
+
+    What would work is named from what was seen: a quieter machine (with what made this one busy), a larger
+    ``--budget`` where one would do, or a GPU. A pair's noise falls as the square root of its sides' length, so
+    pairs that disagreed by ``spread`` agree within the error with sides (spread / error)^2 times as long (at
+    least twice): the budget that buys them is the fixed steps' seconds plus the decoding's times that factor.
+    Where those sides would be longer than a plan makes them (MAX_PLAN_TOKENS), no budget would do, and it says so.
+    Where the pairs agreed and only the prediction missed (an error above ERROR_LIMIT on a busy machine), it gives
+    the speedup measured, and the budget buys a further repetition (the verify sweeps revisited for the fit).
+    """
+    from measure.specval import NOISE_FLOOR
+
+    req = str(payload.get("requested") or (df["drafter"].iloc[0] if len(df) else "the drafter"))
+    rows = df[df["drafter"] == req] if len(df) and "drafter" in df else df.iloc[0:0]
+    good = rows[~rows["noisy"].astype(bool) & rows["speedup_measured"].notna()] if len(rows) else rows
+    if len(good):
+        r = good.loc[good["speedup_measured"].idxmax()]
+        spread = float(r.get("rep_spread", np.nan))
+        pairs = int(r.get("pairs", r.get("repetitions", 1)))
+        how = (
+            f"their ratios disagreed by {spread:.0%}"
+            if np.isfinite(spread)
+            else f"its baselines by {r['probe_spread']:.0%}"
+        )
+        return (
+            f"{req} at gamma {int(r['gamma'])}, batch {int(r['batch'])}: {r['speedup_measured']:.2f}x measured (the "
+            f"median of {pairs} pair{'s' if pairs != 1 else ''}; {how}), {r['speedup_predicted']:.2f}x predicted, "
+            f"an error of {r['rel_error']:+.0%}"
+        )
+    plan = payload.get("plan") or {}
+    why_plan = (plan.get("pair_plan") or {}).get("why_not") or ""
+    dropped = {k: v for k, v in (payload.get("dropped") or {}).items() if k.startswith(req)}
+    factor = 2.0
+    found = False  # a spread and an error to size the --budget by
+    what = "longer pairs"  # what a larger budget buys
+    if len(rows):
+        err = rows["rel_error"].abs().astype(float)
+        nan = pd.Series(np.nan, index=rows.index)
+        spread = np.fmax(rows.get("rep_spread", nan).astype(float), rows.get("probe_spread", nan).astype(float))
+        best = int(np.nanargmin(err.to_numpy())) if err.notna().any() else 0
+        r = rows.iloc[best]
+        reason = f"its rows are noise ({r['noise'] or 'noisy'})"
+        ratio = float(spread.iloc[best]) / max(float(err.iloc[best]) if np.isfinite(err.iloc[best]) else 0.0,
+                                               NOISE_FLOOR)  # fmt: skip
+        if np.isfinite(ratio):
+            factor, found = max(2.0, ratio**2), True
+        steady = np.isfinite(ratio) and ratio <= 1.0 and np.isfinite(r.get("speedup_measured", np.nan))
+        if steady and not str(r.get("flag", "")):
+            # the pairs agreed: the measurement stands, and it is the prediction that missed on a busy machine (its
+            # verify sweeps, visited once, are what a further repetition revisits)
+            pairs = int(r.get("pairs", r.get("repetitions", 1)))
+            reason = (
+                f"{r['speedup_measured']:.2f}x was measured at gamma {int(r['gamma'])} ({pairs} pairs agreeing within "
+                f"{float(spread.iloc[best]):.0%}), but the {r['speedup_predicted']:.2f}x predicted is off by "
+                f"{r['rel_error']:+.0%}, more than the {ERROR_LIMIT:.0%} a fit to a busy machine's sweeps is held to"
+            )
+            what, found = "a further repetition: the verify sweeps revisited for the fit", False
+    elif dropped:
+        reason = "it was not measured (" + "; ".join(f"{k}: {v}" for k, v in dropped.items()) + ")"
+    else:
+        reason = "it was not measured"
+    if why_plan:
+        reason += f"; {why_plan}"
+    load = payload.get("load") or {}
+    machine = payload.get("machine") or {}
+    seen = []
+    one, cpus = float(load.get("load_avg_1m", np.nan)), load.get("cpus") or machine.get("cpus") or 1
+    if np.isfinite(one):
+        seen.append(f"load average {one:.1f} on {cpus} cores")
+    others = float(load.get("others_cores", np.nan))
+    if np.isfinite(others) and others > OTHERS_LIMIT:
+        seen.append(f"other processes kept {others:.1f} cores busy")
+    stated = payload.get("budget_s")
+    steps = payload.get("steps_s") or {}
+    decoding = float(steps.get("decoding_runs", 0.0))
+    fixed = sum(float(v) for k, v in steps.items() if k != "decoding_runs")
+    pp = plan.get("pair_plan") or {}
+    side = int(pp.get("tokens", plan.get("tokens", QUIET_TOKENS))) * int(pp.get("runs_per_side", 1))
+    quieter = f"a quieter machine ({', '.join(seen) or 'nothing else running'})"
+    if found and side * factor > MAX_PLAN_TOKENS:
+        budget = (
+            f"no --budget would do here (its pairs would need {side * factor:.0f}-token sides, past the "
+            f"{MAX_PLAN_TOKENS} a plan makes)"
+        )
+        return f"no speedup of {req} that this machine let the check stand behind: {reason}. What would work: " + (
+            f"{quieter} or a GPU (--device cuda); {budget}"
+        )
+    if stated and decoding > 0:
+        # the sides the pairs' spread asks for, or the ones the plan could not afford, whichever is dearer
+        need = max(fixed + decoding * factor, fixed + float(pp.get("needed_s") or 0.0))
+        budget = f"--budget {int(np.ceil(need))} ({what})"
+    elif stated:
+        budget = f"--budget {int(np.ceil(float(stated) * factor))}"
+    else:
+        budget = "a larger --budget"
+    return (
+        f"no speedup of {req} that this machine let the check stand behind: {reason}. What would work: {quieter}, "
+        f"{budget}, or a GPU (--device cuda)"
+    )
 
 
 def apriori_profile(
@@ -540,11 +918,11 @@ def spec_check(
     width: int | None = None,
     gammas: Sequence[int] | None = None,
     batches: Sequence[int] | None = None,
-    tokens: int = 32,
+    tokens: int | None = 32,
     early_exit: int | None = 1,
     draft: bool = True,
     hardware: Hardware | str | None = None,
-    statistic: str = "min",
+    statistic: str | None = "min",
     repeats: int = 5,
     resume: bool = False,
     progress: bool = True,
@@ -583,8 +961,11 @@ def spec_check(
     say = log or (lambda _msg: None)
     bud = budget_s if isinstance(budget_s, Budget) else Budget(budget_s)
     budget_s = bud.seconds
-    tokens = int(check_min("tokens", tokens, 1, integer=True))
-    tokens = check_quantity("tokens", tokens, "tokens")
+    if tokens is not None:
+        tokens = int(check_min("tokens", tokens, 1, integer=True))
+        tokens = check_quantity("tokens", tokens, "tokens")
+    # None: as the machine allows (look_at_machine); the checks before the look size for a quiet machine's runs
+    size_tokens = tokens if tokens is not None else QUIET_TOKENS
     repeats = int(check_min("repeats", repeats, 1, integer=True))
     repeats = check_quantity("repeats", repeats, "batch")
     if gammas is not None:
@@ -595,7 +976,7 @@ def spec_check(
         batches = [check_quantity("batch", b, "batch") for b in batches]
     if width is not None and (width < 1 or width & (width - 1) or width > max(WIDTHS)):
         raise SpecroofError(f"width must be a power of two in [1, {max(WIDTHS)}] (got {width})")
-    if statistic not in ("min", "median"):
+    if statistic not in ("min", "median", None):
         raise SpecroofError(f"statistic must be 'min' or 'median' (got {statistic!r})")
     if dtype is not None and dtype not in ("fp32", "bf16"):
         raise SpecroofError(f"dtype must be fp32 or bf16 (got {dtype!r})")
@@ -612,17 +993,23 @@ def spec_check(
     choice: DeviceChoice | None = None
     pair_info: dict[str, Any] = {}
     threads: int | None = None
+    # the longest run the offline pair decodes within the length it was trained on (None: a checkpoint's own)
+    trained_tokens: int | None = None
     if target_model is None:
         from measure.pair import PairConfig, widened_spec
+
+        trained_tokens = PairConfig().seq_len - PROMPT_TOKENS
 
         if early_exit is not None and not 1 <= early_exit < PairConfig().target_layers:
             raise SpecroofError(f"--early-exit must lie in [1, {PairConfig().target_layers - 1}] (got {early_exit})")
         if resume:  # a resume measures what the store recorded, never a width re-chosen from today's load
             width, dtype, threads = _recorded_choice(folder, width, dtype)
         base = PairConfig().target_spec()
-        _check_sizes(widened_spec(base, width) if width and width > 1 else base, dtype, batches, gammas, tokens, dev)
+        _check_sizes(
+            widened_spec(base, width) if width and width > 1 else base, dtype, batches, gammas, size_tokens, dev
+        )
     else:
-        _check_sizes(target_model.spec, dtype, batches, gammas, tokens, dev)
+        _check_sizes(target_model.spec, dtype, batches, gammas, size_tokens, dev)
     folder.mkdir(parents=True, exist_ok=True)
     # where the budget went, step by step (the page shows it: the fixed steps are part of the budget)
     steps_s: dict[str, float] = {"before_check": bud.elapsed_s}
@@ -643,7 +1030,7 @@ def spec_check(
         say(choice.describe())
         dtype = choice.dtype
         if choice.width > 1:  # the width the probe chose, before its weights are built
-            _check_sizes(widened_spec(base, choice.width), dtype, batches, gammas, tokens, dev)
+            _check_sizes(widened_spec(base, choice.width), dtype, batches, gammas, size_tokens, dev)
         target_model, dm, stats = load_pair(device=dev, dtype=dtype, width=choice.width)
         draft_model = dm if draft else None
         pair_info = {
@@ -673,6 +1060,8 @@ def spec_check(
 
     models = [m for m in (target_model, draft_model) if m is not None]
     passes = prepare(models, dev, graphs, compile)
+    if passes["passes"] != "eager" and tokens is None:
+        tokens = QUIET_TOKENS  # the caches below are sized once, for the whole check: no longer runs planned later
     if passes["passes"] != "eager":
         # one cache per model for the whole check, sized for the largest decoding run and sweep pass: the graphs
         # read its buffers where they are, and a new cache would drop every graph captured
@@ -723,6 +1112,32 @@ def spec_check(
     host_s = max(0.0, one_token_step_s(small) - float(pass_time(small.spec, apriori_hw, 1, 1, 64, dtype).t_step_s))
     # the decoding runs (and the sweep visits between them) get what the fixed steps left, less the closing steps
     runs_bud = bud.keeping(CLOSING_RESERVE_S)
+    # look at the machine: on a noisy one, fewer and longer pairs of the drafter asked for (the first of drafters)
+    requested = next(iter(drafters))
+    look = look_at_machine(target_model, held_out_prompts(1, seed=7)[0])
+    say(look.describe())
+    pair_plan: PairPlan | None = None
+    if batches is None and gammas is None:
+        if resume and (folder / "plan.json").is_file():
+            pair_plan = _recorded_pair_plan(folder)  # a resume measures what it planned (None: a quiet plan)
+        elif look.noisy:
+            pair_plan = noisy_plan(
+                target_model, drafters, apriori_hw, dtype, host_s, look, runs_bud, tokens, trained_tokens
+            )
+    if pair_plan is not None:
+        tokens = pair_plan.tokens
+        for label in pair_plan.left_out:  # not planned: its model's sweep is not visited either
+            if drafters.pop(label, None) is draft_model:
+                draft_model = None
+    elif tokens is None:
+        tokens = QUIET_TOKENS
+    if statistic is None:
+        # the 10th percentile stands for the quiet machine; on a noisy one a pair's few dozen rounds hold no quiet
+        # moment to find: the pairs' speedups at the 10th percentile disagreed by 37%, at the median by 10%
+        # (the offline pair beside a busy core, 2026-12-07): medians throughout
+        statistic = "median" if pair_plan is not None else "min"
+    say(f"statistic: {statistic}" + (" (a noisy machine: medians throughout)" if statistic == "median" else ""))
+    _check_sizes(target_model.spec, dtype, batches, gammas, tokens, dev)
     contexts = [64, 64 + 2 * tokens]
     n_drafts = int(draft_model is not None)
 
@@ -731,26 +1146,53 @@ def spec_check(
         return staged_shapes(bs, gs, tokens, sweep_tokens(gs, bs, ks), contexts, seq_cap, n_drafts)
 
     seq_cap = target_model.cache.max_seq if target_model.cache is not None else cache_sizes(batches, gammas, tokens)[1]
-    plan = plan_configs(
-        target_model,
-        drafters,
-        apriori_hw,
-        dtype,
-        tokens,
-        runs_bud.remaining_s if budget_s else None,
-        batches,
-        gammas,
-        host_s=host_s,
-        shape_s=shape_s,
-        shapes=shapes,
-    )
-
+    if pair_plan is not None:
+        plan = {
+            "batches": [1],
+            "gammas": sorted({g for _, g in pair_plan.configs}),
+            "tokens": tokens,
+            "predicted_rep_s": pair_plan.predicted_s,
+            "predicted_compile_s": 0.0,
+            "host_s_per_pass": host_s,
+            "not_planned": list(pair_plan.left_out),
+            "pair_plan": dataclasses.asdict(pair_plan),
+            "line": pair_plan.line(),
+        }
+        say(pair_plan.line())
+        if pair_plan.why_not:
+            say(f"short of what this machine needs: {pair_plan.why_not}")
+    else:
+        plan = plan_configs(
+            target_model,
+            drafters,
+            apriori_hw,
+            dtype,
+            tokens,
+            runs_bud.remaining_s if budget_s else None,
+            batches,
+            gammas,
+            host_s=host_s,
+            shape_s=shape_s,
+            shapes=shapes,
+        )
+        n_configs = len(drafters) * len(plan["gammas"]) * len(plan["batches"])
+        plan["line"] = (
+            f"planned: {len(drafters)} drafter{'s' if len(drafters) != 1 else ''} x {len(plan['gammas'])} gammas x "
+            f"batch {plan['batches']} ({n_configs} configurations, one pair per prompt group) of {tokens} tokens, "
+            f"~{plan['predicted_rep_s']:.0f} s a repetition"
+            + (f", and compiling its shapes ~{plan['predicted_compile_s']:.0f} s" if shape_s > 0 else "")
+        )
+        say(plan["line"])
+    plan["requested"] = requested
+    plan["machine"] = look.as_dict()
     (folder / "plan.json").write_text(dumps(plan | {"choice": choice.reasons if choice else None}))
-    say(
-        f"plan: batch {plan['batches']}, gamma {plan['gammas']}, {tokens} new tokens per sequence; "
-        f"a repetition should take ~{plan['predicted_rep_s']:.0f} s"
-        + (f", and compiling its shapes ~{plan['predicted_compile_s']:.0f} s" if shape_s > 0 else "")
-    )
+    n_pairs = pair_plan.pairs if pair_plan is not None else None
+    per_side = pair_plan.runs_per_side if pair_plan is not None else 1
+
+    def runs_each(b: int) -> int:
+        """Speculative runs of a configuration in a block at batch ``b`` (and as many baseline runs after them)."""
+        return (n_pairs or _groups(b)) * per_side
+
     ks = [
         float(crossover_tokens(target_model.spec, apriori_hw, b, 64, dtype))
         for b in (min(plan["batches"]), max(plan["batches"]))
@@ -768,7 +1210,7 @@ def spec_check(
     # units run: a repetition's sweep visit, probes and configurations are bounded by the budget, the first ones
     # excepted
     per_block = {
-        b: block_units(target_model, drafters, apriori_hw, dtype, b, plan["gammas"], tokens, _groups(b), 96, host_s)
+        b: block_units(target_model, drafters, apriori_hw, dtype, b, plan["gammas"], tokens, runs_each(b), 96, host_s)
         for b in plan["batches"]
     }
     sweep_price = {
@@ -793,7 +1235,7 @@ def spec_check(
         # the first visit keeps 3 points of each sweep whatever they cost: a fit needs them
         b = plan["batches"][i % len(plan["batches"])]
         mean_config = float(np.mean([v for k, v in per_block[b].items() if k != "probe"]))
-        block_need = PLAN_MARGIN * costs.scale * (2 * per_block[b]["probe"] + mean_config)
+        block_need = PLAN_MARGIN * costs.scale * ((per_side + runs_each(b)) * per_block[b]["probe"] + mean_config)
         for name, model in (("target", target_model), ("draft", draft_model)):
             if model is not None:
                 fresh = i == 0 and not resume
@@ -807,7 +1249,7 @@ def spec_check(
                     out=folder / f"sweep-{name}",
                     budget=runs_bud,
                     keep_s=keep,
-                    essential=3,
+                    essential=3 if pair_plan is None else NOISY_SWEEP_POINTS,
                     **kw,
                 )
 
@@ -827,11 +1269,16 @@ def spec_check(
         costs=costs,
         journal=folder / "runs.jsonl",
         resume=resume,
+        pairs=n_pairs,
+        configs=list(pair_plan.configs) if pair_plan is not None else None,
+        runs_per_side=pair_plan.runs_per_side if pair_plan is not None else 1,
     )
     step_done("decoding_runs")
     dropped: dict[str, str] = {p: "not planned: the first repetition would not fit a third of the budget" for p in
                                plan.get("not_planned", [])}  # fmt: skip
     dropped |= measured.attrs.get("dropped", {})
+    if pair_plan is not None:
+        dropped |= pair_plan.left_out
     for name, sw in sweeps_left.items():
         never = unvisited_words(sw)
         if never:
@@ -903,6 +1350,8 @@ def spec_check(
         "statistic": statistic,
         "pair": pair_info,
         "plan": plan,
+        "requested": requested,
+        "machine": look.as_dict(),
         "choice": list(choice.reasons) if choice else None,
         "decode_path": decode_path,
         "dtype": dtype,

@@ -323,15 +323,19 @@ def measure_speedups(
     resume: bool = False,
     keep_s: float = 0.0,
     costs: UnitCosts | None = None,
+    pairs: int | None = None,
+    configs: Sequence[tuple[str, int]] | None = None,
+    runs_per_side: int = 1,
 ) -> pd.DataFrame:
     """Measured half: one row per (drafter, batch, gamma) with the speedups, acceptance and pass times.
 
     ``drafters`` maps a label to a draft :class:`Transformer` or an early-exit layer
     count. ``prompts_by_batch[b]`` holds a multiple of ``b`` prompts, decoded ``b`` at a
     time (more prompts at batch 1 average acceptance over more text). Each repetition
-    runs, per batch size, every drafter and gamma in a shuffled order, with a baseline
-    probe (one group of prompts, decoded autoregressively, every step timed) before
-    the first and after each. ``before_block(i)`` runs before each (repetition, batch
+    runs, per batch size, every configuration (``configs``: (drafter, gamma) pairs; default every drafter at every
+    gamma), the drafters in the order given and each one's gammas shuffled, as ``pairs`` pairs of a speculative
+    run and a baseline run (one group of prompts, decoded autoregressively, every step timed) after it, with one
+    more baseline run before the first: plain and speculative runs alternate (:func:`_measure_block`). ``before_block(i)`` runs before each (repetition, batch
     size) block, numbered from 0 (the CLI measures a round of its verify sweeps there,
     so the fit sees the machine in the same periods as the decoding).
 
@@ -358,11 +362,12 @@ def measure_speedups(
     * ``speedup_end_to_end``: the same with the whole run, tail included.
 
     ``probe_spread`` is how far the two probes around a run disagreed (relative, median
-    over repetitions): the machine's noise during that configuration. ``rep_spread`` is how
-    far the repetitions' own ``speedup_measured`` disagreed (the median over pairs of them of
-    |a - b| / their mean, each repetition's rounds against its own two probes; NaN with one
-    repetition): the noise the probes cannot see, a change in arithmetic speed that moves wide
-    passes only. ``flag`` marks a row whose speedup exceeds its physical bound, mean tokens per
+    over pairs): the machine's noise during that configuration. ``rep_spread`` is how far the
+    pairs' own ratios of round time to baseline step (each pair's rounds against the baseline
+    runs on either side, at the statistic) disagreed: the median over every two of them of
+    |a - b| / their mean, NaN with one pair (``pairs`` counts them). It is the noise the probes
+    cannot see, a change in arithmetic speed that moves wide passes only. ``speedup_measured`` is
+    the tokens per round of every pair's rounds over the median of those ratios. ``flag`` marks a row whose speedup exceeds its physical bound, mean tokens per
     round x baseline step / verify pass (a round costs at least its verify pass): such a figure
     is noise, not speed; a ``speedup_measured`` above the bound is NaN (the figure stays in
     ``speedup_measured_raw`` beside ``speedup_bound``). The table's ``attrs["load"]`` records
@@ -374,7 +379,8 @@ def measure_speedups(
     if q is None:
         raise SpecroofError(f"statistic must be 'min' or 'median' (got {statistic!r})")
     repeats = int(check_min("repeats", repeats, 1, integer=True))
-    configs = [(label, g) for label in drafters for g in gammas]
+    configs = list(configs) if configs is not None else [(label, g) for label in drafters for g in gammas]
+    gammas = sorted({g for _, g in configs})
     groups: dict[int, list[list[list[int]]]] = {}
     for batch, prompts in prompts_by_batch.items():
         if not prompts or len(prompts) % batch:
@@ -396,7 +402,7 @@ def measure_speedups(
     reps_run = 0
     try:
         for rep in range(repeats):
-            perm = {b: rng.permutation(len(configs)) for b in groups}  # drawn even when resumed: same order
+            perm = {b: priority_order(configs, rng) for b in groups}  # drawn even when resumed: same order
             rep_s = sum(v for (r, _), v in block_s.items() if r == rep - 1)
             if rep > 0 and not all((rep, b) in blocks for b in groups) and not limit.allows(rep_s):
                 break  # the next repetition would not fit: stop with what is measured
@@ -406,7 +412,8 @@ def measure_speedups(
                     bar.update(1 + 2 * len(configs))
                     continue
                 first_block = rep == 0 and k == 0
-                one = [("sweep", batch), ("probe", batch), ("spec", batch, *configs[perm[batch][0]]), ("probe", batch)]
+                one = [("sweep", batch), ("probe", batch), ("spec", batch, *configs[perm[batch][0]])]
+                one += [("probe", batch)] * (pairs or len(grps)) * runs_per_side
                 if costs is not None and limit.limited and not first_block and not limit.allows(costs.need(one)):
                     for label, g in configs:  # not even its sweep visit, a probe and one configuration fit
                         dropped[config_name(label, g, batch)] = f"not measured in repetition {rep + 1}: out of time"
@@ -423,7 +430,7 @@ def measure_speedups(
 
                 block = _measure_block(
                     target, drafters, configs, perm[batch], grps, rep, batch, max_new_tokens, jr, bar, warmed,
-                    fits=fits, costs=costs, clock=clock, dropped=dropped,
+                    fits=fits, costs=costs, clock=clock, dropped=dropped, pairs=pairs, runs_per_side=runs_per_side,
                 )  # fmt: skip
                 block_s[(rep, batch)] = clock() - t0
                 jr.end_block(rep, batch, block_s[(rep, batch)])
@@ -459,7 +466,7 @@ def _measure_block(
     target: Transformer,
     drafters: dict[str, Any],
     configs: list[tuple[str, int]],
-    order: np.ndarray,
+    order: Sequence[int],
     grps: list[list[list[int]]],
     rep: int,
     batch: int,
@@ -472,54 +479,79 @@ def _measure_block(
     costs: UnitCosts | None = None,
     clock: Callable[[], float] = time.perf_counter,
     dropped: dict[str, str] | None = None,
+    pairs: int | None = None,
+    runs_per_side: int = 1,
 ) -> list[Run]:
-    """One (repetition, batch) block: a probe, then each configuration followed by a probe, all journalled.
+    """One (repetition, batch) block: a baseline probe, then each configuration in ``order`` as ``pairs`` pairs
+    (default: one per prompt group), each a speculative run and the baseline run after it, all journalled.
+
+    A pair's side is ``runs_per_side`` runs, pair k's of prompt groups k r .. k r + r - 1 (mod the groups), the same
+    on both sides, so the baselines and the speculative runs alternate: every speculative side sits between two
+    baseline sides, and its own ratio is taken against them (:func:`_summarise`), so a machine drifting over the
+    block moves both sides of every ratio. Several runs a side make a pair longer (less noisy) without decoding
+    past the length a model was trained on.
 
     Every configuration's first run in this process is preceded by a short untimed one
     (``warmed`` remembers which ran): a first use of a shape loads kernels and picks
     algorithms, which on a GPU costs more than the whole timed run. ``fits(units)`` says
-    whether a configuration (with the probe after it) still fits the budget: the block's
+    whether a configuration (with its baseline runs) still fits the budget: the block's
     first always runs; one that does not fit is left out and named in ``dropped``.
     """
-    t0 = clock()
+    n_pairs = int(pairs) if pairs else len(grps)
+    r = max(1, int(runs_per_side))
     if ("probe", batch, 0) not in warmed:
         _warm_up(target, None, grps[0], 0)
         warmed.add(("probe", batch, 0))
-    out = [Run.of("probe", rep, batch, "", 0, _probe(target, grps[0], max_new_tokens))]
-    jr.run(out[-1])
+    out: list[Run] = []
+    for u in range(r):
+        t0 = clock()
+        out.append(Run.of("probe", rep, batch, "", 0, _probe(target, grps[u % len(grps)], max_new_tokens)))
+        jr.run(out[-1])
+        if costs is not None:
+            costs.done(("probe", batch), clock() - t0)
     bar.update(1)
-    if costs is not None:
-        costs.done(("probe", batch), clock() - t0)
-    n_probes = 1
-    for pos, j in enumerate(order):  # a shuffled order per repetition: drift cannot line up with gamma
+    for pos, j in enumerate(order):
         label, g = configs[j]
         unit = ("spec", batch, label, g)
-        if pos > 0 and fits is not None and not fits([unit, ("probe", batch)]):
+        if pos > 0 and fits is not None and not fits([unit] + [("probe", batch)] * n_pairs * r):
             if dropped is not None:
                 dropped[config_name(label, g, batch)] = f"not measured in repetition {rep + 1}: out of time"
             bar.update(2)
             continue
+        spec_s = 0.0
         t0 = clock()
         if (label, batch, g) not in warmed:
             _warm_up(target, drafters[label], grps[0], g)
             warmed.add((label, batch, g))
-        for grp in grps:
-            out.append(
-                Run.of(
-                    "spec", rep, batch, label, g, speculative_generate(target, drafters[label], grp, g, max_new_tokens)
-                )
-            )
-            jr.run(out[-1])
-        bar.update(1)
-        t1 = clock()
-        out.append(Run.of("probe", rep, batch, "", 0, _probe(target, grps[n_probes % len(grps)], max_new_tokens)))
-        n_probes += 1
-        jr.run(out[-1])
-        bar.update(1)
+        for k in range(n_pairs):
+            side = [grps[(k * r + u) % len(grps)] for u in range(r)]
+            for grp in side:
+                run = speculative_generate(target, drafters[label], grp, g, max_new_tokens)
+                out.append(Run.of("spec", rep, batch, label, g, run))
+                jr.run(out[-1])
+            spec_s += clock() - t0
+            for grp in side:
+                t1 = clock()
+                out.append(Run.of("probe", rep, batch, "", 0, _probe(target, grp, max_new_tokens)))
+                jr.run(out[-1])
+                if costs is not None:
+                    costs.done(("probe", batch), clock() - t1)
+            bar.update(2.0 / n_pairs)
+            t0 = clock()
         if costs is not None:
-            costs.done(unit, t1 - t0)
-            costs.done(("probe", batch), clock() - t1)
+            costs.done(unit, spec_s)
     return out
+
+
+def priority_order(configs: Sequence[tuple[str, int]], rng: np.random.Generator) -> list[int]:
+    """The order a block runs ``configs`` in: the drafters in the order given (the one asked for first, so a
+    budget that runs out leaves the others out, not it), each drafter's gammas shuffled (drift cannot line up
+    with gamma)."""
+    order: list[int] = []
+    for label in dict.fromkeys(c[0] for c in configs):
+        mine = [i for i, c in enumerate(configs) if c[0] == label]
+        order += [mine[i] for i in rng.permutation(len(mine))]
+    return order
 
 
 def _quiet_speedup(rounds: pd.DataFrame, t_base: float, batch: int, q: float) -> float:
@@ -550,15 +582,14 @@ def _summarise(
     statistic: str,
     q: float,
 ) -> pd.DataFrame:
-    """The speedup table from journalled runs (each spec run compared with the probes around it)."""
+    """The speedup table from journalled runs: each speculative run against the baseline runs around it (a pair),
+    a row's speedup the median of its pairs' ratios (docs/guide/measuring.md, "A noisy machine")."""
     rows = []
     for batch, prompts in prompts_by_batch.items():
         mine = [r for r in runs if r.batch == batch]
         if not mine:
             continue
         context = int(np.mean([len(p) for p in prompts]) + max_new_tokens / 2)
-        steps = [t for r in mine if r.kind == "probe" for t in r.step_s]
-        t_base = float(np.quantile(steps, q))
         # the host's share of a baseline step: its wall time less its pass's device time (probes that kept both)
         step_host = [
             w - d for r in mine if r.kind == "probe" and len(r.step_device_s) == len(r.step_s)
@@ -576,13 +607,19 @@ def _summarise(
                 j = i
                 while j < len(seq) and seq[j].kind == "spec":
                     j += 1
-                before = next((r for r in reversed(seq[:i]) if r.kind == "probe"), None)
-                after = seq[j] if j < len(seq) and seq[j].kind == "probe" else None
+                # the baseline runs on either side: as many in a row as the pair's side has (runs_per_side)
+                b0 = i
+                while b0 > 0 and seq[b0 - 1].kind == "probe":
+                    b0 -= 1
+                a1 = j
+                while a1 < len(seq) and seq[a1].kind == "probe":
+                    a1 += 1
+                before, after = seq[b0:i], seq[j:a1]
                 spec_runs = seq[i:j]
                 i = j
-                if before is None or after is None:
+                if not before or not after:
                     continue
-                tpt = [p.decode_s / p.n_tokens for p in (before, after)]
+                tpt = [sum(p.decode_s for p in side) / sum(p.n_tokens for p in side) for side in (before, after)]
                 base_tps = 2.0 / sum(tpt)
                 # this repetition's steady rounds: its wall-clock speedup, its own quiet one (against the two
                 # probes around it: the repetitions' spread), and the pooled rows below
@@ -593,11 +630,18 @@ def _summarise(
                 tok, sec = int(steady_rounds["emitted"].sum()), float(steady_rounds["t_round_s"].sum())
                 acc = per.setdefault(
                     (spec_runs[0].label, spec_runs[0].gamma),
-                    {"wall": [], "e2e": [], "runs": [], "spread": [], "rep": [], "steady": []},
-                )
-                probe_steps = [t for p in (before, after) for t in p.step_s]
-                if probe_steps:
-                    acc["rep"].append(_quiet_speedup(steady_rounds, float(np.quantile(probe_steps, q)), batch, q))
+                    {"wall": [], "e2e": [], "runs": [], "spread": [], "rep": [], "steady": [], "base": [],
+                     "bound": []},
+                )  # fmt: skip
+                probe_steps = [t for p in (*before, *after) for t in p.step_s]
+                if probe_steps and not steady_rounds.empty:
+                    # the pair's own ratio of times: its rounds' (and their verify passes') over the baseline steps
+                    # on either side, at the statistic. Times, not tokens: each pair decodes its own prompts, whose
+                    # acceptance differs, so the pairs' speedups would disagree by the text as well as the machine
+                    base = float(np.quantile(probe_steps, q))
+                    acc["base"].append(base)
+                    acc["rep"].append(float(steady_rounds["t_round_s"].quantile(q)) / base)
+                    acc["bound"].append(float(steady_rounds["t_verify_s"].quantile(q)) / base)
                 acc["steady"].append(steady_rounds)
                 acc["wall"].append((tok / sec) / base_tps if sec > 0 else np.nan)
                 acc["e2e"].append(sum(r.n_tokens for r in spec_runs) / sum(r.decode_s for r in spec_runs) / base_tps)
@@ -618,11 +662,18 @@ def _summarise(
                 curve = np.nan_to_num(steady.acceptance_curve(), nan=0.0)  # unreached positions: 0
                 per_round = pd.concat(acc["steady"], ignore_index=True)
                 t = per_round[["t_round_s", "t_draft_s", "t_verify_s", "t_host_s"]].quantile(q)
-                measured = _quiet_speedup(per_round, t_base, batch, q)
+                if not acc["rep"]:
+                    continue
+                # tokens per round (every pair's rounds pooled, as the prediction's acceptance curve is) over the
+                # median of the pairs' round-to-step ratios: each ratio's two sides ran seconds apart, so a machine
+                # that drifts moves both; pooling every baseline step against every round put the drift in it
+                tokens_per_round = float(per_round["emitted"].mean()) / batch
+                measured = tokens_per_round / float(np.median(acc["rep"]))
+                t_base = float(np.median(acc["base"]))
                 wall = float(np.nanmedian(acc["wall"]))
-                # a round takes at least its verify pass: no speedup beats tokens per round x step / verify on
-                # the quiet machine; wall-clock ratios carry host work and drift too, so they get more slack
-                bound = m.mean_acceptance_length * t_base / float(t["t_verify_s"])
+                # a round costs at least its verify pass: no speedup beats tokens per round x step / verify pass;
+                # wall-clock ratios carry host work and drift too, so they get more slack
+                bound = tokens_per_round / float(np.median(acc["bound"]))
                 noisy = measured > bound * (1 + BOUND_SLACK) or wall > bound * (1 + WALL_SLACK)
                 flag = "noise: above its physical bound" if noisy else ""
                 raw = measured
@@ -643,7 +694,8 @@ def _summarise(
                         "speedup_bound": bound,
                         "speedup_wall": wall,
                         "speedup_end_to_end": float(np.median(acc["e2e"])),
-                        "repetitions": len(acc["wall"]),
+                        "repetitions": len({r.rep for r in acc["runs"]}),
+                        "pairs": len(acc["rep"]),
                         "probe_spread": float(np.median(acc["spread"])),
                         "rep_spread": _pair_spread(acc["rep"]),
                         "flag": flag,

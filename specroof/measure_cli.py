@@ -458,9 +458,10 @@ def cmd_measure_spec(args: argparse.Namespace) -> int:
             "give --pair offline or --hf TARGET_FOLDER (with --draft-hf DRAFT_FOLDER or --early-exit L)"
         )
     from measure.device import resolve_device
-    from measure.spec_check import spec_check
+    from measure.spec_check import spec_check, verdict
 
-    _check_counts(args, {"--gamma": "gamma", "--batch": "batch", "--tokens": "tokens", "--repeats": "batch"})
+    counted = {"--gamma": "gamma", "--batch": "batch", "--repeats": "batch"}
+    _check_counts(args, counted | ({"--tokens": "tokens"} if args.tokens is not None else {}))
     if args.width is not None and (args.width < 1 or args.width & (args.width - 1)):
         raise SpecroofError(f"--width must be a power of two >= 1 (got {args.width})")
     if args.early_exit_only and args.early_exit is None:
@@ -503,33 +504,18 @@ def cmd_measure_spec(args: argparse.Namespace) -> int:
     payload = check.summary["payload"]
     spec_df = check.speedups
     cols = ["drafter", "batch", "gamma", "acceptance_rate", "speedup_measured", "speedup_predicted", "rel_error"]
-    cols += [c for c in ("speedup_wall", "flag", "noisy", "probe_spread", "rep_spread", "noise") if c in spec_df]
+    cols += [
+        c for c in ("speedup_wall", "pairs", "flag", "noisy", "probe_spread", "rep_spread", "noise") if c in spec_df
+    ]
     shown = spec_df[cols]
     noise = check.noise
 
-    def pct(value: Any) -> str:  # an error that may be missing (no row left): NaN, or None once made JSON-safe
-        return "-" if value is None or value != value else f"{value:.0%}"
-
-    quiet = payload.get("speedup_errors_quiet") or {}
-    quiet_words = ""
-    if quiet.get("noisy_rows"):
-        rest = f"largest error of the rest {pct(quiet.get('error_max'))}" if quiet.get("rows") else "no row left"
-        quiet_words = f" ({quiet['noisy_rows']} row(s) marked noisy and left out: {rest})"
     text = (
-        f"fit MAPE {check.fitted.mape:.1%} (a-priori {payload['apriori_mape']:.1%}); largest speedup error "
-        f"{pct(payload.get('speedup_error_max'))}{quiet_words}; bracketing probes disagreed by "
-        f"{noise.get('probe_spread_median', 0):.1%} (median), {noise.get('probe_spread_max', 0):.1%} (worst)"
-        + (
-            f", repetitions by {noise['rep_spread_median']:.1%} (median), {noise['rep_spread_max']:.1%} (worst)"
-            if "rep_spread_median" in noise
-            else ""
-        )
-        + (
-            f"; the sweep's reference pass ranged {noise['sweep_drift']:.1%} visit to visit"
-            if "sweep_drift" in noise
-            else ""
-        )
+        verdict(spec_df, payload)
         + "\n"
+        + summary_sentences(payload | {"fit_mape": check.fitted.mape}, noise)
+        + "\n"
+        + (f"{(payload.get('plan') or {}).get('line')}\n" if (payload.get("plan") or {}).get("line") else "")
         + (
             "fit error by pass rows (batch x new tokens): "
             + ", ".join(f"{r['rows']}: {r['err_mean']:+.0%}" for r in payload.get("fit_residuals_by_rows") or [])
@@ -549,6 +535,47 @@ def cmd_measure_spec(args: argparse.Namespace) -> int:
     emit(args, payload, text)
     freeze_at_exit()
     return 0
+
+
+def summary_sentences(payload: dict[str, Any], noise: dict[str, float]) -> str:
+    """What the check found, in sentences: the fit's error, how many speedup rows the noise leaves standing and
+    their largest error, and how noisy the machine was."""
+
+    def pct(value: Any) -> str:  # an error that may be missing (no row left): NaN, or None once made JSON-safe
+        return "-" if value is None or value != value else f"{value:.0%}"
+
+    quiet = payload.get("speedup_errors_quiet") or {}
+    kept, noisy = int(quiet.get("rows") or 0), int(quiet.get("noisy_rows") or 0)
+    total = kept + noisy
+    text = f"The fitted roofline times the verify passes within {payload.get('fit_mape', float('nan')):.1%} "
+    text += f"(a priori {payload['apriori_mape']:.1%}). "
+    if total == 0:
+        text += "No speedup row was measured."
+    elif kept == 0:
+        text += (
+            f"None of the {total} speedup row{'s' if total != 1 else ''} stands above the machine's noise "
+            f"(their largest error {pct(payload.get('speedup_error_max'))}), so no error is the model's to report."
+        )
+    else:
+        text += (
+            f"{kept} of {total} speedup row{'s' if total != 1 else ''} stand above the machine's noise, the largest "
+            f"error among them {pct(quiet.get('error_max'))}"
+            + (f"; {noisy} noisy row{'s' if noisy != 1 else ''} left out." if noisy else ".")
+        )
+    parts = []
+    if "rep_spread_median" in noise:
+        parts.append(
+            f"a row's pairs disagreed by {noise['rep_spread_median']:.1%} (median), {noise['rep_spread_max']:.1%} (worst)"
+        )
+    if "probe_spread_median" in noise:
+        parts.append(
+            f"the baselines around a run by {noise['probe_spread_median']:.1%} (median), {noise['probe_spread_max']:.1%} (worst)"
+        )
+    if "sweep_drift" in noise:
+        parts.append(f"the sweep's reference pass ranged {noise['sweep_drift']:.1%} visit to visit")
+    if parts:
+        text += " On this machine " + ", ".join(parts) + "."
+    return text
 
 
 def host_line(host: dict[str, Any]) -> str:
@@ -644,7 +671,13 @@ def register(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     p.add_argument("--early-exit-only", action="store_true", help="skip the separate draft model")
     add_list_flag(p, "--gamma", None, "speculation lengths", default_text="as the budget allows")
     add_list_flag(p, "--batch", None, "batch sizes", default_text="as the budget allows")
-    p.add_argument("--tokens", type=int, default=32, help="new tokens per sequence")
+    p.add_argument(
+        "--tokens",
+        type=int,
+        default=None,
+        help="new tokens per sequence of each timed run (default: 32 on a quiet machine; on a noisy one as many as "
+        "its measured noise needs, within the budget)",
+    )
     p.add_argument("--width", type=int, default=None, help="widen the offline target (default: chosen for the device)")
     p.add_argument("--dtype", choices=["bf16", "fp32"], default=None, help="default: what the device runs well")
     p.add_argument("--repeats", type=int, default=5, help="most interleaved baseline/speculative repetitions")
@@ -659,9 +692,9 @@ def register(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--statistic",
         choices=["min", "median"],
-        default="min",
+        default=None,
         help="min: fits to each sweep point's minimum, rounds and steps at their 10th percentile (the quiet machine); "
-        "median: medians throughout",
+        "median: medians throughout (default: min, median on a machine the check finds noisy)",
     )
     p.add_argument(
         "--hardware", default=None, help="a-priori profile and fit start (default: microbenchmark this device now)"

@@ -101,16 +101,53 @@ def test_bracketing_probes_cancel_a_drifting_machine(monkeypatch: pytest.MonkeyP
 
 
 def test_round_statistic_sees_through_bursts(monkeypatch: pytest.MonkeyPatch):
-    """Interference that hits a few rounds and steps, and whole runs: the 10th percentile is the quiet machine's."""
+    """Interference that hits a few rounds and steps: the 10th percentile is the quiet machine's."""
     _fake_machine(
         monkeypatch,
         lambda call, i: 0.05 * (3.0 if i % 20 == 7 else 1.0),
-        # and two speculative runs in three on a machine 1.5x slower throughout
-        lambda call, r: (3.0 if r % 20 == 7 else 1.0) * (1.5 if call % 3 else 1.0),
+        lambda call, r: 3.0 if r % 20 == 7 else 1.0,
     )
     df = _measure(60)
     assert df["speedup_measured"].to_numpy() == pytest.approx(2.0, rel=1e-9)
     assert df["base_ms_measured"].to_numpy() == pytest.approx(50.0)
     # the wall-clock ratios carry the bursts
     assert (abs(df["speedup_wall"] - 2.0) > 0.05).any()
-    assert (abs(_measure(60, "median")["speedup_measured"] - 2.0) > 0.05).any()
+
+
+def _one_config(statistic: str = "min", groups: int = 3) -> pd.DataFrame:
+    from measure.specval import measure_speedups
+
+    return measure_speedups(None, {"a": 1}, {1: [[0]] * groups}, [3], max_new_tokens=16, statistic=statistic, repeats=1)
+
+
+def test_each_speculative_run_is_paired_with_the_baseline_runs_around_it(monkeypatch: pytest.MonkeyPatch):
+    """Plain and speculative runs alternate (one pair per prompt group), and each pair gives its own ratio."""
+    import measure.specval as sv
+
+    kinds: list[str] = []
+    _fake_machine(monkeypatch, lambda call, i: 0.05, lambda call, r: 1.0)
+    base, spec = sv.autoregressive_generate, sv.speculative_generate
+    monkeypatch.setattr(sv, "autoregressive_generate", lambda *a, **k: kinds.append("P") or base(*a, **k))
+    monkeypatch.setattr(sv, "speculative_generate", lambda *a, **k: kinds.append("S") or spec(*a, **k))
+    df = _one_config()
+    assert "".join(kinds) == "PSPSPSP"
+    assert df["pairs"].tolist() == [3] and df["rep_spread"].iloc[0] == pytest.approx(0.0)
+
+
+def test_a_drifting_machine_cancels_in_each_pair(monkeypatch: pytest.MonkeyPatch):
+    """A machine slowing 25% per run: every ratio is taken against the baselines around its own run, so the
+    drift cancels (exactly, at the median statistic: the mean of the two baselines is the machine during the run)
+    and the pairs agree."""
+    _fake_machine(monkeypatch, lambda call, i: 0.05 * (1.0 + 0.25 * call), lambda call, r: 1.0)
+    df = _one_config("median")
+    assert df["speedup_measured"].iloc[0] == pytest.approx(2.0, rel=1e-9)
+    assert df["rep_spread"].iloc[0] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_a_run_slowed_throughout_is_outvoted_by_the_other_pairs(monkeypatch: pytest.MonkeyPatch):
+    """The second speculative run (call 4: P1 S2 P3 S4 ...) ran on a machine 1.5x slower throughout: its pair's
+    ratio is 1.33, the median of the three pairs' is still 2, and their spread says the pairs disagreed."""
+    _fake_machine(monkeypatch, lambda call, i: 0.05, lambda call, r: 1.5 if call == 4 else 1.0)
+    df = _one_config()
+    assert df["speedup_measured"].iloc[0] == pytest.approx(2.0, rel=1e-9)
+    assert df["rep_spread"].iloc[0] > 0.05
