@@ -170,9 +170,9 @@ MOE_KERNELS = (None, "fused")
 FUSED_MOE_TILE_LADDER = ((32, 16), (96, 32), (512, 64))
 
 
-def fused_moe_tile_rows(tokens: Any, n_experts: int = 0) -> Any:
-    """BLOCK_SIZE_M of the fused-MoE kernel for a pass of ``tokens`` tokens (:data:`FUSED_MOE_TILE_LADDER`; the
-    kernel picks by the pass's tokens, not by the experts: ``n_experts`` is not used). Broadcasts over ``tokens``."""
+def fused_moe_tile_rows(tokens: Any) -> Any:
+    """BLOCK_SIZE_M of the fused-MoE kernel for a pass of ``tokens`` tokens (:data:`FUSED_MOE_TILE_LADDER`: the
+    kernel picks by the pass's tokens, not by the experts). An int for a scalar, an array for an array."""
     t = np.asarray(tokens, dtype=float)
     bm = np.full(t.shape, 128.0)
     for top, rows in reversed(FUSED_MOE_TILE_LADDER):
