@@ -10,11 +10,14 @@ from roofline.evidence.published_kernels import MAX_TOKENS, fit_moe_kernel, kern
 from roofline.passes.cost import fused_moe_tile_rows
 
 
-def test_tile_ladder_follows_the_pass_tokens_not_the_experts():
-    # vLLM's default config since PR #24700 and its tuned tables: 16 to 32 tokens, 32 to 96, 64 to 512, 128 on
-    assert [int(fused_moe_tile_rows(t)) for t in (1, 32, 33, 96, 97, 512, 513, 2048)] == [16, 16, 32, 32, 64, 64,
-                                                                                              128, 128]  # fmt: skip
-    assert list(fused_moe_tile_rows(np.array([16, 64, 256, 1024]))) == [16, 32, 64, 128]
+def test_tile_ladder_follows_the_tokens_per_expert():
+    # Mixtral (8 experts, 2 per token): the tuned H100 table's ladder, 16 to 32 tokens, 32 to 96, 64 to 512, 128 on
+    got = [int(fused_moe_tile_rows(t, 8, 2)) for t in (1, 32, 33, 96, 97, 512, 513, 2048)]
+    assert got == [16, 16, 32, 32, 64, 64, 128, 128]
+    # Qwen3-30B-A3B (128 experts, 8 per token): the tuned H200 table's 16 to 128 tokens, 32 at 256, 64 at 512
+    assert list(fused_moe_tile_rows(np.array([64, 128, 256, 512]), 128, 8)) == [16, 16, 32, 64]
+    # DeepSeek-V3 (256 experts, 8 per token) at a verify of 64 x 4 tokens: 8 per expert, 16-row tiles
+    assert int(fused_moe_tile_rows(256, 256, 8)) == 16
 
 
 def test_wide_rows_are_loaded_and_fitted():

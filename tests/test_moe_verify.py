@@ -25,7 +25,7 @@ GIB = 2**30
 
 def _simulated_rows(E: int, k: int, T: int, rng: np.random.Generator, trials: int = 400) -> float:
     """The fused kernel's padded rows by drawing each token's k distinct experts (the routing the formula assumes)."""
-    bm = int(fused_moe_tile_rows(T))  # the kernel's BLOCK_SIZE_M by the pass's tokens (section 56)
+    bm = int(fused_moe_tile_rows(T, E, k))  # the kernel's BLOCK_SIZE_M by the tokens per expert (section 56)
     out = []
     for _ in range(trials):
         picks = np.argsort(rng.random((T, E)), axis=1)[:, :k].ravel()
@@ -100,10 +100,11 @@ def test_every_pricing_path_prices_the_fused_tiles_alike(target: str) -> None:
 
 
 def test_padded_tiles_make_a_batched_moe_verify_compute_bound_sooner() -> None:
+    # 1024 tokens over 128 experts, 4 each: 32 per expert, 64-row tiles (the tile ladder of section 56)
     pr, spec = Pricing.of(H200, engine="sglang", tp=4), "gpt-oss-120b"
-    fused = rf.pass_time(spec, pr, 64, 4, 1024)
+    fused = rf.pass_time(spec, pr, 64, 16, 1024)
     assert bool(fused.t_compute_s > fused.t_memory_s)
-    useful = forward_cost(spec, np.array([64]), 4, 1024, weight_dtype="bf16")
+    useful = forward_cost(spec, np.array([64]), 16, 1024, weight_dtype="bf16")
     op_mem, op_comp = pr.time_model.operator_times(useful, pr.dtype, 4)
     assert float(np.sum(op_comp)) < float(np.sum(op_mem))  # counting useful FLOPs, the pass stayed memory bound
 

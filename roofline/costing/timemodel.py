@@ -258,20 +258,21 @@ class TimeModel:
             scaled[attn] = False
         return rates, scaled
 
-    def moe_tile_excess(self, tokens: Any, weight_dtype: str = "") -> Any:
+    def moe_tile_excess(self, tile_rows: Any, weight_dtype: str = "") -> Any:
         """Per FLOP of the fused-MoE kernel's padded tiles, the time beyond the engine's GEMM rate, in units of that
-        rate's time per FLOP (docs/cost-model.md, section 56): a tile of ``bm`` rows (the kernel's BLOCK_SIZE_M for a
-        pass of ``tokens`` tokens) runs at ``bm / (bm + h)`` of the best-shape GEMM rate, which is the engine's rate
-        over its ``compute_fraction``; so ``compute_fraction (1 + h / bm) - 1`` (below 0 where the tile beats the
-        engine's rate). 0 without the engine's ``moe_tile_half_rows``, and for experts stored in a dtype the kernel
-        tables do not time (:data:`MOE_TILE_DTYPES`: 4-bit experts run other kernels). Floats or arrays."""
-        from roofline.passes.cost import fused_moe_tile_rows
-
+        rate's time per FLOP (docs/cost-model.md, section 56): a tile of ``bm = tile_rows`` rows (the kernel's
+        BLOCK_SIZE_M, roofline.passes.cost.fused_moe_tile_rows) runs at ``bm / (bm + h)`` of the best-shape GEMM rate,
+        which is the engine's rate over its ``compute_fraction``; so ``compute_fraction (1 + h / bm) - 1`` (below 0
+        where the tile beats the engine's rate). 0 without the engine's ``moe_tile_half_rows``, where ``bm`` is 0, and
+        for experts stored in a dtype the kernel tables do not time (:data:`MOE_TILE_DTYPES`: 4-bit experts run other
+        kernels). Floats or arrays."""
         e = self.engine
         if e is None or not e.moe_tile_half_rows or (weight_dtype and weight_dtype not in MOE_TILE_DTYPES):
             return 0.0
-        bm = fused_moe_tile_rows(tokens)
-        return e.compute_fraction * (1.0 + e.moe_tile_half_rows / bm) - 1.0
+        bm = np.asarray(tile_rows, dtype=float)
+        per = np.divide(e.moe_tile_half_rows, bm, out=np.zeros(bm.shape), where=bm > 0)
+        out = np.where(bm > 0, e.compute_fraction * (1.0 + per) - 1.0, 0.0)
+        return float(out) if out.ndim == 0 else out
 
     def small_pass_factor(self, tokens: Any) -> Any:
         """Compute time x (1 + half / tokens): products of few rows do not fill the matrix units (1 without it)."""
@@ -287,7 +288,7 @@ class TimeModel:
         rates, scaled = self.compute_rates(cost.operators, dtype, tp)
         shape = (len(rates),) + (1,) * (np.ndim(cost.flops) - 1)
         op_comp = cost.flops / rates.reshape(shape)
-        excess = self.moe_tile_excess(cost.tokens, cost.weight_dtype)
+        excess = self.moe_tile_excess(cost.moe_tile_rows, cost.weight_dtype)
         if np.any(excess) and np.any(cost.routed_flops) and "mlp" in cost.operators:
             # the fused-MoE tiles run their FLOPs at the tile's rate, not the engine's GEMM rate (section 56)
             mlp = cost.operators.index("mlp")

@@ -86,6 +86,8 @@ class PassCost:
     #: kernel, and for experts in their own format, which run other kernels): their rate is the tile's, not the
     #: engine's GEMM rate (docs/cost-model.md, section 56)
     routed_flops: Array | float = 0.0
+    #: the fused-MoE kernel's BLOCK_SIZE_M for this pass (:func:`fused_moe_tile_rows`; 0 without routed_flops)
+    moe_tile_rows: Array | float = 0.0
     #: multi-head latent attention: one latent per token serves every head, so tensor parallelism splits the heads
     #: but not the cache, and every rank reads and writes all of it (vLLM's MLA under TP)
     kv_replicated: bool = False
@@ -164,16 +166,19 @@ def expected_experts_touched(n_experts: int, experts_per_token: int, tokens: Arr
 MOE_KERNELS = (None, "fused")
 
 
-#: BLOCK_SIZE_M of the fused-MoE kernel by the pass's tokens M: (largest M, rows), then 128 (docs/cost-model.md,
-#: section 56): vLLM's ``get_default_config`` since PR #24700 (derived from the tuned tables) and the tuned tables
-#: themselves (``configs/E=8,N=7168,device_name=NVIDIA_H100_80GB_HBM3.json``: 16 to 32, 32 to 96, 64 to 512, 128 on)
-FUSED_MOE_TILE_LADDER = ((32, 16), (96, 32), (512, 64))
+#: BLOCK_SIZE_M of the fused-MoE kernel by the tokens each expert receives, T k / E: (largest, rows), then 128
+#: (docs/cost-model.md, section 56). The tuned tables pick by it: Mixtral's over two H100s (``E=8,N=7168,device_name=
+#: NVIDIA_H100_80GB_HBM3.json``, T / 4 tokens per expert) take 16 to 8 per expert, 32 to 24, 64 to 128 and 128
+#: beyond, which is vLLM's default ladder by T since PR #24700 (16 to 32, 32 to 96, 64 to 512, 128 on) at E / k = 4;
+#: Qwen3-30B-A3B's over two H200s (``E=128,N=384,device_name=NVIDIA_H200.json``, T / 16) take 16 to 128 tokens, 32 at
+#: 256 and 64 at 512 (and 128 from 1024, where this ladder keeps 64)
+FUSED_MOE_TILE_LADDER = ((8, 16), (24, 32), (128, 64))
 
 
-def fused_moe_tile_rows(tokens: Any) -> Any:
-    """BLOCK_SIZE_M of the fused-MoE kernel for a pass of ``tokens`` tokens (:data:`FUSED_MOE_TILE_LADDER`: the
-    kernel picks by the pass's tokens, not by the experts). An int for a scalar, an array for an array."""
-    t = np.asarray(tokens, dtype=float)
+def fused_moe_tile_rows(tokens: Any, n_experts: int, experts_per_token: int) -> Any:
+    """BLOCK_SIZE_M of the fused-MoE kernel for a pass of ``tokens`` tokens over ``n_experts`` experts, ``experts_per_token``
+    each (:data:`FUSED_MOE_TILE_LADDER`, by the tokens per expert). An int for a scalar, an array for an array."""
+    t = np.asarray(tokens, dtype=float) * experts_per_token / n_experts
     bm = np.full(t.shape, 128.0)
     for top, rows in reversed(FUSED_MOE_TILE_LADDER):
         bm = np.where(t <= top, float(rows), bm)
@@ -184,7 +189,7 @@ def fused_moe_tile_rows(tokens: Any) -> Any:
 def _padded_rows(tokens: float, n_experts: int, experts_per_token: int) -> float:
     T = int(tokens)
     p = experts_per_token / n_experts
-    bm = int(fused_moe_tile_rows(T))
+    bm = int(fused_moe_tile_rows(T, n_experts, experts_per_token))
     # expert e receives X ~ Binomial(T, k / E) tokens and runs ceil(X / bm) tiles of bm rows:
     # E[ceil(X / bm)] = sum_{j >= 0} P(X > j bm), summed until the tail is below a float's resolution
     mean, sd = T * p, math.sqrt(T * p * (1.0 - p))
@@ -360,6 +365,7 @@ class ScalarTerms(NamedTuple):
     routed_experts: float = 0.0
     expert_format_bytes: float = 0.0
     routed_flops: float = 0.0
+    moe_tile_rows: float = 0.0
 
     def to_cost(self, compute_dtype: str, weight_dtype: str, rows: Any = None) -> PassCost:
         """The same numbers as the :class:`PassCost` :func:`forward_cost` returns for this configuration.
@@ -378,6 +384,7 @@ class ScalarTerms(NamedTuple):
                 "n_moe_layers": self.n_moe_layers, "experts_touched": self.experts_touched,
                 "kv_replicated": self.kv_replicated, "routed_experts": self.routed_experts,
                 "expert_format_bytes": self.expert_format_bytes, "routed_flops": self.routed_flops,
+                "moe_tile_rows": self.moe_tile_rows,
             },
         )  # fmt: skip
 
@@ -516,6 +523,7 @@ def scalar_terms(
     return ScalarTerms(
         names, f, w, kr, kw, a, B, n, L, nl, T * d * ab, s.vocab, s.mlp_matrices, s.n_moe_layers,
         (touched + s.n_shared) if s.moe else 0.0, s.mla, touched, own, 0.0 if s.expert_wb else routed,
+        float(fused_moe_tile_rows(T, s.n_experts, s.k)) if s.moe and moe_kernel is not None else 0.0,
     )  # fmt: skip
 
 
@@ -773,4 +781,6 @@ def forward_cost(
         vocab_size=spec.vocab_size, mlp_matrices=spec.mlp_matrices, n_moe_layers=spec.n_moe_layers,
         experts_touched=(touched + spec.n_shared_experts) if spec.is_moe else 0.0, kv_replicated=spec.is_mla,
         routed_experts=touched, expert_format_bytes=own, routed_flops=0.0 if spec.expert_format else routed,
+        moe_tile_rows=fused_moe_tile_rows(T, spec.n_experts, spec.experts_per_token)
+        if spec.is_moe and moe_kernel is not None else 0.0,
     )  # fmt: skip

@@ -22,6 +22,7 @@ from roofline.passes.cost import (
     array_sum,
     expected_experts_touched,
     frozen,
+    fused_moe_tile_rows,
     linear_terms,
     model_shape,
     moe_expert_rows,
@@ -166,6 +167,10 @@ class _Pricer:
         rows = float(moe_expert_rows(self.n_experts, self.k, T, self.moe_kernel)) if self.moe_kernel else 0.0
         return [1.0, T, 0.0, 0.0, T if T < self.vocab else self.vocab, touched, rows]
 
+    def tile_rows(self, T: float) -> float:
+        """The fused-MoE kernel's BLOCK_SIZE_M for a pass of T tokens (0 without that kernel)."""
+        return float(fused_moe_tile_rows(T, self.n_experts, self.k)) if self.moe_kernel else 0.0
+
     def at(self, T: float) -> tuple[Any, ...]:
         """What a pass of T tokens needs beyond its pairs and cached tokens, kept per T: the regime's operators of T
         alone combined and summed (in the operators' order), the T-parts of the others' two sides, the small-pass
@@ -177,7 +182,7 @@ class _Pricer:
         v = self.variables(T)
         factor = self.tm.small_pass_factor(T)
         # the fused-MoE tiles' FLOPs (the rows' only coefficients) at the tile's rate: the time model's rule (section 56)
-        rows_comp = v[6] * (1.0 + float(self.tm.moe_tile_excess(T, self.wdt))) if v[6] else 0.0
+        rows_comp = v[6] * (1.0 + float(self.tm.moe_tile_excess(self.tile_rows(T), self.wdt))) if v[6] else 0.0
         rest = 0.0
         for m, c, scaled in self.rest_ops[k]:
             mem = m[0] * v[0] + m[1] * v[1] + m[4] * v[4] + m[5] * v[5] + m[6] * v[6]
@@ -347,7 +352,7 @@ class _StepPricer:
             "operators": names, "compute_dtype": pr.dtype, "n_layers": s.nl, "weight_dtype": wdt,
             "vocab_size": int(s.vocab), "mlp_matrices": s.mlp_matrices, "n_moe_layers": s.n_moe_layers,
             "experts_touched": 0.0, "kv_replicated": False, "routed_experts": 0.0,
-            "routed_flops": 0.0,
+            "routed_flops": 0.0, "moe_tile_rows": 0.0,
         }  # fmt: skip
         self.step_fields = dict.fromkeys(f.name for f in fields(StepTime)) | {
             "operators": names,
@@ -367,7 +372,7 @@ class _StepPricer:
         op_mem, op_comp = out[s_mem], out[s_comp]
         if v[6]:
             # the fused-MoE tiles' FLOPs at the tile's rate, as TimeModel.operator_times prices them (section 56)
-            op_comp = op_comp + p.comp[:, 6] * (v[6] * float(self.tm.moe_tile_excess(T, p.wdt)))
+            op_comp = op_comp + p.comp[:, 6] * (v[6] * float(self.tm.moe_tile_excess(p.tile_rows(T), p.wdt)))
         if p.kvr and L > 0:
             # the decode kernel's KV excess, which the table leaves out (section 54)
             op_mem = op_mem + p.kvb * (Bf * L) * p.kv_excess(T, Bf, Bf * L, memory_regime(T, p.tops))
@@ -386,6 +391,7 @@ class _StepPricer:
             c["experts_touched"] = v[5] + self.n_shared
             c["routed_experts"] = v[5]
             c["routed_flops"] = float(self.flops6 * v[6])
+            c["moe_tile_rows"] = float(p.tile_rows(T)) if v[6] else 0.0
         j = 7 * self.k
         f = self.step_fields.copy()
         f["op_memory_s"], f["op_compute_s"], f["op_time_s"], f["t_memory_s"], f["t_compute_s"] = (

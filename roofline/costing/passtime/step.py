@@ -18,6 +18,7 @@ from roofline.passes.cost import (
     PassCost,
     expected_experts_touched,
     forward_cost,
+    fused_moe_tile_rows,
     moe_expert_rows,
 )
 from roofline.passes.dtypes import dtype_bytes
@@ -219,12 +220,15 @@ def fused_moe_layer_seconds(
         n_moe_layers=1 if kernel is not None else 0,
         routed_experts=touched,
         routed_flops=layer_flops if kernel is not None and expert_bytes_per_weight is None else 0.0,
+        moe_tile_rows=fused_moe_tile_rows(T, experts, experts_per_token) if kernel is not None else 0.0,
     )
     mem = tm.operator_memory(layer, tm.bandwidth_bytes_per_s * tp, tp)[0]
     rate = tm.compute_rates(("mlp",), pr.dtype, tp)[0][0]
     # the fused kernel's tiles at their own rate (section 56): the time model's rule for the padded tiles' FLOPs
     excess = (
-        tm.moe_tile_excess(T, layer.weight_dtype) if kernel is not None and expert_bytes_per_weight is None else 0.0
+        tm.moe_tile_excess(layer.moe_tile_rows, layer.weight_dtype)
+        if kernel is not None and expert_bytes_per_weight is None
+        else 0.0
     )
     comp = layer.flops[0] * (1.0 + excess) / rate
     floor = e.moe_layer_s if e is not None and kernel is not None else 0.0
