@@ -152,6 +152,9 @@ class Engine:
     #: and per distinct routed expert a layer's tokens touch (the tiles of one expert's slice, their pipeline's fill)
     moe_layer_s: float = 0.0
     moe_expert_s: float = 0.0
+    #: the fused-MoE kernel's tile efficiency (docs/cost-model.md, section 56): a tile of BLOCK_SIZE_M rows runs its
+    #: FLOPs at BLOCK_SIZE_M / (BLOCK_SIZE_M + this) of the GPU's best-shape GEMM rate (0: at the engine's GEMM rate)
+    moe_tile_half_rows: float = 0.0
     #: latency of one tensor-parallel all-reduce of a hidden state, on top of its bytes over the link
     allreduce_latency_s: float = 0.0
     #: per quantised weight dtype: bandwidth its kernels reach relative to bf16's, in (0, 1]
@@ -214,6 +217,7 @@ class Engine:
             "round_per_seq_s",
             "moe_layer_s",
             "moe_expert_s",
+            "moe_tile_half_rows",
             "round_fixed_s",
         ):
             if getattr(self, key) < 0:
@@ -334,6 +338,7 @@ _LAYOUT: dict[str, dict[str, tuple[str, float]]] = {
         "sampling_passes": ("sampling_passes", 1.0),
         "moe_layer_us": ("moe_layer_s", 1e-6),
         "moe_expert_us": ("moe_expert_s", 1e-6),
+        "moe_tile_half_rows": ("moe_tile_half_rows", 1.0),
     },
     "host": {
         "pass_us": ("host_pass_s", 1e-6),

@@ -76,6 +76,11 @@ def ops_for(*values: Any) -> _Ops:
     return FLOAT_OPS
 
 
+#: the experts' stored dtypes whose fused-MoE tiles the kernel tables time (docs/cost-model.md, section 56): the
+#: Triton fused_moe over bf16/fp16 experts and its w8a8 path over fp8/int8 ones
+MOE_TILE_DTYPES = ("bf16", "fp16", "fp8", "int8")
+
+
 def combine(op_mem: Any, op_comp: Any, overlap: float = 1.0) -> Any:
     """Operator time from its memory and compute time: max + (1 - overlap) x min.
 
@@ -253,6 +258,22 @@ class TimeModel:
             scaled[attn] = False
         return rates, scaled
 
+    def moe_tile_excess(self, tile_rows: Any, weight_dtype: str = "") -> Any:
+        """Per FLOP of the fused-MoE kernel's padded tiles, the time beyond the engine's GEMM rate, in units of that
+        rate's time per FLOP (docs/cost-model.md, section 56): a tile of ``bm = tile_rows`` rows (the kernel's
+        BLOCK_SIZE_M, roofline.passes.cost.fused_moe_tile_rows) runs at ``bm / (bm + h)`` of the best-shape GEMM rate,
+        which is the engine's rate over its ``compute_fraction``; so ``compute_fraction (1 + h / bm) - 1`` (below 0
+        where the tile beats the engine's rate). 0 without the engine's ``moe_tile_half_rows``, where ``bm`` is 0, and
+        for experts stored in a dtype the kernel tables do not time (:data:`MOE_TILE_DTYPES`: 4-bit experts run other
+        kernels). Floats or arrays."""
+        e = self.engine
+        if e is None or not e.moe_tile_half_rows or (weight_dtype and weight_dtype not in MOE_TILE_DTYPES):
+            return 0.0
+        bm = np.asarray(tile_rows, dtype=float)
+        per = np.divide(e.moe_tile_half_rows, bm, out=np.zeros(bm.shape), where=bm > 0)
+        out = np.where(bm > 0, e.compute_fraction * (1.0 + per) - 1.0, 0.0)
+        return float(out) if out.ndim == 0 else out
+
     def small_pass_factor(self, tokens: Any) -> Any:
         """Compute time x (1 + half / tokens): products of few rows do not fill the matrix units (1 without it)."""
         return 1.0 + self.matmul_half_tokens / tokens if self.matmul_half_tokens else 1.0
@@ -267,6 +288,12 @@ class TimeModel:
         rates, scaled = self.compute_rates(cost.operators, dtype, tp)
         shape = (len(rates),) + (1,) * (np.ndim(cost.flops) - 1)
         op_comp = cost.flops / rates.reshape(shape)
+        excess = self.moe_tile_excess(cost.moe_tile_rows, cost.weight_dtype)
+        if np.any(excess) and np.any(cost.routed_flops) and "mlp" in cost.operators:
+            # the fused-MoE tiles run their FLOPs at the tile's rate, not the engine's GEMM rate (section 56)
+            mlp = cost.operators.index("mlp")
+            op_comp = op_comp.copy()
+            op_comp[mlp] = op_comp[mlp] + np.asarray(cost.routed_flops) * excess / rates[mlp]
         if self.matmul_half_tokens:
             op_comp = np.where(scaled.reshape(shape), op_comp * self.small_pass_factor(cost.tokens), op_comp)
         return op_mem, op_comp

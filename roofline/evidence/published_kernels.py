@@ -5,8 +5,8 @@
 (``[[series]]``: experts, experts per token, hidden and expert width, TP, the experts' dtype) the kernel time at each
 token count. :func:`kernel_table` prices every row with :func:`roofline.costing.passtime.fused_moe_layer_seconds`, the term a
 pass adds per MoE layer, twice: with the datasheet roofline and with the row's serving engine. :func:`fit_moe_kernel`
-fits the engine's two fused-MoE terms (its floor per layer and its time per distinct expert) to the calibration rows
-only; the held-out rows check them.
+fits the engine's three fused-MoE terms (its floor per layer, its time per distinct expert and its tiles' half rows,
+section 56) to the calibration rows only; the held-out rows check them.
 """
 
 from __future__ import annotations
@@ -34,20 +34,29 @@ SERIES_KEYS = ("name", "command", "experts", "experts_per_token", "hidden", "moe
 #: the experts' dtypes a kernel row may name, and the arithmetic the kernel runs them at (w8a8: fp8 products)
 KERNEL_DTYPES = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8"}
 
-#: the engine terms the kernel rows fit: (lower bound, start, upper bound), seconds
+#: the engine terms the kernel rows fit: (lower bound, start, upper bound), seconds (the tile's half rows: rows)
 MOE_KERNEL_PARAMETERS: dict[str, tuple[float, float, float]] = {
     "moe_layer_s": (0.0, 2e-5, 2e-4),
     "moe_expert_s": (0.0, 3e-7, 1e-5),
+    "moe_tile_half_rows": (0.0, 50.0, 1000.0),
 }
 
-#: the largest token count a row may have: the decode and verify passes the terms are for (a wider call is a prefill's)
-MAX_TOKENS = 128
+#: the largest token count a row may have: a verify of up to 128 sequences x 16 tokens (docs/cost-model.md, section
+#: 56; a wider call is a prefill's)
+MAX_TOKENS = 2048
+
+#: the folders :func:`load_kernel_rows` reads by default: the tables of 1-128 tokens and those of wider calls
+KERNEL_FOLDERS = (KERNELS_DIR, KERNELS_DIR / "wide")
 
 
 def load_kernel_rows(folder: str | Path | None = None) -> pd.DataFrame:
-    """Every kernel row, one per (source, layer shape, token count), with its source's fields (tidy)."""
+    """Every kernel row, one per (source, layer shape, token count), with its source's fields (tidy): of ``folder``,
+    else of :data:`KERNEL_FOLDERS`."""
     rows = []
-    for path in sorted(Path(folder or KERNELS_DIR).glob("*.toml")):
+    paths = (
+        sorted(Path(folder).glob("*.toml")) if folder else [p for f in KERNEL_FOLDERS for p in sorted(f.glob("*.toml"))]
+    )
+    for path in paths:
         try:
             data = tomllib.loads(path.read_text())
         except tomllib.TOMLDecodeError as e:
@@ -133,8 +142,8 @@ def kernel_summary(table: pd.DataFrame | None = None) -> pd.DataFrame:
 def fit_moe_kernel(
     rows: pd.DataFrame | None = None, engine: Engine | str = "vllm"
 ) -> tuple[dict[str, float], pd.DataFrame]:
-    """Fit the fused-MoE floor per layer and time per distinct expert (:data:`MOE_KERNEL_PARAMETERS`) to the
-    calibration rows: least squares on log(predicted / published), under ``engine``'s device rates (the serving
+    """Fit the fused-MoE floor per layer, time per distinct expert and tile half rows (:data:`MOE_KERNEL_PARAMETERS`)
+    to the calibration rows: least squares on log(predicted / published), under ``engine``'s device rates (the serving
     family shares them). Returns the fitted values (seconds) and the table of every row (held out included) under them.
     """
     from scipy.optimize import least_squares

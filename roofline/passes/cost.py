@@ -82,6 +82,12 @@ class PassCost:
     #: of the mlp operator's weight bytes, those of routed experts stored in their own format (gpt-oss: MXFP4): an
     #: engine's kernels for the weight dtype do not stream them (docs/cost-model.md, section 51)
     expert_format_bytes: Array | float = 0.0
+    #: of the mlp operator's FLOPs, those the fused-MoE kernel's padded tiles run over bf16/fp8 experts (0 without that
+    #: kernel, and for experts in their own format, which run other kernels): their rate is the tile's, not the
+    #: engine's GEMM rate (docs/cost-model.md, section 56)
+    routed_flops: Array | float = 0.0
+    #: the fused-MoE kernel's BLOCK_SIZE_M for this pass (:func:`fused_moe_tile_rows`; 0 without routed_flops)
+    moe_tile_rows: Array | float = 0.0
     #: multi-head latent attention: one latent per token serves every head, so tensor parallelism splits the heads
     #: but not the cache, and every rank reads and writes all of it (vLLM's MLA under TP)
     kv_replicated: bool = False
@@ -160,18 +166,30 @@ def expected_experts_touched(n_experts: int, experts_per_token: int, tokens: Arr
 MOE_KERNELS = (None, "fused")
 
 
-def fused_moe_tile_rows(tokens: float, n_experts: int) -> int:
-    """BLOCK_SIZE_M of the fused-MoE kernel for a pass of ``tokens`` tokens: 16 while the pass has no more tokens
-    than the layer has experts, 64 past that (vllm/model_executor/layers/fused_moe/fused_moe.py
-    ``get_default_config``; the tuned per-device tables pick by the same token count)."""
-    return 16 if tokens <= n_experts else 64
+#: BLOCK_SIZE_M of the fused-MoE kernel by the tokens each expert receives, T k / E: (largest, rows), then 128
+#: (docs/cost-model.md, section 56). The tuned tables pick by it: Mixtral's over two H100s (``E=8,N=7168,device_name=
+#: NVIDIA_H100_80GB_HBM3.json``, T / 4 tokens per expert) take 16 to 8 per expert, 32 to 24, 64 to 128 and 128
+#: beyond, which is vLLM's default ladder by T since PR #24700 (16 to 32, 32 to 96, 64 to 512, 128 on) at E / k = 4;
+#: Qwen3-30B-A3B's over two H200s (``E=128,N=384,device_name=NVIDIA_H200.json``, T / 16) take 16 to 128 tokens, 32 at
+#: 256 and 64 at 512 (and 128 from 1024, where this ladder keeps 64)
+FUSED_MOE_TILE_LADDER = ((8, 16), (24, 32), (128, 64))
+
+
+def fused_moe_tile_rows(tokens: Any, n_experts: int, experts_per_token: int) -> Any:
+    """BLOCK_SIZE_M of the fused-MoE kernel for a pass of ``tokens`` tokens over ``n_experts`` experts, ``experts_per_token``
+    each (:data:`FUSED_MOE_TILE_LADDER`, by the tokens per expert). An int for a scalar, an array for an array."""
+    t = np.asarray(tokens, dtype=float) * experts_per_token / n_experts
+    bm = np.full(t.shape, 128.0)
+    for top, rows in reversed(FUSED_MOE_TILE_LADDER):
+        bm = np.where(t <= top, float(rows), bm)
+    return bm if bm.ndim else int(bm)
 
 
 @functools.lru_cache(maxsize=8192)
 def _padded_rows(tokens: float, n_experts: int, experts_per_token: int) -> float:
     T = int(tokens)
     p = experts_per_token / n_experts
-    bm = fused_moe_tile_rows(T, n_experts)
+    bm = int(fused_moe_tile_rows(T, n_experts, experts_per_token))
     # expert e receives X ~ Binomial(T, k / E) tokens and runs ceil(X / bm) tiles of bm rows:
     # E[ceil(X / bm)] = sum_{j >= 0} P(X > j bm), summed until the tail is below a float's resolution
     mean, sd = T * p, math.sqrt(T * p * (1.0 - p))
@@ -346,6 +364,8 @@ class ScalarTerms(NamedTuple):
     kv_replicated: bool = False
     routed_experts: float = 0.0
     expert_format_bytes: float = 0.0
+    routed_flops: float = 0.0
+    moe_tile_rows: float = 0.0
 
     def to_cost(self, compute_dtype: str, weight_dtype: str, rows: Any = None) -> PassCost:
         """The same numbers as the :class:`PassCost` :func:`forward_cost` returns for this configuration.
@@ -363,7 +383,8 @@ class ScalarTerms(NamedTuple):
                 "weight_dtype": weight_dtype, "vocab_size": self.vocab_size, "mlp_matrices": self.mlp_matrices,
                 "n_moe_layers": self.n_moe_layers, "experts_touched": self.experts_touched,
                 "kv_replicated": self.kv_replicated, "routed_experts": self.routed_experts,
-                "expert_format_bytes": self.expert_format_bytes,
+                "expert_format_bytes": self.expert_format_bytes, "routed_flops": self.routed_flops,
+                "moe_tile_rows": self.moe_tile_rows,
             },
         )  # fmt: skip
 
@@ -477,7 +498,7 @@ def scalar_terms(
     if s.mla:
         for i, (fi, wi, kri, kwi, ai) in enumerate(mla_attention(s, T, Bf, Lf, n, vis, wb, ab, kb), start=1):
             f[i], w[i], kr[i], kw[i], a[i] = fi, wi, kri, kwi, ai
-    touched = own = 0.0
+    touched = own = routed = 0.0
     if s.moe:
         m, k = s.n_moe_layers, s.k
         touched = s.n_experts * (1.0 - (1.0 - k / s.n_experts) ** T)
@@ -485,7 +506,8 @@ def scalar_terms(
             mlp_flops = mlp_flops + 2.0 * T * (k * s.expert + s.shared) * m
         else:  # the fused kernel's padded tiles (section 28)
             rows = float(moe_expert_rows(s.n_experts, k, T, moe_kernel))
-            mlp_flops = mlp_flops + 2.0 * (rows * s.expert + T * s.shared) * m
+            routed = 2.0 * rows * s.expert * m
+            mlp_flops = mlp_flops + routed + 2.0 * T * s.shared * m
         if s.expert_wb:  # experts stored in their own format (gpt-oss: MXFP4)
             own = m * touched * s.expert * s.expert_wb
             mlp_w = mlp_w + m * (touched * s.expert * s.expert_wb + s.shared * wb)
@@ -500,7 +522,8 @@ def scalar_terms(
     a += [mlp_act, 2 * (2 * nl + 1) * T * d * ab, T * (d + s.vocab) * ab]
     return ScalarTerms(
         names, f, w, kr, kw, a, B, n, L, nl, T * d * ab, s.vocab, s.mlp_matrices, s.n_moe_layers,
-        (touched + s.n_shared) if s.moe else 0.0, s.mla, touched, own,
+        (touched + s.n_shared) if s.moe else 0.0, s.mla, touched, own, 0.0 if s.expert_wb else routed,
+        float(fused_moe_tile_rows(T, s.n_experts, s.k)) if s.moe and moe_kernel is not None else 0.0,
     )  # fmt: skip
 
 
@@ -728,6 +751,7 @@ def forward_cost(
     router_w: Any = 0.0
     touched: Any = 0.0
     own: Any = 0.0
+    routed: Any = 0.0
     if spec.is_moe:
         m = spec.n_moe_layers
         k = spec.experts_per_token
@@ -736,7 +760,8 @@ def forward_cost(
             mlp_flops = mlp_flops + 2.0 * T * (k * spec.expert_params + spec.shared_expert_params) * m
         else:  # the fused kernel's padded tiles (section 28)
             rows = moe_expert_rows(spec.n_experts, k, T, moe_kernel)
-            mlp_flops = mlp_flops + 2.0 * (rows * spec.expert_params + T * spec.shared_expert_params) * m
+            routed = 2.0 * rows * spec.expert_params * m
+            mlp_flops = mlp_flops + routed + 2.0 * T * spec.shared_expert_params * m
         if spec.expert_format:  # experts stored in their own format (gpt-oss: MXFP4)
             ewb = spec.expert_bytes(wb)
             own = m * touched * spec.expert_params * ewb
@@ -755,5 +780,7 @@ def forward_cost(
         names, out["f"], out["w"], out["kr"], out["kw"], out["a"], B, n, L, act_dtype, nl, T * d * ab, weight_dtype,
         vocab_size=spec.vocab_size, mlp_matrices=spec.mlp_matrices, n_moe_layers=spec.n_moe_layers,
         experts_touched=(touched + spec.n_shared_experts) if spec.is_moe else 0.0, kv_replicated=spec.is_mla,
-        routed_experts=touched, expert_format_bytes=own,
+        routed_experts=touched, expert_format_bytes=own, routed_flops=0.0 if spec.expert_format else routed,
+        moe_tile_rows=fused_moe_tile_rows(T, spec.n_experts, spec.experts_per_token)
+        if spec.is_moe and moe_kernel is not None else 0.0,
     )  # fmt: skip

@@ -22,6 +22,7 @@ from roofline.passes.cost import (
     array_sum,
     expected_experts_touched,
     frozen,
+    fused_moe_tile_rows,
     linear_terms,
     model_shape,
     moe_expert_rows,
@@ -82,11 +83,13 @@ class _Pricer:
 
     __slots__ = ("tm", "lin", "mem", "comp", "scaled", "tops", "vocab", "moe", "n_experts", "k",
                  "moe_kernel", "rest_ops", "call_ops", "fixed", "tp", "nl", "d_ab", "host", "finishing", "op",
-                 "memo", "kvr", "kvb", "kv_call", "rates", "kv_memo")  # fmt: skip
+                 "memo", "kvr", "kvb", "kv_call", "rates", "kv_memo", "wdt")  # fmt: skip
 
     def __init__(self, spec: ModelSpec, pr: Pricing, tp: int, lin: LinearTerms) -> None:
         tm = pr.time_model
         self.tm, self.lin, self.tp = tm, lin, tp
+        # the experts' dtype: whether their fused tiles take the tile's rate (section 56)
+        self.wdt = pr.stored_weight_dtype
         self.op = tm.operator_seconds  # the overlap rule, looked up once
         unit = _unit_cost(spec, pr, lin)
         # the decode kernel's KV read (docs/cost-model.md, section 54) depends on the batch and the bytes per call, not
@@ -164,6 +167,10 @@ class _Pricer:
         rows = float(moe_expert_rows(self.n_experts, self.k, T, self.moe_kernel)) if self.moe_kernel else 0.0
         return [1.0, T, 0.0, 0.0, T if T < self.vocab else self.vocab, touched, rows]
 
+    def tile_rows(self, T: float) -> float:
+        """The fused-MoE kernel's BLOCK_SIZE_M for a pass of T tokens (0 without that kernel)."""
+        return float(fused_moe_tile_rows(T, self.n_experts, self.k)) if self.moe_kernel else 0.0
+
     def at(self, T: float) -> tuple[Any, ...]:
         """What a pass of T tokens needs beyond its pairs and cached tokens, kept per T: the regime's operators of T
         alone combined and summed (in the operators' order), the T-parts of the others' two sides, the small-pass
@@ -174,16 +181,18 @@ class _Pricer:
         k = memory_regime(T, self.tops)
         v = self.variables(T)
         factor = self.tm.small_pass_factor(T)
+        # the fused-MoE tiles' FLOPs (the rows' only coefficients) at the tile's rate: the time model's rule (section 56)
+        rows_comp = v[6] * (1.0 + float(self.tm.moe_tile_excess(self.tile_rows(T), self.wdt))) if v[6] else 0.0
         rest = 0.0
         for m, c, scaled in self.rest_ops[k]:
             mem = m[0] * v[0] + m[1] * v[1] + m[4] * v[4] + m[5] * v[5] + m[6] * v[6]
-            comp = c[0] * v[0] + c[1] * v[1] + c[4] * v[4] + c[5] * v[5] + c[6] * v[6]
+            comp = c[0] * v[0] + c[1] * v[1] + c[4] * v[4] + c[5] * v[5] + c[6] * rows_comp
             rest += self.op(mem, comp * factor if scaled else comp)
         parts = []
         for _, i, *_ in self.call_ops[k]:
             m, c = self.mem[k][i], self.comp[i]
             parts.append((float(m[0] + m[1] * T + m[4] * v[4] + m[5] * v[5] + m[6] * v[6]),
-                          float(c[0] + c[1] * T + c[4] * v[4] + c[5] * v[5] + c[6] * v[6])))  # fmt: skip
+                          float(c[0] + c[1] * T + c[4] * v[4] + c[5] * v[5] + c[6] * rows_comp)))  # fmt: skip
         comm = self.tm.allreduce_seconds(T * self.d_ab, self.nl, self.tp) if self.tp > 1 else 0.0
         hit = (rest, tuple(zip(self.call_ops[k], parts, strict=True)), factor, self.fixed + comm, k)
         if len(self.memo) > 4096:  # a sweep over many token counts: keep the table small
@@ -317,7 +326,7 @@ class _StepPricer:
     (``step_pricer``)."""
 
     __slots__ = ("k", "mats", "scaled", "pricer", "tm", "weights_bytes", "kv_per_token", "capacity", "n_shared",
-                 "rows", "cost_fields", "step_fields", "d_ab")  # fmt: skip
+                 "rows", "cost_fields", "step_fields", "d_ab", "flops6")  # fmt: skip
 
     def __init__(self, spec: ModelSpec, pr: Pricing, tp: int, pricer: _Pricer) -> None:
         tm, wdt = pr.time_model, pr.stored_weight_dtype
@@ -331,6 +340,7 @@ class _StepPricer:
         self.mats = [np.ascontiguousarray(np.concatenate([flops, w, kr, kw, a, mem.T, comp, totals], axis=1))
                      for mem in pricer.mem]  # fmt: skip
         self.k, self.scaled, self.pricer, self.tm = k, pricer.scaled, pricer, tm
+        self.flops6 = float(flops[6].sum())  # FLOPs per row of the fused-MoE tiles (0 without them)
         self.weights_bytes = 0.0 if pr.offloaded else spec.weight_bytes(wb)
         self.kv_per_token = s.kv_elements_per_token * kb
         self.capacity, self.n_shared, self.d_ab = pr.memory_bytes, s.n_shared, pricer.d_ab
@@ -342,6 +352,7 @@ class _StepPricer:
             "operators": names, "compute_dtype": pr.dtype, "n_layers": s.nl, "weight_dtype": wdt,
             "vocab_size": int(s.vocab), "mlp_matrices": s.mlp_matrices, "n_moe_layers": s.n_moe_layers,
             "experts_touched": 0.0, "kv_replicated": False, "routed_experts": 0.0,
+            "routed_flops": 0.0, "moe_tile_rows": 0.0,
         }  # fmt: skip
         self.step_fields = dict.fromkeys(f.name for f in fields(StepTime)) | {
             "operators": names,
@@ -359,6 +370,9 @@ class _StepPricer:
         out = np.array(v).dot(self.mats[memory_regime(T, p.tops)])
         s_flops, s_w, s_kr, s_kw, s_a, s_mem, s_comp = self.rows  # views of the one result
         op_mem, op_comp = out[s_mem], out[s_comp]
+        if v[6]:
+            # the fused-MoE tiles' FLOPs at the tile's rate, as TimeModel.operator_times prices them (section 56)
+            op_comp = op_comp + p.comp[:, 6] * (v[6] * float(self.tm.moe_tile_excess(p.tile_rows(T), p.wdt)))
         if p.kvr and L > 0:
             # the decode kernel's KV excess, which the table leaves out (section 54)
             op_mem = op_mem + p.kvb * (Bf * L) * p.kv_excess(T, Bf, Bf * L, memory_regime(T, p.tops))
@@ -376,6 +390,8 @@ class _StepPricer:
         if p.moe:
             c["experts_touched"] = v[5] + self.n_shared
             c["routed_experts"] = v[5]
+            c["routed_flops"] = float(self.flops6 * v[6])
+            c["moe_tile_rows"] = float(p.tile_rows(T)) if v[6] else 0.0
         j = 7 * self.k
         f = self.step_fields.copy()
         f["op_memory_s"], f["op_compute_s"], f["op_time_s"], f["t_memory_s"], f["t_compute_s"] = (

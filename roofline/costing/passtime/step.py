@@ -18,6 +18,7 @@ from roofline.passes.cost import (
     PassCost,
     expected_experts_touched,
     forward_cost,
+    fused_moe_tile_rows,
     moe_expert_rows,
 )
 from roofline.passes.dtypes import dtype_bytes
@@ -200,11 +201,12 @@ def fused_moe_layer_seconds(
     kernel = moe_kernel_of(pr)
     rows = moe_expert_rows(experts, experts_per_token, T, kernel)
     zero = np.zeros((1, *T.shape))
+    layer_flops = 2.0 * np.asarray(rows, dtype=float) * slice_params
     # the routed experts as one MoE layer's MLP operator, priced by the time model's own rules at the weight
     # stream's rate: the weights' dtype rate (none for explicit bytes per weight), the fused kernel's time per expert
     layer = PassCost(
         operators=("mlp",),
-        flops=(2.0 * np.asarray(rows, dtype=float) * slice_params)[None],
+        flops=layer_flops[None],
         bytes_weights=(touched * slice_params * wb)[None],
         bytes_kv_read=zero,
         bytes_kv_write=zero,
@@ -217,9 +219,18 @@ def fused_moe_layer_seconds(
         weight_dtype=pr.stored_weight_dtype if expert_bytes_per_weight is None else "",
         n_moe_layers=1 if kernel is not None else 0,
         routed_experts=touched,
+        routed_flops=layer_flops if kernel is not None and expert_bytes_per_weight is None else 0.0,
+        moe_tile_rows=fused_moe_tile_rows(T, experts, experts_per_token) if kernel is not None else 0.0,
     )
     mem = tm.operator_memory(layer, tm.bandwidth_bytes_per_s * tp, tp)[0]
-    comp = layer.flops[0] / tm.compute_rates(("mlp",), pr.dtype, tp)[0][0]
+    rate = tm.compute_rates(("mlp",), pr.dtype, tp)[0][0]
+    # the fused kernel's tiles at their own rate (section 56): the time model's rule for the padded tiles' FLOPs
+    excess = (
+        tm.moe_tile_excess(layer.moe_tile_rows, layer.weight_dtype)
+        if kernel is not None and expert_bytes_per_weight is None
+        else 0.0
+    )
+    comp = layer.flops[0] * (1.0 + excess) / rate
     floor = e.moe_layer_s if e is not None and kernel is not None else 0.0
     return np.asarray(floor + tm.operator_seconds(mem, comp), dtype=float)
 

@@ -98,5 +98,6 @@ def _mixed_verify(ctx: Ctx, share: float, gamma: ArrayLike, batch: ArrayLike, co
         experts_touched=mix(one.experts_touched, many.experts_touched),
         routed_experts=mix(one.routed_experts, many.routed_experts),
         expert_format_bytes=mix(one.expert_format_bytes, many.expert_format_bytes),
+        routed_flops=mix(one.routed_flops, many.routed_flops),
     )
     return pr.time_model.pass_seconds(cost, pr.dtype, overhead_s=pr.overhead_s, tp=ctx.tp)
