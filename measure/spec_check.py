@@ -553,7 +553,7 @@ def noisy_plan(
             scale * sweep_visit_s([s], hw, dtype, [1], [gamma[label]], contexts, host_s) for s in specs
         )
         # and the prediction's passes timed in pairs with plain steps (measure.specval.time_pass_pairs)
-        sweep_s[label] += PLAN_MARGIN * pass_pairs_steps(gamma[label]) * look.step_s
+        sweep_s[label] += PLAN_MARGIN * pass_pairs_steps(gamma[label], MIN_PAIRS) * look.step_s
     cap = (target.spec.max_context - PROMPT_TOKENS - 128) // 2  # the sweeps' widest pass at twice the new tokens
     cap = max(MIN_PLAN_TOKENS, min(cap, max_tokens) if max_tokens is not None else cap)
     stated = bud.stated
@@ -980,6 +980,7 @@ def spec_check(
     """
     from measure.pair import held_out_prompts, load_pair
     from measure.specval import (
+        PASS_PAIRS,
         PLAN_MARGIN,
         UnitCosts,
         error_summary,
@@ -1315,14 +1316,21 @@ def spec_check(
             rows_ = measured[(measured["drafter"] == label) & (measured["gamma"] == g)]
             if rows_.empty:
                 continue
-            need = PLAN_MARGIN * costs.scale * pass_pairs_steps(g) * look.step_s
-            if label != requested and not runs_bud.allows(need):
+            # as many pairs as what is left buys, up to PASS_PAIRS (the drafter asked for: MIN_PAIRS at least, as
+            # its measured pairs always run); priced at the baseline step the look measured, rescaled as the runs ran
+            per_pair = PLAN_MARGIN * costs.scale * look.step_s * (pass_pairs_steps(g, 1) - pass_pairs_steps(g, 0))
+            fixed = PLAN_MARGIN * costs.scale * look.step_s * pass_pairs_steps(g, 0)
+            left = runs_bud.remaining_s - fixed if runs_bud.limited else float("inf")
+            n_pp = int(min(PASS_PAIRS, max(0.0, left) // per_pair)) if np.isfinite(left) else PASS_PAIRS
+            if label == requested:
+                n_pp = max(n_pp, MIN_PAIRS)
+            elif n_pp < MIN_PAIRS:
                 dropped_pp = f"{label} gamma {g}: its prediction's pass pairs"
                 measured.attrs.setdefault("dropped", {})[dropped_pp] = "not timed: out of time (the fit predicts it)"
                 continue
-            say(f"timing the passes of {label} at gamma {g} in pairs with plain steps (the prediction) ...")
+            say(f"timing the passes of {label} at gamma {g} in {n_pp} pairs with plain steps (the prediction) ...")
             ctx = int(rows_["context"].iloc[0])
-            pass_ratios[(label, g, 1)] = time_pass_pairs(target_model, drafters[label], g, ctx, q=q_pred)
+            pass_ratios[(label, g, 1)] = time_pass_pairs(target_model, drafters[label], g, ctx, pairs=n_pp, q=q_pred)
         step_done("prediction_pairs")
     dropped: dict[str, str] = {p: "not planned: the first repetition would not fit a third of the budget" for p in
                                plan.get("not_planned", [])}  # fmt: skip
