@@ -119,3 +119,22 @@ def test_a_busy_machines_large_error_stays_noisy_with_a_paired_prediction():
     assert bool(df["noisy"].iloc[0])
     line = verdict(df, {"requested": "early exit @1", "load": {"cpus": 2, "load_avg_1m": 3.5}})
     assert "more than the 25% a prediction on a busy machine is held to" in line
+
+
+def test_threads_follow_the_typical_try_not_the_one_pause_of_a_busy_core(monkeypatch):
+    import torch
+
+    import measure.choose as ch
+
+    monkeypatch.setattr(ch.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    calls = {"n": 0}
+
+    def fake(dtype, device):
+        calls["n"] += 1
+        two = torch.get_num_threads() == 2
+        # the busy process leaves its core once (the first all-cores try); otherwise both threads wait for it
+        return (25e9 if calls["n"] == 1 else 4e9) if two else 10e9
+
+    monkeypatch.setattr(ch, "matmul_rate", fake)
+    n, why = ch.choose_threads(torch.device("cpu"))
+    assert n == 1 and "Threads: 1, not 2" in why
