@@ -529,6 +529,8 @@ def noisy_plan(
     look measured against the one priced (a loaded machine runs slower than its microbenchmarks said).
     ``max_tokens``: the longest run the models decode well (the offline pair was trained on 128-byte sequences:
     past them its acceptance collapses, and a speedup measured there says nothing)."""
+    from measure.specval import PLAN_MARGIN, pass_pairs_steps
+
     priced_step = float(pass_time(target.spec, hw, 1, 1, 64, dtype).t_step_s) + host_s
     scale = max(1.0, look.step_s / priced_step) if priced_step > 0 else 1.0
     gamma: dict[str, int] = {}
@@ -550,6 +552,8 @@ def noisy_plan(
         sweep_s[label] = sum(
             scale * sweep_visit_s([s], hw, dtype, [1], [gamma[label]], contexts, host_s) for s in specs
         )
+        # and the prediction's passes timed in pairs with plain steps (measure.specval.time_pass_pairs)
+        sweep_s[label] += PLAN_MARGIN * pass_pairs_steps(gamma[label], MIN_PAIRS) * look.step_s
     cap = (target.spec.max_context - PROMPT_TOKENS - 128) // 2  # the sweeps' widest pass at twice the new tokens
     cap = max(MIN_PLAN_TOKENS, min(cap, max_tokens) if max_tokens is not None else cap)
     stated = bud.stated
@@ -610,10 +614,13 @@ def mark_unexplained_noise(df: pd.DataFrame, load: dict[str, Any]) -> pd.DataFra
         busy.append(f"other processes kept {others:.1f} cores busy")
     spread = out["probe_spread"].astype(float)
     reps = out["rep_spread"].astype(float) if "rep_spread" in out else pd.Series(np.nan, index=out.index)
+    # the spread of a paired prediction's own pairs (NaN for a fitted one): a prediction is noisy the same way
+    preds = out["pred_spread"].astype(float) if "pred_spread" in out else pd.Series(np.nan, index=out.index)
     err = out["rel_error"].astype(float).abs()
     big = (err > ERROR_LIMIT).to_numpy()
     wide = (spread > NOISE_FLOOR).to_numpy()
     wide_reps = (reps > NOISE_FLOOR).to_numpy()  # NaN (one repetition) compares False
+    wide_preds = (preds > NOISE_FLOOR).to_numpy()
     noisy = out["noisy"].to_numpy(dtype=bool, copy=True) if "noisy" in out else np.zeros(len(out), bool)
     reasons = []
     for i in range(len(out)):
@@ -624,9 +631,12 @@ def mark_unexplained_noise(df: pd.DataFrame, load: dict[str, Any]) -> pd.DataFra
             why.append(f"baselines disagreed by {spread.iloc[i]:.0%}, more than the error")
         if noisy[i] and reps.iloc[i] > max(err.iloc[i], NOISE_FLOOR):
             why.append(f"repetitions disagreed by {reps.iloc[i]:.0%}, more than the error")
-        if big[i] and not noisy[i] and (wide[i] or wide_reps[i] or busy):
+        if noisy[i] and preds.iloc[i] > max(err.iloc[i], NOISE_FLOOR):
+            why.append(f"the prediction's pass pairs disagreed by {preds.iloc[i]:.0%}, more than the error")
+        if big[i] and not noisy[i] and (wide[i] or wide_reps[i] or wide_preds[i] or busy):
             seen = [f"baselines disagreed by {spread.iloc[i]:.0%}"] if wide[i] else []
             seen += [f"repetitions disagreed by {reps.iloc[i]:.0%}"] if wide_reps[i] else []
+            seen += [f"the prediction's pass pairs disagreed by {preds.iloc[i]:.0%}"] if wide_preds[i] else []
             why.append(
                 f"error {err.iloc[i]:.0%} above {ERROR_LIMIT:.0%} while the machine was noisy ("
                 + ", ".join(seen + busy)
@@ -637,6 +647,15 @@ def mark_unexplained_noise(df: pd.DataFrame, load: dict[str, Any]) -> pd.DataFra
     out["noisy"] = noisy
     out["noise"] = reasons
     return out
+
+
+def _prediction_words(r: Any) -> str:
+    """How a row's prediction was made, for the first line: a paired one's pairs and their spread ("" for a fit)."""
+    if str(r.get("prediction", "")) != "paired passes":
+        return ""
+    n, spread = int(r.get("pred_pairs", 0)), float(r.get("pred_spread", np.nan))
+    agree = f", disagreeing by {spread:.0%}" if np.isfinite(spread) else ""
+    return f" (from {n} pairs of its passes and plain steps{agree})"
 
 
 def verdict(df: pd.DataFrame, payload: dict[str, Any]) -> str:
@@ -667,8 +686,8 @@ def verdict(df: pd.DataFrame, payload: dict[str, Any]) -> str:
         )
         return (
             f"{req} at gamma {int(r['gamma'])}, batch {int(r['batch'])}: {r['speedup_measured']:.2f}x measured (the "
-            f"median of {pairs} pair{'s' if pairs != 1 else ''}; {how}), {r['speedup_predicted']:.2f}x predicted, "
-            f"an error of {r['rel_error']:+.0%}"
+            f"median of {pairs} pair{'s' if pairs != 1 else ''}; {how}), {r['speedup_predicted']:.2f}x predicted"
+            f"{_prediction_words(r)}, an error of {r['rel_error']:+.0%}"
         )
     plan = payload.get("plan") or {}
     why_plan = (plan.get("pair_plan") or {}).get("why_not") or ""
@@ -680,6 +699,7 @@ def verdict(df: pd.DataFrame, payload: dict[str, Any]) -> str:
         err = rows["rel_error"].abs().astype(float)
         nan = pd.Series(np.nan, index=rows.index)
         spread = np.fmax(rows.get("rep_spread", nan).astype(float), rows.get("probe_spread", nan).astype(float))
+        spread = np.fmax(spread, rows.get("pred_spread", nan).astype(float))  # the prediction's pairs, where paired
         best = int(np.nanargmin(err.to_numpy())) if err.notna().any() else 0
         r = rows.iloc[best]
         reason = f"its rows are noise ({r['noise'] or 'noisy'})"
@@ -692,12 +712,16 @@ def verdict(df: pd.DataFrame, payload: dict[str, Any]) -> str:
             # the pairs agreed: the measurement stands, and it is the prediction that missed on a busy machine (its
             # verify sweeps, visited once, are what a further repetition revisits)
             pairs = int(r.get("pairs", r.get("repetitions", 1)))
+            paired = str(r.get("prediction", "")) == "paired passes"
+            held = "a prediction on a busy machine" if paired else "a fit to a busy machine's sweeps"
             reason = (
                 f"{r['speedup_measured']:.2f}x was measured at gamma {int(r['gamma'])} ({pairs} pairs agreeing within "
-                f"{float(spread.iloc[best]):.0%}), but the {r['speedup_predicted']:.2f}x predicted is off by "
-                f"{r['rel_error']:+.0%}, more than the {ERROR_LIMIT:.0%} a fit to a busy machine's sweeps is held to"
+                f"{float(spread.iloc[best]):.0%}), but the {r['speedup_predicted']:.2f}x predicted"
+                f"{_prediction_words(r)} is off by {r['rel_error']:+.0%}, more than the {ERROR_LIMIT:.0%} {held} is "
+                "held to"
             )
-            what, found = "a further repetition: the verify sweeps revisited for the fit", False
+            if not paired:
+                what, found = "a further repetition: the verify sweeps revisited for the fit", False
     elif dropped:
         reason = "it was not measured (" + "; ".join(f"{k}: {v}" for k, v in dropped.items()) + ")"
     else:
@@ -955,7 +979,16 @@ def spec_check(
     its passes' device time, and the predictions price both (docs/cost-model.md, section 39).
     """
     from measure.pair import held_out_prompts, load_pair
-    from measure.specval import PLAN_MARGIN, UnitCosts, error_summary, measure_speedups, predict_speedups
+    from measure.specval import (
+        PASS_PAIRS,
+        PLAN_MARGIN,
+        UnitCosts,
+        error_summary,
+        measure_speedups,
+        pass_pairs_steps,
+        predict_speedups,
+        time_pass_pairs,
+    )
     from measure.sweep import pool_visits, sweep, unvisited_words
 
     say = log or (lambda _msg: None)
@@ -1274,6 +1307,31 @@ def spec_check(
         runs_per_side=pair_plan.runs_per_side if pair_plan is not None else 1,
     )
     step_done("decoding_runs")
+    pass_ratios: dict[tuple[str, int, int], list[float]] = {}
+    if pair_plan is not None and len(measured):
+        # the prediction's passes timed in pairs with plain steps, as the measurement's runs were: the drafter asked
+        # for always (its row is the answer), any other while its pairs fit what is left
+        q_pred = 0.5 if statistic == "median" else 0.1
+        for label, g in pair_plan.configs:
+            rows_ = measured[(measured["drafter"] == label) & (measured["gamma"] == g)]
+            if rows_.empty:
+                continue
+            # as many pairs as what is left buys, up to PASS_PAIRS (the drafter asked for: MIN_PAIRS at least, as
+            # its measured pairs always run); priced at the baseline step the look measured, rescaled as the runs ran
+            per_pair = PLAN_MARGIN * costs.scale * look.step_s * (pass_pairs_steps(g, 1) - pass_pairs_steps(g, 0))
+            fixed = PLAN_MARGIN * costs.scale * look.step_s * pass_pairs_steps(g, 0)
+            left = runs_bud.remaining_s - fixed if runs_bud.limited else float("inf")
+            n_pp = int(min(PASS_PAIRS, max(0.0, left) // per_pair)) if np.isfinite(left) else PASS_PAIRS
+            if label == requested:
+                n_pp = max(n_pp, MIN_PAIRS)
+            elif n_pp < MIN_PAIRS:
+                dropped_pp = f"{label} gamma {g}: its prediction's pass pairs"
+                measured.attrs.setdefault("dropped", {})[dropped_pp] = "not timed: out of time (the fit predicts it)"
+                continue
+            say(f"timing the passes of {label} at gamma {g} in {n_pp} pairs with plain steps (the prediction) ...")
+            ctx = int(rows_["context"].iloc[0])
+            pass_ratios[(label, g, 1)] = time_pass_pairs(target_model, drafters[label], g, ctx, pairs=n_pp, q=q_pred)
+        step_done("prediction_pairs")
     dropped: dict[str, str] = {p: "not planned: the first repetition would not fit a third of the budget" for p in
                                plan.get("not_planned", [])}  # fmt: skip
     dropped |= measured.attrs.get("dropped", {})
@@ -1321,7 +1379,13 @@ def spec_check(
     table, summary = validate(df, target_model.spec, apriori_hw, fitted.hardware, statistic=statistic)
     table.to_csv(folder / "validation.csv", index=False)
     spec_df = predict_speedups(
-        measured, target_model.spec, drafters, fitted.hardware, dtype=dtype, draft_hardware=draft_hw
+        measured,
+        target_model.spec,
+        drafters,
+        fitted.hardware,
+        dtype=dtype,
+        draft_hardware=draft_hw,
+        pass_ratios=pass_ratios,
     )
     spec_df = mark_unexplained_noise(spec_df, measured.attrs.get("load", {}))
     spec_df.drop(columns=["curve"]).to_csv(folder / "speedup.csv", index=False)

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import torch
 
 from measure.budget import Budget, WorkBar
 from measure.decode import GenerationResult, autoregressive_generate, cost_model_of, speculative_generate
@@ -86,10 +87,14 @@ def machine_load(since: tuple[float, ...] | None = None) -> dict[str, Any]:
 
 
 def mark_noise(
-    df: pd.DataFrame, spread: str = "probe_spread", error: str = "rel_error", repeats: str = "rep_spread"
+    df: pd.DataFrame,
+    spread: str = "probe_spread",
+    error: str = "rel_error",
+    repeats: str = "rep_spread",
+    predicted: str = "pred_spread",
 ) -> pd.DataFrame:
-    """``noisy`` per row: its baselines, or its repetitions, disagreed by more than the error it reports (and than
-    NOISE_FLOOR).
+    """``noisy`` per row: its baselines, its repetitions, or the pairs behind its prediction (``predicted``, where a
+    paired prediction made one) disagreed by more than the error it reports (and than NOISE_FLOOR).
 
     The baselines are memory-bound one-token passes, so they miss a change in the machine's arithmetic speed,
     which moves the wider verify passes of a round (on a shared 2-core EPYC, over a minute, an in-cache matrix
@@ -101,8 +106,9 @@ def mark_noise(
     out = df.copy()
     bar = np.maximum(out[error].abs(), NOISE_FLOOR)
     noisy = np.array(out[spread] > bar, dtype=bool)
-    if repeats in out:
-        noisy = noisy | np.array(out[repeats].astype(float) > bar, dtype=bool)  # NaN (one repetition): no evidence
+    for col in (repeats, predicted):
+        if col in out:  # NaN (one repetition, a fitted prediction): no evidence
+            noisy = noisy | np.array(out[col].astype(float) > bar, dtype=bool)
     if "flag" in out:
         noisy = noisy | (out["flag"].astype(str).str.len().to_numpy() > 0)
     out["noisy"] = noisy
@@ -631,7 +637,7 @@ def _summarise(
                 acc = per.setdefault(
                     (spec_runs[0].label, spec_runs[0].gamma),
                     {"wall": [], "e2e": [], "runs": [], "spread": [], "rep": [], "steady": [], "base": [],
-                     "bound": []},
+                     "bound": [], "host": [], "dev": []},
                 )  # fmt: skip
                 probe_steps = [t for p in (*before, *after) for t in p.step_s]
                 if probe_steps and not steady_rounds.empty:
@@ -642,6 +648,14 @@ def _summarise(
                     acc["base"].append(base)
                     acc["rep"].append(float(steady_rounds["t_round_s"].quantile(q)) / base)
                     acc["bound"].append(float(steady_rounds["t_verify_s"].quantile(q)) / base)
+                    # what a paired prediction prices beside the passes, each a ratio to this pair's own baseline:
+                    # the round's host time, and the share of a baseline step its pass is (the rest is host)
+                    acc["host"].append(float(steady_rounds["t_host_s"].quantile(q)) / base)
+                    dev = [
+                        d for p in (*before, *after) if len(p.step_device_s) == len(p.step_s) for d in p.step_device_s
+                    ]
+                    if len(dev) == len(probe_steps) and base > 0:
+                        acc["dev"].append(min(1.0, float(np.quantile(dev, q)) / base))
                 acc["steady"].append(steady_rounds)
                 acc["wall"].append((tok / sec) / base_tps if sec > 0 else np.nan)
                 acc["e2e"].append(sum(r.n_tokens for r in spec_runs) / sum(r.decode_s for r in spec_runs) / base_tps)
@@ -706,9 +720,117 @@ def _summarise(
                         "host_ms_per_round": 1e3 * float(t["t_host_s"]),
                         "host_ms_per_step": 1e3 * host_step,
                         "host_share_measured": float(t["t_host_s"]) / float(t["t_round_s"]),
+                        # the measured half in the ratios a paired prediction prices (:func:`paired_prediction`)
+                        "tokens_per_round": tokens_per_round,
+                        "round_ratio": float(np.median(acc["rep"])),
+                        "host_round_ratio": float(np.median(acc["host"])),
+                        "step_device_ratio": float(np.median(acc["dev"])) if acc["dev"] else 1.0,
                     }
                 )
     return pd.DataFrame(rows)
+
+
+#: pairs of pass timings behind a paired prediction, and rounds of passes a side: the pairs' median outvotes a
+#: burst of another process's work the way the measured side's median of pairs does (docs/guide/measuring.md)
+PASS_PAIRS = 12
+PASS_ROUNDS_PER_SIDE = 3
+
+
+def pass_pair_ratios(
+    step: Callable[[], float], round_passes: Callable[[], float], pairs: int, steps_per_side: int,
+    rounds_per_side: int, q: float = 0.5,
+) -> list[float]:  # fmt: skip
+    """Ratios of a round's passes to one plain decode step, timed in pairs: a side of ``steps_per_side`` plain steps
+    (``step()`` returns one's seconds), then ``pairs`` times a side of ``rounds_per_side`` rounds' passes
+    (``round_passes()``: the draft chain and the verify pass) and another plain side.
+
+    Each ratio is its side's ``q``-quantile over the mean of the plain sides' on either side of it: a machine whose
+    speed drifts linearly moves both by as much at the round side's midpoint, so the drift cancels (to first order)
+    instead of landing in the ratio, as it would in a ratio of passes timed minutes apart (a fit to a sweep)."""
+    before = float(np.quantile([step() for _ in range(steps_per_side)], q))
+    out = []
+    for _ in range(int(pairs)):
+        passes = float(np.quantile([round_passes() for _ in range(rounds_per_side)], q))
+        after = float(np.quantile([step() for _ in range(steps_per_side)], q))
+        out.append(passes / ((before + after) / 2))
+        before = after
+    return out
+
+
+def pass_pairs_steps(gamma: int, pairs: int = PASS_PAIRS, rounds_per_side: int = PASS_ROUNDS_PER_SIDE) -> float:
+    """Plain decode steps' worth of time :func:`time_pass_pairs` takes at ``gamma`` (a round's passes priced as
+    ``gamma + 1`` steps, its first use of each shape included): what a plan prices it at."""
+    side = rounds_per_side * (gamma + 2)
+    return float((2 * pairs + 1) * side + gamma + 2)
+
+
+def time_pass_pairs(
+    target: Transformer,
+    drafter: Any,
+    gamma: int,
+    context: int,
+    *,
+    pairs: int = PASS_PAIRS,
+    rounds_per_side: int = PASS_ROUNDS_PER_SIDE,
+    q: float = 0.5,
+) -> list[float]:
+    """:func:`pass_pair_ratios` of this harness's own passes at batch 1 and ``context`` cached tokens: a plain step is
+    the target's one-token pass (the span a baseline step times), a round's passes the drafter's chain of ``gamma``
+    (the same ``propose`` a speculative round runs) and the target's verify pass of ``gamma + 1`` tokens. A plain
+    side has as many steps as a round side's passes, so the two sides of a pair last about as long."""
+    from measure.decode import as_drafter
+    from measure.timing import synchronize
+    from roofline.speculation.verification import SamplingParams
+
+    d: Any = as_drafter(drafter, target)
+    sp = SamplingParams(temperature=0.0)
+    dev = target.device
+    gen = torch.Generator(device=dev).manual_seed(0)
+    target.setup_cache(1, context + gamma + 8)  # the KV's values do not change a pass's time: only its length
+    if isinstance(drafter, Transformer):
+        drafter.setup_cache(1, context + gamma + 8)
+    tok = torch.zeros(1, 1, dtype=torch.long, device=dev)
+    last2 = torch.zeros(1, 2, dtype=torch.long, device=dev)
+    committed = np.array([context], dtype=np.int64)
+
+    def step() -> float:
+        target.cache.rollback([context])  # type: ignore[union-attr]
+        synchronize(dev)
+        t0 = time.perf_counter()
+        target(tok)[:, -1]
+        synchronize(dev)
+        return time.perf_counter() - t0
+
+    def round_passes() -> float:
+        synchronize(dev)
+        t0 = time.perf_counter()
+        x, _ = d.propose(last2, committed, gamma, sp, gen)
+        target.cache.rollback(committed - 1)  # type: ignore[union-attr]
+        target(torch.cat([tok, x.view(1, -1)], 1))
+        synchronize(dev)
+        return time.perf_counter() - t0
+
+    with torch.inference_mode():
+        step(), round_passes()  # a first use of each shape pays for itself
+        return pass_pair_ratios(step, round_passes, pairs, rounds_per_side * (gamma + 2), rounds_per_side, q)
+
+
+def paired_prediction(row: dict[str, Any], ratios: Sequence[float]) -> dict[str, float]:
+    """The speedup a measured row's passes predict, priced from ratios only (docs/guide/measuring.md, "A noisy
+    machine"): the cost model's speedup, tokens per round x t_step / t_round with t_round = draft + verify + host.
+
+    In units of the baseline step: the round's passes cost the median of ``ratios`` (:func:`time_pass_pairs`) times
+    the share of a baseline step its pass is (``step_device_ratio``), and its host time ``host_round_ratio``; the
+    tokens per round are the ones the measured half observed, so the error is the time model's, not the
+    acceptance's. ``pred_spread`` is how far the pairs' ratios disagreed (the measured half's ``rep_spread``)."""
+    passes = float(np.median(ratios))
+    t_round = passes * float(row.get("step_device_ratio", 1.0)) + float(row.get("host_round_ratio", 0.0))
+    return {
+        "speedup_predicted": float(row["tokens_per_round"]) / t_round,
+        "pass_ratio_predicted": passes,
+        "pred_spread": _pair_spread(list(ratios)),
+        "pred_pairs": float(len(ratios)),
+    }
 
 
 def predict_speedups(
@@ -719,8 +841,14 @@ def predict_speedups(
     *,
     dtype: str = "bf16",
     draft_hardware: dict[str, Hardware] | None = None,
+    pass_ratios: dict[tuple[str, int, int], Sequence[float]] | None = None,
 ) -> pd.DataFrame:
     """Predicted half: the roofline speedup for every measured row, from its acceptance curve and host cost.
+
+    ``pass_ratios`` ((drafter, gamma, batch): :func:`time_pass_pairs`' ratios) replace a row's prediction by the
+    paired one (:func:`paired_prediction`, ``prediction`` "paired passes"), the fitted profile's kept beside it
+    (``speedup_predicted_fit``, ``rel_error_fit``): on a busy machine a fit to sweeps visited minutes before the
+    runs carries the drift between them, which the pairs cancel.
 
     ``fitted`` prices the target's passes (and an early exit's); ``draft_hardware``
     maps a drafter's label to the profile its passes are priced with (one fitted to
@@ -758,7 +886,14 @@ def predict_speedups(
             base_ms_predicted=1e3 * (float(pred.t_target_step_s) + host_step),
             verify_ms_predicted=1e3 * float(pred.t_verify_s),
             draft_step_ms_predicted=1e3 * float(pred.t_draft_s) / g,
+            prediction="fit",
         )
+        ratios = (pass_ratios or {}).get((row["drafter"], g, int(row["batch"])))
+        if ratios:
+            row.update(speedup_predicted_fit=predicted, rel_error_fit=row["rel_error"], prediction="paired passes")
+            row.update(paired_prediction(row, ratios))
+            row["rel_error"] = row["speedup_predicted"] / row["speedup_measured"] - 1.0
+            row["rel_error_wall"] = row["speedup_predicted"] / row["speedup_wall"] - 1.0
         out.append(row)
     return mark_noise(pd.DataFrame(out)) if out else pd.DataFrame(out)
 
