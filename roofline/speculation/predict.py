@@ -129,6 +129,52 @@ def target_bytes_on_device(pr: Pricing, spec: ModelSpec, batch: Any, context: An
     return fp.total_bytes - (fp.weights_bytes if pr.offloaded else 0.0)
 
 
+_MEMORY: dict[tuple[int, int, int], tuple[Any, ...]] = {}
+
+
+def _memory_table(spec: ModelSpec, pr: Pricing, d: Any) -> tuple[float, float, float, dict[tuple[int, int], Any]]:
+    """:func:`memory_footprint` of the target tabulated once per (model, pricing): its weights, KV bytes per cached
+    token and activation bytes per new token, from the function itself at one sequence, one new token and no
+    context (it is linear in batch x (context + new tokens) and batch x new tokens, section 47); and the drafter's
+    extra bytes, kept per (batch, context) as its own method gives them."""
+    key = (id(spec), id(pr), id(d))
+    hit = _MEMORY.get(key)
+    if hit is not None and hit[0] is spec and hit[1] is pr and hit[2] is d:  # the entry holds them: ids not reused
+        return hit[3]  # type: ignore[no-any-return]
+    fp = memory_footprint(
+        spec, 1, 0, weight_dtype=pr.stored_weight_dtype, kv_dtype=pr.kv_dtype, act_dtype=pr.dtype, new_tokens=1
+    )
+    table: tuple[float, float, float, dict[tuple[int, int], Any]] = (
+        float(fp.weights_bytes),
+        float(fp.kv_bytes),
+        float(fp.activation_bytes),
+        {},
+    )
+    if len(_MEMORY) > 256:
+        _MEMORY.clear()
+    _MEMORY[key] = (spec, pr, d, table)
+    return table
+
+
+def configuration_bytes(pr: Pricing, spec: ModelSpec, d: Any, B: int, L: int, n: int) -> tuple[float, Any]:
+    """One configuration's bytes as floats: the target's on its devices (over all ``tp``) for a pass of ``n`` new
+    tokens per sequence, and the drafter's own. The target's are :func:`memory_footprint`'s sum from its tabulated
+    coefficients (weights, KV of B (L + n) tokens, activations of B n); a hybrid model's state slots are not in the
+    table, so its bytes come from :func:`target_bytes_on_device` itself."""
+    weights, kv, act, extra_of = _memory_table(spec, pr, d)
+    if spec.n_linear_layers:
+        on_device = float(target_bytes_on_device(pr, spec, B, L, n))
+    else:
+        total = weights + (B * (L + n)) * kv + (B * n) * act
+        on_device = total - (weights if pr.offloaded else 0.0)
+    extra = extra_of.get((B, L))
+    if extra is None:
+        extra = extra_of[(B, L)] = d.extra_memory_bytes(Ctx.of(spec, pr), B, L)
+        if len(extra_of) > 1024:
+            extra_of.clear()
+    return on_device, extra  # as the drafter's method types it (the scalar path keeps that type)
+
+
 def alpha_for_heuristic(mean_accepted: float) -> float:
     """The per-token acceptance at which Hugging Face's schedule emits ``mean_accepted`` tokens per round."""
     return _heuristic_mix(float(mean_accepted))[2]
@@ -282,8 +328,8 @@ def predict_speedup(
     t_round = round_seconds(t_draft, t_verify, round_host)
     # memory as the array path counts it: the target's share of one device plus the drafter's own bytes
     new_tokens = (nodes if nodes is not None else int(round(g_out or 0))) + 1
-    mem = float(target_bytes_on_device(pr, spec, B, L, new_tokens)) / pr.tp
-    mem += float(d.extra_memory_bytes(Ctx(spec, pr), B, L))
+    on_device, extra = configuration_bytes(pr, spec, d, B, L, new_tokens)
+    mem = on_device / pr.tp + float(extra)
     cap = pr.hardware.memory_bytes if pr.hardware.memory_bytes is not None else math.inf
     # every field given: the instance without the frozen dataclass's per-field __setattr__ (cost.frozen)
     result: PredictedSpeedup = frozen(

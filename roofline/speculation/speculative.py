@@ -28,7 +28,7 @@ from numpy.typing import ArrayLike
 from roofline.core.errors import SpecroofError, check_min
 from roofline.costing.engine import Engine
 from roofline.costing.hardware import Hardware
-from roofline.costing.passtime import memory_footprint, pass_seconds, pass_time, scalar_pricer
+from roofline.costing.passtime import pass_seconds, pass_time, scalar_pricer
 from roofline.costing.pricing import DEFAULT_CONTEXT, Pricing, pricing_for, pricing_of, replace_hardware
 from roofline.passes.cost import frozen, scalar_count
 from roofline.passes.model import ModelSpec, get_model
@@ -62,6 +62,7 @@ from roofline.speculation.drafters import (
 from roofline.speculation.predict import (
     PredictedSpeedup,
     alpha_for_heuristic,
+    configuration_bytes,
     predict_speedup,
     speedup_by_engine,
     target_bytes_on_device,
@@ -382,33 +383,6 @@ def _speedup_result(
     return result
 
 
-_MEMORY: dict[tuple[int, int, int], tuple[Any, ...]] = {}
-
-
-def _memory_table(spec: ModelSpec, pr: Pricing, d: Any) -> tuple[float, float, float, dict[tuple[int, int], Any]]:
-    """:func:`memory_footprint` of the target tabulated once per (model, pricing): its weights, KV bytes per cached
-    token and activation bytes per new token, from the function itself at one sequence, one new token and no
-    context (it is linear in batch x (context + new tokens) and batch x new tokens, section 47); and the drafter's
-    extra bytes, kept per (batch, context) as its own method gives them."""
-    key = (id(spec), id(pr), id(d))
-    hit = _MEMORY.get(key)
-    if hit is not None and hit[0] is spec and hit[1] is pr and hit[2] is d:  # the entry holds them: ids not reused
-        return hit[3]  # type: ignore[no-any-return]
-    fp = memory_footprint(
-        spec, 1, 0, weight_dtype=pr.stored_weight_dtype, kv_dtype=pr.kv_dtype, act_dtype=pr.dtype, new_tokens=1
-    )
-    table: tuple[float, float, float, dict[tuple[int, int], Any]] = (
-        float(fp.weights_bytes),
-        float(fp.kv_bytes),
-        float(fp.activation_bytes),
-        {},
-    )
-    if len(_MEMORY) > 256:
-        _MEMORY.clear()
-    _MEMORY[key] = (spec, pr, d, table)
-    return table
-
-
 def _scalar_speedup(
     pr: Pricing,
     spec: ModelSpec,
@@ -439,17 +413,7 @@ def _scalar_speedup(
     E = expected_tokens_scalar(alpha, g)
     if hasattr(d, "tokens_per_round"):
         E = float(d.tokens_per_round(E))
-    weights, kv, act, extra_of = _memory_table(spec, pr, d)
-    n = g + 1
-    # memory_footprint's sum at (B, L, n) from its own coefficients: weights, KV of B (L + n) tokens, activations of B n
-    # (a hybrid model's state slots, also B n, are never on this path: it prices them on the array path)
-    total = weights + (B * (L + n)) * kv + (B * n) * act
-    on_device = total - (weights if pr.offloaded else 0.0)
-    extra = extra_of.get((B, L))
-    if extra is None:
-        extra = extra_of[(B, L)] = d.extra_memory_bytes(Ctx.of(spec, pr), B, L)
-        if len(extra_of) > 1024:
-            extra_of.clear()
+    on_device, extra = configuration_bytes(pr, spec, d, B, L, g + 1)
     base, t_draft, t_verify, host = times
     return _speedup_result(pr, g, E, base, t_draft, t_verify, host, B, extra, on_device, d.name)
 
