@@ -14,7 +14,7 @@ import pytest
 
 from roofline.core.errors import SpecroofError
 from roofline.costing import engine as engine_mod
-from roofline.costing.engine import engine_group, hf_engine_name, load_engine
+from roofline.costing.engine import engine_group, hf_engine_name, installed_transformers_major, load_engine
 from roofline.costing.passtime.passes import pass_time
 from roofline.evidence.published_kernels import KERNELS_DIR, load_kernel_rows, predict_kernel_us
 from roofline.passes.cost import expected_experts_touched
@@ -40,6 +40,15 @@ def run(capsys, *argv):
     return code, out.out, out.err
 
 
+@pytest.fixture(autouse=True)
+def _fresh_major():
+    """The installed major is read once per process: each test here reads it anew after patching the metadata, and
+    leaves the real one behind."""
+    installed_transformers_major.cache_clear()
+    yield
+    installed_transformers_major.cache_clear()
+
+
 @pytest.fixture
 def no_transformers(monkeypatch):
     """No transformers distribution installed: --engine hf prices the current major."""
@@ -48,6 +57,7 @@ def no_transformers(monkeypatch):
         raise metadata.PackageNotFoundError(name)
 
     monkeypatch.setattr(metadata, "version", missing)
+    installed_transformers_major.cache_clear()
 
 
 # -- the Done-when numbers ----------------------------------------------------------------------------------------
@@ -81,8 +91,10 @@ def test_hf_names_the_installed_major_and_the_current_one_when_none(monkeypatch)
     assert hf_engine_name(4) == "hf-4" and hf_engine_name(5) == "hf" and hf_engine_name(None) in ("hf", "hf-4")
     assert hf_engine_name(9) == "hf"  # a major without a profile: the current one's
     monkeypatch.setattr(metadata, "version", lambda name: "4.57.1")
+    installed_transformers_major.cache_clear()
     assert load_engine("hf").name == "hf-4" and load_engine("eager").name == "hf-4"
     monkeypatch.setattr(metadata, "version", lambda name: "5.25.0")
+    installed_transformers_major.cache_clear()
     assert load_engine("hf").name == "hf" and load_engine("eager").name == "hf"
     assert engine_group("hf-4") == engine_group(load_engine("hf-4")) == "hf"
 

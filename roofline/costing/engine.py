@@ -79,8 +79,11 @@ HF_DEFAULT_MAJOR = 5
 HF_MAJORS = (4, 5)
 
 
+@functools.lru_cache(maxsize=1)
 def installed_transformers_major() -> int | None:
-    """The major version of the installed ``transformers`` distribution (its metadata, never an import), or None."""
+    """The major version of the installed ``transformers`` distribution (its metadata, never an import), or None.
+    Read once per process: a metadata lookup scans the installed distributions (about 0.6 ms), and every
+    ``load_engine("hf")`` asks."""
     from importlib import metadata
 
     try:
