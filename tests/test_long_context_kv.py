@@ -141,3 +141,21 @@ def test_the_scalar_pricer_adds_the_kernels_excess_as_the_array_path_does(hw: st
             one = pass_time(spec, pr, B, n, L)
             assert float(pass_seconds(spec, pr, B, n, L)) == pytest.approx(float(arr.t_step_s[0]), rel=1e-12)
             assert np.allclose(np.asarray(one.op_memory_s), np.asarray(arr.op_memory_s)[:, 0], rtol=1e-12, atol=0)
+
+
+def test_compiled_reads_the_cache_with_flashattention_splits() -> None:
+    # MagicDec's published long-context tables ran FlashAttention-2's flash_attn_with_kvcache (section 54): at batch
+    # 64 with one KV head per A100 it splits each sequence in three (1.78 waves, q 0.89), where flex-decoding's rule
+    # (two splits, 1.19 waves, q 0.59) would price the read a third slower
+    assert kve.KV_ENGINES["compiled"] == "fa2"
+    fa2 = float(kve.occupancy(64, 32768 / kve.KEY_BLOCK, 108, rule="fa2"))
+    flex = float(kve.occupancy(64, 32768 / kve.KEY_BLOCK, 108, rule="flex"))
+    assert fa2 == pytest.approx(0.89, abs=0.01) and flex == pytest.approx(0.59, abs=0.01)
+    hw = rf.load_hardware("a100-sxm-80gb")
+    read = kve.KVRead(hw.bandwidth_bytes_per_s, 108, kve.AMPERE_CEILING, "ampere")
+    assert read.split_rule == "fa2"
+    slow = dataclasses.replace(read, split_rule="flex")
+    nbytes = 64 * 32768 * kve.HEAD_BYTES
+    assert float(slow.call_read_seconds(nbytes, 64, 32768, 1e15)) > 1.3 * float(
+        read.call_read_seconds(nbytes, 64, 32768, 1e15)
+    )

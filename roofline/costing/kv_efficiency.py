@@ -75,9 +75,10 @@ GPUS = {
 }  # fmt: skip
 
 #: engines whose decode attention is a split-KV kernel under CUDA graphs and whose profiles do not fit a KV rate of
-#: their own, with their kernel's split rule: gpt-fast-style ``compiled`` (flex-decoding). vLLM, SGLang and TensorRT-LLM
-#: keep their fitted ``kv_bandwidth_fraction`` (section 54)
-KV_ENGINES = {"compiled": "flex"}
+#: their own, with their kernel's split rule: gpt-fast-style ``compiled``, FlashAttention's (the long-context rows
+#: published for it, MagicDec's project-page tables, ran FlashAttention-2's ``flash_attn_with_kvcache``: section 54).
+#: vLLM, SGLang and TensorRT-LLM keep their fitted ``kv_bandwidth_fraction``
+KV_ENGINES = {"compiled": "fa2"}
 
 
 def gpu_of(hw_id: str) -> tuple[str, int] | None:
@@ -121,7 +122,7 @@ class KVRead:
     tail: float = TAIL
     floor_s: float = FLOOR_S
     #: the kernel's split rule (:func:`splits`)
-    split_rule: str = "flex"
+    split_rule: str = "fa2"
 
     def call_read_seconds(self, nbytes: Any, units: Any, context: Any, stream_bytes_per_s: float) -> Any:
         """Seconds one device's call spends reading ``nbytes`` of cache for ``units`` (sequence, KV head) pairs of
@@ -157,7 +158,7 @@ def call_seconds(
     return np.maximum(floor + b / (ceiling * peak), b / (ceiling * peak * q))
 
 
-def efficiency(context: Any, batch: Any, kv_heads: int, hw: Any, rule: str = "flex", **fit: float) -> Any:
+def efficiency(context: Any, batch: Any, kv_heads: int, hw: Any, rule: str = "fa2", **fit: float) -> Any:
     """Achieved share of the datasheet bandwidth of one call over ``batch`` sequences of ``context`` tokens and
     ``kv_heads`` heads (of 128 dims in 16 bits) on one device, floor included (what a kernel benchmark reports), for
     the split rule ``rule`` (:func:`splits`)."""
