@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from roofline.core.errors import SpecroofError
-from roofline.evidence.published import load_published, predict_row
+from roofline.evidence.published import load_published, predict_row, validation_table
 from roofline.passes.model import get_model
 from roofline.speculation.closed_forms import expected_tokens
 from roofline.speculation.drafters import DraftModel
@@ -70,3 +70,19 @@ def test_a_speedup_without_acceptance_reports_the_tokens_per_round_it_implies(tm
     # priced at the implied tokens per round, the row gives its published speedup back
     again = predict_row({**dict(r), "mean_accepted": out["implied_mean_accepted"]}, "compiled")["predicted"]
     assert again == pytest.approx(1.3)
+
+
+def test_the_magicdec_rows_are_held_out_and_priced():
+    rows = load_published()
+    md = rows[rows["file"] == "magicdec_blog.toml"]
+    assert len(md) == 19 and (md["use"] == "validation").all() and (md["engine"] == "compiled").all()
+    assert (md["hardware"] == "a100-sxm-80gb").sum() == 11 and (md["hardware"] == "h100-sxm-80gb").sum() == 8
+    t = validation_table(md)
+    with_alpha = md["alpha"].notna().to_numpy()
+    assert with_alpha.sum() == 5
+    assert np.isfinite(t["error_engine"].to_numpy()[with_alpha]).all()
+    # the rest publish no acceptance: an implied tokens per round within a chain's bounds, no error
+    implied = t["implied_mean_accepted"].to_numpy()[~with_alpha]
+    gammas = md["gamma"].to_numpy()[~with_alpha].astype(float)
+    assert np.isnan(t["error_engine"].to_numpy()[~with_alpha]).all()
+    assert ((implied >= 1.0) & (implied <= gammas + 1)).all()
