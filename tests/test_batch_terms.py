@@ -187,12 +187,15 @@ def test_the_bucket_table_keeps_the_roofline_column_and_issue_47s_bounds(table):
     # calibration: median <= 10% per engine and batch bucket for decode, batched and speculative rows
     cal = s[s["use"] == "calibration"]
     assert (cal["median_abs_error_engine"] <= BUCKET_BOUNDS["calibration"]).all(), cal.to_string()
-    # the engine-aware model beats the bare roofline in every group but one held-out group, named here so that a new
+    # the engine-aware model beats the bare roofline in every group but two held-out groups, named here so that a new
     # loss fails: SGLang at batch 17-64, AngelSlim issue #163's Qwen3-30B-A3B EAGLE-3 tree at batch 32 (+88%; its
-    # plain run's throughput, 1128 tok/s, is what the harness's whole run gave, prompts included) and 64 (+16%)
+    # plain run's throughput, 1128 tok/s, is what the harness's whole run gave, prompts included) and 64 (+16%); and
+    # compiled above batch 64, one row: MagicDec's Llama-3.1-8B self-speculation at batch 128 and 32k tokens on eight
+    # A100s (both predictions far above its 1.47x: +81% engine-aware, +72% roofline)
     lost = s[s["median_abs_error_engine"] >= s["median_abs_error_roofline"]]
     assert {(u, e, b) for u, e, b in zip(lost["use"], lost["engine"], lost["bucket"], strict=True)} <= {
-        ("validation", "sglang", "17-64")
+        ("validation", "sglang", "17-64"),
+        ("validation", "compiled", ">64"),
     }
 
 

@@ -79,8 +79,10 @@ def load_published(folder: str | Path | None = None) -> pd.DataFrame:
                 "weight_dtype": r.get("weight_dtype", "bf16"),
                 "tp": int(r.get("tp", 1)),
                 "drafter": r.get("drafter"),
+                "drafter_kv_window": r.get("drafter_kv_window"),
                 "gamma": r.get("gamma"),
                 "tree": r.get("tree"),
+                "alpha": r.get("alpha"),
                 "mean_accepted": r.get("mean_accepted"),
                 "published_tokens_per_s": r.get("tokens_per_s"),
                 "published_speedup": r.get("speedup"),
@@ -148,8 +150,10 @@ def _serving_row(path: Path, i: int, data: dict[str, Any], series: dict[str, Any
         "weight_dtype": s.get("weight_dtype", "bf16"),
         "tp": int(s.get("tp", 1)),
         "drafter": s.get("drafter"),
+        "drafter_kv_window": None,
         "gamma": None,
         "tree": None,
+        "alpha": None,
         "mean_accepted": None,
         "published_tokens_per_s": None,
         "published_speedup": None,
@@ -196,6 +200,7 @@ def _check_row(path: Path, i: int, row: dict[str, Any]) -> None:
         raise SpecroofError(f"{where}: a {row['kind']} row gives prompt_tokens >= 1 and output_tokens >= 0")
     if row["counts"] not in ("output", "total"):
         raise SpecroofError(f"{where}: counts must be 'output' or 'total' (got {row['counts']!r})")
+    _check_speculative_fields(where, row)
     if row["engine_config"]:
         # the engine's own knobs (SGLang's flags, vLLM's speculative config): read as `--engine-config` reads them
         from roofline.deploy.engine_flags import read_engine_config
@@ -208,6 +213,46 @@ def _check_row(path: Path, i: int, row: dict[str, Any]) -> None:
             read_engine_config(row["engine_config"], target=row["model"])
         except SpecroofError as e:
             raise SpecroofError(f"{where}: engine_config: {e}") from None
+
+
+def _check_speculative_fields(where: str, row: dict[str, Any]) -> None:
+    """A speculative row's per-token acceptance and its draft model's StreamingLLM window.
+
+    ``alpha`` (a per-token acceptance rate, as MagicDec publishes one) on a chain of ``gamma`` drafts stands for the
+    tokens per round it gives under the i.i.d. model, ``(1 - alpha^(gamma+1)) / (1 - alpha)``: the loader writes that
+    into ``mean_accepted`` (which it must then not also give). ``drafter_kv_window`` is a ``model:NAME`` draft's
+    StreamingLLM cache (attention sinks plus the most recent tokens): the draft reads ``min(context, window)`` cached
+    tokens, not the context (:class:`roofline.speculation.drafters.DraftModel` ``kv_window``)."""
+    alpha, window = row["alpha"], row["drafter_kv_window"]
+    if alpha is not None:
+        g = row["gamma"]
+        if row["kind"] != "speculative" or isinstance(g, bool) or not isinstance(g, int) or g < 1 or row["tree"]:
+            raise SpecroofError(f"{where}: alpha is a speculative chain's figure: give it with a whole gamma >= 1")
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 < alpha <= 1.0:
+            raise SpecroofError(f"{where}: alpha (a per-token acceptance rate) must lie in (0, 1] (got {alpha!r})")
+        if row["mean_accepted"] is not None or row["engine_config"]:
+            raise SpecroofError(f"{where}: give alpha or mean_accepted, not both (alpha gives the tokens per round)")
+        from roofline.speculation.closed_forms import expected_tokens_scalar
+
+        row["mean_accepted"] = expected_tokens_scalar(float(alpha), g)
+    if window is not None:
+        if row["kind"] != "speculative" or not str(row["drafter"] or "").startswith("model:"):
+            raise SpecroofError(
+                f"{where}: drafter_kv_window is a draft model's cache: give it with drafter = 'model:NAME'"
+            )
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise SpecroofError(f"{where}: drafter_kv_window must be a whole number of tokens >= 1 (got {window!r})")
+
+
+def _row_drafter(r: dict[str, Any]) -> Any:
+    """The drafter a row names, as the predictor takes it: the name, or its draft model with a StreamingLLM window."""
+    window: Any = r.get("drafter_kv_window")
+    if not _is_given(window):
+        return r["drafter"]
+    from roofline.passes.model import get_model
+    from roofline.speculation.drafters import DraftModel
+
+    return DraftModel(get_model(str(r["drafter"]).removeprefix("model:")), kv_window=int(window))
 
 
 def _act_dtype(weight_dtype: str) -> str:
@@ -251,7 +296,7 @@ def predict_row(row: pd.Series | dict[str, Any], engine: Engine | str | None) ->
     kw: dict[str, Any] = dict(
         hardware=r["hardware"],
         target=r["model"],
-        drafter=r["drafter"],
+        drafter=_row_drafter(r),
         gamma=gamma,
         tree=r["tree"] if isinstance(r["tree"], str) else None,
         engine=eng,
@@ -264,21 +309,25 @@ def predict_row(row: pd.Series | dict[str, Any], engine: Engine | str | None) ->
     ma = r["mean_accepted"]
     if isinstance(r.get("engine_config"), str) and r["engine_config"]:
         return _predict_engine_config(r, eng, batch, spec_batch, act, wdt)
-    if ma is None or (isinstance(ma, float) and math.isnan(ma)):
-        # no acceptance published: price the round once (at one token per round) and report what E the figure implies
-        p = predict_speedup(mean_accepted=1.0, **kw)
-        return {
-            "predicted": float("nan"),
-            "implied_mean_accepted": r["published_tokens_per_s"] * p.t_round_s / spec_batch,
-        }
-    p = predict_speedup(mean_accepted=float(ma), **kw)
+    no_acceptance = ma is None or (isinstance(ma, float) and math.isnan(ma))
+    # no acceptance published: price the round once (at one token per round) and report what E the figure implies
+    p = predict_speedup(mean_accepted=1.0 if no_acceptance else float(ma), **kw)
     speedup_ = p.speedup
     if spec_batch != batch:
         # the plain decoding it is compared with runs the whole batch
         base = pass_time(r["model"], r["hardware"], batch, 1, r["context"], act, weight_dtype=wdt, tp=r["tp"],
                          engine=eng)  # fmt: skip
         speedup_ = p.tokens_per_s * float(base.t_step_s[()]) / batch
-    if r["published_speedup"] is not None and not pd.isna(r["published_speedup"]):
+    published_speedup = _is_given(r["published_speedup"])
+    if no_acceptance:
+        # a round's time does not depend on E: tokens/s and speedup at E tokens per round are E times those at one
+        implied = (
+            float(r["published_speedup"]) / speedup_
+            if published_speedup
+            else r["published_tokens_per_s"] * p.t_round_s / spec_batch
+        )
+        return {"predicted": float("nan"), "implied_mean_accepted": implied}
+    if published_speedup:
         return {"predicted": speedup_}
     return {"predicted": p.tokens_per_s}
 
@@ -414,8 +463,12 @@ def _setup(r: pd.Series) -> str:
         if isinstance(knobs, str) and knobs:  # SGLang's steps/topk/draft tokens as its flags give them
             shape = " ".join(w for w in knobs.replace("--speculative-", "").split() if w[:1].isdigit())
             shape = "knobs " + "/".join(shape.split())
-        parts.append(f"+ {r['drafter']}" + (f" ({shape})" if shape else ""))
-        if r["mean_accepted"] is not None and not pd.isna(r["mean_accepted"]):
+        window: Any = r.get("drafter_kv_window")
+        drafter = f"{r['drafter']} (StreamingLLM {int(window)})" if _is_given(window) else str(r["drafter"])
+        parts.append(f"+ {drafter}" + (f" ({shape})" if shape else ""))
+        if _is_given(r.get("alpha")):
+            parts.append(f"alpha={r['alpha']} (E={r['mean_accepted']:.3f})")
+        elif r["mean_accepted"] is not None and not pd.isna(r["mean_accepted"]):
             parts.append(f"E={r['mean_accepted']}")
     return " ".join(parts)
 
@@ -499,7 +552,8 @@ def bucket_summary(table: pd.DataFrame, kinds: tuple[str, ...] | None = BUCKET_K
 TREND_TOLERANCE = 0.10
 
 #: what makes speculative rows one series: everything but the batch
-SERIES_KEYS = ("file", "hardware", "engine", "model", "weight_dtype", "tp", "drafter", "gamma", "tree", "context")
+SERIES_KEYS = ("file", "hardware", "engine", "model", "weight_dtype", "tp", "drafter", "drafter_kv_window", "gamma", "tree",
+               "context")  # fmt: skip
 
 
 def batch_trends(rows: pd.DataFrame | None = None, engines: dict[str, Engine] | None = None) -> pd.DataFrame:

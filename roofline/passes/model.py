@@ -926,6 +926,14 @@ PRESETS: dict[str, ModelSpec] = {
         _llama("vicuna-13b", 40, 5120, 40, 40, 13824, 32000, 2048),
         _llama("vicuna-33b", 60, 6656, 52, 52, 17920, 32000, 2048),
         _llama("llama-160m", 12, 768, 12, 12, 3072, 32000, 2048),
+        # -- MagicDec's long-context pair (published/magicdec_blog.toml) --
+        # togethercomputer/LLaMA-2-7B-32K config.json: the Llama-2-7B architecture (32 layers, 4096 wide, 32 query and
+        # 32 KV heads, intermediate 11008, vocab 32000) with max_position_embeddings 32768 (linear RoPE scaling 8)
+        _llama("llama-2-7b-32k", 32, 4096, 32, 32, 11008, 32000, 32768),
+        # TinyLlama/TinyLlama_v1.1 (as TinyLlama_v1.1_chinese's and TinyLlama-1.1B-Chat-v1.0's config.json): 22 layers,
+        # 2048 wide, 32 query and 4 KV heads, intermediate 5632, vocab 32000, 2048 positions; MagicDec's own table
+        # (Engine/model.py transformer_configs "tinyllama") gives the same shape
+        _llama("tinyllama-1.1b", 22, 2048, 32, 4, 5632, 32000, 2048),
         # multi-head latent attention + DeepSeekMoE (config.json of deepseek-ai/DeepSeek-V3, -R1, -V2-Lite and
         # moonshotai/Kimi-K2-Instruct on the Hugging Face hub); head_dim = qk_nope 128 + qk_rope 64
         # num_nextn_predict_layers: DeepSeek-V3/R1 ship one MTP module, Kimi K2 and V2-Lite none
@@ -1012,6 +1020,8 @@ HF_IDS: dict[str, tuple[str, ...]] = {
     "llama-68m": ("JackFram/llama-68m",),
     "vicuna-68m": ("double7/vicuna-68m",),
     "llama-160m": ("JackFram/llama-160m",),
+    "llama-2-7b-32k": ("togethercomputer/LLaMA-2-7B-32K",),
+    "tinyllama-1.1b": ("TinyLlama/TinyLlama_v1.1", "TinyLlama/TinyLlama-1.1B-Chat-v1.0"),
     "deepseek-v3": ("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-V3-0324", "deepseek-ai/DeepSeek-V3-Base"),
     "deepseek-r1": ("deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-R1-0528"),
     "deepseek-v2-lite": ("deepseek-ai/DeepSeek-V2-Lite", "deepseek-ai/DeepSeek-V2-Lite-Chat"),
