@@ -274,7 +274,7 @@ def speedup(
     """
     pr = pricing_for(hardware, dtype, weight_dtype, kv_dtype, efficiency, overhead_s, tp, engine)
     spec = get_model(target)
-    d = as_drafter(drafter)
+    d = as_drafter(drafter, spec)  # the target names its published drafter ("dflash")
     if (
         gamma is not None
         and getattr(d, "modules_for", None) is not None
