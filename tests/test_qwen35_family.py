@@ -103,6 +103,14 @@ def test_the_drafters_shapes_match_their_published_file_sizes():
     assert (four.n_layers, four.n_sliding_layers, four.sliding_window) == (6, 5, 4096)
 
 
+@pytest.mark.parametrize("name", sorted(SIZES))
+def test_mtp_prices_the_one_mtp_layer_of_every_preset(name):
+    r = speedup("b200-180gb", name, "mtp", [0.8], 1, context=1024, engine="vllm", tp=8 if "397b" in name else 1)
+    assert float(r.speedup) > 0 and float(r.t_checkpoint_s) > 0 and float(r.t_draft_s) > 0
+    with pytest.raises(Exception, match="ships 1 MTP module"):  # one rate over the reused module's steps: refused
+        speedup("b200-180gb", name, "mtp", 0.8, 3, context=1024, engine="vllm")
+
+
 def test_no_dflash_drafter_where_none_is_published():
     for name in ("qwen3.5-0.8b", "qwen3.5-2b", "qwen3.5-397b-a17b"):
         assert published(name, "dflash") is None
