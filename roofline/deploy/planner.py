@@ -412,7 +412,7 @@ def price_engine_config(
     if config.drafter in TREE_DRAFTERS:
         model, mean = _tree_acceptance(acceptance, mean_accepted)
         if model is not None and not isinstance(model, ChainCurveAcceptance):
-            check_reused_modules(as_drafter(config.drafter), spec, s.num_steps)
+            check_reused_modules(as_drafter(config.drafter, spec), spec, s.num_steps)
         ep = plan_engine(hardware=pr, target=spec, drafter=config.drafter, framework=config.engine, settings=[s],
                          acceptance=model, mean_accepted=mean, measured_at=s if mean is not None else None,
                          batches=[batch], context=context)  # fmt: skip
@@ -510,7 +510,7 @@ def compare_engine_config(
     yours = price_engine_config(config, pr, acceptance=acceptance, mean_accepted=mean_accepted, target=spec,
                                 batch=batch, context=context)  # fmt: skip
     notes: list[str] = []
-    d = as_drafter(config.drafter)
+    d = as_drafter(config.drafter, spec)
     limit = reused_step_limit(d, spec)
     covered = config.setting.num_steps if mean_accepted is not None else None
     if config.drafter in TREE_DRAFTERS:

@@ -88,7 +88,8 @@ def best_tree_size(
     table across GPUs and batches.
     """
     pr = pricing_of(hardware, dtype=dtype, engine=engine, weight_dtype=weight_dtype, kv_dtype=kv_dtype, tp=tp)
-    spec, d = get_model(target), as_drafter(drafter)
+    spec = get_model(target)
+    d = as_drafter(drafter, spec)
     budgets = [int(b) for b in check_min("budgets", list(budgets), 1, integer=True)]
     max_depth = int(check_min("max_depth", max_depth, 1, integer=True))  # 8.0 or np.int64(8) is a depth; range() below
     if opt is None or opt.table.shape[0] <= max(budgets) or opt.table.shape[1] <= max_depth:
@@ -151,7 +152,8 @@ def trees_vs_batch(
     (of Pricings or profiles priced with the keyword options).
     """
     hws: list[Pricing | Hardware | str] = list(hardware) if isinstance(hardware, (list, tuple)) else [hardware]  # type: ignore[list-item]
-    spec, d = get_model(target), as_drafter(drafter)
+    spec = get_model(target)
+    d = as_drafter(drafter, spec)
     model = acceptance if isinstance(acceptance, AcceptanceModel) else SiblingRankAcceptance(acceptance)
     chains = [(g, Tree.chain(g)) for g in range(1, max_gamma + 1)]
     chain_tokens = [tree.expected_tokens(model) for _, tree in chains]

@@ -886,6 +886,59 @@ _QWEN3_5_35B_A3B: dict[str, Any] = {
     "mtp_num_hidden_layers": 1,
 }  # fmt: skip
 
+
+def _qwen3_5_text(L: int, d: int, H: int, kv: int, lin_v: int, *, tie: bool, **fields: Any) -> dict[str, Any]:
+    """A Qwen3.5 ``text_config`` from the fields its sizes differ in: ``L`` layers of width ``d``, ``H`` query / ``kv``
+    KV heads in the gated-attention layers, ``lin_v`` Gated DeltaNet value heads, tied embeddings or not, and (dense:
+    ``intermediate_size``; MoE: the expert fields) in ``fields``. The rest is what every Qwen3.5 config.json below
+    gives alike: attention heads of 256 in every fourth layer (``full_attention_interval`` 4), 16 DeltaNet key heads,
+    key and value heads of 128 and a conv of 4, the 248320-token vocabulary, 262144 positions, the state in float32
+    (``mamba_ssm_dtype``) and one MTP layer (``mtp_num_hidden_layers``; the model cards: "MTP: trained with
+    multi-steps")."""
+    moe = "num_experts" in fields
+    return {
+        "model_type": "qwen3_5_moe_text" if moe else "qwen3_5_text", "hidden_size": d, "num_hidden_layers": L,
+        "num_attention_heads": H, "num_key_value_heads": kv, "head_dim": 256, "vocab_size": 248320,
+        "max_position_embeddings": 262144, "tie_word_embeddings": tie, "hidden_act": "silu", "attn_output_gate": True,
+        "full_attention_interval": 4, "linear_num_key_heads": 16, "linear_num_value_heads": lin_v,
+        "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
+        "mamba_ssm_dtype": "float32", "mtp_num_hidden_layers": 1, **fields,
+    }  # fmt: skip
+
+
+#: The other Qwen3.5 checkpoints, each from its config.json's text_config (Qwen/Qwen3.5-<size> on the Hugging Face
+#: hub), read in public copies: p-doom/omegalax omegalax/models/qwen3_5/config.py (a registry of every size's
+#: text_config by Hugging Face id), THUDM/slime scripts/models/qwen3.5-*.sh (0.8B, 27B, 397B-A17B: layers, width,
+#: heads, MLP), the 0.8B config.json copied whole into public tests (Qwen/Qwen3.5-0.8B at revision 2fc06364) and the
+#: model cards' layouts (9B: "8 x (3 x (Gated DeltaNet -> FFN) -> 1 x (Gated Attention -> FFN))", 32 value / 16 QK
+#: linear heads, 16 Q / 4 KV attention heads, intermediate 12288). The 0.8B, 2B and 4B tie their embeddings; the 9B,
+#: 27B and the MoE models do not.
+_QWEN3_5_DENSE: dict[str, dict[str, Any]] = {
+    # Qwen/Qwen3.5-0.8B: 24 layers of 1024, 8 query / 2 KV heads, 16 DeltaNet value heads, MLP 3584
+    "qwen3.5-0.8b": _qwen3_5_text(24, 1024, 8, 2, 16, tie=True, intermediate_size=3584),
+    # Qwen/Qwen3.5-2B: 24 layers of 2048, 8 / 2 heads, 16 value heads, MLP 6144
+    "qwen3.5-2b": _qwen3_5_text(24, 2048, 8, 2, 16, tie=True, intermediate_size=6144),
+    # Qwen/Qwen3.5-4B: 32 layers of 2560, 16 / 4 heads, 32 value heads, MLP 9216
+    "qwen3.5-4b": _qwen3_5_text(32, 2560, 16, 4, 32, tie=True, intermediate_size=9216),
+    # Qwen/Qwen3.5-9B: 32 layers of 4096, 16 / 4 heads, 32 value heads, MLP 12288 (tests/data/hybrid/qwen3.5-9b.json)
+    "qwen3.5-9b": _qwen3_5_text(32, 4096, 16, 4, 32, tie=False, intermediate_size=12288),
+    # Qwen/Qwen3.5-27B: 64 layers of 5120, 24 / 4 heads, 48 value heads, MLP 17408
+    "qwen3.5-27b": _qwen3_5_text(64, 5120, 24, 4, 48, tie=False, intermediate_size=17408),
+}
+#: The larger Qwen3.5 MoE checkpoints (same sources; 122B-A10B and 397B-A17B config.json as the registry above and
+#: public copies of the 397B's text_config give them): 48 and 60 layers, 64 DeltaNet value heads, 32 query / 2 KV
+#: heads, routed experts of width 1024 and one shared expert of 1024 (256 experts, 8 per token; 512, 10 per token)
+_QWEN3_5_MOE: dict[str, dict[str, Any]] = {
+    "qwen3.5-122b-a10b": _qwen3_5_text(
+        48, 3072, 32, 2, 64, tie=False, num_experts=256, num_experts_per_tok=8, moe_intermediate_size=1024,
+        shared_expert_intermediate_size=1024,
+    ),
+    "qwen3.5-397b-a17b": _qwen3_5_text(
+        60, 4096, 32, 2, 64, tie=False, num_experts=512, num_experts_per_tok=10, moe_intermediate_size=1024,
+        shared_expert_intermediate_size=1024,
+    ),
+}  # fmt: skip
+
 #: Published shapes (from each model's config.json) of the models people pair in speculation.
 PRESETS: dict[str, ModelSpec] = {
     m.name: m
@@ -982,6 +1035,7 @@ PRESETS: dict[str, ModelSpec] = {
         _minimax_m2(),
         _from_hf_dict(_QWEN3_NEXT_80B_A3B, "qwen3-next-80b-a3b"),
         _from_hf_dict(_QWEN3_5_35B_A3B, "qwen3.5-35b-a3b"),
+        *(_from_hf_dict(cfg, name) for name, cfg in {**_QWEN3_5_DENSE, **_QWEN3_5_MOE}.items()),
     )
 }
 
@@ -1060,7 +1114,14 @@ HF_IDS: dict[str, tuple[str, ...]] = {
     "kimi-k2.5": ("moonshotai/Kimi-K2.5",),
     "minimax-m2": ("MiniMaxAI/MiniMax-M2",),
     "qwen3-next-80b-a3b": ("Qwen/Qwen3-Next-80B-A3B-Instruct", "Qwen/Qwen3-Next-80B-A3B-Thinking"),
-    "qwen3.5-35b-a3b": ("Qwen/Qwen3.5-35B-A3B",),
+    "qwen3.5-35b-a3b": ("Qwen/Qwen3.5-35B-A3B", "Qwen/Qwen3.5-35B-A3B-Base"),
+    "qwen3.5-0.8b": ("Qwen/Qwen3.5-0.8B", "Qwen/Qwen3.5-0.8B-Base"),
+    "qwen3.5-2b": ("Qwen/Qwen3.5-2B", "Qwen/Qwen3.5-2B-Base"),
+    "qwen3.5-4b": ("Qwen/Qwen3.5-4B", "Qwen/Qwen3.5-4B-Base"),
+    "qwen3.5-9b": ("Qwen/Qwen3.5-9B", "Qwen/Qwen3.5-9B-Base"),
+    "qwen3.5-27b": ("Qwen/Qwen3.5-27B", "Qwen/Qwen3.5-27B-FP8"),
+    "qwen3.5-122b-a10b": ("Qwen/Qwen3.5-122B-A10B", "Qwen/Qwen3.5-122B-A10B-FP8"),
+    "qwen3.5-397b-a17b": ("Qwen/Qwen3.5-397B-A17B", "Qwen/Qwen3.5-397B-A17B-FP8"),
 }
 
 #: other names a preset answers to (the issue's and the docs' short names), matched case-insensitively
@@ -1077,6 +1138,9 @@ ALIASES: dict[str, str] = {
     "qwen3-235b": "qwen3-235b-a22b",
     "kimi-k2-5": "kimi-k2.5",
     "glm-4.5air": "glm-4.5-air",
+    "qwen3.5-35b": "qwen3.5-35b-a3b",
+    "qwen3.5-122b": "qwen3.5-122b-a10b",
+    "qwen3.5-397b": "qwen3.5-397b-a17b",
 }
 _BY_HF_ID = {i.lower(): preset for preset, ids in HF_IDS.items() for i in ids}
 

@@ -40,6 +40,17 @@ def _dflash_qwen3(repo: str, L: int, d: int, H: int, kv: int, ff: int) -> ModelS
     return ModelSpec(repo, L, d, H, kv, 128, ff, 151936, max_context=40960, tie_embeddings=True)
 
 
+def _dflash_qwen3_5(repo: str, L: int, d: int, H: int, kv: int, ff: int, *, sliding: int = 0) -> ModelSpec:
+    """A DFlash draft stack for a Qwen3.5 target: ``L`` Qwen3 layers (heads of 128, the 248320-token vocabulary, 262144
+    positions), ``sliding`` of them attending over a window of 4096 (config.json ``layer_types`` and
+    ``sliding_window``). As for the Qwen3 drafters, the target's embedding and LM head are what it reads (counted once:
+    tied here, whatever the config's flag) and ``fc`` (one d x d per tapped layer) is left out of the count."""
+    return ModelSpec(
+        repo, L, d, H, kv, 128, ff, 248320, max_context=262144, tie_embeddings=True,
+        sliding_window=4096 if sliding else 0, n_sliding_layers=sliding,
+    )  # fmt: skip
+
+
 PUBLISHED_DRAFTERS: tuple[PublishedDrafter, ...] = (
     PublishedDrafter(
         "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "llama-3.1-8b", "eagle3", "the EAGLE authors' EAGLE-3 head"
@@ -103,6 +114,70 @@ PUBLISHED_DRAFTERS: tuple[PublishedDrafter, ...] = (
         "derived (no public config.json read): 5 Qwen3 layers of the target's width, heads and MLP, as the Qwen3-8B "
         "drafter's config.json has them, block 16 (the name's b16; docs/cost-model.md, section 53)",
         spec=_dflash_qwen3("z-lab/Qwen3-4B-DFlash-b16", 5, 2560, 32, 8, 9728),
+        block_size=16,
+    ),
+    # -- the Qwen3.5 family's DFlash drafters (z-lab/dflash README.md: 4B, 9B, 27B, 35B-A3B, 122B-A10B; 397B-A17B
+    # "coming soon"), block 16 each. Their layer counts, widths and taps come from config.json copies where one was
+    # read, else from public reimplementations that load these exact checkpoints; each checked against its published
+    # file size in BF16 (layers + fc; docs/cost-model.md, section 53) --
+    # z-lab/Qwen3.5-4B-DFlash config.json (a verbatim public copy, 2026-08): 6 layers of 2560 (MLP 9216, 32 query /
+    # 8 KV heads of 128), the first 5 sliding over 4096 tokens, block_size 16, target_layer_ids [1, 5, 9, ..., 29]
+    # (8 taps); 634.4M parameters with fc, as a public count of its tensors gives. (An earlier revision, which a
+    # DFlash benchmark README describes, tapped [1, 8, 15, 22, 29] with block 16.)
+    PublishedDrafter(
+        "z-lab/Qwen3.5-4B-DFlash",
+        "qwen3.5-4b",
+        "dflash",
+        "z-lab/Qwen3.5-4B-DFlash config.json",
+        spec=_dflash_qwen3_5("z-lab/Qwen3.5-4B-DFlash", 6, 2560, 32, 8, 9216, sliding=5),
+        block_size=16,
+    ),
+    # z-lab/Qwen3.5-9B-DFlash: as its config.json and safetensors read in unverbraucht/hipfire
+    # docs/DFLASH_ARCHITECTURE.md: 5 layers of 4096 (MLP 12288, 32 / 8 heads of 128), all full attention, block 16,
+    # taps [1, 8, 15, 22, 29] of the 32-layer target; 58 tensors, 2.1 GB in BF16 (1.05B parameters with fc)
+    PublishedDrafter(
+        "z-lab/Qwen3.5-9B-DFlash",
+        "qwen3.5-9b",
+        "dflash",
+        "z-lab/Qwen3.5-9B-DFlash config.json (as a public port reads it)",
+        spec=_dflash_qwen3_5("z-lab/Qwen3.5-9B-DFlash", 5, 4096, 32, 8, 12288),
+        block_size=16,
+    ),
+    # z-lab/Qwen3.5-27B-DFlash: no config.json copy was found; its shape is what Luce-Org's lucebox-hub DFlash runtime
+    # loads its BF16 safetensors with (dflash/include/dflash27b.h): 5 layers of 5120 (MLP 17408, 32 / 8 heads of
+    # 128), block 16, taps [1, 16, 31, 46, 61]. That is 1.73B parameters with fc, 3.46 GB in BF16: the published
+    # 3.46 GB (3.22 GiB of safetensors)
+    PublishedDrafter(
+        "z-lab/Qwen3.5-27B-DFlash",
+        "qwen3.5-27b",
+        "dflash",
+        "derived from a public loader of this checkpoint (no config.json copy read): 5 layers of the target's width "
+        "and MLP, block 16; its 1.73B parameters are the published 3.46 GB in BF16",
+        spec=_dflash_qwen3_5("z-lab/Qwen3.5-27B-DFlash", 5, 5120, 32, 8, 17408),
+        block_size=16,
+    ),
+    # z-lab/Qwen3.5-35B-A3B-DFlash config.json (a public copy in a DFlash backend's tests, "the published config"):
+    # 8 layers of 2048 (MLP 6144, 32 query / 4 KV heads of 128), all full attention, block_size 16, target_layer_ids
+    # [1, 10, 19, 28, 37] of the 40-layer target; 0.47B parameters with fc (no published size was found to check)
+    PublishedDrafter(
+        "z-lab/Qwen3.5-35B-A3B-DFlash",
+        "qwen3.5-35b-a3b",
+        "dflash",
+        "z-lab/Qwen3.5-35B-A3B-DFlash config.json (a public copy)",
+        spec=_dflash_qwen3_5("z-lab/Qwen3.5-35B-A3B-DFlash", 8, 2048, 32, 4, 6144),
+        block_size=16,
+    ),
+    # z-lab/Qwen3.5-122B-A10B-DFlash config.json (a trimmed public copy in a C++ runtime's tests): 6 layers of 3072
+    # (MLP 9216, 32 / 8 heads of 128), use_sliding_window with a window of 4096, block_size 16, target_layer_ids
+    # [1, 7, 14, 20, 26, 32, 39, 45]. The copy drops layer_types, so every layer is priced as full attention (an upper
+    # bound on its context reads). 0.77B parameters with fc: the published 1.5 GB in BF16
+    PublishedDrafter(
+        "z-lab/Qwen3.5-122B-A10B-DFlash",
+        "qwen3.5-122b-a10b",
+        "dflash",
+        "z-lab/Qwen3.5-122B-A10B-DFlash config.json (a trimmed public copy: layer_types not given, all layers priced "
+        "as full attention)",
+        spec=_dflash_qwen3_5("z-lab/Qwen3.5-122B-A10B-DFlash", 6, 3072, 32, 8, 9216),
         block_size=16,
     ),
     # published by z-lab beside it (the DFlash README's model list); their config.json was not read here

@@ -377,7 +377,7 @@ def compare_policies(
     spec = get_model(target)
     t_step = float(pass_seconds(spec, pr, batch, 1, context))
     # gamma 0 is a plain step; every other gamma one round of the round formula
-    t_rounds = np.where(gs == 0, t_step, round_time(pr, spec, as_drafter(drafter), gs, batch, context).t_round_s)
+    t_rounds = np.where(gs == 0, t_step, round_time(pr, spec, as_drafter(drafter, spec), gs, batch, context).t_round_s)
     t_round = dict(zip(gs.tolist(), t_rounds.tolist(), strict=True))
     gs, t_rounds = gs[: top + 1], t_rounds[: top + 1]
     e_mix = np.mean([expected_tokens_curve(row[:top], gs) for row in ext], axis=0)  # regimes equally likely

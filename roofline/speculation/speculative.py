@@ -274,7 +274,7 @@ def speedup(
     """
     pr = pricing_for(hardware, dtype, weight_dtype, kv_dtype, efficiency, overhead_s, tp, engine)
     spec = get_model(target)
-    d = as_drafter(drafter)
+    d = as_drafter(drafter, spec)  # the target names its published drafter ("dflash")
     if (
         gamma is not None
         and getattr(d, "modules_for", None) is not None
@@ -415,7 +415,9 @@ def _scalar_speedup(
         E = float(d.tokens_per_round(E))
     on_device, extra = configuration_bytes(pr, spec, d, B, L, g + 1)
     base, t_draft, t_verify, host = times
-    return _speedup_result(pr, g, E, base, t_draft, t_verify, host, B, extra, on_device, d.name)
+    # a hybrid model's state checkpoints, shown apart by the one rule the array path applies (section 52)
+    ckpt = float(checkpoint_seconds(pr, spec, g, B, L)) if spec.n_linear_layers else 0.0
+    return _speedup_result(pr, g, E, base, t_draft, t_verify, host, B, extra, on_device, d.name, ckpt)
 
 
 def draft_cost_ratio(

@@ -329,7 +329,7 @@ def _at_built_length(key: str, acc: Any, drafter: Any) -> Any:
     from roofline.speculation.acceptance import MeanAccepted
     from roofline.speculation.drafters import default_gamma
 
-    g = default_gamma(drafter)
+    g = default_gamma(drafter) if drafter is not None else None
     if not isinstance(acc, MeanAccepted) or acc.gamma is not None or acc.depth is not None or g is None:
         return acc
     if drafter_key(key) in TREE_DRAFTER_KEYS:  # EAGLE and MTP means are read on the engine's default tree
@@ -411,8 +411,20 @@ def single_acceptance(
         acc = parse_acceptance_items([text], [key], aliases=aliases)[key]
     else:
         acc = parse_acceptance(text)
+    acc = _at_built_length(key, acc, _built_for(drafter, target))  # mean:E on a published block: at its block
     plan_value, note = _for_plan(key, acc, args)
     return acc, plan_value, note
+
+
+def _built_for(drafter: str, target: Any) -> Any:
+    """The drafter ``drafter`` names on ``target`` (a published DFlash drafter has a block it is built for), or None
+    where the name resolves to none here (the command's own resolution says why)."""
+    from roofline.speculation.drafters import as_drafter
+
+    try:
+        return as_drafter(drafter, get_model(target) if target is not None else None)
+    except SpecroofError:
+        return None
 
 
 #: the draft-tree sizes searched for a GPU and the deepest tree, by ``tree --hardware`` and the report page alike

@@ -277,14 +277,19 @@ def _does_not_fit(args: argparse.Namespace, r: Any) -> dict[str, Any] | None:
     largest batch and context that fit it (roofline.deploy.memory; docs/cost-model.md, section 50.4)."""
     from roofline.deploy.memory import largest_fit, per_device_bytes, reserved_share
     from roofline.speculation.acceptance_positions import engine_family
-    from roofline.speculation.speculative import speedup
+    from roofline.speculation.drafters import as_drafter
+    from roofline.speculation.predict import configuration_bytes
 
     pr = pricing_from_args(args)
     dev = pr.hardware.memory_bytes
     if dev is None:
         return None
     k = int(r.tree_nodes or r.gamma or 0)
-    mem = float(speedup(pr, args.target, args.drafter, 0.5, k, batch=args.batch, context=args.context).memory_bytes)
+    # the bytes speedup reports for this configuration, without pricing a round: no acceptance is asked of it (a
+    # reused MTP module's k drafts would be refused one rate) and the target names its published drafter (dflash)
+    spec = get_model(args.target)
+    on_device, extra = configuration_bytes(pr, spec, as_drafter(args.drafter, spec), args.batch, args.context, k + 1)
+    mem = on_device / pr.tp + float(extra)
     share, why = reserved_share(engine_family(args.engine), args.tp, getattr(args, "memory_fraction", None))
     cap = dev * share
     if mem <= cap:

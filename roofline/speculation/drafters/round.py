@@ -99,8 +99,8 @@ def round_time(
     ``round_overhead_s``; ``verify_latency`` (nodes -> seconds, a measured table) replaces a
     tree's priced verify pass.
     """
-    d = as_drafter(drafter)
     target = get_model(target)
+    d = as_drafter(drafter, target)
     pricing = pricing if isinstance(pricing, Pricing) else pricing_of(pricing)
     ctx = Ctx.of(target, pricing)
     dctx = Ctx.of(target, draft if draft is not None else draft_pricing(pricing, d), draft_tp(pricing, d))
