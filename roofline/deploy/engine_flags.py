@@ -37,12 +37,13 @@ DRAFT_REPOS = {
     ("llama-3.1-8b", "eagle"): "yuhuili/EAGLE-LLaMA3.1-Instruct-8B",
     ("llama-3.1-8b", "eagle2"): "yuhuili/EAGLE-LLaMA3.1-Instruct-8B",
     ("llama-3.1-8b", "eagle3"): "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
-} | {k: v for k, v in draft_repos().items() if k[1] == "eagle3"}  # the presets' published EAGLE-3 heads
+} | {k: v for k, v in draft_repos().items() if k[1] in ("eagle3", "dflash")}  # the presets' published heads, blocks
 
 #: each engine's name for a drafter: SGLang --speculative-algorithm, vLLM "method", TensorRT-LLM decoding_type
 #: (a separate draft model: SGLang STANDALONE, vLLM draft_model, TensorRT-LLM DraftTarget; n-gram lookup:
-#: SGLang NGRAM, vLLM ngram, TensorRT-LLM NGram; sgl-project/sglang docs/advanced_features/speculative_decoding.md,
-#: vllm-project/vllm docs/features/spec_decode)
+#: SGLang NGRAM, vLLM ngram, TensorRT-LLM NGram; a DFlash block drafter: SGLang DFLASH, vLLM dflash, none in
+#: TensorRT-LLM; sgl-project/sglang docs/advanced_features/speculative_decoding.md, vllm-project/vllm
+#: docs/features/spec_decode)
 _METHODS = {
     "sglang": {
         "eagle": "EAGLE",
@@ -51,6 +52,7 @@ _METHODS = {
         "mtp": "NEXTN",
         "model": "STANDALONE",
         "prompt-lookup": "NGRAM",
+        "dflash": "DFLASH",
     },
     "vllm": {
         "eagle": "eagle",
@@ -60,6 +62,7 @@ _METHODS = {
         "model": "draft_model",
         "prompt-lookup": "ngram",
         "medusa": "medusa",
+        "dflash": "dflash",
     },
     "trtllm": {
         "eagle": "Eagle",
@@ -88,6 +91,17 @@ def _convert(setting: EngineSetting, engine: str) -> EngineSetting:
             f"a {setting.framework} tree ({setting.label}) has no {engine} equivalent: plan with that engine instead"
         )
     return EngineSetting(engine, setting.num_steps, 1, setting.num_steps + 1)
+
+
+def knobs_for(setting: EngineSetting, drafter: Any) -> dict[str, Any]:
+    """``setting`` under the engine's own option names for ``drafter``: SGLang's DFLASH takes its round as one
+    ``speculative_dflash_block_size`` (its argument check overrides the tree knobs); every other drafter, the
+    setting's own knobs."""
+    if setting.framework == "sglang" and _name(drafter).lower().split(":")[0] == "dflash":
+        if not setting.is_chain:
+            raise SpecroofError("SGLang's DFLASH verifies one block, a chain: give a chain setting")
+        return {"speculative_dflash_block_size": setting.num_draft_tokens}
+    return setting.knobs()
 
 
 def emit_flags(
@@ -133,7 +147,7 @@ def emit_flags(
             args[5:5] = ["--tp-size", str(tp)]
         if draft is not None:
             args += ["--speculative-draft-model-path", draft]
-        for key, value in s.knobs().items():
+        for key, value in knobs_for(s, d_name).items():
             args += ["--" + key.replace("_", "-"), str(value)]
         return shlex.join(args)
     if eng == "vllm":
@@ -170,9 +184,9 @@ def emit_flags(
 #: aliases the engines accept: SGLang's NEXTN is its MTP, vLLM's deprecated per-model MTP names are ``mtp``)
 _READ_METHODS = {
     "sglang": {"EAGLE": "eagle", "EAGLE3": "eagle3", "NEXTN": "mtp", "MTP": "mtp", "STANDALONE": "model",
-               "NGRAM": "prompt-lookup", "LOOKAHEAD": "prompt-lookup"},
+               "NGRAM": "prompt-lookup", "LOOKAHEAD": "prompt-lookup", "DFLASH": "dflash"},
     "vllm": {"eagle": "eagle", "eagle3": "eagle3", "mtp": "mtp", "deepseek_mtp": "mtp", "draft_model": "model",
-             "ngram": "prompt-lookup", "[ngram]": "prompt-lookup", "medusa": "medusa"},
+             "ngram": "prompt-lookup", "[ngram]": "prompt-lookup", "medusa": "medusa", "dflash": "dflash"},
     "trtllm": {"Eagle": "eagle", "Eagle3": "eagle3", "MTP": "mtp", "DraftTarget": "model", "NGram": "prompt-lookup",
                "Medusa": "medusa"},
 }  # fmt: skip
@@ -222,12 +236,12 @@ class EngineConfig:
     notes: tuple[str, ...] = ()
 
     def knobs(self) -> dict[str, Any]:
-        """The setting under the engine's own option names."""
-        return self.setting.knobs()
+        """The setting under the engine's own option names (:func:`knobs_for`)."""
+        return knobs_for(self.setting, self.drafter)
 
     @property
     def label(self) -> str:
-        return f"{self.engine} {self.method}: {self.setting.label}"
+        return f"{self.engine} {self.method}: " + " ".join(f"{k}={v}" for k, v in self.knobs().items())
 
     def target_spec(self, default: Any = None) -> ModelSpec:
         """The target as a :class:`roofline.passes.model.ModelSpec` (a preset, a preset's Hugging Face id, a config path);
@@ -377,11 +391,36 @@ def _method(engine: str, given: str, flag: str) -> str:
 
 
 def _drafter_spec(kind: str, draft_model: str | None, flag: str) -> str:
+    if kind == "dflash":  # the block drafter the engine loads, when the configuration names it
+        return f"dflash:{draft_model}" if draft_model else kind
     if kind != "model":
         return kind
     if not draft_model:
         raise SpecroofError(f"{flag}: a draft-model method needs the draft model's path or Hugging Face id")
     return f"model:{draft_model}"
+
+
+#: the block a DFlash drafter is trained with, SGLang's default when neither flag gives one (it reads the draft's
+#: config.json; every published z-lab drafter has block_size 16)
+DFLASH_BLOCK = 16
+
+
+def _dflash_block(flags: dict[str, str], draft_tokens: str | None, notes: list[str]) -> tuple[int, int, int]:
+    """SGLang DFLASH's round as (steps, topk, draft tokens): one block of ``--speculative-dflash-block-size`` tokens,
+    which ``--speculative-num-draft-tokens`` must equal when both are given (server_args.py refuses otherwise)."""
+    raw = flags.get("--speculative-dflash-block-size")
+    block = None if raw is None else _whole("--speculative-dflash-block-size", raw, 2)
+    n = None if draft_tokens is None else _whole("--speculative-num-draft-tokens", draft_tokens, 2)
+    if block is not None and n is not None and block != n:
+        raise SpecroofError(
+            f"--speculative-num-draft-tokens {n} and --speculative-dflash-block-size {block}: SGLang's DFLASH takes "
+            "them equal (one block verified whole): give one"
+        )
+    b = block or n
+    if b is None:
+        b = DFLASH_BLOCK
+        notes.append(f"no block size given: the draft checkpoint's own, {DFLASH_BLOCK} for every published DFlash")
+    return b - 1, 1, b
 
 
 def _sglang(flags: dict[str, str], target: Any, where: str, notes: list[str]) -> EngineConfig:
@@ -399,6 +438,8 @@ def _sglang(flags: dict[str, str], target: Any, where: str, notes: list[str]) ->
     if kind == "prompt-lookup":  # SGLang's n-gram drafter verifies num_draft_tokens - 1 drafts per round
         n = _whole("--speculative-num-draft-tokens", knobs["num-draft-tokens"] or "", 2)
         setting = EngineSetting.sglang(n - 1, 1, n)
+    elif kind == "dflash":
+        setting = EngineSetting.sglang(*_dflash_block(flags, knobs["num-draft-tokens"], notes))
     else:
         if all(v is None for v in knobs.values()):
             # SGLang picks by the target's architecture: LlamaForCausalLM (Llama, Vicuna) gets the tree, the others a

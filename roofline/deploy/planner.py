@@ -425,7 +425,7 @@ def price_engine_config(
                "expected_tokens": float(r.expected_tokens), "t_draft_s": float(r.t_draft_s),
                "t_verify_s": float(r.t_verify_s), "t_round_host_s": float(r.t_round_host_s),
                "t_round_s": float(r.t_round_s), "t_base_s": float(r.t_base_s),
-               "tokens_per_s": float(r.tokens_per_s_total), "speedup": float(r.speedup), "label": s.label}  # fmt: skip
+               "tokens_per_s": float(r.tokens_per_s_total), "speedup": float(r.speedup), "label": _label(s, config.drafter)}  # fmt: skip
     row = {k: (v.item() if isinstance(v, np.generic) else v) for k, v in row.items()}
     row["drafter"], row["engine_profile"], row["knobs"] = config.drafter, pr.engine_name, s.knobs()
     return row
@@ -468,6 +468,13 @@ class EngineVerdict:
     def to_json(self) -> dict[str, Any]:
         return {"config": self.config.to_json(), "yours": self.yours, "best": self.best, "flags": self.flags,
                 "gain": self.gain, "sentence": self.sentence(), "notes": list(self.notes)}  # fmt: skip
+
+
+def _label(setting: Any, drafter: Any) -> str:
+    """A setting as its engine's own knobs for this drafter (SGLang's DFLASH: its block size)."""
+    from roofline.deploy.engine_flags import knobs_for
+
+    return " ".join(f"{k}={v}" for k, v in knobs_for(setting, drafter).items())
 
 
 def compare_engine_config(
@@ -544,13 +551,15 @@ def compare_engine_config(
         used = acc
         top = len(acc) if is_curve else max_gamma  # type: ignore[arg-type]
         gs = [g for g in range(1, top + 1)] if settings is None else [s.num_steps for s in settings]
+        block = getattr(d, "block_size", 0)  # a block drafter drafts at most block - 1 tokens a pass (as plan)
+        gs = [g for g in gs if g < block or g == config.setting.num_steps] if block else gs
         rows = []
         for g in gs:
             one = EngineSetting(config.engine, g, 1, g + 1)
             r = speedup(pr, spec, config.drafter, acc, g, batch=batch, context=context, curve=is_curve)
             rows.append({"num_steps": g, "num_draft_tokens": g + 1, "speedup": float(r.speedup),
                          "expected_tokens": float(r.expected_tokens), "t_round_s": float(r.t_round_s),
-                         "label": one.label, "batch": int(batch), "context": int(context)})  # fmt: skip
+                         "label": _label(one, config.drafter), "batch": int(batch), "context": int(context)})  # fmt: skip
         table = pd.DataFrame(rows).sort_values(["speedup", "num_steps"], ascending=[False, True]).reset_index(drop=True)
         # within the resolution of the fastest, the shortest chain (section 50.3)
         near = table[table["speedup"] >= float(table["speedup"].iloc[0]) * (1.0 - max(0.0, resolution))]

@@ -121,7 +121,7 @@ def _deploy(args: argparse.Namespace, by_key: dict[str, Any], acceptance: Any, b
     the flags name one setting. For an EAGLE-family drafter the engine's own trees are searched too
     (roofline.deploy.engine_search); a tree that beats the chosen chain replaces it, and the recommendation says so.
     """
-    from roofline.deploy.engine_flags import emit_flags
+    from roofline.deploy.engine_flags import emit_flags, knobs_for
     from roofline.passes.model import hf_id
     from roofline.speculation.engine_trees import EngineSetting
 
@@ -160,13 +160,15 @@ def _deploy(args: argparse.Namespace, by_key: dict[str, Any], acceptance: Any, b
         draft_model = args.draft_model
         if kind == "model" and draft_model is None:
             draft_model = hf_id(d.spec) if hasattr(d, "spec") else None
-        r["deploy_setting"] = setting.label
+        knobs = knobs_for(setting, kind)
+        label = setting.label if knobs == setting.knobs() else " ".join(f"{k}={v}" for k, v in knobs.items())
+        r["deploy_setting"] = label
         out.append(
             row
             | {
                 "drafter": key,
-                "knobs": setting.knobs(),
-                "label": setting.label,
+                "knobs": knobs,
+                "label": label,
                 "num_steps": setting.num_steps,
                 "topk": setting.topk,
                 "num_draft_tokens": setting.num_draft_tokens,
