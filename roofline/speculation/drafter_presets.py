@@ -82,18 +82,19 @@ PUBLISHED_DRAFTERS: tuple[PublishedDrafter, ...] = (
     # public drafter registry gives it as ~0.5B parameters, block size 16; DFlash drafters are Qwen3 layers of the
     # target's width and attention shape (the Qwen3-8B drafter's config.json above: hidden, heads and head_dim of
     # Qwen3-8B), so 2048 wide with 32 query / 4 KV heads of 128 as Qwen3-Coder-30B-A3B; the MLP width is the target
-    # config's dense intermediate_size (6144); 5 layers, as SGLang's and the DFlash trainer's build_target_layer_ids
-    # tap 5 target layers ([1, 12, 23, 34, 45] of 48, as public Qwen3-30B-A3B DFlash configs give). That is 0.28B in
-    # its layers, 0.59B with the target's embedding it reads: the published ~0.5B lies between
+    # config's dense intermediate_size (6144). 8 layers: the drafter of Qwen3.5-35B-A3B, the same width and heads
+    # (below, from its config.json), has 8 layers of MLP 6144 over 5 tapped target layers, so the taps do not give
+    # the layer count; 8 such layers and the fc projection are 0.47B, the published ~0.5B (5 would be 0.30B)
     PublishedDrafter(
         "z-lab/Qwen3-Coder-30B-A3B-DFlash",
         "qwen3-coder-30b-a3b",
         "dflash",
-        "derived (no public config.json read): Qwen3 layers of the target's width and heads, 5 layers, block 16 "
+        "derived (no public config.json read): Qwen3 layers of the target's width and heads, 8 layers as the "
+        "Qwen3.5-35B-A3B drafter of the same width has, 0.47B as the published ~0.5B, block 16 "
         "(docs/cost-model.md, section 53)",
         spec=ModelSpec(
             "z-lab/Qwen3-Coder-30B-A3B-DFlash",
-            5,
+            8,
             2048,
             32,
             4,
