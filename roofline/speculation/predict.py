@@ -175,6 +175,12 @@ def configuration_bytes(pr: Pricing, spec: ModelSpec, d: Any, B: int, L: int, n:
     return on_device, extra  # as the drafter's method types it (the scalar path keeps that type)
 
 
+def device_bytes(on_device: Any, extra: Any, tp: int) -> Any:
+    """The bytes one device holds for a configuration: the target's share of its ``tp`` devices plus the drafter's own
+    (:func:`configuration_bytes`' two parts; the one rule every speedup answer's memory reads). Floats or arrays."""
+    return on_device / tp + extra
+
+
 def alpha_for_heuristic(mean_accepted: float) -> float:
     """The per-token acceptance at which Hugging Face's schedule emits ``mean_accepted`` tokens per round."""
     return _heuristic_mix(float(mean_accepted))[2]
@@ -329,7 +335,7 @@ def predict_speedup(
     # memory as the array path counts it: the target's share of one device plus the drafter's own bytes
     new_tokens = (nodes if nodes is not None else int(round(g_out or 0))) + 1
     on_device, extra = configuration_bytes(pr, spec, d, B, L, new_tokens)
-    mem = on_device / pr.tp + float(extra)
+    mem = device_bytes(on_device, float(extra), pr.tp)
     cap = pr.hardware.memory_bytes if pr.hardware.memory_bytes is not None else math.inf
     # every field given: the instance without the frozen dataclass's per-field __setattr__ (cost.frozen)
     result: PredictedSpeedup = frozen(

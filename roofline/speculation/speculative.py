@@ -63,6 +63,7 @@ from roofline.speculation.predict import (
     PredictedSpeedup,
     alpha_for_heuristic,
     configuration_bytes,
+    device_bytes,
     predict_speedup,
     speedup_by_engine,
     target_bytes_on_device,
@@ -350,7 +351,7 @@ def _speedup_result(
     plain = g == 0
     t_round = _where(plain, base, round_seconds(t_draft, t_verify, host))
     E = _where(plain, 1.0, E)
-    mem = (on_device / pr.tp) + extra
+    mem = device_bytes(on_device, extra, pr.tp)
     cap = pr.hardware.memory_bytes if pr.hardware.memory_bytes is not None else np.inf
     speed, per_user, total, baseline = E * base / t_round, E / t_round, B * E / t_round, 1.0 / base
     t_draft, t_verify, fits = _where(plain, 0.0, t_draft), _where(plain, base, t_verify), mem <= cap

@@ -278,7 +278,7 @@ def _does_not_fit(args: argparse.Namespace, r: Any) -> dict[str, Any] | None:
     from roofline.deploy.memory import largest_fit, per_device_bytes, reserved_share
     from roofline.speculation.acceptance_positions import engine_family
     from roofline.speculation.drafters import as_drafter
-    from roofline.speculation.predict import configuration_bytes
+    from roofline.speculation.predict import configuration_bytes, device_bytes
 
     pr = pricing_from_args(args)
     dev = pr.hardware.memory_bytes
@@ -289,7 +289,7 @@ def _does_not_fit(args: argparse.Namespace, r: Any) -> dict[str, Any] | None:
     # reused MTP module's k drafts would be refused one rate) and the target names its published drafter (dflash)
     spec = get_model(args.target)
     on_device, extra = configuration_bytes(pr, spec, as_drafter(args.drafter, spec), args.batch, args.context, k + 1)
-    mem = on_device / pr.tp + float(extra)
+    mem = device_bytes(on_device, float(extra), pr.tp)
     share, why = reserved_share(engine_family(args.engine), args.tp, getattr(args, "memory_fraction", None))
     cap = dev * share
     if mem <= cap:
