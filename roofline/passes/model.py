@@ -121,6 +121,12 @@ class ModelSpec:
     #: gated attention (Qwen3-Next, Qwen3.5: ``attn_output_gate``): the query projection also yields a sigmoid gate per
     #: query channel, so q_proj is twice as wide
     attn_output_gate: bool = False
+    #: hybrids whose layers are single blocks (NVIDIA's Nemotron-H, ``hybrid_override_pattern``): of the ``n_layers``,
+    #: ``n_mixer_only_layers`` are a token mixer (Mamba-2 or attention) with no MLP after it and ``n_mlp_only_layers``
+    #: an MLP or a mixture of experts with no mixer before it, each with one norm (0 and 0: every layer is a mixer
+    #: followed by an MLP, with two norms). The attention layers are then the layers that are neither linear nor MLP-only
+    n_mixer_only_layers: int = 0
+    n_mlp_only_layers: int = 0
 
     def __post_init__(self) -> None:
         check_choice("mlp_kind", self.mlp_kind, MLP_KINDS)
@@ -178,8 +184,32 @@ class ModelSpec:
                 )
             if self.sliding_window < 1:
                 raise SpecroofError(f"ModelSpec {self.name!r}: sliding_window must be >= 1 when layers slide")
+        if self.n_mixer_only_layers or self.n_mlp_only_layers:
+            self._check_blocks()
         if self.n_linear_layers:
             self._check_linear()
+
+    def _check_blocks(self) -> None:
+        """Single-block layers: whole counts that leave every layer one kind, and a mixture only where an MLP is."""
+        for f in ("n_mixer_only_layers", "n_mlp_only_layers"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise SpecroofError(f"ModelSpec {self.name!r}: {f} must be a whole number >= 0 (got {v!r})")
+        if self.n_mixer_only_layers + self.n_mlp_only_layers > self.n_layers:
+            raise SpecroofError(
+                f"ModelSpec {self.name!r}: n_mixer_only_layers + n_mlp_only_layers must not exceed n_layers="
+                f"{self.n_layers} (got {self.n_mixer_only_layers} + {self.n_mlp_only_layers})"
+            )
+        if self.n_linear_layers + self.n_mlp_only_layers > self.n_layers:
+            raise SpecroofError(
+                f"ModelSpec {self.name!r}: n_linear_layers + n_mlp_only_layers must not exceed n_layers="
+                f"{self.n_layers} (a layer is a mixer or an MLP, not both kinds of single block)"
+            )
+        if self.is_moe and self.n_moe_layers > self.n_mlp_layers:
+            raise SpecroofError(
+                f"ModelSpec {self.name!r}: {self.n_moe_layers} MoE layers but only {self.n_mlp_layers} layers with an "
+                "MLP (n_dense_layers must count the mixer-only layers too)"
+            )
 
     def _check_linear(self) -> None:
         """A hybrid model's linear-attention fields: a known kind, whole positive shapes, standard attention beside."""
@@ -253,6 +283,12 @@ class ModelSpec:
         # layer is a full-attention layer (the MTP module's and a drafter's layer)
         if self.n_linear_layers and layers != self.n_layers and "n_linear_layers" not in changes:
             changes["n_linear_layers"] = self.n_linear_layers * layers // self.n_layers
+        # single-block layers (Nemotron-H) keep their shares rounded down too, and a mixture its share of the layers
+        if (self.n_mixer_only_layers or self.n_mlp_only_layers) and layers != self.n_layers:
+            for f in ("n_mixer_only_layers", "n_mlp_only_layers"):
+                changes.setdefault(f, getattr(self, f) * layers // self.n_layers)
+            if self.is_moe and "n_dense_layers" not in changes:
+                changes["n_dense_layers"] = layers - self.n_moe_layers * layers // self.n_layers
         return dataclasses.replace(self, **changes)
 
     # -- derived shapes ----------------------------------------------------
@@ -290,8 +326,30 @@ class ModelSpec:
 
     @property
     def n_attn_layers(self) -> int:
-        """Layers with (full, sliding or latent) attention and a KV cache: all but the linear-attention layers."""
-        return self.n_layers - self.n_linear_layers
+        """Layers with (full, sliding or latent) attention and a KV cache: all but the linear-attention layers (and
+        the MLP-only layers of a single-block hybrid)."""
+        return self.n_layers - self.n_linear_layers - self.n_mlp_only_layers
+
+    @property
+    def has_single_blocks(self) -> bool:
+        """True for a hybrid whose layers are single blocks (Nemotron-H: a mixer or an MLP, not both)."""
+        return bool(self.n_mixer_only_layers or self.n_mlp_only_layers)
+
+    @property
+    def n_mlp_layers(self) -> int:
+        """Layers with an MLP or a mixture of experts: all but the mixer-only layers of a single-block hybrid."""
+        return self.n_layers - self.n_mixer_only_layers
+
+    @property
+    def n_dense_mlp_layers(self) -> int:
+        """Layers with a dense MLP: those with an MLP that is not a mixture of experts."""
+        return self.n_mlp_layers - self.n_moe_layers
+
+    @property
+    def n_norms(self) -> int:
+        """RMS norms of the stack: two per layer (before its mixer and before its MLP), one per single-block layer,
+        and the final norm."""
+        return 2 * self.n_layers - self.n_mixer_only_layers - self.n_mlp_only_layers + 1
 
     @property
     def linear_conv_dim(self) -> int:
@@ -403,7 +461,7 @@ class ModelSpec:
 
     @property
     def norm_params(self) -> int:
-        return (2 * self.n_layers + 1) * self.d_model
+        return self.n_norms * self.d_model
 
     @property
     def total_params(self) -> float:
@@ -411,7 +469,7 @@ class ModelSpec:
         if self.is_abstract:
             return self.raw_params
         layers = self.n_attn_layers * self.attn_params_per_layer + self.n_linear_layers * self.linear_params_per_layer
-        layers += (self.n_layers - self.n_moe_layers) * self.dense_mlp_params
+        layers += self.n_dense_mlp_layers * self.dense_mlp_params
         layers += self.n_moe_layers * (
             self.n_experts * self.expert_params + self.shared_expert_params + self.router_params
         )
@@ -938,6 +996,7 @@ _QWEN3_5_MOE: dict[str, dict[str, Any]] = {
         shared_expert_intermediate_size=1024,
     ),
 }  # fmt: skip
+
 
 #: Published shapes (from each model's config.json) of the models people pair in speculation.
 PRESETS: dict[str, ModelSpec] = {
