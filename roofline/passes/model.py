@@ -574,7 +574,7 @@ _CONFIG_KINDS = {
 _SUPPORTED = (
     "llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "kimi_k2",
     "gpt_oss", "glm4_moe", "minimax_m2", "gemma3_text", "llama4_text", "qwen3_next", "qwen3_5_text",
-    "qwen3_5_moe_text", "granitemoehybrid",
+    "qwen3_5_moe_text", "granitemoehybrid", "nemotron_h",
 )  # fmt: skip
 #: Gated DeltaNet hybrids (docs/cost-model.md, section 52): transformers' Qwen3NextConfig / Qwen3_5TextConfig fields
 _GDN_HYBRIDS = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
@@ -608,6 +608,8 @@ def _from_hf_dict(cfg: dict[str, Any], name: str | None) -> ModelSpec:
         arch = cfg["model_type"]
     if arch not in _SUPPORTED:
         raise SpecroofError(f"unsupported architecture model_type={arch!r}; supported: {', '.join(_SUPPORTED)}")
+    if arch == "nemotron_h":
+        cfg = _nemotron_h_config(cfg)
 
     def whole(key: str, value: Any) -> int:
         """A positive whole number, or an error naming the field: no silent truncation, NaN or strings."""
@@ -725,6 +727,8 @@ def _from_hf_dict(cfg: dict[str, Any], name: str | None) -> ModelSpec:
         fields.update(_gdn_fields(cfg, fields["n_layers"], req, opt))
     elif arch == "granitemoehybrid":
         fields.update(_granite_hybrid_fields(cfg, fields["n_layers"], req, opt))
+    elif arch == "nemotron_h":
+        fields.update(_nemotron_h_fields(cfg, fields["n_layers"], req, opt))
     if arch in _DEEPSEEK_LIKE:
         if cfg.get("kv_lora_rank"):  # multi-head latent attention: the shapes the cost model prices it by
             for key in ("qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
@@ -823,6 +827,112 @@ def _granite_hybrid_fields(cfg: dict[str, Any], n_layers: int, req: Any, opt: An
     else:
         out["d_ff"] = shared
     return out
+
+
+#: NVIDIA Nemotron-H's layer kinds by the character ``hybrid_override_pattern`` gives each layer (and by the name
+#: ``layers_block_type`` gives it in transformers' later NemotronHConfig)
+_NEMOTRON_H_BLOCKS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+
+
+def _nemotron_h_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """A Nemotron-H config.json as the generic reader takes it, or an error naming the field that cannot be priced:
+    the attention head from ``attention_head_dim`` where ``head_dim`` is absent (the Nemotron-H-8B/47B/56B configs),
+    and one MLP width for all the MLP layers."""
+    for key, why in (
+        ("moe_latent_size", "a mixture of experts in a latent width (Nemotron 3 Super) is not priced"),
+        ("block_configs", "per-layer block configurations (a heterogeneous Nemotron-H) are not priced"),
+        ("sliding_window", "sliding-window attention layers are not priced beside Mamba-2 layers"),
+    ):
+        if cfg.get(key) is not None:
+            raise SpecroofError(f"config field {key!r} is set: {why}")
+    for key, what in (("use_bias", "the Mamba-2 projections"), ("mlp_bias", "the MLPs")):
+        if cfg.get(key):
+            raise SpecroofError(f"config field {key!r} is true: biases on {what} are not priced")
+    out = dict(cfg)
+    if out.get("head_dim") is None and out.get("attention_head_dim") is not None:
+        out["head_dim"] = out["attention_head_dim"]
+    width = out.get("intermediate_size")
+    if isinstance(width, list):
+        if len(set(width)) != 1:
+            raise SpecroofError(
+                "config field 'intermediate_size' lists a width per MLP layer: one width for every MLP layer is priced"
+            )
+        out["intermediate_size"] = width[0]
+    return out
+
+
+def _nemotron_h_blocks(cfg: dict[str, Any], key: str, list_key: str, n_layers: int | None) -> list[str]:
+    """The kind of each layer ("mamba", "attention", "mlp", "moe") from ``key`` (a string of M, *, - and E) or,
+    without it, from ``list_key`` (their names), ``n_layers`` long where given."""
+    pattern, names = cfg.get(key), cfg.get(list_key)
+    if pattern is None and isinstance(names, list) and names:
+        blocks = [str(b) for b in names]
+    elif isinstance(pattern, str) and pattern and all(c in _NEMOTRON_H_BLOCKS for c in pattern):
+        blocks = [_NEMOTRON_H_BLOCKS[c] for c in pattern]
+    else:
+        blocks = []
+    if not blocks or any(b not in _NEMOTRON_H_BLOCKS.values() for b in blocks) or n_layers not in (None, len(blocks)):
+        per = f" for each of the {n_layers} layers" if n_layers else ""
+        raise SpecroofError(
+            f"config field {key!r} must give a block{per}: M (Mamba-2), * (attention), - (MLP) or E (mixture of "
+            f"experts); or {list_key!r} their names (got {pattern if pattern is not None else names!r})"
+        )
+    return blocks
+
+
+def _nemotron_h_fields(cfg: dict[str, Any], n_layers: int, req: Any, opt: Any) -> dict[str, Any]:
+    """NVIDIA Nemotron-H (model_type nemotron_h: Nemotron-H, Nemotron Nano 2, Nemotron 3 Nano). Each layer is one
+    block with one norm before it (vLLM vllm/model_executor/models/nemotron_h.py, ``ALL_DECODER_LAYER_TYPES``;
+    transformers' models/nemotron_h): a Mamba-2 mixer (``M``: ``mamba_num_heads`` heads of ``mamba_head_dim``, a state
+    of ``ssm_state_size`` per head channel, ``n_groups`` B/C groups, a conv of ``conv_kernel``), attention (``*``), an
+    MLP (``-``: NemotronHMLP, up_proj and down_proj with a squared ReLU between, two matrices and no gate) or a
+    mixture of experts (``E``: NemotronHMoE, ``n_routed_experts`` experts of two matrices, ``num_experts_per_tok``
+    per token, ``n_shared_experts`` shared MLPs of ``moe_shared_expert_intermediate_size``, a sigmoid router). The
+    state is kept in ``mamba_ssm_cache_dtype``, float32 where the config does not name it (vLLM's
+    NemotronHForCausalLMConfig). An MTP module (``num_nextn_predict_layers``, ``mtp_hybrid_override_pattern``) is
+    priced as one attention and one MLP or MoE layer of the target's shape, the layout it must have."""
+    blocks = _nemotron_h_blocks(cfg, "hybrid_override_pattern", "layers_block_type", n_layers)
+    n_mamba, n_attn = blocks.count("mamba"), blocks.count("attention")
+    n_mlp, n_moe = blocks.count("mlp"), blocks.count("moe")
+    out: dict[str, Any] = dict(
+        mlp_kind="gelu",  # two matrices: NemotronHMLP's up and down projections, whatever the activation
+        linear_kind="mamba2",
+        n_linear_layers=n_mamba,
+        linear_heads=req("mamba_num_heads"),
+        linear_groups=req("n_groups"),
+        linear_key_dim=req("ssm_state_size"),
+        linear_value_dim=req("mamba_head_dim"),
+        linear_conv=opt("conv_kernel", 4),
+        state_dtype=_STATE_DTYPES.get(str(cfg.get("mamba_ssm_cache_dtype") or "float32"), "fp32"),
+        n_mixer_only_layers=n_mamba + n_attn,
+        n_mlp_only_layers=n_mlp + n_moe,
+        d_ff=req("intermediate_size") if n_mlp else 0,
+    )
+    if n_moe:  # vLLM's NemotronHModel.has_moe: an E in the pattern, whatever the config's expert fields say
+        shared = int(cfg.get("n_shared_experts") or 0)
+        out.update(n_experts=req("n_routed_experts"), experts_per_token=req("num_experts_per_tok"),
+                   d_ff_expert=req("moe_intermediate_size"), n_dense_layers=n_layers - n_moe,
+                   n_shared_experts=shared, d_ff_shared=req("moe_shared_expert_intermediate_size") if shared else 0)  # fmt: skip
+    mtp = cfg.get("num_nextn_predict_layers")
+    out["mtp_modules"] = 0 if mtp is None else _whole_count("num_nextn_predict_layers", mtp)
+    if out["mtp_modules"]:
+        layout = _nemotron_h_blocks(cfg, "mtp_hybrid_override_pattern", "mtp_layers_block_type", None)
+        if layout != ["attention", "moe" if n_moe else "mlp"]:
+            raise SpecroofError(
+                "config field 'mtp_hybrid_override_pattern': an MTP module is priced as one attention layer and one "
+                f"{'E' if n_moe else '-'} layer of the target's shape ('*{'E' if n_moe else '-'}'); this one is "
+                f"{''.join({v: k for k, v in _NEMOTRON_H_BLOCKS.items()}[b] for b in layout)!r}"
+            )
+    return out
+
+
+def _whole_count(key: str, value: Any) -> int:
+    """A whole number >= 0 from config field ``key``, or an error naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0:
+        raise SpecroofError(f"config field {key!r} must be a whole number >= 0 (got {value!r})")
+    if isinstance(value, float) and not value.is_integer():
+        raise SpecroofError(f"config field {key!r} must be a whole number (got {value!r})")
+    return int(value)
 
 
 def _llama(name: str, L: int, d: int, H: int, kv: int, ff: int, vocab: int, ctx: int, **kw: Any) -> ModelSpec:
