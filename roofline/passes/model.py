@@ -1108,6 +1108,49 @@ _QWEN3_5_MOE: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 
+def _granite_4_h(d: int, H: int, kv: int, mamba_heads: int, shared: int, **moe: int) -> dict[str, Any]:
+    """A Granite 4.0-H config.json (model_type granitemoehybrid) from the fields its sizes differ in: width ``d``,
+    ``H`` query / ``kv`` KV heads in the attention layers, ``mamba_heads`` Mamba-2 heads, the shared MLP's width
+    ``shared`` (``shared_intermediate_size``) and, for the MoE models, ``num_local_experts``, ``num_experts_per_tok``
+    and the experts' ``intermediate_size``. The rest every Granite 4.0-H below has alike: 40 layers of which 4 attend
+    and 36 are Mamba-2 (``layer_types``; the tiny and micro configs put attention at layers 5, 15, 25 and 35),
+    Mamba-2 heads of 64 (``mamba_d_head``: ``mamba_expand`` 2 x d over the heads, as transformers'
+    GraniteMoeHybridConfig requires), a state of 128, one B/C group and a conv of 4, the 100352-token vocabulary,
+    tied embeddings and 131072 positions."""
+    types = ["attention" if i in (5, 15, 25, 35) else "mamba" for i in range(40)]
+    return {
+        "model_type": "granitemoehybrid", "hidden_size": d, "num_hidden_layers": 40, "num_attention_heads": H,
+        "num_key_value_heads": kv, "vocab_size": 100352, "max_position_embeddings": 131072,
+        "tie_word_embeddings": True, "hidden_act": "silu", "layer_types": types, "mamba_n_heads": mamba_heads,
+        "mamba_d_head": 2 * d // mamba_heads, "mamba_d_state": 128, "mamba_n_groups": 1, "mamba_d_conv": 4,
+        "mamba_expand": 2, "shared_intermediate_size": shared, **moe,
+    }  # fmt: skip
+
+
+#: IBM Granite 4.0-H (ibm-granite/granite-4.0-h-*), each from its config.json as public copies give it and the
+#: model cards' architecture table (ibm-granite/granite-4.0-h-micro-base README: embedding size, 4 attention / 36
+#: Mamba2 layers, attention heads and KV heads, Mamba2 state size and heads, MLP / shared expert hidden size, experts,
+#: active experts, expert hidden size; 3B, 7B (1B active), 32B (9B active)). Granite-4.0-Micro is a plain transformer
+#: (every ``layer_types`` entry "attention") and has no preset here.
+_GRANITE_4_H: dict[str, dict[str, Any]] = {
+    # ibm-granite/granite-4.0-h-small: 4096 wide, 32 query / 8 KV heads, 128 Mamba2 heads, 72 experts (10 per token)
+    # of 768 and a shared MLP of 1536 (the card's table; hidden_size, heads, experts, intermediate_size 768,
+    # shared_intermediate_size 1536, mamba_expand 2, vocab 100352 and tied embeddings as copies of its config.json
+    # give them)
+    "granite-4.0-h-small": _granite_4_h(
+        4096, 32, 8, 128, 1536, num_local_experts=72, num_experts_per_tok=10, intermediate_size=768
+    ),
+    # ibm-granite/granite-4.0-h-tiny: 1536 wide, 12 query / 4 KV heads, 48 Mamba2 heads of 64, 64 experts (6 per
+    # token) of 512 and a shared MLP of 1024 (config.json copied in public test fixtures)
+    "granite-4.0-h-tiny": _granite_4_h(
+        1536, 12, 4, 48, 1024, num_local_experts=64, num_experts_per_tok=6, intermediate_size=512
+    ),
+    # ibm-granite/granite-4.0-h-micro: 2048 wide, 32 query / 8 KV heads, 64 Mamba2 heads of 64, a dense MLP of 8192
+    # (num_local_experts 0; config.json as a public test transcribes it)
+    "granite-4.0-h-micro": _granite_4_h(2048, 32, 8, 64, 8192, num_local_experts=0),
+}
+
+
 #: Published shapes (from each model's config.json) of the models people pair in speculation.
 PRESETS: dict[str, ModelSpec] = {
     m.name: m
@@ -1205,6 +1248,7 @@ PRESETS: dict[str, ModelSpec] = {
         _from_hf_dict(_QWEN3_NEXT_80B_A3B, "qwen3-next-80b-a3b"),
         _from_hf_dict(_QWEN3_5_35B_A3B, "qwen3.5-35b-a3b"),
         *(_from_hf_dict(cfg, name) for name, cfg in {**_QWEN3_5_DENSE, **_QWEN3_5_MOE}.items()),
+        *(_from_hf_dict(cfg, name) for name, cfg in _GRANITE_4_H.items()),
     )
 }
 
@@ -1291,6 +1335,9 @@ HF_IDS: dict[str, tuple[str, ...]] = {
     "qwen3.5-27b": ("Qwen/Qwen3.5-27B", "Qwen/Qwen3.5-27B-FP8"),
     "qwen3.5-122b-a10b": ("Qwen/Qwen3.5-122B-A10B", "Qwen/Qwen3.5-122B-A10B-FP8"),
     "qwen3.5-397b-a17b": ("Qwen/Qwen3.5-397B-A17B", "Qwen/Qwen3.5-397B-A17B-FP8"),
+    "granite-4.0-h-small": ("ibm-granite/granite-4.0-h-small", "ibm-granite/granite-4.0-h-small-base"),
+    "granite-4.0-h-tiny": ("ibm-granite/granite-4.0-h-tiny", "ibm-granite/granite-4.0-h-tiny-base"),
+    "granite-4.0-h-micro": ("ibm-granite/granite-4.0-h-micro", "ibm-granite/granite-4.0-h-micro-base"),
 }
 
 #: other names a preset answers to (the issue's and the docs' short names), matched case-insensitively
@@ -1310,6 +1357,9 @@ ALIASES: dict[str, str] = {
     "qwen3.5-35b": "qwen3.5-35b-a3b",
     "qwen3.5-122b": "qwen3.5-122b-a10b",
     "qwen3.5-397b": "qwen3.5-397b-a17b",
+    "granite-4-h-small": "granite-4.0-h-small",
+    "granite-4-h-tiny": "granite-4.0-h-tiny",
+    "granite-4-h-micro": "granite-4.0-h-micro",
 }
 _BY_HF_ID = {i.lower(): preset for preset, ids in HF_IDS.items() for i in ids}
 
