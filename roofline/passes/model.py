@@ -1151,6 +1151,81 @@ _GRANITE_4_H: dict[str, dict[str, Any]] = {
 }
 
 
+def _nemotron_h(d: int, pattern: str, H: int, mamba_heads: int, mamba_head: int, state: int, ff: int, ctx: int,
+                **fields: Any) -> dict[str, Any]:  # fmt: skip
+    """A Nemotron-H config.json (model_type nemotron_h) from the fields its sizes differ in: width ``d``, the layer
+    pattern (``hybrid_override_pattern``), ``H`` attention heads, the Mamba-2 heads, their width and state, the MLP
+    width (``intermediate_size``) and the context; MoE fields in ``fields``. The rest every Nemotron-H below has
+    alike: 8 KV heads of 128 (``num_key_value_heads``; Nemotron 3 Nano's 2 in ``fields``), 8 B/C groups, a conv of
+    4, the 131072-token vocabulary and untied embeddings."""
+    return {
+        "model_type": "nemotron_h", "hidden_size": d, "num_hidden_layers": len(pattern),
+        "hybrid_override_pattern": pattern, "num_attention_heads": H, "num_key_value_heads": 8, "head_dim": 128,
+        "mamba_num_heads": mamba_heads, "mamba_head_dim": mamba_head, "ssm_state_size": state, "n_groups": 8,
+        "conv_kernel": 4, "intermediate_size": ff, "vocab_size": 131072, "max_position_embeddings": ctx,
+        "tie_word_embeddings": False, "mlp_hidden_act": "relu2", **fields,
+    }  # fmt: skip
+
+
+#: NVIDIA's Nemotron-H hybrids (nvidia/*), each from its config.json: the Megatron-Bridge model providers
+#: (NVIDIA-NeMo/Megatron-Bridge src/megatron/bridge/models/nemotronh/nemotron_h_provider.py: the pattern, width,
+#: Mamba heads, head width and state, MLP width and attention heads of each; 8 Mamba groups and 8 query groups of 128
+#: for all) and public copies of the config.json files (vocab 131072, untied embeddings, the contexts).
+_NEMOTRON_H: dict[str, dict[str, Any]] = {
+    # nvidia/Nemotron-H-8B-Base-8K: 52 layers (24 Mamba-2, 4 attention, 24 MLP), 4096 wide, MLP 21504
+    "nemotron-h-8b": _nemotron_h(
+        4096, "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-", 32, 128, 64, 128, 21504, 8192
+    ),
+    # nvidia/Nemotron-H-47B-Base-8K: 98 layers, 8192 wide, 256 Mamba heads with a state of 256, MLP 30720
+    "nemotron-h-47b": _nemotron_h(
+        8192,
+        "M-M-M-M-M-M-M-M-M*-M-M-M-M-M-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-M-M---MM---M-M*-M-M-M-M-M-",
+        64,
+        256,
+        64,
+        256,
+        30720,
+        8192,
+    ),
+    # nvidia/Nemotron-H-56B-Base-8K: 118 layers, 8192 wide, 256 Mamba heads with a state of 256, MLP 32768
+    "nemotron-h-56b": _nemotron_h(
+        8192,
+        "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-"
+        "M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-",
+        64,
+        256,
+        64,
+        256,
+        32768,
+        8192,
+    ),
+    # nvidia/NVIDIA-Nemotron-Nano-9B-v2: 56 layers, 4480 wide, 40 attention heads, 128 Mamba heads of 80, MLP 15680,
+    # 131072 positions
+    "nemotron-nano-9b-v2": _nemotron_h(
+        4480, "M-M-M-MM-M-M-M*-M-M-M*-M-M-M-M*-M-M-M-M*-M-MM-M-M-M-M-M-", 40, 128, 80, 128, 15680, 131072
+    ),
+    # nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 config.json: 52 layers (23 Mamba-2, 23 MoE, 6 attention), 2688 wide,
+    # 32 query / 2 KV heads, 64 Mamba heads of 64, 128 experts of 1856 (6 per token) and one shared expert of 3712, the
+    # state in float32 (mamba_ssm_cache_dtype), 262144 positions; no MTP layer (num_nextn_predict_layers absent)
+    "nemotron-3-nano-30b-a3b": _nemotron_h(
+        2688,
+        "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME",
+        32,
+        64,
+        64,
+        128,
+        1856,
+        262144,
+        num_key_value_heads=2,
+        n_routed_experts=128,
+        num_experts_per_tok=6,
+        moe_intermediate_size=1856,
+        n_shared_experts=1,
+        moe_shared_expert_intermediate_size=3712,
+        mamba_ssm_cache_dtype="float32",
+    ),
+}
+
 #: Published shapes (from each model's config.json) of the models people pair in speculation.
 PRESETS: dict[str, ModelSpec] = {
     m.name: m
@@ -1248,7 +1323,7 @@ PRESETS: dict[str, ModelSpec] = {
         _from_hf_dict(_QWEN3_NEXT_80B_A3B, "qwen3-next-80b-a3b"),
         _from_hf_dict(_QWEN3_5_35B_A3B, "qwen3.5-35b-a3b"),
         *(_from_hf_dict(cfg, name) for name, cfg in {**_QWEN3_5_DENSE, **_QWEN3_5_MOE}.items()),
-        *(_from_hf_dict(cfg, name) for name, cfg in _GRANITE_4_H.items()),
+        *(_from_hf_dict(cfg, name) for name, cfg in {**_GRANITE_4_H, **_NEMOTRON_H}.items()),
     )
 }
 
@@ -1338,6 +1413,18 @@ HF_IDS: dict[str, tuple[str, ...]] = {
     "granite-4.0-h-small": ("ibm-granite/granite-4.0-h-small", "ibm-granite/granite-4.0-h-small-base"),
     "granite-4.0-h-tiny": ("ibm-granite/granite-4.0-h-tiny", "ibm-granite/granite-4.0-h-tiny-base"),
     "granite-4.0-h-micro": ("ibm-granite/granite-4.0-h-micro", "ibm-granite/granite-4.0-h-micro-base"),
+    "nemotron-h-8b": (
+        "nvidia/Nemotron-H-8B-Base-8K",
+        "nvidia/Nemotron-H-8B-Reasoning-128K",
+        "nvidia/Nemotron-H-8B-Instruct-8K",
+    ),
+    "nemotron-h-47b": ("nvidia/Nemotron-H-47B-Base-8K", "nvidia/Nemotron-H-47B-Reasoning-128K"),
+    "nemotron-h-56b": ("nvidia/Nemotron-H-56B-Base-8K",),
+    "nemotron-nano-9b-v2": ("nvidia/NVIDIA-Nemotron-Nano-9B-v2", "nvidia/NVIDIA-Nemotron-Nano-9B-v2-Base"),
+    "nemotron-3-nano-30b-a3b": (
+        "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
+        "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-Base-BF16",
+    ),
 }
 
 #: other names a preset answers to (the issue's and the docs' short names), matched case-insensitively
@@ -1360,6 +1447,8 @@ ALIASES: dict[str, str] = {
     "granite-4-h-small": "granite-4.0-h-small",
     "granite-4-h-tiny": "granite-4.0-h-tiny",
     "granite-4-h-micro": "granite-4.0-h-micro",
+    "nemotron-nano-9b": "nemotron-nano-9b-v2",
+    "nemotron-3-nano-30b": "nemotron-3-nano-30b-a3b",
 }
 _BY_HF_ID = {i.lower(): preset for preset, ids in HF_IDS.items() for i in ids}
 
