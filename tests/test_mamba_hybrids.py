@@ -23,8 +23,8 @@ from specroof.cli import main
 #: MoE ones' active parameters. Granite: "3B", "7B" / "1B active", "32B" / "9B active" (the cards' tables); these
 #: counts are 3.19B, 6.94B / 1.47B and 32.21B / 8.80B: the H-Micro's 3.19B and the H-Tiny's 1.47B active (1.31B
 #: without the tied embedding) are what the cards round to 3B and 1B, so those two get the rounding as their band.
-#: Nemotron-H: 8B, 47B, 56B (the Megatron-Bridge providers' names), Nano 9B v2 "9B", Nemotron 3 Nano "31.6B total,
-#: 3.6B active including embeddings".
+#: Nemotron-H: 8B, 47B, 56B (the Megatron-Bridge providers' names), Nano 9B v2 "9B", Nemotron 3 Nano "31.6B
+#: parameters ... 3.2B activated per forward pass (3.6B including embeddings)" (its technical report, arXiv 2512.20848).
 SIZES = {
     "granite-4.0-h-small": ((32e9, 0.03), (9e9, 0.03)),
     "granite-4.0-h-tiny": ((7e9, 0.03), (1.25e9, 0.2)),
