@@ -106,6 +106,7 @@ def test_nemotron_h_8b_counted_by_hand():
     assert c.flops[c.operators.index("mlp")] == 2.0 * T * 24 * 2 * d * ff
     assert c.bytes_weights[c.operators.index("norms")] == 53 * d * 2
     assert c.flops[c.operators.index("qkv")] == 2.0 * T * d * (32 + 2 * 8) * 128 * 4
+    assert c.n_layers == 26  # two blocks to a layer of the time model's per-layer terms: 52 all-reduces, not 104
 
 
 def test_nemotron_3_nano_counted_by_hand():

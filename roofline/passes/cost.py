@@ -777,9 +777,12 @@ def forward_cost(
     op("mlp", mlp_flops, w=mlp_w, act=mlp_act)
     op("norms", 4.0 * T * d * spec.n_norms, w=spec.norm_params * wb, act=2 * spec.n_norms * T * d * ab)
     op("lm_head", 2.0 * T * d * spec.vocab_size, w=spec.lm_head_params * wb, act=T * (d + spec.vocab_size) * ab)
+    # the time model's per-layer terms (two all-reduces, a layer's launches and overhead) are those of a layer of a
+    # mixer and an MLP: a single-block hybrid's blocks (Nemotron-H) count two to such a layer, rounded up (section 52)
+    layers = -(-(spec.n_norms - 1) // 2) if spec.has_single_blocks else nl
 
     return PassCost(
-        names, out["f"], out["w"], out["kr"], out["kw"], out["a"], B, n, L, act_dtype, nl, T * d * ab, weight_dtype,
+        names, out["f"], out["w"], out["kr"], out["kw"], out["a"], B, n, L, act_dtype, layers, T * d * ab, weight_dtype,
         vocab_size=spec.vocab_size, mlp_matrices=spec.mlp_matrices, n_moe_layers=spec.n_moe_layers,
         experts_touched=(touched + spec.n_shared_experts) if spec.is_moe else 0.0, kv_replicated=spec.is_mla,
         routed_experts=touched, expert_format_bytes=own, routed_flops=0.0 if spec.expert_format else routed,
