@@ -313,7 +313,7 @@ def model_shape(spec: ModelSpec) -> _Shape:
     sh = _Shape(
         nl=nl, d=d, H=H, KV=KV, hd=hd, qkv_out=(H * (2 if spec.attn_output_gate else 1) + 2 * KV) * hd,
         qkv_w=nl * (spec.attn_params_per_layer - H * hd * d),
-        vocab=spec.vocab_size, dense_layers=nl - spec.n_moe_layers, dense_mlp=spec.dense_mlp_params,
+        vocab=spec.vocab_size, dense_layers=spec.n_dense_mlp_layers, dense_mlp=spec.dense_mlp_params,
         mlp_matrices=spec.mlp_matrices, d_ff=spec.d_ff, moe=spec.is_moe, n_moe_layers=spec.n_moe_layers,
         n_experts=spec.n_experts, k=spec.experts_per_token, expert=spec.expert_params,
         shared=spec.shared_expert_params, n_shared=spec.n_shared_experts, d_ff_expert=spec.d_ff_expert,
@@ -556,8 +556,9 @@ def linear_terms(spec: ModelSpec, wb: float, ab: float, kb: float, moe_kernel: s
         flops[1, 0], w[0, 0] = 2.0 * spec.raw_params, spec.raw_params * wb
         return LinearTerms(ABSTRACT_OPERATORS, flops, w, z, z.copy(), z.copy())
     s = model_shape(spec)
-    # experts in their own format: their own rate (section 51); hybrid: a state per sequence is no variable of the table
-    if s.mla or s.n_sliding or s.expert_wb or spec.n_linear_layers:
+    # experts in their own format: their own rate (section 51); hybrid: a state per sequence is no variable of the table,
+    # and single-block layers (Nemotron-H) count their MLPs and norms apart from the layers (section 52)
+    if s.mla or s.n_sliding or s.expert_wb or spec.n_linear_layers or spec.has_single_blocks:
         return None
     nl, d, H, KV, hd, moe, vocab = s.nl, s.d, s.H, s.KV, s.hd, s.moe, s.vocab
     names = OPERATORS if moe else _DENSE_OPERATORS
@@ -603,7 +604,8 @@ def scalar_config(
     """(batch, new tokens, context, visible) of a scalar configuration within the model's context, or None
     (arrays, and anything the array path must validate or refuse)."""
     B, L = scalar_count(batch, 1), scalar_count(context, 0)
-    if B is None or L is None or spec.n_linear_layers:  # a hybrid model: the array path prices it (section 52)
+    # a hybrid model, and one of single-block layers (Nemotron-H): the array path prices it (section 52)
+    if B is None or L is None or spec.n_linear_layers or spec.has_single_blocks:
         return None
     if tree is not None:
         n, vis_sum = _tree_visible(tree)
@@ -743,7 +745,7 @@ def forward_cost(
             LINEAR_OPERATORS, linear_attention(spec, T, Bf, n, wb, ab), strict=True
         ):
             op(name, f_, w=w_, kv_r=kr_, kv_w=kw_, act=a_)
-    dense_layers = nl - spec.n_moe_layers
+    dense_layers = spec.n_dense_mlp_layers  # Nemotron-H's mixer-only layers have no MLP (section 52)
     mlp_flops = 2.0 * T * spec.dense_mlp_params * dense_layers
     mlp_w: Any = dense_layers * spec.dense_mlp_params * wb
     mlp_act = dense_layers * T * (2 * d + spec.mlp_matrices * spec.d_ff) * ab
@@ -773,11 +775,14 @@ def forward_cost(
         router_w = m * spec.router_params * wb
     op("router", router_f, w=router_w)
     op("mlp", mlp_flops, w=mlp_w, act=mlp_act)
-    op("norms", 4.0 * T * d * (2 * nl + 1), w=spec.norm_params * wb, act=2 * (2 * nl + 1) * T * d * ab)
+    op("norms", 4.0 * T * d * spec.n_norms, w=spec.norm_params * wb, act=2 * spec.n_norms * T * d * ab)
     op("lm_head", 2.0 * T * d * spec.vocab_size, w=spec.lm_head_params * wb, act=T * (d + spec.vocab_size) * ab)
+    # the time model's per-layer terms (two all-reduces, a layer's launches and overhead) are those of a layer of a
+    # mixer and an MLP: a single-block hybrid's blocks (Nemotron-H) count two to such a layer, rounded up (section 52)
+    layers = -(-(spec.n_norms - 1) // 2) if spec.has_single_blocks else nl
 
     return PassCost(
-        names, out["f"], out["w"], out["kr"], out["kw"], out["a"], B, n, L, act_dtype, nl, T * d * ab, weight_dtype,
+        names, out["f"], out["w"], out["kr"], out["kw"], out["a"], B, n, L, act_dtype, layers, T * d * ab, weight_dtype,
         vocab_size=spec.vocab_size, mlp_matrices=spec.mlp_matrices, n_moe_layers=spec.n_moe_layers,
         experts_touched=(touched + spec.n_shared_experts) if spec.is_moe else 0.0, kv_replicated=spec.is_mla,
         routed_experts=touched, expert_format_bytes=own, routed_flops=0.0 if spec.expert_format else routed,

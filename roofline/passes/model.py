@@ -121,6 +121,12 @@ class ModelSpec:
     #: gated attention (Qwen3-Next, Qwen3.5: ``attn_output_gate``): the query projection also yields a sigmoid gate per
     #: query channel, so q_proj is twice as wide
     attn_output_gate: bool = False
+    #: hybrids whose layers are single blocks (NVIDIA's Nemotron-H, ``hybrid_override_pattern``): of the ``n_layers``,
+    #: ``n_mixer_only_layers`` are a token mixer (Mamba-2 or attention) with no MLP after it and ``n_mlp_only_layers``
+    #: an MLP or a mixture of experts with no mixer before it, each with one norm (0 and 0: every layer is a mixer
+    #: followed by an MLP, with two norms). The attention layers are then the layers that are neither linear nor MLP-only
+    n_mixer_only_layers: int = 0
+    n_mlp_only_layers: int = 0
 
     def __post_init__(self) -> None:
         check_choice("mlp_kind", self.mlp_kind, MLP_KINDS)
@@ -178,8 +184,32 @@ class ModelSpec:
                 )
             if self.sliding_window < 1:
                 raise SpecroofError(f"ModelSpec {self.name!r}: sliding_window must be >= 1 when layers slide")
+        if self.n_mixer_only_layers or self.n_mlp_only_layers:
+            self._check_blocks()
         if self.n_linear_layers:
             self._check_linear()
+
+    def _check_blocks(self) -> None:
+        """Single-block layers: whole counts that leave every layer one kind, and a mixture only where an MLP is."""
+        for f in ("n_mixer_only_layers", "n_mlp_only_layers"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise SpecroofError(f"ModelSpec {self.name!r}: {f} must be a whole number >= 0 (got {v!r})")
+        if self.n_mixer_only_layers + self.n_mlp_only_layers > self.n_layers:
+            raise SpecroofError(
+                f"ModelSpec {self.name!r}: n_mixer_only_layers + n_mlp_only_layers must not exceed n_layers="
+                f"{self.n_layers} (got {self.n_mixer_only_layers} + {self.n_mlp_only_layers})"
+            )
+        if self.n_linear_layers + self.n_mlp_only_layers > self.n_layers:
+            raise SpecroofError(
+                f"ModelSpec {self.name!r}: n_linear_layers + n_mlp_only_layers must not exceed n_layers="
+                f"{self.n_layers} (a layer is a mixer or an MLP, not both kinds of single block)"
+            )
+        if self.is_moe and self.n_moe_layers > self.n_mlp_layers:
+            raise SpecroofError(
+                f"ModelSpec {self.name!r}: {self.n_moe_layers} MoE layers but only {self.n_mlp_layers} layers with an "
+                "MLP (n_dense_layers must count the mixer-only layers too)"
+            )
 
     def _check_linear(self) -> None:
         """A hybrid model's linear-attention fields: a known kind, whole positive shapes, standard attention beside."""
@@ -253,6 +283,12 @@ class ModelSpec:
         # layer is a full-attention layer (the MTP module's and a drafter's layer)
         if self.n_linear_layers and layers != self.n_layers and "n_linear_layers" not in changes:
             changes["n_linear_layers"] = self.n_linear_layers * layers // self.n_layers
+        # single-block layers (Nemotron-H) keep their shares rounded down too, and a mixture its share of the layers
+        if (self.n_mixer_only_layers or self.n_mlp_only_layers) and layers != self.n_layers:
+            for f in ("n_mixer_only_layers", "n_mlp_only_layers"):
+                changes.setdefault(f, getattr(self, f) * layers // self.n_layers)
+            if self.is_moe and "n_dense_layers" not in changes:
+                changes["n_dense_layers"] = layers - self.n_moe_layers * layers // self.n_layers
         return dataclasses.replace(self, **changes)
 
     # -- derived shapes ----------------------------------------------------
@@ -290,8 +326,30 @@ class ModelSpec:
 
     @property
     def n_attn_layers(self) -> int:
-        """Layers with (full, sliding or latent) attention and a KV cache: all but the linear-attention layers."""
-        return self.n_layers - self.n_linear_layers
+        """Layers with (full, sliding or latent) attention and a KV cache: all but the linear-attention layers (and
+        the MLP-only layers of a single-block hybrid)."""
+        return self.n_layers - self.n_linear_layers - self.n_mlp_only_layers
+
+    @property
+    def has_single_blocks(self) -> bool:
+        """True for a hybrid whose layers are single blocks (Nemotron-H: a mixer or an MLP, not both)."""
+        return bool(self.n_mixer_only_layers or self.n_mlp_only_layers)
+
+    @property
+    def n_mlp_layers(self) -> int:
+        """Layers with an MLP or a mixture of experts: all but the mixer-only layers of a single-block hybrid."""
+        return self.n_layers - self.n_mixer_only_layers
+
+    @property
+    def n_dense_mlp_layers(self) -> int:
+        """Layers with a dense MLP: those with an MLP that is not a mixture of experts."""
+        return self.n_mlp_layers - self.n_moe_layers
+
+    @property
+    def n_norms(self) -> int:
+        """RMS norms of the stack: two per layer (before its mixer and before its MLP), one per single-block layer,
+        and the final norm."""
+        return 2 * self.n_layers - self.n_mixer_only_layers - self.n_mlp_only_layers + 1
 
     @property
     def linear_conv_dim(self) -> int:
@@ -403,7 +461,7 @@ class ModelSpec:
 
     @property
     def norm_params(self) -> int:
-        return (2 * self.n_layers + 1) * self.d_model
+        return self.n_norms * self.d_model
 
     @property
     def total_params(self) -> float:
@@ -411,7 +469,7 @@ class ModelSpec:
         if self.is_abstract:
             return self.raw_params
         layers = self.n_attn_layers * self.attn_params_per_layer + self.n_linear_layers * self.linear_params_per_layer
-        layers += (self.n_layers - self.n_moe_layers) * self.dense_mlp_params
+        layers += self.n_dense_mlp_layers * self.dense_mlp_params
         layers += self.n_moe_layers * (
             self.n_experts * self.expert_params + self.shared_expert_params + self.router_params
         )
@@ -516,7 +574,7 @@ _CONFIG_KINDS = {
 _SUPPORTED = (
     "llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "kimi_k2",
     "gpt_oss", "glm4_moe", "minimax_m2", "gemma3_text", "llama4_text", "qwen3_next", "qwen3_5_text",
-    "qwen3_5_moe_text", "granitemoehybrid",
+    "qwen3_5_moe_text", "granitemoehybrid", "nemotron_h",
 )  # fmt: skip
 #: Gated DeltaNet hybrids (docs/cost-model.md, section 52): transformers' Qwen3NextConfig / Qwen3_5TextConfig fields
 _GDN_HYBRIDS = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
@@ -550,6 +608,8 @@ def _from_hf_dict(cfg: dict[str, Any], name: str | None) -> ModelSpec:
         arch = cfg["model_type"]
     if arch not in _SUPPORTED:
         raise SpecroofError(f"unsupported architecture model_type={arch!r}; supported: {', '.join(_SUPPORTED)}")
+    if arch == "nemotron_h":
+        cfg = _nemotron_h_config(cfg)
 
     def whole(key: str, value: Any) -> int:
         """A positive whole number, or an error naming the field: no silent truncation, NaN or strings."""
@@ -667,6 +727,8 @@ def _from_hf_dict(cfg: dict[str, Any], name: str | None) -> ModelSpec:
         fields.update(_gdn_fields(cfg, fields["n_layers"], req, opt))
     elif arch == "granitemoehybrid":
         fields.update(_granite_hybrid_fields(cfg, fields["n_layers"], req, opt))
+    elif arch == "nemotron_h":
+        fields.update(_nemotron_h_fields(cfg, fields["n_layers"], req, opt))
     if arch in _DEEPSEEK_LIKE:
         if cfg.get("kv_lora_rank"):  # multi-head latent attention: the shapes the cost model prices it by
             for key in ("qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
@@ -765,6 +827,112 @@ def _granite_hybrid_fields(cfg: dict[str, Any], n_layers: int, req: Any, opt: An
     else:
         out["d_ff"] = shared
     return out
+
+
+#: NVIDIA Nemotron-H's layer kinds by the character ``hybrid_override_pattern`` gives each layer (and by the name
+#: ``layers_block_type`` gives it in transformers' later NemotronHConfig)
+_NEMOTRON_H_BLOCKS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+
+
+def _nemotron_h_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """A Nemotron-H config.json as the generic reader takes it, or an error naming the field that cannot be priced:
+    the attention head from ``attention_head_dim`` where ``head_dim`` is absent (the Nemotron-H-8B/47B/56B configs),
+    and one MLP width for all the MLP layers."""
+    for key, why in (
+        ("moe_latent_size", "a mixture of experts in a latent width (Nemotron 3 Super) is not priced"),
+        ("block_configs", "per-layer block configurations (a heterogeneous Nemotron-H) are not priced"),
+        ("sliding_window", "sliding-window attention layers are not priced beside Mamba-2 layers"),
+    ):
+        if cfg.get(key) is not None:
+            raise SpecroofError(f"config field {key!r} is set: {why}")
+    for key, what in (("use_bias", "the Mamba-2 projections"), ("mlp_bias", "the MLPs")):
+        if cfg.get(key):
+            raise SpecroofError(f"config field {key!r} is true: biases on {what} are not priced")
+    out = dict(cfg)
+    if out.get("head_dim") is None and out.get("attention_head_dim") is not None:
+        out["head_dim"] = out["attention_head_dim"]
+    width = out.get("intermediate_size")
+    if isinstance(width, list):
+        if len(set(width)) != 1:
+            raise SpecroofError(
+                "config field 'intermediate_size' lists a width per MLP layer: one width for every MLP layer is priced"
+            )
+        out["intermediate_size"] = width[0]
+    return out
+
+
+def _nemotron_h_blocks(cfg: dict[str, Any], key: str, list_key: str, n_layers: int | None) -> list[str]:
+    """The kind of each layer ("mamba", "attention", "mlp", "moe") from ``key`` (a string of M, *, - and E) or,
+    without it, from ``list_key`` (their names), ``n_layers`` long where given."""
+    pattern, names = cfg.get(key), cfg.get(list_key)
+    if pattern is None and isinstance(names, list) and names:
+        blocks = [str(b) for b in names]
+    elif isinstance(pattern, str) and pattern and all(c in _NEMOTRON_H_BLOCKS for c in pattern):
+        blocks = [_NEMOTRON_H_BLOCKS[c] for c in pattern]
+    else:
+        blocks = []
+    if not blocks or any(b not in _NEMOTRON_H_BLOCKS.values() for b in blocks) or n_layers not in (None, len(blocks)):
+        per = f" for each of the {n_layers} layers" if n_layers else ""
+        raise SpecroofError(
+            f"config field {key!r} must give a block{per}: M (Mamba-2), * (attention), - (MLP) or E (mixture of "
+            f"experts); or {list_key!r} their names (got {pattern if pattern is not None else names!r})"
+        )
+    return blocks
+
+
+def _nemotron_h_fields(cfg: dict[str, Any], n_layers: int, req: Any, opt: Any) -> dict[str, Any]:
+    """NVIDIA Nemotron-H (model_type nemotron_h: Nemotron-H, Nemotron Nano 2, Nemotron 3 Nano). Each layer is one
+    block with one norm before it (vLLM vllm/model_executor/models/nemotron_h.py, ``ALL_DECODER_LAYER_TYPES``;
+    transformers' models/nemotron_h): a Mamba-2 mixer (``M``: ``mamba_num_heads`` heads of ``mamba_head_dim``, a state
+    of ``ssm_state_size`` per head channel, ``n_groups`` B/C groups, a conv of ``conv_kernel``), attention (``*``), an
+    MLP (``-``: NemotronHMLP, up_proj and down_proj with a squared ReLU between, two matrices and no gate) or a
+    mixture of experts (``E``: NemotronHMoE, ``n_routed_experts`` experts of two matrices, ``num_experts_per_tok``
+    per token, ``n_shared_experts`` shared MLPs of ``moe_shared_expert_intermediate_size``, a sigmoid router). The
+    state is kept in ``mamba_ssm_cache_dtype``, float32 where the config does not name it (vLLM's
+    NemotronHForCausalLMConfig). An MTP module (``num_nextn_predict_layers``, ``mtp_hybrid_override_pattern``) is
+    priced as one attention and one MLP or MoE layer of the target's shape, the layout it must have."""
+    blocks = _nemotron_h_blocks(cfg, "hybrid_override_pattern", "layers_block_type", n_layers)
+    n_mamba, n_attn = blocks.count("mamba"), blocks.count("attention")
+    n_mlp, n_moe = blocks.count("mlp"), blocks.count("moe")
+    out: dict[str, Any] = dict(
+        mlp_kind="gelu",  # two matrices: NemotronHMLP's up and down projections, whatever the activation
+        linear_kind="mamba2",
+        n_linear_layers=n_mamba,
+        linear_heads=req("mamba_num_heads"),
+        linear_groups=req("n_groups"),
+        linear_key_dim=req("ssm_state_size"),
+        linear_value_dim=req("mamba_head_dim"),
+        linear_conv=opt("conv_kernel", 4),
+        state_dtype=_STATE_DTYPES.get(str(cfg.get("mamba_ssm_cache_dtype") or "float32"), "fp32"),
+        n_mixer_only_layers=n_mamba + n_attn,
+        n_mlp_only_layers=n_mlp + n_moe,
+        d_ff=req("intermediate_size") if n_mlp else 0,
+    )
+    if n_moe:  # vLLM's NemotronHModel.has_moe: an E in the pattern, whatever the config's expert fields say
+        shared = int(cfg.get("n_shared_experts") or 0)
+        out.update(n_experts=req("n_routed_experts"), experts_per_token=req("num_experts_per_tok"),
+                   d_ff_expert=req("moe_intermediate_size"), n_dense_layers=n_layers - n_moe,
+                   n_shared_experts=shared, d_ff_shared=req("moe_shared_expert_intermediate_size") if shared else 0)  # fmt: skip
+    mtp = cfg.get("num_nextn_predict_layers")
+    out["mtp_modules"] = 0 if mtp is None else _whole_count("num_nextn_predict_layers", mtp)
+    if out["mtp_modules"]:
+        layout = _nemotron_h_blocks(cfg, "mtp_hybrid_override_pattern", "mtp_layers_block_type", None)
+        if layout != ["attention", "moe" if n_moe else "mlp"]:
+            raise SpecroofError(
+                "config field 'mtp_hybrid_override_pattern': an MTP module is priced as one attention layer and one "
+                f"{'E' if n_moe else '-'} layer of the target's shape ('*{'E' if n_moe else '-'}'); this one is "
+                f"{''.join({v: k for k, v in _NEMOTRON_H_BLOCKS.items()}[b] for b in layout)!r}"
+            )
+    return out
+
+
+def _whole_count(key: str, value: Any) -> int:
+    """A whole number >= 0 from config field ``key``, or an error naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0:
+        raise SpecroofError(f"config field {key!r} must be a whole number >= 0 (got {value!r})")
+    if isinstance(value, float) and not value.is_integer():
+        raise SpecroofError(f"config field {key!r} must be a whole number (got {value!r})")
+    return int(value)
 
 
 def _llama(name: str, L: int, d: int, H: int, kv: int, ff: int, vocab: int, ctx: int, **kw: Any) -> ModelSpec:
@@ -939,6 +1107,125 @@ _QWEN3_5_MOE: dict[str, dict[str, Any]] = {
     ),
 }  # fmt: skip
 
+
+def _granite_4_h(d: int, H: int, kv: int, mamba_heads: int, shared: int, **moe: int) -> dict[str, Any]:
+    """A Granite 4.0-H config.json (model_type granitemoehybrid) from the fields its sizes differ in: width ``d``,
+    ``H`` query / ``kv`` KV heads in the attention layers, ``mamba_heads`` Mamba-2 heads, the shared MLP's width
+    ``shared`` (``shared_intermediate_size``) and, for the MoE models, ``num_local_experts``, ``num_experts_per_tok``
+    and the experts' ``intermediate_size``. The rest every Granite 4.0-H below has alike: 40 layers of which 4 attend
+    and 36 are Mamba-2 (``layer_types``; the tiny and micro configs put attention at layers 5, 15, 25 and 35),
+    Mamba-2 heads of 64 (``mamba_d_head``: ``mamba_expand`` 2 x d over the heads, as transformers'
+    GraniteMoeHybridConfig requires), a state of 128, one B/C group and a conv of 4, the 100352-token vocabulary,
+    tied embeddings and 131072 positions."""
+    types = ["attention" if i in (5, 15, 25, 35) else "mamba" for i in range(40)]
+    return {
+        "model_type": "granitemoehybrid", "hidden_size": d, "num_hidden_layers": 40, "num_attention_heads": H,
+        "num_key_value_heads": kv, "vocab_size": 100352, "max_position_embeddings": 131072,
+        "tie_word_embeddings": True, "hidden_act": "silu", "layer_types": types, "mamba_n_heads": mamba_heads,
+        "mamba_d_head": 2 * d // mamba_heads, "mamba_d_state": 128, "mamba_n_groups": 1, "mamba_d_conv": 4,
+        "mamba_expand": 2, "shared_intermediate_size": shared, **moe,
+    }  # fmt: skip
+
+
+#: IBM Granite 4.0-H (ibm-granite/granite-4.0-h-*), each from its config.json as public copies give it and the
+#: model cards' architecture table (ibm-granite/granite-4.0-h-micro-base README: embedding size, 4 attention / 36
+#: Mamba2 layers, attention heads and KV heads, Mamba2 state size and heads, MLP / shared expert hidden size, experts,
+#: active experts, expert hidden size; 3B, 7B (1B active), 32B (9B active)). Granite-4.0-Micro is a plain transformer
+#: (every ``layer_types`` entry "attention") and has no preset here.
+_GRANITE_4_H: dict[str, dict[str, Any]] = {
+    # ibm-granite/granite-4.0-h-small: 4096 wide, 32 query / 8 KV heads, 128 Mamba2 heads, 72 experts (10 per token)
+    # of 768 and a shared MLP of 1536 (the card's table; hidden_size, heads, experts, intermediate_size 768,
+    # shared_intermediate_size 1536, mamba_expand 2, vocab 100352 and tied embeddings as copies of its config.json
+    # give them)
+    "granite-4.0-h-small": _granite_4_h(
+        4096, 32, 8, 128, 1536, num_local_experts=72, num_experts_per_tok=10, intermediate_size=768
+    ),
+    # ibm-granite/granite-4.0-h-tiny: 1536 wide, 12 query / 4 KV heads, 48 Mamba2 heads of 64, 64 experts (6 per
+    # token) of 512 and a shared MLP of 1024 (config.json copied in public test fixtures)
+    "granite-4.0-h-tiny": _granite_4_h(
+        1536, 12, 4, 48, 1024, num_local_experts=64, num_experts_per_tok=6, intermediate_size=512
+    ),
+    # ibm-granite/granite-4.0-h-micro: 2048 wide, 32 query / 8 KV heads, 64 Mamba2 heads of 64, a dense MLP of 8192
+    # (num_local_experts 0; config.json as a public test transcribes it)
+    "granite-4.0-h-micro": _granite_4_h(2048, 32, 8, 64, 8192, num_local_experts=0),
+}
+
+
+def _nemotron_h(d: int, pattern: str, H: int, mamba_heads: int, mamba_head: int, state: int, ff: int, ctx: int,
+                **fields: Any) -> dict[str, Any]:  # fmt: skip
+    """A Nemotron-H config.json (model_type nemotron_h) from the fields its sizes differ in: width ``d``, the layer
+    pattern (``hybrid_override_pattern``), ``H`` attention heads, the Mamba-2 heads, their width and state, the MLP
+    width (``intermediate_size``) and the context; MoE fields in ``fields``. The rest every Nemotron-H below has
+    alike: 8 KV heads of 128 (``num_key_value_heads``; Nemotron 3 Nano's 2 in ``fields``), 8 B/C groups, a conv of
+    4, the 131072-token vocabulary and untied embeddings."""
+    return {
+        "model_type": "nemotron_h", "hidden_size": d, "num_hidden_layers": len(pattern),
+        "hybrid_override_pattern": pattern, "num_attention_heads": H, "num_key_value_heads": 8, "head_dim": 128,
+        "mamba_num_heads": mamba_heads, "mamba_head_dim": mamba_head, "ssm_state_size": state, "n_groups": 8,
+        "conv_kernel": 4, "intermediate_size": ff, "vocab_size": 131072, "max_position_embeddings": ctx,
+        "tie_word_embeddings": False, "mlp_hidden_act": "relu2", **fields,
+    }  # fmt: skip
+
+
+#: NVIDIA's Nemotron-H hybrids (nvidia/*), each from its config.json: the Megatron-Bridge model providers
+#: (NVIDIA-NeMo/Megatron-Bridge src/megatron/bridge/models/nemotronh/nemotron_h_provider.py: the pattern, width,
+#: Mamba heads, head width and state, MLP width and attention heads of each; 8 Mamba groups and 8 query groups of 128
+#: for all) and public copies of the config.json files (vocab 131072, untied embeddings, the contexts).
+_NEMOTRON_H: dict[str, dict[str, Any]] = {
+    # nvidia/Nemotron-H-8B-Base-8K: 52 layers (24 Mamba-2, 4 attention, 24 MLP), 4096 wide, MLP 21504
+    "nemotron-h-8b": _nemotron_h(
+        4096, "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-", 32, 128, 64, 128, 21504, 8192
+    ),
+    # nvidia/Nemotron-H-47B-Base-8K: 98 layers, 8192 wide, 256 Mamba heads with a state of 256, MLP 30720
+    "nemotron-h-47b": _nemotron_h(
+        8192,
+        "M-M-M-M-M-M-M-M-M*-M-M-M-M-M-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-M-M---MM---M-M*-M-M-M-M-M-",
+        64,
+        256,
+        64,
+        256,
+        30720,
+        8192,
+    ),
+    # nvidia/Nemotron-H-56B-Base-8K: 118 layers, 8192 wide, 256 Mamba heads with a state of 256, MLP 32768
+    "nemotron-h-56b": _nemotron_h(
+        8192,
+        "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-"
+        "M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-",
+        64,
+        256,
+        64,
+        256,
+        32768,
+        8192,
+    ),
+    # nvidia/NVIDIA-Nemotron-Nano-9B-v2: 56 layers, 4480 wide, 40 attention heads, 128 Mamba heads of 80, MLP 15680,
+    # 131072 positions
+    "nemotron-nano-9b-v2": _nemotron_h(
+        4480, "M-M-M-MM-M-M-M*-M-M-M*-M-M-M-M*-M-M-M-M*-M-MM-M-M-M-M-M-", 40, 128, 80, 128, 15680, 131072
+    ),
+    # nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 config.json: 52 layers (23 Mamba-2, 23 MoE, 6 attention), 2688 wide,
+    # 32 query / 2 KV heads, 64 Mamba heads of 64, 128 experts of 1856 (6 per token) and one shared expert of 3712, the
+    # state in float32 (mamba_ssm_cache_dtype), 262144 positions; no MTP layer (num_nextn_predict_layers absent)
+    "nemotron-3-nano-30b-a3b": _nemotron_h(
+        2688,
+        "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME",
+        32,
+        64,
+        64,
+        128,
+        1856,
+        262144,
+        num_key_value_heads=2,
+        n_routed_experts=128,
+        num_experts_per_tok=6,
+        moe_intermediate_size=1856,
+        n_shared_experts=1,
+        moe_shared_expert_intermediate_size=3712,
+        mamba_ssm_cache_dtype="float32",
+    ),
+}
+
 #: Published shapes (from each model's config.json) of the models people pair in speculation.
 PRESETS: dict[str, ModelSpec] = {
     m.name: m
@@ -1036,6 +1323,7 @@ PRESETS: dict[str, ModelSpec] = {
         _from_hf_dict(_QWEN3_NEXT_80B_A3B, "qwen3-next-80b-a3b"),
         _from_hf_dict(_QWEN3_5_35B_A3B, "qwen3.5-35b-a3b"),
         *(_from_hf_dict(cfg, name) for name, cfg in {**_QWEN3_5_DENSE, **_QWEN3_5_MOE}.items()),
+        *(_from_hf_dict(cfg, name) for name, cfg in {**_GRANITE_4_H, **_NEMOTRON_H}.items()),
     )
 }
 
@@ -1122,6 +1410,21 @@ HF_IDS: dict[str, tuple[str, ...]] = {
     "qwen3.5-27b": ("Qwen/Qwen3.5-27B", "Qwen/Qwen3.5-27B-FP8"),
     "qwen3.5-122b-a10b": ("Qwen/Qwen3.5-122B-A10B", "Qwen/Qwen3.5-122B-A10B-FP8"),
     "qwen3.5-397b-a17b": ("Qwen/Qwen3.5-397B-A17B", "Qwen/Qwen3.5-397B-A17B-FP8"),
+    "granite-4.0-h-small": ("ibm-granite/granite-4.0-h-small", "ibm-granite/granite-4.0-h-small-base"),
+    "granite-4.0-h-tiny": ("ibm-granite/granite-4.0-h-tiny", "ibm-granite/granite-4.0-h-tiny-base"),
+    "granite-4.0-h-micro": ("ibm-granite/granite-4.0-h-micro", "ibm-granite/granite-4.0-h-micro-base"),
+    "nemotron-h-8b": (
+        "nvidia/Nemotron-H-8B-Base-8K",
+        "nvidia/Nemotron-H-8B-Reasoning-128K",
+        "nvidia/Nemotron-H-8B-Instruct-8K",
+    ),
+    "nemotron-h-47b": ("nvidia/Nemotron-H-47B-Base-8K", "nvidia/Nemotron-H-47B-Reasoning-128K"),
+    "nemotron-h-56b": ("nvidia/Nemotron-H-56B-Base-8K",),
+    "nemotron-nano-9b-v2": ("nvidia/NVIDIA-Nemotron-Nano-9B-v2", "nvidia/NVIDIA-Nemotron-Nano-9B-v2-Base"),
+    "nemotron-3-nano-30b-a3b": (
+        "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
+        "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-Base-BF16",
+    ),
 }
 
 #: other names a preset answers to (the issue's and the docs' short names), matched case-insensitively
@@ -1141,6 +1444,11 @@ ALIASES: dict[str, str] = {
     "qwen3.5-35b": "qwen3.5-35b-a3b",
     "qwen3.5-122b": "qwen3.5-122b-a10b",
     "qwen3.5-397b": "qwen3.5-397b-a17b",
+    "granite-4-h-small": "granite-4.0-h-small",
+    "granite-4-h-tiny": "granite-4.0-h-tiny",
+    "granite-4-h-micro": "granite-4.0-h-micro",
+    "nemotron-nano-9b": "nemotron-nano-9b-v2",
+    "nemotron-3-nano-30b": "nemotron-3-nano-30b-a3b",
 }
 _BY_HF_ID = {i.lower(): preset for preset, ids in HF_IDS.items() for i in ids}
 

@@ -94,6 +94,8 @@ class Eagle:
                 n_dense_layers=0,
                 n_sliding_layers=0,  # the draft layer attends to its whole context (EAGLE-3 heads of gpt-oss do)
                 n_linear_layers=0,  # a hybrid's MTP module is a full-attention layer (section 52)
+                n_mixer_only_layers=0,  # and, in a single-block hybrid (Nemotron-H), attention and an MLP or MoE
+                n_mlp_only_layers=0,
                 mtp_modules=None,
                 **changes,
             )

@@ -89,6 +89,8 @@ class Hydra:
             n_dense_layers=0,
             n_sliding_layers=0,
             n_linear_layers=0,
+            n_mixer_only_layers=0,  # one whole layer, attention and MLP, of a single-block hybrid too (Nemotron-H)
+            n_mlp_only_layers=0,
         )
 
     @property
