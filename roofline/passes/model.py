@@ -291,6 +291,15 @@ class ModelSpec:
                 changes["n_dense_layers"] = layers - self.n_moe_layers * layers // self.n_layers
         return dataclasses.replace(self, **changes)
 
+    def one_layer(self, name: str, **changes: Any) -> ModelSpec:
+        """One whole layer of this model's shape, named ``name``: attention over its whole context and its MLP (or
+        MoE), whatever layer kinds the model mixes (a sliding window, a hybrid's linear attention, Nemotron-H's
+        single blocks). A drafter's layer and an MTP module are such a layer (section 52); ``changes`` as
+        :meth:`replace` takes them."""
+        one = {"n_layers": 1, "n_dense_layers": 0, "n_sliding_layers": 0, "n_linear_layers": 0,
+               "n_mixer_only_layers": 0, "n_mlp_only_layers": 0}  # fmt: skip
+        return dataclasses.replace(self, name=name, **(one | changes))
+
     # -- derived shapes ----------------------------------------------------
     @property
     def is_abstract(self) -> bool:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -87,18 +86,9 @@ class Eagle:
             if target.is_moe:  # the projection runs on every token: priced as (more) shared-expert width
                 base = (target.d_ff_shared or target.d_ff_expert) * target.n_shared_experts
                 changes = {"n_shared_experts": 1, "d_ff_shared": base + extra_ff}
-            return dataclasses.replace(
-                target,
-                name=f"{self.name} layer",
-                n_layers=1,
-                n_dense_layers=0,
-                n_sliding_layers=0,  # the draft layer attends to its whole context (EAGLE-3 heads of gpt-oss do)
-                n_linear_layers=0,  # a hybrid's MTP module is a full-attention layer (section 52)
-                n_mixer_only_layers=0,  # and, in a single-block hybrid (Nemotron-H), attention and an MLP or MoE
-                n_mlp_only_layers=0,
-                mtp_modules=None,
-                **changes,
-            )
+            # the draft layer attends to its whole context (EAGLE-3 heads of gpt-oss do); a hybrid's MTP module is a
+            # full-attention layer (section 52)
+            return target.one_layer(f"{self.name} layer", mtp_modules=None, **changes)
 
         return _derived(("eagle layer", self.name), target, build)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -82,16 +81,7 @@ class Hydra:
         return float(sum((2 * (i + 2) + shared) * d * d + d * target.vocab_size for i in range(self.n_heads)))
 
     def prefix_spec(self, target: ModelSpec) -> ModelSpec:
-        return dataclasses.replace(
-            target,
-            name=f"{self.name} prefix layer",
-            n_layers=1,
-            n_dense_layers=0,
-            n_sliding_layers=0,
-            n_linear_layers=0,
-            n_mixer_only_layers=0,  # one whole layer, attention and MLP, of a single-block hybrid too (Nemotron-H)
-            n_mlp_only_layers=0,
-        )
+        return target.one_layer(f"{self.name} prefix layer")
 
     @property
     def default_tree(self) -> Tree:
