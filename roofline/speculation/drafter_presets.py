@@ -77,21 +77,17 @@ PUBLISHED_DRAFTERS: tuple[PublishedDrafter, ...] = (
         spec=_dflash_qwen3("z-lab/Qwen3-8B-DFlash-b16", 5, 4096, 32, 8, 12288),
         block_size=16,
     ),  # fmt: skip
-    # z-lab/Qwen3-Coder-30B-A3B-DFlash: its config.json was not found in a public copy, so its shape is derived from
-    # what can be cited (docs/cost-model.md, section 53): the DFlash README lists it for Qwen3-Coder-30B-A3B; a
-    # public drafter registry gives it as ~0.5B parameters, block size 16; DFlash drafters are Qwen3 layers of the
-    # target's width and attention shape (the Qwen3-8B drafter's config.json above: hidden, heads and head_dim of
-    # Qwen3-8B), so 2048 wide with 32 query / 4 KV heads of 128 as Qwen3-Coder-30B-A3B; the MLP width is the target
-    # config's dense intermediate_size (6144). 8 layers: the drafter of Qwen3.5-35B-A3B, the same width and heads
-    # (below, from its config.json), has 8 layers of MLP 6144 over 5 tapped target layers, so the taps do not give
-    # the layer count; 8 such layers and the fc projection are 0.47B, the published ~0.5B (5 would be 0.30B)
+    # z-lab/Qwen3-Coder-30B-A3B-DFlash config.json, as a public copy reads it (ZinYY/AdaFlash,
+    # configs/qwen3-coder-30b-dflash.json, which its scripts load beside this id): DFlashDraftModel, 8 Qwen3 layers of
+    # 2048 (MLP 6144, 32 query / 4 KV heads of 128), all full attention, block_size 16, target_layer_ids
+    # [1, 12, 23, 34, 45] of the 48-layer target. 8 layers and fc are 0.47B, 0.95 GB in BF16: the 0.88 GiB of
+    # safetensors a public manifest lists for it. (The shape had first been derived, section 53; the copy confirms it.)
     PublishedDrafter(
         "z-lab/Qwen3-Coder-30B-A3B-DFlash",
         "qwen3-coder-30b-a3b",
         "dflash",
-        "derived (no public config.json read): Qwen3 layers of the target's width and heads, 8 layers as the "
-        "Qwen3.5-35B-A3B drafter of the same width has, 0.47B as the published ~0.5B, block 16 "
-        "(docs/cost-model.md, section 53)",
+        "z-lab/Qwen3-Coder-30B-A3B-DFlash config.json (a public copy): 8 Qwen3 layers of 2048, block 16; 0.47B, "
+        "the published 0.88 GiB in BF16",
         spec=ModelSpec(
             "z-lab/Qwen3-Coder-30B-A3B-DFlash",
             8,
@@ -106,14 +102,14 @@ PUBLISHED_DRAFTERS: tuple[PublishedDrafter, ...] = (
         ),
         block_size=16,
     ),  # fmt: skip
-    # z-lab/Qwen3-4B-DFlash-b16: config.json not read here either; derived as the 8B one reads (its sibling, "b16" in
-    # both names): 5 Qwen3 layers of Qwen3-4B's own width, heads and MLP (2560, 32 query / 8 KV heads of 128, 9728)
+    # z-lab/Qwen3-4B-DFlash-b16 config.json, as public copies read it (a training script that embeds it, an Ascend
+    # port that says it matches it): 5 Qwen3 layers of 2560 (MLP 9728, 32 query / 8 KV heads of 128), block_size 16,
+    # target_layer_ids [1, 9, 17, 25, 33] of the 36-layer target; 0.54B with fc, the 1.00 GiB of safetensors listed
     PublishedDrafter(
         "z-lab/Qwen3-4B-DFlash-b16",
         "qwen3-4b",
         "dflash",
-        "derived (no public config.json read): 5 Qwen3 layers of the target's width, heads and MLP, as the Qwen3-8B "
-        "drafter's config.json has them, block 16 (the name's b16; docs/cost-model.md, section 53)",
+        "z-lab/Qwen3-4B-DFlash-b16 config.json (public copies): 5 Qwen3 layers of 2560, block 16",
         spec=_dflash_qwen3("z-lab/Qwen3-4B-DFlash-b16", 5, 2560, 32, 8, 9728),
         block_size=16,
     ),
@@ -144,16 +140,17 @@ PUBLISHED_DRAFTERS: tuple[PublishedDrafter, ...] = (
         spec=_dflash_qwen3_5("z-lab/Qwen3.5-9B-DFlash", 5, 4096, 32, 8, 12288),
         block_size=16,
     ),
-    # z-lab/Qwen3.5-27B-DFlash: no config.json copy was found; its shape is what Luce-Org's lucebox-hub DFlash runtime
-    # loads its BF16 safetensors with (dflash/include/dflash27b.h): 5 layers of 5120 (MLP 17408, 32 / 8 heads of
-    # 128), block 16, taps [1, 16, 31, 46, 61]. That is 1.73B parameters with fc, 3.46 GB in BF16: the published
+    # z-lab/Qwen3.5-27B-DFlash: its shape as Luce-Org's lucebox-hub DFlash runtime loads its BF16 safetensors
+    # (dflash/include/dflash27b.h) and as a public Rust port quotes its config.json ("Reference config"): 5 layers of
+    # 5120 (MLP 17408, 32 / 8 heads of 128), block 16, taps [1, 16, 31, 46, 61], all full attention (the same-shaped
+    # Qwen3.6-27B drafter slides 4 of its 5 layers; this one does not). That is 1.73B parameters with fc, 3.46 GB in BF16: the published
     # 3.46 GB (3.22 GiB of safetensors)
     PublishedDrafter(
         "z-lab/Qwen3.5-27B-DFlash",
         "qwen3.5-27b",
         "dflash",
-        "derived from a public loader of this checkpoint (no config.json copy read): 5 layers of the target's width "
-        "and MLP, block 16; its 1.73B parameters are the published 3.46 GB in BF16",
+        "a public loader of this checkpoint and a quoted copy of its config.json: 5 layers of 5120, block 16; its "
+        "1.73B parameters are the published 3.46 GB in BF16",
         spec=_dflash_qwen3_5("z-lab/Qwen3.5-27B-DFlash", 5, 5120, 32, 8, 17408),
         block_size=16,
     ),
