@@ -156,13 +156,13 @@ def test_moe_verify_time_never_falls_as_tokens_grow(engine):
 # -- the drafter --------------------------------------------------------------------------------------------------
 
 
-def test_the_qwen3_coder_dflash_drafter_has_its_derived_shape_and_needs_no_hub(monkeypatch):
+def test_the_qwen3_coder_dflash_drafter_has_its_config_shape_and_needs_no_hub(monkeypatch):
     row = drafter_presets.published(TARGET, "dflash")
-    assert row is not None and row.block_size == 16 and "derived" in row.source
+    assert row is not None and row.block_size == 16 and "config.json" in row.source
     spec = row.spec
     target = get_model(TARGET)
     assert (spec.n_layers, spec.d_model, spec.n_heads, spec.n_kv_heads) == (8, target.d_model, 32, 4)
-    # the registry's ~0.5B: 8 layers (0.45B) and the fc projection over 5 taps (0.02B)
+    # its config.json copy's 8 layers (0.45B) and the fc projection over 5 taps (0.02B): the published 0.88 GiB in BF16
     layers = spec.total_params - spec.vocab_size * spec.d_model - spec.norm_params
     assert 0.43e9 < layers < 0.47e9, layers
     assert 0.45e9 < layers + 5 * spec.d_model * spec.d_model < 0.5e9
