@@ -16,7 +16,7 @@ from roofline.speculation.drafters import ParallelBlock, as_drafter, default_gam
 
 def test_every_published_drafter_names_a_preset_target_and_a_method():
     for p in PUBLISHED_DRAFTERS:
-        assert p.target in PRESETS and p.method in ("eagle3", "dflash") and "/" in p.repo and p.source
+        assert p.target in PRESETS and p.method in ("eagle3", "dflash", "dspark") and "/" in p.repo and p.source
         assert (p.spec is None) == (p.block_size == 0)  # a read config gives both the shape and the block
 
 

@@ -406,6 +406,42 @@ def mla_attention(
     ]
 
 
+def compressed_attention(
+    spec: ModelSpec, T: Any, Bf: Any, Lf: Any, n: Any, vis: Any, wb: float, ab: float, kb: float
+) -> list[tuple[Any, Any, Any, Any, Any]]:
+    """(flops, weights, KV read, KV write, activations) of qkv, attn_scores, attn_values and out_proj under
+    DeepSeek-V4's compressed sparse attention (docs/cost-model.md, section 58), summed over the layers: a window of
+    ``attn_window`` rows on every layer; CSA layers add each query's top-k compressed entries and the indexer's read
+    of every compressed key; HCA layers every compressed entry. One key/value row per entry, read once for all heads
+    (the values reuse the scores' read)."""
+    nl, d, H, h = spec.n_layers, spec.d_model, spec.n_heads, spec.head_dim
+    nc, nh = spec.n_csa_layers, spec.n_hca_layers
+    window = np.minimum(Lf, float(spec.attn_window))
+    csa_entries = Lf / spec.csa_ratio if nc else 0.0 * Lf
+    picked = np.minimum(csa_entries, float(spec.index_topk)) if nc else 0.0 * Lf
+    hca_entries = Lf / spec.hca_ratio if nh else 0.0 * Lf
+    ih, ihd = spec.index_heads, spec.index_head_dim
+    # keys one query sees, summed over layers; rows one sequence reads (the window and HCA entries shared by its n
+    # queries, each query's own top-k)
+    keys = nl * window + nc * picked + nh * hca_entries
+    rows = nl * window + n * nc * picked + nh * hca_entries
+    index_rows = nc * csa_entries
+    pair_flops = 2.0 * H * h * Bf * (n * keys + vis * nl)
+    index_flops = 2.0 * ih * ihd * Bf * n * index_rows
+    proj = nl * (
+        spec.attn_params_per_layer - spec.n_heads * h * spec.o_lora_rank - spec.o_groups * spec.o_lora_rank * d
+    )
+    proj += spec.compressor_params
+    out = nl * (H * h * spec.o_lora_rank + spec.o_groups * spec.o_lora_rank * d)
+    written = nl * h + (nc * (h + ihd) / spec.csa_ratio if nc else 0.0) + (nh * h / spec.hca_ratio if nh else 0.0)
+    return [
+        (2.0 * T * proj, proj * wb, 0.0, T * written * kb, nl * T * (d + H * h + h) * ab),
+        (pair_flops + index_flops, 0.0, Bf * (rows * h + index_rows * ihd) * kb, 0.0, nl * T * H * h * ab),
+        (pair_flops, 0.0, 0.0, 0.0, nl * T * H * h * ab),
+        (2.0 * T * out, out * wb, 0.0, 0.0, nl * T * (H * h + d) * ab),
+    ]
+
+
 def scan_flops_per_token(spec: ModelSpec, recurrent: Any) -> Any:
     """FLOPs of one linear-attention layer's token mixing per token (docs/cost-model.md, section 52), per head:
 
@@ -558,7 +594,7 @@ def linear_terms(spec: ModelSpec, wb: float, ab: float, kb: float, moe_kernel: s
     s = model_shape(spec)
     # experts in their own format: their own rate (section 51); hybrid: a state per sequence is no variable of the table,
     # and single-block layers (Nemotron-H) count their MLPs and norms apart from the layers (section 52)
-    if s.mla or s.n_sliding or s.expert_wb or spec.n_linear_layers or spec.has_single_blocks:
+    if s.mla or s.n_sliding or s.expert_wb or spec.n_linear_layers or spec.has_single_blocks or spec.is_compressed:
         return None
     nl, d, H, KV, hd, moe, vocab = s.nl, s.d, s.H, s.KV, s.hd, s.moe, s.vocab
     names = OPERATORS if moe else _DENSE_OPERATORS
@@ -604,8 +640,9 @@ def scalar_config(
     """(batch, new tokens, context, visible) of a scalar configuration within the model's context, or None
     (arrays, and anything the array path must validate or refuse)."""
     B, L = scalar_count(batch, 1), scalar_count(context, 0)
-    # a hybrid model, and one of single-block layers (Nemotron-H): the array path prices it (section 52)
-    if B is None or L is None or spec.n_linear_layers or spec.has_single_blocks:
+    # a hybrid model, one of single-block layers (Nemotron-H) and DeepSeek-V4's compressed attention: the array path
+    # prices them (sections 52, 58)
+    if B is None or L is None or spec.n_linear_layers or spec.has_single_blocks or spec.is_compressed:
         return None
     if tree is not None:
         n, vis_sum = _tree_visible(tree)
@@ -709,7 +746,11 @@ def forward_cost(
                 out[key][row[name]] = value
 
     op("embed", 0.0, w=np.minimum(T, spec.vocab_size) * d * wb, act=T * d * ab)
-    if spec.is_mla:
+    if spec.is_compressed:
+        terms = compressed_attention(spec, T, Bf, Lf, n, vis, wb, ab, kb)
+        for name, (f_, w_, kr_, kw_, a_) in zip(("qkv", "attn_scores", "attn_values", "out_proj"), terms, strict=True):
+            op(name, f_, w=w_, kv_r=kr_, kv_w=kw_, act=a_)
+    elif spec.is_mla:
         terms = mla_attention(model_shape(spec), T, Bf, Lf, n, vis, wb, ab, kb)
         for name, (f_, w_, kr_, kw_, a_) in zip(("qkv", "attn_scores", "attn_values", "out_proj"), terms, strict=True):
             op(name, f_, w=w_, kv_r=kr_, kv_w=kw_, act=a_)
@@ -775,7 +816,14 @@ def forward_cost(
         router_w = m * spec.router_params * wb
     op("router", router_f, w=router_w)
     op("mlp", mlp_flops, w=mlp_w, act=mlp_act)
-    op("norms", 4.0 * T * d * spec.n_norms, w=spec.norm_params * wb, act=2 * spec.n_norms * T * d * ab)
+    # hyper-connections (section 58): mixing maps over the hc_mult streams, which each block reads and writes
+    hc, hcw = spec.hc_mult, spec.hc_params
+    op(
+        "norms",
+        4.0 * T * d * spec.n_norms + 2.0 * T * hcw,
+        w=(spec.norm_params + hcw) * wb,
+        act=2 * spec.n_norms * T * d * ab + (4 * nl * T * hc * d * ab if hc else 0.0),
+    )
     op("lm_head", 2.0 * T * d * spec.vocab_size, w=spec.lm_head_params * wb, act=T * (d + spec.vocab_size) * ab)
     # the time model's per-layer terms (two all-reduces, a layer's launches and overhead) are those of a layer of a
     # mixer and an MLP: a single-block hybrid's blocks (Nemotron-H) count two to such a layer, rounded up (section 52)
@@ -784,7 +832,8 @@ def forward_cost(
     return PassCost(
         names, out["f"], out["w"], out["kr"], out["kw"], out["a"], B, n, L, act_dtype, layers, T * d * ab, weight_dtype,
         vocab_size=spec.vocab_size, mlp_matrices=spec.mlp_matrices, n_moe_layers=spec.n_moe_layers,
-        experts_touched=(touched + spec.n_shared_experts) if spec.is_moe else 0.0, kv_replicated=spec.is_mla,
+        experts_touched=(touched + spec.n_shared_experts) if spec.is_moe else 0.0,
+        kv_replicated=spec.is_mla or spec.is_compressed,
         routed_experts=touched, expert_format_bytes=own, routed_flops=0.0 if spec.expert_format else routed,
         moe_tile_rows=fused_moe_tile_rows(T, spec.n_experts, spec.experts_per_token)
         if spec.is_moe and moe_kernel is not None else 0.0,

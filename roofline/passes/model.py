@@ -127,6 +127,22 @@ class ModelSpec:
     #: followed by an MLP, with two norms). The attention layers are then the layers that are neither linear nor MLP-only
     n_mixer_only_layers: int = 0
     n_mlp_only_layers: int = 0
+    #: DeepSeek-V4's compressed sparse attention (docs/cost-model.md, section 58): one shared key/value head of
+    #: ``head_dim``; every layer attends to the last ``attn_window`` tokens uncompressed (0: not this attention),
+    #: ``n_csa_layers`` also to the ``index_topk`` entries, one per ``csa_ratio`` tokens, that a lightning indexer of
+    #: ``index_heads`` x ``index_head_dim`` picks, ``n_hca_layers`` to every entry, one per ``hca_ratio`` tokens; the
+    #: output projects in ``o_groups`` groups through ``o_lora_rank``; ``hc_mult`` hyper-connection streams
+    attn_window: int = 0
+    n_csa_layers: int = 0
+    csa_ratio: int = 0
+    n_hca_layers: int = 0
+    hca_ratio: int = 0
+    index_topk: int = 0
+    index_heads: int = 0
+    index_head_dim: int = 0
+    o_lora_rank: int = 0
+    o_groups: int = 0
+    hc_mult: int = 0
 
     def __post_init__(self) -> None:
         check_choice("mlp_kind", self.mlp_kind, MLP_KINDS)
@@ -188,6 +204,45 @@ class ModelSpec:
             self._check_blocks()
         if self.n_linear_layers:
             self._check_linear()
+        if self.attn_window or self.n_csa_layers or self.n_hca_layers or self.o_lora_rank:
+            self._check_compressed()
+
+    def _check_compressed(self) -> None:
+        """DeepSeek-V4's attention: whole positive shapes, one KV head, groups that divide the heads, no other
+        attention kind beside it."""
+        for f in ("attn_window", "o_lora_rank", "o_groups", "n_csa_layers", "csa_ratio", "n_hca_layers", "hca_ratio",
+                  "index_topk", "index_heads", "index_head_dim", "hc_mult"):  # fmt: skip
+            v = getattr(self, f)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise SpecroofError(f"ModelSpec {self.name!r}: {f} must be a whole number >= 0 (got {v!r})")
+            if v:
+                check_quantity(
+                    f"ModelSpec {self.name!r}: {f}", v, "context" if f in ("attn_window", "index_topk") else "width"
+                )
+        need = ["attn_window", "o_lora_rank", "o_groups"]
+        need += ["csa_ratio", "index_topk", "index_heads", "index_head_dim"] if self.n_csa_layers else []
+        need += ["hca_ratio"] if self.n_hca_layers else []
+        for f in need:
+            if getattr(self, f) < 1:
+                raise SpecroofError(f"ModelSpec {self.name!r}: compressed attention needs {f} >= 1")
+        if self.n_kv_heads != 1:
+            raise SpecroofError(
+                f"ModelSpec {self.name!r}: compressed attention shares one key/value head (got n_kv_heads "
+                f"{self.n_kv_heads})"
+            )
+        if self.n_heads % self.o_groups:
+            raise SpecroofError(
+                f"ModelSpec {self.name!r}: o_groups ({self.o_groups}) must divide n_heads ({self.n_heads})"
+            )
+        if self.n_csa_layers + self.n_hca_layers > self.n_layers:
+            raise SpecroofError(
+                f"ModelSpec {self.name!r}: n_csa_layers + n_hca_layers must not exceed n_layers={self.n_layers}"
+            )
+        if self.is_mla or self.n_sliding_layers or self.n_linear_layers or self.has_single_blocks:
+            raise SpecroofError(
+                f"ModelSpec {self.name!r}: compressed attention is priced on its own (not beside latent, sliding, "
+                "linear or single-block layers)"
+            )
 
     def _check_blocks(self) -> None:
         """Single-block layers: whole counts that leave every layer one kind, and a mixture only where an MLP is."""
@@ -289,15 +344,20 @@ class ModelSpec:
                 changes.setdefault(f, getattr(self, f) * layers // self.n_layers)
             if self.is_moe and "n_dense_layers" not in changes:
                 changes["n_dense_layers"] = layers - self.n_moe_layers * layers // self.n_layers
+        # compressed-attention layers (DeepSeek-V4) keep their shares rounded down; the others are window-only
+        if (self.n_csa_layers or self.n_hca_layers) and layers != self.n_layers:
+            for f in ("n_csa_layers", "n_hca_layers"):
+                changes.setdefault(f, getattr(self, f) * layers // self.n_layers)
         return dataclasses.replace(self, **changes)
 
     def one_layer(self, name: str, **changes: Any) -> ModelSpec:
         """One whole layer of this model's shape, named ``name``: attention over its whole context and its MLP (or
         MoE), whatever layer kinds the model mixes (a sliding window, a hybrid's linear attention, Nemotron-H's
-        single blocks). A drafter's layer and an MTP module are such a layer (section 52); ``changes`` as
-        :meth:`replace` takes them."""
+        single blocks). A drafter's layer and an MTP module are such a layer (section 52); under DeepSeek-V4's
+        compressed attention it is a window-only layer, as the MTP layer's ratio 0 in its config (section 58).
+        ``changes`` as :meth:`replace` takes them."""
         one = {"n_layers": 1, "n_dense_layers": 0, "n_sliding_layers": 0, "n_linear_layers": 0,
-               "n_mixer_only_layers": 0, "n_mlp_only_layers": 0}  # fmt: skip
+               "n_mixer_only_layers": 0, "n_mlp_only_layers": 0, "n_csa_layers": 0, "n_hca_layers": 0}  # fmt: skip
         return dataclasses.replace(self, name=name, **(one | changes))
 
     # -- derived shapes ----------------------------------------------------
@@ -327,6 +387,44 @@ class ModelSpec:
         qr = self.q_lora_rank
         q = d * qr + qr + qr * H * hd if qr else d * H * hd
         return q + d * (r + rope) + r + r * H * (hd - rope)
+
+    @property
+    def is_compressed(self) -> bool:
+        """True for DeepSeek-V4's compressed sparse attention (a window on every layer, compressed entries beside)."""
+        return self.attn_window > 0
+
+    @property
+    def compressor_params(self) -> int:
+        """Weights of every layer's compressor and, in CSA layers, lightning indexer (section 58): a compressor of
+        ratio c and width w has KV and gate projections d x (k w) each, a position bias c x k w and a norm of w (k = 2
+        where its windows overlap, ratio 4)."""
+        if not self.is_compressed:
+            return 0
+        d, h = self.d_model, self.head_dim
+
+        def comp(ratio: int, width: int) -> int:
+            k = 2 if ratio == 4 else 1
+            return 2 * d * k * width + ratio * k * width + width
+
+        ih, ihd = self.index_heads, self.index_head_dim
+        csa = comp(self.csa_ratio, h) + self.q_rank_in * ih * ihd + d * ih + comp(self.csa_ratio, ihd)
+        return self.n_csa_layers * csa + (self.n_hca_layers * comp(self.hca_ratio, h) if self.n_hca_layers else 0)
+
+    @property
+    def q_rank_in(self) -> int:
+        """The width the query projection reads: the low-rank ``q_lora_rank``, else the model width."""
+        return self.q_lora_rank or self.d_model
+
+    @property
+    def hc_params(self) -> int:
+        """Hyper-connection weights (section 58): before and after each block a map of the ``hc_mult`` streams
+        (``hc_mult x d``) to ``(2 + hc_mult) x hc_mult`` mixing weights with its bias and 3 scales, and the head's map of
+        the streams to ``hc_mult`` weights."""
+        m = self.hc_mult
+        if not m:
+            return 0
+        mix = (2 + m) * m
+        return 2 * self.n_layers * (m * self.d_model * mix + mix + 3) + m * self.d_model * m + m + 1
 
     @property
     def mla_out_params_per_layer(self) -> int:
@@ -411,6 +509,10 @@ class ModelSpec:
         """q, k, v, o projection weights (and qkv biases) of one layer."""
         if self.is_mla:
             return self.mla_qkv_params_per_layer + self.mla_out_params_per_layer
+        if self.is_compressed:  # section 58: low-rank query, one shared KV row, grouped low-rank output, sinks
+            d, H, h, qr, ro = self.d_model, self.n_heads, self.head_dim, self.q_lora_rank, self.o_lora_rank
+            q = d * qr + qr + qr * H * h if qr else d * H * h
+            return q + d * h + h + H * h * ro + self.o_groups * ro * d + H
         q = self.d_model * self.n_heads * self.head_dim * (2 if self.attn_output_gate else 1)
         kv = 2 * self.d_model * self.n_kv_heads * self.head_dim
         o = self.n_heads * self.head_dim * self.d_model
@@ -482,6 +584,7 @@ class ModelSpec:
         layers += self.n_moe_layers * (
             self.n_experts * self.expert_params + self.shared_expert_params + self.router_params
         )
+        layers += self.compressor_params + self.hc_params
         head = 0 if self.tie_embeddings else self.lm_head_params
         return float(self.embedding_params + layers + self.norm_params + head)
 
@@ -498,6 +601,8 @@ class ModelSpec:
         """Cache elements one layer stores per token: K and V of the KV heads, or MLA's latent + RoPE key."""
         if self.is_mla:
             return self.kv_lora_rank + self.qk_rope_head_dim
+        if self.is_compressed:  # per context token, averaged over the layers (rounded down; section 58)
+            return self.compressed_elements_per_token // self.n_layers
         return 2 * self.n_kv_heads * self.head_dim
 
     @property
@@ -506,7 +611,18 @@ class ModelSpec:
 
         With sliding-window layers this is the rate while a sequence is shorter than the window, an upper bound
         after it (a sliding layer keeps at most ``sliding_window`` tokens): :meth:`kv_cache_elements` is exact."""
+        if self.is_compressed:
+            return self.compressed_elements_per_token
         return self.n_attn_layers * self.kv_elements_per_layer_token
+
+    @property
+    def compressed_elements_per_token(self) -> int:
+        """Cache elements DeepSeek-V4 keeps per context token, all layers: a CSA layer's entry and indexer key per
+        ``csa_ratio`` tokens, an HCA layer's entry per ``hca_ratio`` (the window's rows, a fixed count per sequence,
+        are left out: section 58)."""
+        h, ih = self.head_dim, self.index_head_dim
+        csa = self.n_csa_layers * (h + ih) // self.csa_ratio if self.n_csa_layers else 0
+        return csa + (self.n_hca_layers * h // self.hca_ratio if self.n_hca_layers else 0)
 
     def kv_cache_elements(self, tokens: Any) -> Any:
         """Cache elements of one sequence of ``tokens`` cached tokens (scalar or array), sliding layers capped at
@@ -583,13 +699,13 @@ _CONFIG_KINDS = {
 _SUPPORTED = (
     "llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "kimi_k2",
     "gpt_oss", "glm4_moe", "minimax_m2", "gemma3_text", "llama4_text", "qwen3_next", "qwen3_5_text",
-    "qwen3_5_moe_text", "granitemoehybrid", "nemotron_h",
+    "qwen3_5_moe_text", "granitemoehybrid", "nemotron_h", "deepseek_v4",
 )  # fmt: skip
 #: Gated DeltaNet hybrids (docs/cost-model.md, section 52): transformers' Qwen3NextConfig / Qwen3_5TextConfig fields
 _GDN_HYBRIDS = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
 #: the DeepSeek MoE layout (Kimi K2 ships DeepSeek-V3's modelling code under its own model_type; GLM-4.5's glm4_moe
 #: keeps its field names with standard attention)
-_DEEPSEEK_LIKE = ("deepseek_v2", "deepseek_v3", "kimi_k2", "glm4_moe")
+_DEEPSEEK_LIKE = ("deepseek_v2", "deepseek_v3", "kimi_k2", "glm4_moe", "deepseek_v4")
 #: multimodal checkpoints whose language model is the config's ``text_config`` (Gemma 3, Llama 4, Mistral Small 3.1,
 #: Kimi K2.5): the text stack is what a decode step runs
 _TEXT_CONFIG_WRAPPERS = {
@@ -738,6 +854,8 @@ def _from_hf_dict(cfg: dict[str, Any], name: str | None) -> ModelSpec:
         fields.update(_granite_hybrid_fields(cfg, fields["n_layers"], req, opt))
     elif arch == "nemotron_h":
         fields.update(_nemotron_h_fields(cfg, fields["n_layers"], req, opt))
+    elif arch == "deepseek_v4":
+        fields.update(_deepseek_v4_fields(cfg, fields["n_layers"], req, opt))
     if arch in _DEEPSEEK_LIKE:
         if cfg.get("kv_lora_rank"):  # multi-head latent attention: the shapes the cost model prices it by
             for key in ("qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
@@ -763,12 +881,54 @@ def _from_hf_dict(cfg: dict[str, Any], name: str | None) -> ModelSpec:
             n_dense_layers=int(cfg.get("first_k_dense_replace") or 0),
             mtp_modules=int(cfg.get("num_nextn_predict_layers") or 0),
         )
+    if arch == "deepseek_v4" and str(cfg.get("expert_dtype", "")).lower() == "fp4":
+        # E2M1 experts with a power-of-two (ue8m0) scale per 32 weights: MXFP4's layout, beside fp8 weights
+        fields["expert_format"] = "mxfp4"
     quant = cfg.get("quantization_config")
     if isinstance(quant, dict) and fields.get("n_experts"):
         method = str(quant.get("quant_method", "")).lower()
         if method in EXPERT_FORMATS:  # gpt-oss: MXFP4 experts, the attention, router and embeddings in bf16
             fields["expert_format"] = method
     return ModelSpec(**fields)
+
+
+def _deepseek_v4_fields(cfg: dict[str, Any], n_layers: int, req: Any, opt: Any) -> dict[str, Any]:
+    """DeepSeek-V4 (docs/cost-model.md, section 58): ``compress_ratios`` per layer (4: compressed sparse attention with
+    the lightning indexer; a larger ratio: every compressed entry; 0: the window only), ``sliding_window`` the
+    window every layer attends to, the grouped low-rank output and the hyper-connections. Entries past
+    ``num_hidden_layers`` are the MTP layers'."""
+    ratios = cfg.get("compress_ratios")
+    if (
+        not isinstance(ratios, list)
+        or len(ratios) < n_layers
+        or any(isinstance(r, bool) or not isinstance(r, int) or r < 0 for r in ratios)
+    ):
+        raise SpecroofError(
+            f"config field 'compress_ratios' must list a whole ratio >= 0 per layer ({n_layers} layers)"
+        )
+    body = ratios[:n_layers]
+    wide = sorted({r for r in body if r not in (0, 4)})
+    if len(wide) > 1 or (wide and wide[0] < 2):
+        raise SpecroofError(
+            f"config field 'compress_ratios' mixes ratios {wide}: specroof prices one ratio beside 4 (section 58)"
+        )
+    n_csa = sum(1 for r in body if r == 4)
+    out: dict[str, Any] = dict(
+        attn_window=req("sliding_window"),
+        q_lora_rank=opt("q_lora_rank", 0),
+        qk_rope_head_dim=0,
+        o_lora_rank=req("o_lora_rank"),
+        o_groups=req("o_groups"),
+        hc_mult=opt("hc_mult", 0),
+        n_csa_layers=n_csa,
+        n_hca_layers=sum(1 for r in body if r in wide),
+        hca_ratio=wide[0] if wide else 0,
+        n_dense_layers=0,  # every layer routes (the first num_hash_layers by a hash of the token, no router)
+    )
+    if n_csa:
+        out.update(csa_ratio=4, index_topk=req("index_topk"), index_heads=req("index_n_heads"),
+                   index_head_dim=req("index_head_dim"))  # fmt: skip
+    return out
 
 
 def _layer_types(cfg: dict[str, Any], n_layers: int, linear: str, full: str) -> int:
@@ -969,6 +1129,20 @@ def _mla(
         name, L, d, H, H, 192, ff, vocab, max_context=ctx, n_experts=E, experts_per_token=k, d_ff_expert=ff_e,
         n_shared_experts=shared, n_dense_layers=dense, kv_lora_rank=512, q_lora_rank=q_lora, qk_rope_head_dim=64,
         v_head_dim=128, mtp_modules=mtp,
+    )  # fmt: skip
+
+
+def _deepseek_v4(
+    name: str, L: int, d: int, H: int, E: int, ff_e: int, q_lora: int, o_groups: int, topk: int, csa: int, hca: int
+) -> ModelSpec:
+    """DeepSeek-V4 (section 58): one 512-wide KV head, a 128-token window on every layer, ``csa`` layers of ratio 4
+    with the indexer (64 heads of 128) and ``hca`` of ratio 128, output groups through 1024, 4 hyper-connection
+    streams, one shared and six routed experts per token in MXFP4 beside fp8 weights, one MTP layer."""
+    return ModelSpec(
+        name, L, d, H, 1, 512, 0, 129280, max_context=1048576, n_experts=E, experts_per_token=6, d_ff_expert=ff_e,
+        n_shared_experts=1, q_lora_rank=q_lora, mtp_modules=1, expert_format="mxfp4", attn_window=128,
+        n_csa_layers=csa, csa_ratio=4, n_hca_layers=hca, hca_ratio=128, index_topk=topk, index_heads=64,
+        index_head_dim=128, o_lora_rank=1024, o_groups=o_groups, hc_mult=4,
     )  # fmt: skip
 
 
@@ -1290,6 +1464,12 @@ PRESETS: dict[str, ModelSpec] = {
         _mla("deepseek-r1", 61, 7168, 128, 18432, 129280, 163840, 256, 8, 2048, 1, 3, q_lora=1536, mtp=1),
         _mla("deepseek-v2-lite", 27, 2048, 16, 10944, 102400, 163840, 64, 6, 1408, 2, 1, q_lora=0),
         _mla("kimi-k2", 61, 7168, 64, 18432, 163840, 131072, 384, 8, 2048, 1, 1, q_lora=1536),
+        # compressed sparse attention + DeepSeekMoE with MXFP4 experts (config.json of deepseek-ai/DeepSeek-V4-Pro and
+        # -Flash, as public copies and vLLM's deepseek_v4 model read them; section 58). compress_ratios: Pro
+        # [128, 128, then 4 and 128 alternating, 4] (30 CSA, 31 HCA), Flash [0, 0, then 4 and 128 alternating, 4]
+        # (21 CSA, 20 HCA, 2 window-only); index_topk 1024 and 512
+        _deepseek_v4("deepseek-v4-pro", 61, 7168, 128, 384, 3072, 1536, 16, 1024, 30, 31),
+        _deepseek_v4("deepseek-v4-flash", 43, 4096, 64, 256, 2048, 1024, 8, 512, 21, 20),
         # alternating sliding (window 128) and full attention, sinks, biased MoE with MXFP4 experts (config.json
         # quantization_config: quant_method mxfp4, modules_to_not_convert the attention, router, embedding and head)
         _gpt_oss("gpt-oss-20b", 24, 32),
@@ -1377,6 +1557,8 @@ HF_IDS: dict[str, tuple[str, ...]] = {
     "deepseek-r1": ("deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-R1-0528"),
     "deepseek-v2-lite": ("deepseek-ai/DeepSeek-V2-Lite", "deepseek-ai/DeepSeek-V2-Lite-Chat"),
     "kimi-k2": ("moonshotai/Kimi-K2-Instruct", "moonshotai/Kimi-K2-Base"),
+    "deepseek-v4-pro": ("deepseek-ai/DeepSeek-V4-Pro", "deepseek-ai/DeepSeek-V4-Pro-DSpark"),
+    "deepseek-v4-flash": ("deepseek-ai/DeepSeek-V4-Flash", "deepseek-ai/DeepSeek-V4-Flash-DSpark"),
     "gpt-oss-20b": ("openai/gpt-oss-20b",),
     "gpt-oss-120b": ("openai/gpt-oss-120b",),
     "llama-3.3-70b": ("meta-llama/Llama-3.3-70B-Instruct",),

@@ -25,7 +25,7 @@ class PublishedDrafter:
 
     repo: str
     target: str
-    method: str  # "eagle3" | "dflash"
+    method: str  # "eagle3" | "dflash" | "dspark"
     source: str
     spec: ModelSpec | None = None  # the draft network's shape, where its config.json was read
     block_size: int = (
@@ -185,6 +185,34 @@ PUBLISHED_DRAFTERS: tuple[PublishedDrafter, ...] = (
     PublishedDrafter("z-lab/gpt-oss-20b-DFlash", "gpt-oss-20b", "dflash", "z-lab DFlash model list"),
     PublishedDrafter("z-lab/gpt-oss-120b-DFlash", "gpt-oss-120b", "dflash", "z-lab DFlash model list"),
     PublishedDrafter("z-lab/Kimi-K2.5-DFlash", "kimi-k2.5", "dflash", "z-lab DFlash model list"),
+    # -- DeepSeek-V4's DSpark drafters (docs/cost-model.md, section 58): the draft stage ships in the target's own
+    # checkpoint (deepseek-ai/DeepSeek-V4-Pro-DSpark, -Flash-DSpark; config.json dspark_block_size 5,
+    # dspark_target_layer_ids the last three layers), "three MoE layers with mHC and a sliding window attention of
+    # 128" (the DSpark paper, section 5.1) that share the target's embedding and LM head: a block drafter of three
+    # window-only layers of the target's shape, one pass for the block. Its Markov head (rank 512 / 256) and
+    # confidence head are left out (a few hundred million weights); adaptive verification is not priced --
+    PublishedDrafter(
+        "deepseek-ai/DeepSeek-V4-Pro-DSpark",
+        "deepseek-v4-pro",
+        "dspark",
+        "the DSpark paper (section 5.1) and the Pro-DSpark config.json: three window-only MoE layers of the target's "
+        "shape; 889 GB with the target, the checkpoint's 892.7 GB",
+        spec=get_model("deepseek-v4-pro").one_layer(
+            "deepseek-ai/DeepSeek-V4-Pro-DSpark", n_layers=3, tie_embeddings=True
+        ),
+        block_size=5,
+    ),
+    PublishedDrafter(
+        "deepseek-ai/DeepSeek-V4-Flash-DSpark",
+        "deepseek-v4-flash",
+        "dspark",
+        "the DSpark paper (section 5.1) and the Flash-DSpark config.json: three window-only MoE layers of the "
+        "target's shape",
+        spec=get_model("deepseek-v4-flash").one_layer(
+            "deepseek-ai/DeepSeek-V4-Flash-DSpark", n_layers=3, tie_embeddings=True
+        ),
+        block_size=5,
+    ),
 )
 
 _BY_REPO = {p.repo.lower(): p for p in PUBLISHED_DRAFTERS}
