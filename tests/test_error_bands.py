@@ -107,16 +107,21 @@ def test_a_kind_band_comes_from_the_most_specific_group_with_enough_rows():
     res = compute_residuals()
     band = band_for("hf", "speculative", "a100-sxm-80gb", batch=1, model="vicuna-7b", context=512)
     assert band is not None and band.group == {"engine_group": "hf", "kind": "speculative", "bucket": "1",
-                                               "moe": False, "context_class": "<=8k"}  # fmt: skip
+                                               "moe": False, "hybrid": False, "context_class": "<=8k"}  # fmt: skip
     sel = res[(res["engine_group"] == "hf") & (res["kind"] == "speculative") & (res["bucket"] == "1")
-              & ~res["moe"] & (res["context_class"] == "<=8k")]  # fmt: skip
+              & ~res["moe"] & ~res["hybrid"] & (res["context_class"] == "<=8k")]  # fmt: skip
     assert band.n == len(sel) >= MIN_ROWS
     assert band.band_pct == pytest.approx(100 * band_quantile(sel["error_engine"]))
     assert band.description.startswith(f"±{band.band_pct:.0f}%: {COVERAGE:.0%} of the {band.n} held-out rows")
-    # a group without rows of its own falls back to coarser ones and says which it used (SGLang speculation past 64
-    # sequences: no held-out row; the Qwen3.5-27B DFlash card's rows now fill the 17-64 bucket)
-    wide = band_for("sglang", "speculative", "h100-sxm-80gb", batch=128, model="llama-3.1-8b", context=2048)
-    assert wide is not None and "bucket" not in wide.group and wide.n >= MIN_ROWS
+    # a group without rows of its own falls back to coarser ones and says which it used (SGLang speculation of an
+    # attention-only target at batch 48: two held-out rows, both MoE)
+    wide = band_for("sglang", "speculative", "h100-sxm-80gb", batch=48, model="llama-3.1-8b", context=2048)
+    assert wide is not None and "bucket" not in wide.group and wide.n >= MIN_ROWS and not wide.group["hybrid"]
+    # a hybrid target's band comes from the hybrid rows, an attention-only target's never does
+    hybrid = band_for("sglang", "speculative", "b200-180gb", batch=8, model="qwen3.5-27b", context=2048)
+    assert hybrid is not None and hybrid.group["hybrid"] and "(hybrid linear attention)" in hybrid.description
+    dense = band_for("sglang", "speculative", "b200-180gb", batch=8, model="qwen3-8b", context=2048)
+    assert dense is not None and not dense.group["hybrid"] and dense.band_pct < hybrid.band_pct
     assert band_for("compiled", "tp", "a100-sxm-80gb") is None  # no held-out row of the kind anywhere: no band
 
 

@@ -91,6 +91,17 @@ def is_moe(model: Any) -> bool:
         return False
 
 
+def is_hybrid(model: Any) -> bool:
+    """Whether ``model`` (a name or a ModelSpec) mixes linear-attention layers with attention (Qwen3.5, Qwen3-Next,
+    Mamba-2 hybrids: docs/cost-model.md, section 52)."""
+    from roofline.passes.model import get_model
+
+    try:
+        return bool(get_model(model).n_linear_layers)
+    except Exception:  # a model the table names that the presets no longer know: not a hybrid, as most are
+        return False
+
+
 def family(engine: Engine | str | None) -> str:
     """The residual group of an engine: ``serving`` for vLLM/SGLang/TensorRT-LLM, ``roofline`` for none."""
     if engine is None:
@@ -120,7 +131,7 @@ def prediction_kind(*, batch: int = 1, tp: int = 1, weight_dtype: str | None = N
 #: (about 6 s); a test recomputes them and fails when this file is stale
 RESIDUALS_FILE = Path(__file__).resolve().parents[2] / "published" / "held_out_residuals.csv"
 _COLUMNS = ["source", "use", "kind", "engine", "hardware", "family", "on_calibration_gpu", "metric", "error_engine",
-            "engine_group", "batch", "bucket", "moe", "context_class"]  # fmt: skip
+            "engine_group", "batch", "bucket", "moe", "hybrid", "context_class"]  # fmt: skip
 
 
 def faster_signed(error: npt.NDArray[np.float64], metric: Any) -> npt.NDArray[np.float64]:
@@ -174,6 +185,8 @@ def kind_columns(table: pd.DataFrame) -> pd.DataFrame:
     out["bucket"] = out["batch"].map(batch_bucket)
     moe = {m: is_moe(m) for m in set(out["model"])} if "model" in out else {}
     out["moe"] = out["model"].map(moe) if "model" in out else False
+    hybrid = {m: is_hybrid(m) for m in set(out["model"])} if "model" in out else {}
+    out["hybrid"] = out["model"].map(hybrid) if "model" in out else False
     out["context_class"] = out["context"].map(context_class) if "context" in out else "<=8k"
     gpus = _calibration_gpus()
     out["on_calibration_gpu"] = [h in gpus.get(f, ()) for h, f in zip(out["hardware"], out["family"], strict=True)]
@@ -264,13 +277,16 @@ def band_table() -> pd.DataFrame:
 #: last pools the serving engines (vLLM, SGLang, TensorRT-LLM and their versions) as the family they are fitted as,
 #: and the last every engine's rows of the kind
 _LEVELS: tuple[tuple[str, ...], ...] = (
-    ("engine_group", "kind", "bucket", "moe", "context_class"),
-    ("engine_group", "kind", "bucket", "moe"),
-    ("engine_group", "kind", "bucket"),
-    ("engine_group", "kind"),
-    ("family", "kind"),
+    ("engine_group", "kind", "bucket", "moe", "hybrid", "context_class"),
+    ("engine_group", "kind", "bucket", "moe", "hybrid"),
+    ("engine_group", "kind", "bucket", "hybrid"),
+    ("engine_group", "kind", "hybrid"),
+    ("family", "kind", "hybrid"),
     ("kind",),
 )
+#: a hybrid linear-attention target's rows and an attention-only target's are kept apart down to the last level:
+#: the held-out hybrid rows (Qwen3.5, Qwen3-Next under SGLang) miss by more than the attention-only ones, and a band
+#: of one class must not be read as the other's
 
 
 @dataclass(frozen=True)
@@ -312,6 +328,8 @@ def _words(group: dict[str, Any]) -> str:
         parts.append(f"at batch {group['bucket']}")
     if "moe" in group:
         parts.append("(MoE)" if group["moe"] else "(dense)")
+    if group.get("hybrid"):
+        parts.append("(hybrid linear attention)")
     if "context_class" in group:
         parts.append(f"at {group['context_class']} context")
     return " ".join(parts)
@@ -341,12 +359,14 @@ def band_for(
         return None
     eng = load_engine_or_none(engine)
     moe_ = bool(moe) if moe is not None else (is_moe(model) if model is not None else False)
+    hybrid_ = is_hybrid(model) if model is not None else False
     want = {
         "engine_group": engine_group(eng if eng is not None else engine),
         "family": family(eng if eng is not None else engine),
         "kind": kind,
         "bucket": batch_bucket(batch),
         "moe": moe_,
+        "hybrid": hybrid_,
         "context_class": context_class(context),
     }
     for level in _LEVELS:

@@ -108,9 +108,10 @@ def cmd_validate_published(args: argparse.Namespace) -> int:
     )
     text += bucket_text(buckets)
     text += (
-        "\n\nerror bands every priced answer carries: held-out rows per engine, kind, batch bucket, dense/MoE and "
-        "context; an answer takes the most specific group with 3 rows or more, dropping context, then dense/MoE, then "
-        "the bucket, then pooling the serving engines (band: the |error| 80% of the group fell within):\n"
+        "\n\nerror bands every priced answer carries: held-out rows per engine, kind, batch bucket, dense/MoE, hybrid "
+        "linear attention or not, and context; an answer takes the most specific group with 3 rows or more, dropping "
+        "context, then dense/MoE, then the bucket, then pooling the serving engines, a hybrid's rows kept apart until "
+        "the kind alone (band: the |error| 80% of the group fell within):\n"
     )
     text += _percent_table(kinds) if not kinds.empty else "no held-out rows"
     text += "\n\nwhere no such group has rows, the band per engine family, kind and calibration GPU or not:\n"
