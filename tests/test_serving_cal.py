@@ -156,11 +156,12 @@ def test_vllm_on_rocm_is_vllm_014_with_its_own_layer_time():
     )
 
 
-def test_the_dspark_rows_are_priced_and_held_out():
-    # DeepSeek-V4-Pro and its DSpark draft stage are priced since section 58; fitted on nothing, the rows are held
-    # out. The adaptive arm stays unpriced: no drafter here trims its block by confidence
+def test_the_dspark_rows_are_priced_and_no_fit_reads_them():
+    # DeepSeek-V4-Pro and its DSpark draft stage are priced since section 58; a calibration source (issue 55) that no
+    # fit reads yet (fit = false). The adaptive arm stays unpriced: no drafter here trims its block by confidence
     rows = _rows("vllm_blog_dspark_b300.toml")
-    assert len(rows) == 6 and set(rows["hardware"]) == {"b300-288gb"} and set(rows["use"]) == {"validation"}
+    assert len(rows) == 6 and set(rows["hardware"]) == {"b300-288gb"} and set(rows["use"]) == {"calibration"}
+    assert not rows["fit"].any()
     t = validation_table(rows)
     assert t["error_engine"].notna().sum() == 5
     assert "confidence" in rows.loc[rows["not_modelled"] != "", "not_modelled"].iloc[0]
@@ -172,7 +173,7 @@ def test_rows_not_priced_make_no_calibration_gpu():
     _calibration_gpus.cache_clear()
     gpus = _calibration_gpus()["serving"]
     assert "mi355x-288gb" in gpus  # vllm-rocm's fitted rows
-    assert "b300-288gb" not in gpus  # the DSpark rows are priced but held out: nothing was fitted on a B300
+    assert "b300-288gb" not in gpus  # the DSpark rows are priced, but no fit reads them: nothing was fitted on a B300
 
 
 def test_a_family_refit_reaches_vllm_on_rocm_but_not_its_own_layer_time(tmp_path):
@@ -189,3 +190,10 @@ def test_a_family_refit_reaches_vllm_on_rocm_but_not_its_own_layer_time(tmp_path
     rocm = load_engine(tmp_path / "vllm-rocm.toml")
     assert rocm.compute_fraction == 0.5 and rocm.bandwidth_fraction == 0.9
     assert rocm.device_layer_s == pytest.approx(own)
+
+
+def test_a_refit_does_not_read_a_source_marked_fit_false():
+    from roofline.evidence.engine_fits import calibrate
+
+    _, fit = calibrate("vllm")
+    assert "vllm_blog_dspark_b300" not in set(fit["source"]) and len(fit) >= 10

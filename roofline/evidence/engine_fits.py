@@ -108,7 +108,7 @@ def calibrate(engine: Engine | str, rows: pd.DataFrame | None = None) -> tuple[E
     df = load_published() if rows is None else rows
     family = SERVING_FAMILY if eng.name in SERVING_FAMILY else (eng.name,)
     canonical = df["engine"].map(canonical_engine)
-    cal = df[(df["use"] == "calibration") & canonical.isin(family) & (df["not_modelled"] == "")]
+    cal = df[(df["use"] == "calibration") & canonical.isin(family) & (df["not_modelled"] == "") & df["fit"]]
     has_figure = cal["published_speedup"].notna() | cal["mean_accepted"].notna() | (cal["kind"] != "speculative")
     cal = cal[has_figure]
     if len(cal) < len(params) + FIT_MARGIN.get(eng.name, 2):

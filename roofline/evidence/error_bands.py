@@ -199,8 +199,9 @@ def _calibration_gpus() -> dict[str, tuple[str, ...]]:
 
     rows = load_published()
     rows = rows.assign(family=rows["engine"].map(family))
-    # a row that is not priced (``not_modelled``) calibrates nothing: its GPU is not one the family was fitted on
-    cal = rows[(rows["use"] == "calibration") & (rows["not_modelled"] == "")]
+    # a row that is not priced (``not_modelled``) or that no fit reads (``fit = false``) calibrates nothing: its GPU
+    # is not one the family was fitted on
+    cal = rows[(rows["use"] == "calibration") & (rows["not_modelled"] == "") & rows["fit"]]
     return {str(f): tuple(sorted(set(g["hardware"]))) for f, g in cal.groupby("family")}
 
 

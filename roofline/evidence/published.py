@@ -107,6 +107,9 @@ def _source_fields(path: Path, data: dict[str, Any], r: dict[str, Any]) -> dict[
         "use": r.get("use", data["use"]),
         "hardware": r.get("hardware", data["hardware"]),
         "engine": r.get("engine", data.get("engine")),
+        # a calibration source no fit reads (``fit = false``): priced and shown beside the others, but it sets no
+        # parameter and makes no GPU one its engine was fitted on
+        "fit": bool(data.get("fit", True)),
     }
 
 
@@ -398,7 +401,8 @@ def validation_table(rows: pd.DataFrame | None = None, engines: dict[str, Engine
         if r["kind"] == "serving":
             sv = serving[(r["file"].removesuffix(".toml"), r["series"], r["policy"], float(r["rate_req_s"]))]
             out.append({
-                "source": sv["source"], "use": r["use"], "kind": "serving", "hardware": r["hardware"],
+                "source": sv["source"], "use": r["use"], "fit": bool(r.get("fit", True)), "kind": "serving",
+                "hardware": r["hardware"],
                 "engine": r["engine"], "batch": 1,
                 "setup": f"{r['model']} TP{r['tp']} {r['series']}: {r['policy']} at {sv['rate_req_s']:g} req/s",
                 "model": r["model"], "context": 0,
@@ -412,6 +416,7 @@ def validation_table(rows: pd.DataFrame | None = None, engines: dict[str, Engine
         rec = {
             "source": r["file"].removesuffix(".toml"),
             "use": r["use"],
+            "fit": bool(r.get("fit", True)),
             "kind": r["kind"],
             "hardware": r["hardware"],
             "engine": r["engine"],
