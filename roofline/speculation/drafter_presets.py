@@ -51,6 +51,15 @@ def _dflash_qwen3_5(repo: str, L: int, d: int, H: int, kv: int, ff: int, *, slid
     )  # fmt: skip
 
 
+def _dspark(target: str, repo: str, checked: str = "") -> PublishedDrafter:
+    """DeepSeek-V4's DSpark draft stage, which ships in the target's own checkpoint: three window-only MoE layers of
+    the target's shape that read its embedding and LM head (counted once), one pass per block of 5
+    (``dspark_block_size``; docs/cost-model.md, section 58)."""
+    source = f"the DSpark paper (section 5.1) and the {repo.split('/')[1]} config.json: three window-only MoE layers "
+    spec = get_model(target).one_layer(repo, n_layers=3, tie_embeddings=True)
+    return PublishedDrafter(repo, target, "dspark", source + "of the target's shape" + checked, spec=spec, block_size=5)
+
+
 PUBLISHED_DRAFTERS: tuple[PublishedDrafter, ...] = (
     PublishedDrafter(
         "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "llama-3.1-8b", "eagle3", "the EAGLE authors' EAGLE-3 head"
@@ -191,28 +200,10 @@ PUBLISHED_DRAFTERS: tuple[PublishedDrafter, ...] = (
     # 128" (the DSpark paper, section 5.1) that share the target's embedding and LM head: a block drafter of three
     # window-only layers of the target's shape, one pass for the block. Its Markov head (rank 512 / 256) and
     # confidence head are left out (a few hundred million weights); adaptive verification is not priced --
-    PublishedDrafter(
-        "deepseek-ai/DeepSeek-V4-Pro-DSpark",
-        "deepseek-v4-pro",
-        "dspark",
-        "the DSpark paper (section 5.1) and the Pro-DSpark config.json: three window-only MoE layers of the target's "
-        "shape; 889 GB with the target, the checkpoint's 892.7 GB",
-        spec=get_model("deepseek-v4-pro").one_layer(
-            "deepseek-ai/DeepSeek-V4-Pro-DSpark", n_layers=3, tie_embeddings=True
-        ),
-        block_size=5,
+    _dspark(
+        "deepseek-v4-pro", "deepseek-ai/DeepSeek-V4-Pro-DSpark", "; 889 GB with the target, the checkpoint's 892.7 GB"
     ),
-    PublishedDrafter(
-        "deepseek-ai/DeepSeek-V4-Flash-DSpark",
-        "deepseek-v4-flash",
-        "dspark",
-        "the DSpark paper (section 5.1) and the Flash-DSpark config.json: three window-only MoE layers of the "
-        "target's shape",
-        spec=get_model("deepseek-v4-flash").one_layer(
-            "deepseek-ai/DeepSeek-V4-Flash-DSpark", n_layers=3, tie_embeddings=True
-        ),
-        block_size=5,
-    ),
+    _dspark("deepseek-v4-flash", "deepseek-ai/DeepSeek-V4-Flash-DSpark"),
 )
 
 _BY_REPO = {p.repo.lower(): p for p in PUBLISHED_DRAFTERS}
