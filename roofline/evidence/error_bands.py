@@ -81,25 +81,26 @@ class ErrorBand:
     description: str
 
 
-def is_moe(model: Any) -> bool:
-    """Whether ``model`` (a name or a ModelSpec) routes its MLP over experts."""
+def _spec_count(model: Any, field: str) -> int:
+    """``field`` of ``model`` (a name or a ModelSpec); 0 for a model the table names that the presets no longer
+    know (dense and attention-only, as most are)."""
     from roofline.passes.model import get_model
 
     try:
-        return bool(get_model(model).n_experts)
-    except Exception:  # a model the table names that the presets no longer know: dense, as most are
-        return False
+        return int(getattr(get_model(model), field))
+    except Exception:
+        return 0
+
+
+def is_moe(model: Any) -> bool:
+    """Whether ``model`` (a name or a ModelSpec) routes its MLP over experts."""
+    return bool(_spec_count(model, "n_experts"))
 
 
 def is_hybrid(model: Any) -> bool:
     """Whether ``model`` (a name or a ModelSpec) mixes linear-attention layers with attention (Qwen3.5, Qwen3-Next,
     Mamba-2 hybrids: docs/cost-model.md, section 52)."""
-    from roofline.passes.model import get_model
-
-    try:
-        return bool(get_model(model).n_linear_layers)
-    except Exception:  # a model the table names that the presets no longer know: not a hybrid, as most are
-        return False
+    return bool(_spec_count(model, "n_linear_layers"))
 
 
 def family(engine: Engine | str | None) -> str:

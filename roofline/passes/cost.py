@@ -428,11 +428,8 @@ def compressed_attention(
     index_rows = nc * csa_entries
     pair_flops = 2.0 * H * h * Bf * (n * keys + vis * nl)
     index_flops = 2.0 * ih * ihd * Bf * n * index_rows
-    proj = nl * (
-        spec.attn_params_per_layer - spec.n_heads * h * spec.o_lora_rank - spec.o_groups * spec.o_lora_rank * d
-    )
-    proj += spec.compressor_params
-    out = nl * (H * h * spec.o_lora_rank + spec.o_groups * spec.o_lora_rank * d)
+    out = nl * spec.compressed_out_params_per_layer
+    proj = nl * spec.attn_params_per_layer - out + spec.compressor_params
     written = nl * h + (nc * (h + ihd) / spec.csa_ratio if nc else 0.0) + (nh * h / spec.hca_ratio if nh else 0.0)
     return [
         (2.0 * T * proj, proj * wb, 0.0, T * written * kb, nl * T * (d + H * h + h) * ab),

@@ -394,6 +394,12 @@ class ModelSpec:
         return self.attn_window > 0
 
     @property
+    def compressed_out_params_per_layer(self) -> int:
+        """DeepSeek-V4's grouped low-rank output (section 58): each of ``o_groups`` groups of heads to ``o_lora_rank``
+        (``H h o_lora_rank`` in all), then the groups' concatenation to the model width."""
+        return self.n_heads * self.head_dim * self.o_lora_rank + self.o_groups * self.o_lora_rank * self.d_model
+
+    @property
     def compressor_params(self) -> int:
         """Weights of every layer's compressor and, in CSA layers, lightning indexer (section 58): a compressor of
         ratio c and width w has KV and gate projections d x (k w) each, a position bias c x k w and a norm of w (k = 2
@@ -510,9 +516,9 @@ class ModelSpec:
         if self.is_mla:
             return self.mla_qkv_params_per_layer + self.mla_out_params_per_layer
         if self.is_compressed:  # section 58: low-rank query, one shared KV row, grouped low-rank output, sinks
-            d, H, h, qr, ro = self.d_model, self.n_heads, self.head_dim, self.q_lora_rank, self.o_lora_rank
+            d, H, h, qr = self.d_model, self.n_heads, self.head_dim, self.q_lora_rank
             q = d * qr + qr + qr * H * h if qr else d * H * h
-            return q + d * h + h + H * h * ro + self.o_groups * ro * d + H
+            return q + d * h + h + self.compressed_out_params_per_layer + H
         q = self.d_model * self.n_heads * self.head_dim * (2 if self.attn_output_gate else 1)
         kv = 2 * self.d_model * self.n_kv_heads * self.head_dim
         o = self.n_heads * self.head_dim * self.d_model
