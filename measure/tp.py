@@ -693,8 +693,10 @@ class AllreduceFit:
     mape: float
 
     def engine_toml(self) -> str:
-        """The lines an engine profile takes (``[collectives]``, docs/cost-model.md section 6)."""
-        return f"[collectives]\nallreduce_latency_us = {self.latency_s * 1e6:.4g}"
+        """The lines an engine profile takes (``[collectives]``, docs/cost-model.md section 6): the measured latency,
+        and ``allreduce = "custom"`` so that it prices the all-reduce, not the public NCCL tables an engine that
+        runs NCCL would otherwise read (section 60)."""
+        return f'[collectives]\nallreduce_latency_us = {self.latency_s * 1e6:.4g}\nallreduce = "custom"'
 
 
 #: the transfer term must reach this share of the largest message's time before a bandwidth is reported

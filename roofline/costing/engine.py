@@ -31,6 +31,10 @@ import numpy as np
 
 from roofline.core.errors import SpecroofError
 
+#: the all-reduce implementations an engine profile may name (``[collectives] allreduce``, docs/cost-model.md,
+#: section 60): the engine's own small-message kernel, or NCCL's
+ALLREDUCE_IMPLS = ("custom", "nccl")
+
 ENGINE_DIR = Path(__file__).resolve().parents[2] / "engine_profiles"
 
 #: the engine a measured profile (``specroof measure bench/fit``) was measured under: its figures include it
@@ -160,6 +164,9 @@ class Engine:
     moe_tile_half_rows: float = 0.0
     #: latency of one tensor-parallel all-reduce of a hidden state, on top of its bytes over the link
     allreduce_latency_s: float = 0.0
+    #: the all-reduce the engine runs (docs/cost-model.md, section 60): ``custom``, its own small-message kernel
+    #: (``allreduce_latency_s`` plus the bytes over the link), or ``nccl``, NCCL's, priced from public tables
+    allreduce: str = "custom"
     #: per quantised weight dtype: bandwidth its kernels reach relative to bf16's, in (0, 1]
     weight_bandwidth_ratio: Mapping[str, float] = field(default_factory=dict)
     #: per quantised weight dtype: bytes streamed per weight byte (group scales and zeros: int4 g32 bf16 -> 1.25)
@@ -225,6 +232,10 @@ class Engine:
         ):
             if getattr(self, key) < 0:
                 raise SpecroofError(f"engine {self.name!r}: {key} must be >= 0 (got {getattr(self, key)})")
+        if self.allreduce not in ALLREDUCE_IMPLS:
+            raise SpecroofError(
+                f"engine {self.name!r}: allreduce must be one of {', '.join(ALLREDUCE_IMPLS)} (got {self.allreduce!r})"
+            )
         for key, n in self.launches.items():
             if key not in LAUNCH_KEYS or not (math.isfinite(n) and 0 <= n <= 100):
                 raise SpecroofError(
@@ -417,6 +428,13 @@ def engine_from_dict(data: Mapping[str, Any], where: str = "engine") -> Engine:
                     raise SpecroofError(f"{where}: [host] step_overlap must be true or false (got {value!r})")
                 kw["step_overlap"] = value
                 continue
+            if table == "collectives" and key == "allreduce":
+                if value not in ALLREDUCE_IMPLS:
+                    raise SpecroofError(
+                        f"{where}: [collectives] allreduce must be one of {', '.join(ALLREDUCE_IMPLS)} (got {value!r})"
+                    )
+                kw["allreduce"] = value
+                continue
             if table == "host" and key == "launch_us_range":
                 if (
                     not isinstance(value, list)
@@ -430,6 +448,7 @@ def engine_from_dict(data: Mapping[str, Any], where: str = "engine") -> Engine:
                 raise SpecroofError(
                     f"{where}: unknown key {key!r} in [{table}] (known: {', '.join(keys)}"
                     + (", step_overlap, launch_us_range" if table == "host" else "")
+                    + (", allreduce" if table == "collectives" else "")
                     + ", source)"
                 )
             if not isinstance(value, (int, float)) or isinstance(value, bool):
@@ -500,6 +519,8 @@ def engine_data(engine: Engine) -> dict[str, Any]:
         block: dict[str, Any] = {key: getattr(engine, name) / scale for key, (name, scale) in keys.items()}
         if table == "host":
             block["step_overlap"] = engine.step_overlap
+        if table == "collectives" and engine.allreduce != "custom":
+            block["allreduce"] = engine.allreduce
         if table in engine.sources:
             block["source"] = engine.sources[table]
         out[table] = block
@@ -556,8 +577,11 @@ def _load_file(path: str) -> Engine:
     base = data.get("extends")
     if base is not None:
         # a profile that differs from a shipped one in a few tables (hf-4: Transformers 4's MoE loop): the base's tables,
-        # each key overridden where this file gives it, so the shared fitted terms live in one file
+        # each key overridden where this file gives it, so the shared fitted terms live in one file. A user's file
+        # beside none of them extends the shipped profile of that name
         target = p.parent / f"{base}.toml"
+        if not target.exists():
+            target = ENGINE_DIR / f"{base}.toml"
         if not target.exists() or str(base) in ALIASES:
             raise SpecroofError(f"{p}: extends names {base!r}, which is not a shipped engine")
         try:

@@ -224,6 +224,7 @@ class Hardware:
         include the software that measured them (``[measured] engine``), so adding an
         engine to it is refused rather than counted twice.
         """
+        from roofline.costing.collectives import nccl_model
         from roofline.costing.kv_efficiency import kv_read_model
         from roofline.costing.timemodel import TimeModel
 
@@ -262,6 +263,7 @@ class Hardware:
             weights_link_bytes_per_s=self.weights_link_bytes_per_s,
             interconnect_bytes_per_s=self.interconnect_bytes_per_s,
             allreduce_latency_s=e.allreduce_latency_s if e else 0.0,
+            nccl=nccl_model(self.id, e.allreduce) if e else None,
             host_pass_s=e.host_pass_s if e else 0.0,
             host_layer_s=e.host_layer_s if e else 0.0,
             weight_bandwidth_ratio=dict(e.weight_bandwidth_ratio) if e else {},

@@ -26,6 +26,7 @@ from roofline.core.errors import SpecroofError
 from roofline.passes.cost import PassCost
 
 if TYPE_CHECKING:
+    from roofline.costing.collectives import NcclAllReduce
     from roofline.costing.engine import Engine
     from roofline.costing.kv_efficiency import KVRead
 
@@ -127,6 +128,9 @@ class TimeModel:
     interconnect_bytes_per_s: float | None = None
     #: latency of one all-reduce on top of its bytes over the link (an engine's collectives)
     allreduce_latency_s: float = 0.0
+    #: NCCL's all-reduce from public tables, for an engine that runs NCCL's (docs/cost-model.md, section 60); None:
+    #: ``allreduce_latency_s`` plus the bytes over the link
+    nccl: NcclAllReduce | None = None
     #: host seconds to issue a pass and each layer of it; the device's work overlaps them (an engine's)
     host_pass_s: float = 0.0
     host_layer_s: float = 0.0
@@ -326,9 +330,12 @@ class TimeModel:
         return self.allreduce_seconds(np.asarray(cost.allreduce_bytes), cost.n_layers, tp)
 
     def allreduce_seconds(self, nbytes: Any, n_layers: int, tp: int) -> Any:
-        """:meth:`allreduce_s` of ``nbytes`` per all-reduce (a float for a float)."""
+        """:meth:`allreduce_s` of ``nbytes`` per all-reduce (a float for a float): NCCL's tabled time where the
+        engine runs NCCL's all-reduce on a GPU with tables, else the latency plus the bytes over the link."""
         if tp <= 1:
             return 0.0
+        if self.nccl is not None:
+            return 2 * n_layers * self.nccl.seconds(nbytes, tp)
         if self.interconnect_bytes_per_s is None:
             raise SpecroofError(f"tp={tp} needs an interconnect bandwidth, which {self.name!r} does not list")
         per = 2.0 * (tp - 1) / tp * nbytes / self.interconnect_bytes_per_s
