@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -115,3 +116,34 @@ def test_every_shipped_table_names_its_source_and_is_hopper():
     assert [t.ranks for t in tables["hopper"]] == [4, 8]
     for t in tables["hopper"]:
         assert t.source and all(b > a for a, b in zip(t.size_bytes, t.size_bytes[1:], strict=False))
+
+
+def test_the_step_time_carries_its_all_reduces_on_the_scalar_and_array_paths():
+    nccl = dataclasses.replace(load_engine("compiled"), allreduce="nccl")
+    one = pass_time("llama-2-70b", "h100-sxm-80gb", 32, 1, 2048, "bf16", tp=8, engine=nccl)  # the scalar pricer
+    sweep = pass_time("llama-2-70b", "h100-sxm-80gb", np.array([1, 32]), 1, 2048, "bf16", tp=8, engine=nccl)
+    assert float(one.t_allreduce_s) == pytest.approx(2 * 80 * 29.89e-6)
+    assert np.allclose(sweep.t_allreduce_s, [2 * 80 * 16.64e-6, 2 * 80 * 29.89e-6])  # 16 KB and 512 KB
+    single = pass_time("llama-2-70b", "h100-sxm-80gb", 32, 1, 2048, "bf16", engine=nccl)
+    assert float(single.t_allreduce_s) == 0.0 and "t_allreduce_s" not in single.to_frame()
+    assert "t_allreduce_s" in sweep.to_frame() and "t_allreduce_s" in one.to_frame()
+
+
+def test_roofline_says_whose_all_reduce_it_priced(capsys):
+    from specroof.cli import main
+
+    base = ["roofline", "--hardware", "h100-sxm-80gb", "--model", "llama-3.1-70b", "--tp", "8", "--batch", "32"]
+    assert main([*base, "--engine", "hf"]) == 0
+    out = capsys.readouterr().out
+    assert "all-reduces" in out and "160 a pass: NCCL's, from public all_reduce_perf tables" in out
+    assert main([*base, "--engine", "vllm"]) == 0
+    assert "vllm's own kernel: a latency plus the bytes over the link" in capsys.readouterr().out
+    assert main([*base, "--engine", "hf", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["t_allreduce_s"] == pytest.approx(2 * 80 * 29.89e-6)  # 32 x 8192 x 2 bytes: 512 KB
+    # a sweep shows the column under tensor parallelism only
+    assert main([*base[:-1], "1,32", "--engine", "hf"]) == 0
+    assert "t_allreduce_ms" in capsys.readouterr().out
+    assert main(["roofline", "--hardware", "h100-sxm-80gb", "--model", "llama-3.1-8b", "--batch", "1,32"]) == 0
+    out = capsys.readouterr().out
+    assert "t_allreduce_ms" not in out and "all-reduces" not in out

@@ -154,3 +154,14 @@ def nccl_model(hw_id: str, allreduce: str) -> NcclAllReduce | None:
     # only Hopper nodes have public text tables: every NVIDIA generation reads them (section 60)
     picked = tables.get(family) or tables.get("hopper")
     return NcclAllReduce(picked) if picked else None
+
+
+def allreduce_label(hw_id: str, engine: Any) -> str:
+    """How a pass's all-reduces are priced on GPU ``hw_id`` under ``engine`` (an :class:`Engine` or None), in words."""
+    if engine is None:
+        return "the bytes over the link (the datasheet roofline: no latency)"
+    if nccl_model(hw_id, engine.allreduce) is not None:
+        return f"NCCL's, from public all_reduce_perf tables ({engine.name} calls torch.distributed)"
+    if engine.allreduce == "nccl":
+        return f"NCCL's, as a latency plus the bytes over the link (no public table for {hw_id})"
+    return f"{engine.name}'s own kernel: a latency plus the bytes over the link"

@@ -12,6 +12,8 @@ import pandas as pd
 from roofline.core.errors import SpecroofError
 from roofline.core.units import format_quantity
 from roofline.core.validation import check_tp
+from roofline.costing.collectives import allreduce_label
+from roofline.costing.engine import load_engine
 from roofline.costing.hardware import load_hardware
 from roofline.costing.passtime import crossover_tokens, memory_footprint, pass_cost, pass_time, weights_only_crossover
 from roofline.costing.pricing import pricing_of
@@ -82,6 +84,7 @@ def cmd_roofline(args: argparse.Namespace) -> int:
         "t_memory_s": float(st.t_memory_s),
         "t_compute_s": float(st.t_compute_s),
         "t_step_s": float(st.t_step_s),
+        "t_allreduce_s": float(st.t_allreduce_s),
         "tokens_per_s": float(st.tokens_per_s),
         "arithmetic_intensity": float(st.intensity),
         "ridge_flop_per_byte": float(st.ridge),
@@ -128,6 +131,14 @@ def cmd_roofline(args: argparse.Namespace) -> int:
             f"  memory time        {format_quantity(payload['t_memory_s'], 's')}",
             f"  compute time       {format_quantity(payload['t_compute_s'], 's')}",
             f"  pass time          {format_quantity(payload['t_step_s'], 's')}  ({payload['bound']} bound)",
+            *(
+                [
+                    f"  all-reduces        {format_quantity(payload['t_allreduce_s'], 's')} of device time, "
+                    f"{2 * spec.n_layers} a pass: {allreduce_label(hw.id, load_engine(engine_of(args)))}"
+                ]
+                if args.tp > 1
+                else []
+            ),
             f"  tokens/s           {payload['tokens_per_s']:.1f}  ({band[1]})",
             *beside,
             f"  intensity          {payload['arithmetic_intensity']:.2f} FLOP/byte (ridge {payload['ridge_flop_per_byte']:.1f})",
@@ -188,6 +199,7 @@ def _roofline_sweep(args: argparse.Namespace, spec: ModelSpec, hw: Any) -> int:
             "tokens_per_s": np.broadcast_to(st.tokens_per_s, B.shape).ravel(),
             "intensity_flop_per_byte": np.broadcast_to(st.intensity, B.shape).ravel(),
             "bound": np.broadcast_to(st.bound, B.shape).ravel(),
+            "t_allreduce_s": np.broadcast_to(st.t_allreduce_s, B.shape).ravel(),
         }
     )
     cols = ["batch", "new_tokens", "context", "t_memory_ms", "t_compute_ms", "t_step_ms", "tokens_per_s", "bound"]
@@ -199,6 +211,8 @@ def _roofline_sweep(args: argparse.Namespace, spec: ModelSpec, hw: Any) -> int:
         df[f"t_step_{DEFAULT_ENGINE}_s"] = np.broadcast_to(sb.t_step_s, B.shape).ravel()
         df[f"t_step_{DEFAULT_ENGINE}_ms"] = df[f"t_step_{DEFAULT_ENGINE}_s"] * 1e3
         cols.insert(6, f"t_step_{DEFAULT_ENGINE}_ms")
+    if args.tp > 1:  # the collectives' share of the pass, NCCL's or the engine's kernel (cost model, section 60)
+        cols.insert(cols.index("t_step_ms") + 1, "t_allreduce_ms")
     # each row's error band: its group (engine, kind, batch bucket, dense/MoE, context), one line per band
     bands = {}
     for b, c in {(int(b), int(c)) for b, c in zip(df["batch"], df["context"], strict=True)}:
@@ -225,9 +239,14 @@ def _roofline_sweep(args: argparse.Namespace, spec: ModelSpec, hw: Any) -> int:
         f"{spec.name} on {hw.name}, {args.dtype}" + (f" (weights {args.weight_dtype})" if args.weight_dtype else "")
         + (f", engine {args.engine}" if args.engine else " (datasheet roofline, no engine)")
         + f": {len(df)} configurations (ridge {float(st.ridge):.1f} FLOP/byte)\n" + "\n".join(band_lines)
+        + (f"\n  t_allreduce_ms: the {2 * spec.n_layers} all-reduces of a pass, "
+           f"{allreduce_label(hw.id, load_engine(engine_of(args)))}" if args.tp > 1 else "")
     )  # fmt: skip
     shown = df.assign(
-        t_step_ms=df["t_step_s"] * 1e3, t_memory_ms=df["t_memory_s"] * 1e3, t_compute_ms=df["t_compute_s"] * 1e3
+        t_step_ms=df["t_step_s"] * 1e3,
+        t_memory_ms=df["t_memory_s"] * 1e3,
+        t_compute_ms=df["t_compute_s"] * 1e3,
+        t_allreduce_ms=df["t_allreduce_s"] * 1e3,
     )[cols]
     rows = df.drop(columns=[c for c in df.columns if c.endswith("_ms")]).to_dict(orient="records")
     emit(args, {"hardware": hw.id, "model": spec.name, "engine": args.engine or "roofline", "rows": rows},

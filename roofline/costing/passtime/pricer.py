@@ -399,6 +399,7 @@ class _StepPricer:
         # an np.int64 times a Python int is an np.int64: cheaper than the np.int64 constructor
         f["t_step_s"], f["tokens"], f["intensity"] = np.asarray(t), _INT64_ONE * (B * n), out[j] / out[j + 1]
         f["memory_bytes"], f["fits_in_memory"] = np.asarray(memory), np.asarray(memory <= self.capacity)
+        f["t_allreduce_s"] = p.tm.allreduce_seconds(T * self.d_ab, p.nl, p.tp) if p.tp > 1 else 0.0
         f["cost"] = frozen(PassCost, c)
         result: StepTime = frozen(StepTime, f)
         return result

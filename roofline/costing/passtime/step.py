@@ -54,6 +54,9 @@ class StepTime:
     fits_in_memory: npt.NDArray[np.bool_] | None = None
     #: the pass's bytes and FLOPs, for :meth:`to_frame`
     cost: PassCost | None = field(default=None, repr=False, compare=False)
+    #: device seconds of the pass's tensor-parallel all-reduces (two per layer; 0 on one device), inside ``t_step_s``:
+    #: NCCL's tabled time or the engine's latency plus the bytes over the link (docs/cost-model.md, section 60)
+    t_allreduce_s: Any = 0.0
 
     @property
     def memory_bound(self) -> npt.NDArray[np.bool_]:
@@ -85,6 +88,8 @@ class StepTime:
             "intensity_flop_per_byte": np.broadcast_to(self.intensity, shape).ravel(),
             "bound": np.broadcast_to(self.bound, shape).ravel(),
         }
+        if np.any(self.t_allreduce_s):
+            cols["t_allreduce_s"] = np.broadcast_to(self.t_allreduce_s, shape).ravel()
         if self.memory_bytes is not None and self.fits_in_memory is not None:
             cols["memory_bytes"] = np.broadcast_to(self.memory_bytes, shape).ravel()
             cols["fits_in_memory"] = np.broadcast_to(self.fits_in_memory, shape).ravel()
@@ -157,6 +162,7 @@ def _step_time(cost: PassCost, pr: Pricing, memory_bytes: Array | None = None) -
         memory_bytes=memory_bytes,
         fits_in_memory=None if memory_bytes is None else np.asarray(memory_bytes <= pr.memory_bytes),
         cost=cost,
+        t_allreduce_s=comm,
     )
 
 
