@@ -167,6 +167,9 @@ class Engine:
     #: the all-reduce the engine runs (docs/cost-model.md, section 60): ``custom``, its own small-message kernel
     #: (``allreduce_latency_s`` plus the bytes over the link), or ``nccl``, NCCL's, priced from public tables
     allreduce: str = "custom"
+    #: tensor parallelism shards the layers only and every rank holds and runs the whole LM head (gpt-fast's
+    #: ``apply_tp``); False: the head is split over the ranks (vLLM's ``ParallelLMHead``, SGLang, TensorRT-LLM)
+    lm_head_replicated: bool = False
     #: per quantised weight dtype: bandwidth its kernels reach relative to bf16's, in (0, 1]
     weight_bandwidth_ratio: Mapping[str, float] = field(default_factory=dict)
     #: per quantised weight dtype: bytes streamed per weight byte (group scales and zeros: int4 g32 bf16 -> 1.25)
@@ -428,6 +431,13 @@ def engine_from_dict(data: Mapping[str, Any], where: str = "engine") -> Engine:
                     raise SpecroofError(f"{where}: [host] step_overlap must be true or false (got {value!r})")
                 kw["step_overlap"] = value
                 continue
+            if table == "collectives" and key == "lm_head":
+                if value not in ("replicated", "sharded"):
+                    raise SpecroofError(
+                        f"{where}: [collectives] lm_head must be 'replicated' or 'sharded' (got {value!r})"
+                    )
+                kw["lm_head_replicated"] = value == "replicated"
+                continue
             if table == "collectives" and key == "allreduce":
                 if value not in ALLREDUCE_IMPLS:
                     raise SpecroofError(
@@ -448,7 +458,7 @@ def engine_from_dict(data: Mapping[str, Any], where: str = "engine") -> Engine:
                 raise SpecroofError(
                     f"{where}: unknown key {key!r} in [{table}] (known: {', '.join(keys)}"
                     + (", step_overlap, launch_us_range" if table == "host" else "")
-                    + (", allreduce" if table == "collectives" else "")
+                    + (", allreduce, lm_head" if table == "collectives" else "")
                     + ", source)"
                 )
             if not isinstance(value, (int, float)) or isinstance(value, bool):
@@ -521,6 +531,8 @@ def engine_data(engine: Engine) -> dict[str, Any]:
             block["step_overlap"] = engine.step_overlap
         if table == "collectives" and engine.allreduce != "custom":
             block["allreduce"] = engine.allreduce
+        if table == "collectives" and engine.lm_head_replicated:
+            block["lm_head"] = "replicated"
         if table in engine.sources:
             block["source"] = engine.sources[table]
         out[table] = block

@@ -197,6 +197,12 @@ class TimeModel:
             # routed experts stored in their own format stream as bytes, not through the weight dtype's kernels
             op_mem = op_mem.copy()
             op_mem[cost.operators.index("mlp")] += own * self.own_format_excess(bw, wdt, tp)
+        if tp > 1 and self.lm_head_replicated and "lm_head" in cost.operators:
+            # every rank reads the whole LM head, not its 1/tp share (docs/cost-model.md, section 61), at the rate
+            # the head's weights stream at
+            head = cost.operators.index("lm_head")
+            op_mem = op_mem.copy()
+            op_mem[head] = op_mem[head] + (tp - 1) * self.weight_seconds(w_bytes[head], bw, wdt, tp)
         kv_read: Any = cost.bytes_kv_read
         if tp > 1 and getattr(cost, "kv_replicated", False):
             # a latent cache (MLA) is whole on every rank: each reads and writes all of it, not its 1/tp share
@@ -260,6 +266,9 @@ class TimeModel:
             attn = np.isin(np.asarray(operators), ATTENTION_OPERATORS)
             rates[attn] = self.attention_flop_per_s * tp
             scaled[attn] = False
+        if tp > 1 and self.lm_head_replicated and "lm_head" in operators:
+            # every rank computes the whole vocabulary's logits (docs/cost-model.md, section 61)
+            rates[operators.index("lm_head")] = peak
         return rates, scaled
 
     def moe_tile_excess(self, tile_rows: Any, weight_dtype: str = "") -> Any:
@@ -301,6 +310,19 @@ class TimeModel:
         if self.matmul_half_tokens:
             op_comp = np.where(scaled.reshape(shape), op_comp * self.small_pass_factor(cost.tokens), op_comp)
         return op_mem, op_comp
+
+    @property
+    def lm_head_replicated(self) -> bool:
+        """Whether the engine's tensor parallelism runs the whole LM head on every rank (section 61)."""
+        return self.engine is not None and self.engine.lm_head_replicated
+
+    def weight_seconds(self, w_bytes: Any, bw: Any, wdt: str, tp: int) -> Any:
+        """Seconds to stream ``w_bytes`` of weights (the engine's bytes factor already applied) over ``tp`` devices at
+        the rate :meth:`operator_memory` gives the weights (``bw`` is the devices' rate together): a host link, a
+        quantised dtype's kernels, or ``bw``."""
+        if self.weights_link_bytes_per_s is not None:
+            return w_bytes / (self.weights_link_bytes_per_s * tp)
+        return w_bytes / (bw * self.weight_bandwidth_ratio.get(wdt, 1.0))
 
     def own_format_excess(self, bw: Any, wdt: str, tp: int) -> Any:
         """Seconds per byte of a weight in its own format (routed experts in MXFP4) beyond what the pass priced it at:
