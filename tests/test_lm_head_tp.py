@@ -63,3 +63,12 @@ def test_the_profile_key_round_trips_and_bad_values_are_refused():
     assert not engine_from_dict({"name": "x", "collectives": {"lm_head": "sharded"}}).lm_head_replicated
     with pytest.raises(SpecroofError, match="lm_head must be 'replicated' or 'sharded'"):
         engine_from_dict({"name": "x", "collectives": {"lm_head": "whole"}})
+
+
+def test_every_rank_holds_the_embedding_and_head_in_memory():
+    rep, shard = _pair("llama-3.1-8b", 8)
+    spec = get_model("llama-3.1-8b")
+    copies = 7 * 2 * spec.vocab_size * spec.d_model * 2  # untied: embedding and head, bf16, on 7 more ranks
+    assert float(rep.memory_bytes) - float(shard.memory_bytes) == pytest.approx(copies)
+    sweep = pass_time("llama-3.1-8b", GPU, np.array([1, 2]), 1, 0, "bf16", tp=8, engine=load_engine("compiled"))
+    assert float(sweep.memory_bytes[0]) == pytest.approx(float(rep.memory_bytes))  # the scalar path's, too

@@ -24,9 +24,23 @@ from roofline.passes.dtypes import activation_dtype, dtype_bytes
 from roofline.passes.model import ModelSpec, get_model
 
 
+def device_weight_bytes(spec: ModelSpec, pr: Pricing) -> float:
+    """Bytes of weights the devices hold together (0 offloaded): the model's, plus, where the engine's tensor
+    parallelism leaves the embedding and the LM head whole on every rank (gpt-fast's ``apply_tp``, docs/cost-model.md
+    section 61), the copies the other ``tp - 1`` ranks keep of them (one matrix when tied)."""
+    if pr.offloaded:
+        return 0.0
+    wb = dtype_bytes(pr.stored_weight_dtype)
+    copies = 0.0
+    if pr.tp > 1 and pr.engine is not None and pr.engine.lm_head_replicated:
+        whole = spec.embedding_params + (0 if spec.tie_embeddings else spec.lm_head_params)
+        copies = (pr.tp - 1) * whole * wb
+    return spec.weight_bytes(wb) + copies
+
+
 def device_memory(spec: ModelSpec, pr: Pricing, batch: ArrayLike, tokens_cached: ArrayLike) -> Array:
     """Bytes the target needs on the devices: its weights (unless offloaded) and the KV of ``tokens_cached`` per sequence."""
-    weights = 0.0 if pr.offloaded else spec.weight_bytes(dtype_bytes(pr.stored_weight_dtype))
+    weights = device_weight_bytes(spec, pr)
     kv = spec.kv_bytes(np.asarray(batch) * np.asarray(tokens_cached), dtype_bytes(pr.kv_dtype or pr.dtype))
     if spec.n_linear_layers:  # a hybrid model's recurrent state, one per sequence (section 52)
         kv = kv + np.asarray(batch) * spec.state_bytes_per_sequence(dtype_bytes(pr.dtype))

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from roofline.costing.passtime.footprint import device_weight_bytes
 from roofline.costing.passtime.step import (
     StepTime,
     moe_kernel_of,
@@ -330,7 +331,7 @@ class _StepPricer:
 
     def __init__(self, spec: ModelSpec, pr: Pricing, tp: int, pricer: _Pricer) -> None:
         tm, wdt = pr.time_model, pr.stored_weight_dtype
-        wb, kb = dtype_bytes(wdt), dtype_bytes(pr.kv_dtype or pr.dtype)
+        kb = dtype_bytes(pr.kv_dtype or pr.dtype)
         s = model_shape(spec)
         lin = pricer.lin
         names, k = lin.operators, len(lin.operators)
@@ -341,7 +342,7 @@ class _StepPricer:
                      for mem in pricer.mem]  # fmt: skip
         self.k, self.scaled, self.pricer, self.tm = k, pricer.scaled, pricer, tm
         self.flops6 = float(flops[6].sum())  # FLOPs per row of the fused-MoE tiles (0 without them)
-        self.weights_bytes = 0.0 if pr.offloaded else spec.weight_bytes(wb)
+        self.weights_bytes = device_weight_bytes(spec, pr)
         self.kv_per_token = s.kv_elements_per_token * kb
         self.capacity, self.n_shared, self.d_ab = pr.memory_bytes, s.n_shared, pricer.d_ab
         # the seven per-operator rows of a result (slices made once cost less than slices made per call, or a reshape)
