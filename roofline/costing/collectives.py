@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -113,12 +113,17 @@ class NcclAllReduce:
 
     tables: tuple[AllReduceTable, ...]
 
+    @cached_property
+    def widest(self) -> AllReduceTable:
+        """The table that reaches the largest message size."""
+        return max(self.tables, key=lambda t: t.size_bytes[-1])
+
     def table_seconds(self, table: AllReduceTable, nbytes: Any) -> Any:
         """``table``'s time at ``nbytes``. Past its last row a table that stops short of the widest one grows as the
         widest grows from that size on, times the ratio of the bytes each rank sends (``2 (p - 1) / p``): the
         bandwidth-bound part of a ring scales with them, where a table's own last segment may still be a protocol
         switch."""
-        wide = max(self.tables, key=lambda t: t.size_bytes[-1])
+        wide = self.widest
         last = table.size_bytes[-1]
         if table is wide or last >= wide.size_bytes[-1]:
             return table.seconds(nbytes)
@@ -147,12 +152,12 @@ def nccl_model(hw_id: str, allreduce: str) -> NcclAllReduce | None:
     or a device outside an NVSwitch node (:data:`NVSWITCH_GPUS`: the engine's latency-plus-link form prices it)."""
     if allreduce not in ALLREDUCE_IMPLS:
         raise SpecroofError(f"allreduce must be one of {', '.join(ALLREDUCE_IMPLS)} (got {allreduce!r})")
-    if allreduce != "nccl" or gpu_of(hw_id) is None or not (hw_id + "-").startswith(NVSWITCH_GPUS):
+    gpu = gpu_of(hw_id)
+    if allreduce != "nccl" or gpu is None or not (hw_id + "-").startswith(NVSWITCH_GPUS):
         return None
     tables = load_allreduce_tables()
-    family = gpu_of(hw_id)[0]  # type: ignore[index]
     # only Hopper nodes have public text tables: every NVIDIA generation reads them (section 60)
-    picked = tables.get(family) or tables.get("hopper")
+    picked = tables.get(gpu[0]) or tables.get("hopper")
     return NcclAllReduce(picked) if picked else None
 
 
