@@ -193,6 +193,11 @@ class Engine:
     draft_in_step: bool = False
     #: the engine's default cap on running requests while it speculates (SGLang's EAGLE: 48); 0: none
     spec_max_running: int = 0
+    #: the largest pass, in tokens, the engine runs inside a captured CUDA graph by default (``[graphs]``); a larger
+    #: pass runs without graphs, which no profile prices (docs/cost-model.md, section 62); 0: no limit known
+    graph_max_tokens: int = 0
+    #: the same on data-centre Blackwell (compute capability 10.x: :data:`SM100_GPUS`); 0: as ``graph_max_tokens``
+    graph_max_tokens_sm100: int = 0
     #: eager engines: the per-kernel host cost measured across hosts, (lowest, highest) seconds; a prediction's
     #: host-speed band (:meth:`host_speed_span`), not a fitted value; None: not an eager engine or no range
     host_launch_range_s: tuple[float, float] | None = None
@@ -255,6 +260,10 @@ class Engine:
             raise SpecroofError(
                 f"engine {self.name!r}: max_running_requests must be a whole number >= 0 (got {self.spec_max_running!r})"
             )
+        for key in ("graph_max_tokens", "graph_max_tokens_sm100"):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, int) or not (0 <= v <= 1_000_000):
+                raise SpecroofError(f"engine {self.name!r}: {key} must be a whole number of tokens >= 0 (got {v!r})")
         if self.host_launch_range_s is not None:
             lo, hi = self.host_launch_range_s
             if not (math.isfinite(lo) and math.isfinite(hi) and 0 < lo <= hi):
@@ -335,6 +344,25 @@ class Engine:
         """The sequences a speculative round runs when ``batch`` are submitted: the engine's cap, if it has one."""
         return min(int(batch), self.spec_max_running) if self.spec_max_running else int(batch)
 
+    def graph_limit(self, hardware_id: str) -> int:
+        """The largest pass (tokens) the engine captures in a CUDA graph by default on ``hardware_id`` (0: none known)."""
+        if self.graph_max_tokens_sm100 and hardware_id.startswith(SM100_GPUS):
+            return self.graph_max_tokens_sm100
+        return self.graph_max_tokens
+
+    def graph_note(self, hardware_id: str, batch: int, new_tokens: int) -> str | None:
+        """Why a pass of ``batch`` x ``new_tokens`` is not priced as the engine runs it, or None where it is: past the
+        engine's default CUDA-graph capture size the pass runs without graphs (docs/cost-model.md, section 62)."""
+        limit, tokens = self.graph_limit(hardware_id), int(batch) * int(new_tokens)
+        if not limit or tokens <= limit:
+            return None
+        return (
+            f"the verify pass of {int(batch)} x {int(new_tokens)} = {tokens:,} tokens is past {self.name}'s largest "
+            f"CUDA-graph capture size by default ({limit:,} tokens on {hardware_id}): the engine runs it without "
+            f"CUDA graphs, slower than priced here (every pass is priced inside its graph); set the capture size to "
+            f"at least {tokens:,} ({self.sources.get('graphs_knob', 'the engine')}) to run it as priced"
+        )
+
     def host_speed_span(self) -> tuple[float, float] | None:
         """(lowest, highest) of the per-kernel host cost over the central one the engine prices with: how much
         faster or slower a host-bound eager pass runs on the hosts measured (None: no range)."""
@@ -379,6 +407,11 @@ _SPECULATIVE_FLAGS = {
 _SPECULATIVE_KEYS = (*_SPECULATIVE_FLAGS, "round_per_seq_us", "round_fixed_us", "max_running_requests")
 
 
+#: ``[graphs]`` keys -> Engine field: the default CUDA-graph capture size, in tokens (docs/cost-model.md, section 62)
+_GRAPH_KEYS = {"max_tokens": "graph_max_tokens", "max_tokens_sm100": "graph_max_tokens_sm100"}
+#: data-centre Blackwell (compute capability 10.x), where vLLM captures up to 1024 tokens by default instead of 512
+SM100_GPUS = ("b200", "b300", "gb200", "gb300")
+
 #: what every ``[measured]`` block of a measured engine profile must say (strings)
 MEASURED_REQUIRED = ("framework", "framework_version", "torch", "device", "host_cpu", "date", "command", "hardware")
 #: the frameworks ``specroof measure engine`` knows
@@ -414,7 +447,7 @@ def engine_from_dict(data: Mapping[str, Any], where: str = "engine") -> Engine:
         raise SpecroofError(f"{where}: missing 'name'")
     kw: dict[str, Any] = {"name": str(data["name"]), "description": str(data.get("description", ""))}
     sources: dict[str, str] = {}
-    known_top = {"name", "description", "weight_only", "launches", "speculative", "measured", *_LAYOUT}
+    known_top = {"name", "description", "weight_only", "launches", "speculative", "graphs", "measured", *_LAYOUT}
     for key in data:
         if key not in known_top:
             raise SpecroofError(f"{where}: unknown key {key!r} (known: {', '.join(sorted(known_top))})")
@@ -503,6 +536,20 @@ def engine_from_dict(data: Mapping[str, Any], where: str = "engine") -> Engine:
             raise SpecroofError(
                 f"{where}: unknown key {key!r} in [speculative] (known: {', '.join(_SPECULATIVE_KEYS)}, source)"
             )
+    graphs = data.get("graphs", {})
+    if not isinstance(graphs, Mapping):
+        raise SpecroofError(f"{where}: [graphs] must be a table")
+    for key, value in graphs.items():
+        if key in ("source", "knob"):
+            sources["graphs" if key == "source" else "graphs_knob"] = str(value)
+        elif key in _GRAPH_KEYS:
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise SpecroofError(f"{where}: [graphs] {key} must be a whole number of tokens >= 0 (got {value!r})")
+            kw[_GRAPH_KEYS[key]] = value
+        else:
+            raise SpecroofError(
+                f"{where}: unknown key {key!r} in [graphs] (known: {', '.join(_GRAPH_KEYS)}, knob, source)"
+            )
     wo = data.get("weight_only", {})
     ratio, factor = {}, {}
     for key, value in wo.items():
@@ -561,6 +608,10 @@ def engine_data(engine: Engine) -> dict[str, Any]:
     if engine.host_launch_range_s is not None:
         out["host"]["launch_us_range"] = [v * 1e6 for v in engine.host_launch_range_s]
     out["speculative"] = spec | ({"source": engine.sources["speculative"]} if "speculative" in engine.sources else {})
+    graphs: dict[str, Any] = {k: getattr(engine, f) for k, f in _GRAPH_KEYS.items() if getattr(engine, f)}
+    graphs |= {k: engine.sources[s] for k, s in (("knob", "graphs_knob"), ("source", "graphs")) if s in engine.sources}
+    if graphs:
+        out["graphs"] = graphs
     return out
 
 

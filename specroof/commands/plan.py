@@ -301,7 +301,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     lines = [_priced_under(args), *_band_lines(best), "", *lines]
     if getattr(args, "acceptance_notes", None):
         lines = ["acceptance, as given and as priced:", *(f"  {n}" for n in args.acceptance_notes), "", *lines]
-    payload["batch_notes"] = _batch_notes(best, table)
+    payload["batch_notes"] = _batch_notes(best, table) + _graph_notes(best, args.pricings)
     lines += [f"note: {n}" for n in payload["notes"] + payload["batch_notes"]]
     if args.emit:
         lines += [
@@ -442,6 +442,20 @@ def _batch_notes(best: list[dict[str, Any]], table: Any = None) -> list[str]:
             break
     if table is not None:
         out += _pays_only_at_larger_batch(best, table)
+    return out
+
+
+def _graph_notes(best: list[dict[str, Any]], pricings: dict[str, Any]) -> list[str]:
+    """Where a recommended verify pass is larger than the engine captures in a CUDA graph by default (cost-model
+    section 62): the engine runs it without graphs, which the answer does not price."""
+    out: list[str] = []
+    for r in best:
+        eng = pricings[r["hardware"]].engine
+        if eng is None or not r.get("gamma"):
+            continue
+        note = eng.graph_note(r["hardware"], eng.spec_batch(int(r["batch"])), int(r["gamma"]) + 1)
+        if note and note not in out:
+            out.append(note)
     return out
 
 
