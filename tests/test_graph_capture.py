@@ -12,10 +12,11 @@ from roofline.evidence.published import load_published, validation_table
 
 
 def test_vllm_profiles_capture_512_tokens_and_1024_on_data_centre_blackwell():
-    for name in ("vllm", "vllm-0.12", "vllm-rocm"):
+    for name in ("vllm", "vllm-0.12"):
         e = load_engine(name)
         assert e.graph_limit("h100-sxm-80gb") == 512
         assert e.graph_limit("b200-180gb") == 512  # before vLLM's SM100 default
+    assert load_engine("vllm-rocm").graph_limit("mi300x-192gb") == 512  # vllm-0.14's code on ROCm: no SM100
     e = load_engine("vllm-0.14")
     assert e.graph_limit("h100-sxm-80gb") == 512
     assert all(e.graph_limit(h) == 1024 for h in ("b200-180gb", "b300-288gb", "gb200-186gb", "gb300-288gb"))

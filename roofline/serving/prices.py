@@ -178,7 +178,8 @@ class StepPrices:
         if c is None:
             i, w = _lerp(self._b_grid_list, float(batch))
             rows = self._step_rows(gamma)
-            c = (1.0 - w) * rows[i] + w * rows[i + 1]
+            # a grid of one batch size (--max-seqs 1) has no next row to blend with
+            c = rows[i] if i + 1 >= len(rows) else (1.0 - w) * rows[i] + w * rows[i + 1]
             self._curves[key] = c
         return c
 

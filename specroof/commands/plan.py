@@ -450,7 +450,9 @@ def _graph_notes(best: list[dict[str, Any]], pricings: dict[str, Any]) -> list[s
     section 62): the engine runs it without graphs, which the answer does not price."""
     out: list[str] = []
     for r in best:
-        eng = pricings[r["hardware"]].engine
+        # an offloaded row's hardware is named '<gpu>+offload-<link>': its pricing is the GPU's
+        pr = pricings.get(r["hardware"]) or pricings.get(str(r["hardware"]).split("+", 1)[0])
+        eng = pr.engine if pr is not None else None
         if eng is None or not r.get("gamma"):
             continue
         note = eng.graph_note(r["hardware"], eng.spec_batch(int(r["batch"])), int(r["gamma"]) + 1)

@@ -33,6 +33,18 @@ def _first_layers_s(
     return np.asarray(full - ctx.pass_s(rest, batch, new, context, tp=ctx.tp))
 
 
+def _split(target: ModelSpec, exit_layer: int, first: bool) -> dict[str, int]:
+    """The layer counts of the target's first ``exit_layer`` layers (``first``) or of those after them. A target whose
+    first layers are dense (DeepSeek-V3's 3 before its MoE layers) keeps them among the first; single-block stacks
+    (Nemotron-H) keep :meth:`ModelSpec.replace`'s shares."""
+    n = exit_layer if first else target.n_layers - exit_layer
+    out = {"n_layers": n}
+    if target.n_dense_layers and not (target.n_mixer_only_layers or target.n_mlp_only_layers):
+        dense = target.n_dense_layers
+        out["n_dense_layers"] = min(dense, exit_layer) if first else max(dense - exit_layer, 0)
+    return out
+
+
 @dataclass(frozen=True)
 class EarlyExit:
     """Self-speculation (LayerSkip): the target's first ``layers`` layers plus its head draft.
@@ -58,11 +70,11 @@ class EarlyExit:
 
     def _first(self, target: ModelSpec) -> ModelSpec:
         """The target's first ``layers`` layers (the drafter)."""
-        return _derived(("first", self.layers), target, lambda: target.replace(n_layers=self.layers))
+        return _derived(("first", self.layers), target, lambda: target.replace(**_split(target, self.layers, True)))
 
     def _rest(self, target: ModelSpec) -> ModelSpec:
         """The target's layers after the exit (the remainder's pass over every token of the round)."""
-        return _derived(("rest", self.layers), target, lambda: target.replace(n_layers=target.n_layers - self.layers))
+        return _derived(("rest", self.layers), target, lambda: target.replace(**_split(target, self.layers, False)))
 
     def _check(self, ctx: Ctx) -> None:
         if not 1 <= self.layers < ctx.target.n_layers:

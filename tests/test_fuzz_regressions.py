@@ -1,0 +1,40 @@
+"""Inputs a fuzz of the command line found crashing or refused with an internal message, each answered now."""
+
+from __future__ import annotations
+
+import json
+
+import roofline as rf
+from roofline.passes.model import get_model
+from roofline.speculation.drafters.early_exit import EarlyExit
+
+
+def test_plan_with_offloaded_weights_prices_and_names_its_row(capsys):
+    from specroof.cli import main
+
+    args = ["plan", "--hardware", "h100-sxm-80gb", "--target", "llama-3.1-70b", "--drafter", "eagle3"]
+    assert main([*args, "--offload", "pcie4-x16", "--alpha", "0.8", "--engine", "vllm-0.14", "--json"]) == 0
+    (rec,) = json.loads(capsys.readouterr().out)["recommendations"]
+    assert rec["hardware"] == "h100-sxm-80gb+offload-pcie4-x16" and rec["speedup"] > 1
+
+
+def test_serve_with_one_running_sequence(capsys):
+    from specroof.cli import main
+
+    args = ["serve", "--hardware", "h100-sxm-80gb", "--target", "llama-3.1-8b", "--drafter", "eagle3"]
+    assert main([*args, "--acceptance", "0.7", "--requests", "50", "--rate", "2", "--max-seqs", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)
+
+
+def test_early_exit_before_the_dense_prefix_of_an_moe_target():
+    """DeepSeek-V3's first 3 layers are dense: an exit after 1 keeps one of them, the remainder the other 2."""
+    v3 = get_model("deepseek-v3")
+    assert v3.n_dense_layers == 3
+    ee = EarlyExit(1)
+    first, rest = ee._first(v3), ee._rest(v3)
+    assert (first.n_layers, first.n_dense_layers) == (1, 1)
+    assert (rest.n_layers, rest.n_dense_layers) == (v3.n_layers - 1, 2)
+    # past the prefix the first layers hold all 3 and the rest none
+    assert EarlyExit(8)._first(v3).n_dense_layers == 3 and EarlyExit(8)._rest(v3).n_dense_layers == 0
+    r = rf.speedup("h100-sxm-80gb", "deepseek-v3", "early-exit:1", 0.7, 3, tp=8)
+    assert float(r.speedup) > 0
