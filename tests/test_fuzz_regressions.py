@@ -38,3 +38,22 @@ def test_early_exit_before_the_dense_prefix_of_an_moe_target():
     assert EarlyExit(8)._first(v3).n_dense_layers == 3 and EarlyExit(8)._rest(v3).n_dense_layers == 0
     r = rf.speedup("h100-sxm-80gb", "deepseek-v3", "early-exit:1", 0.7, 3, tp=8)
     assert float(r.speedup) > 0
+
+
+def test_hydra_is_searched_only_as_deep_as_its_heads(capsys):
+    """plan's gammas, tree's depths and serve's goodput policy stop at Hydra's 4 heads instead of refusing."""
+    from roofline.speculation.drafters import as_drafter
+    from roofline.speculation.drafters.base import max_drafts
+    from specroof.cli import main
+
+    assert max_drafts(as_drafter("hydra", get_model("llama-3.1-8b"))) == 4
+    assert max_drafts(as_drafter("eagle3", get_model("llama-3.1-8b"))) is None
+    assert max_drafts(as_drafter("dflash", get_model("qwen3-coder-30b-a3b"))) == 15  # a block of 16
+    base = ["--hardware", "h100-sxm-80gb", "--target", "llama-3.1-8b", "--drafter", "hydra"]
+    assert main(["plan", *base, "--alpha", "0.7", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert max(r["gamma"] for r in out["table"]) <= 4 and out["recommendations"][0]["gamma"] <= 4
+    assert main(["tree", *base, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)
+    assert main(["serve", *base, "--acceptance", "0.6", "--rate", "1", "--requests", "40", "--json"]) == 0
+    assert "goodput:4" in capsys.readouterr().out

@@ -23,6 +23,7 @@ from roofline.costing.pricing import DEFAULT_CONTEXT, Pricing, pricing_of
 from roofline.passes.model import ModelSpec, get_model
 from roofline.speculation.acceptance_kinds import reused_modules_note, reused_step_limit
 from roofline.speculation.drafters import DrafterLike, as_drafter
+from roofline.speculation.drafters.base import max_drafts
 from roofline.speculation.speculative import speedup
 
 HardwareLike = Pricing | Hardware | str
@@ -111,8 +112,8 @@ def plan(
                 measured, acc = acc.length, acc.for_plan()
             is_curve = isinstance(acc, (list, tuple, np.ndarray)) and np.ndim(acc) == 1 if curve is None else curve
             g = g_all[g_all <= len(acc)] if is_curve else g_all
-            block = getattr(d, "block_size", 0)  # a published block drafter drafts at most block - 1 tokens a pass
-            g = g[g < block] if block else g
+            most = max_drafts(d)  # Hydra's heads, a published block's block - 1 tokens: no deeper draft is priced
+            g = g[g <= most] if most is not None else g
             limit = None if is_curve else reused_step_limit(d, spec)
             if limit is not None:
                 # one rate is not stretched over a reused module's steps (docs/cost-model.md, section 29): it prices

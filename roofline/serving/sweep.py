@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -35,6 +36,7 @@ from roofline.serving.scheduler import RunResult, SchedulerConfig, simulate_run
 from roofline.serving.workload import MAX_REQUESTS, Workload, check_rate, read_trace, synthetic
 from roofline.speculation.acceptance import parse_acceptance as parse_acceptance_text
 from roofline.speculation.drafters import DrafterLike, PromptLookup, as_drafter
+from roofline.speculation.drafters.base import max_drafts
 from roofline.speculation.gamma_policies import GammaPolicy
 
 PolicyLike = str | ServingPolicy | GammaPolicy
@@ -392,6 +394,11 @@ def simulate(
             f"policy {speculating[0].name} speculates: give a drafter (e.g. model:llama-3.2-1b, eagle3)"
         )
     d = as_drafter(drafter, spec) if drafter is not None else None  # dflash: the target's published drafter
+    most = max_drafts(d)
+    if most:  # goodput chooses gamma up to its top: no deeper than the drafter drafts (Hydra's heads)
+        pols = [
+            dataclasses.replace(p, max_gamma=most) if p.kind == "goodput" and p.max_gamma > most else p for p in pols
+        ]
     if ep != 1 and isinstance(d, PromptLookup):
         # its verify pass blends two passes' costs and prices them directly, past the context's expert-parallel pass
         raise SpecroofError("ep > 1 is not priced for the n-gram drafter (prompt lookup): use a model or head drafter")

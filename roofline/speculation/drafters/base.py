@@ -134,6 +134,14 @@ class Drafter(Protocol):
         ...
 
 
+def max_drafts(drafter: Any) -> int | None:
+    """The most tokens ``drafter`` can draft in a round, the depth of its deepest tree (None: no bound): Hydra's
+    heads, one per level; a published block drafter's ``block_size - 1``. The searches of ``plan``, ``tree`` and
+    ``serve``'s goodput policy stop there instead of asking for a draft the drafter cannot make."""
+    limit = getattr(drafter, "max_drafts", None)
+    return None if limit is None else int(limit)
+
+
 #: what the speculation functions accept as a drafter: a Drafter, a name in the grammar, a draft model
 #: (ModelSpec, preset name or config.json path), or None (prompt lookup)
 DrafterLike = Drafter | ModelSpec | str | None

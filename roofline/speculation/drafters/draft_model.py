@@ -116,6 +116,11 @@ class ParallelBlock(_SmallModel):
     def default_gamma(self) -> int | None:
         return self.block_size - 1 if self.block_size > 1 else None
 
+    @property
+    def max_drafts(self) -> int | None:
+        """A block of ``block_size`` positions drafts at most ``block_size - 1`` tokens (None: block not known)."""
+        return self.block_size - 1 if self.block_size else None
+
     def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
         _check_smaller(self.spec, ctx.target)
         g = np.maximum(gamma, 1)

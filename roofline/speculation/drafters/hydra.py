@@ -87,6 +87,11 @@ class Hydra:
     def default_tree(self) -> Tree:
         return TREE_PRESETS["hydra"]
 
+    @property
+    def max_drafts(self) -> int:
+        """One head per draft level: a chain or tree at most ``n_heads`` deep."""
+        return self.n_heads
+
     def _check_depth(self, depth: int) -> None:
         if depth > self.n_heads:
             raise SpecroofError(
