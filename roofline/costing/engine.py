@@ -198,6 +198,8 @@ class Engine:
     graph_max_tokens: int = 0
     #: the same on data-centre Blackwell (compute capability 10.x: :data:`SM100_GPUS`); 0: as ``graph_max_tokens``
     graph_max_tokens_sm100: int = 0
+    #: the engine's own setting that raises the capture size (``[graphs] knob``), quoted by :meth:`graph_note`
+    graph_knob: str = ""
     #: eager engines: the per-kernel host cost measured across hosts, (lowest, highest) seconds; a prediction's
     #: host-speed band (:meth:`host_speed_span`), not a fitted value; None: not an eager engine or no range
     host_launch_range_s: tuple[float, float] | None = None
@@ -360,7 +362,7 @@ class Engine:
             f"the verify pass of {int(batch)} x {int(new_tokens)} = {tokens:,} tokens is past {self.name}'s largest "
             f"CUDA-graph capture size by default ({limit:,} tokens on {hardware_id}): the engine runs it without "
             f"CUDA graphs, slower than priced here (every pass is priced inside its graph); set the capture size to "
-            f"at least {tokens:,} ({self.sources.get('graphs_knob', 'the engine')}) to run it as priced"
+            f"at least {tokens:,} ({self.graph_knob or 'the engine'}) to run it as priced"
         )
 
     def host_speed_span(self) -> tuple[float, float] | None:
@@ -540,8 +542,10 @@ def engine_from_dict(data: Mapping[str, Any], where: str = "engine") -> Engine:
     if not isinstance(graphs, Mapping):
         raise SpecroofError(f"{where}: [graphs] must be a table")
     for key, value in graphs.items():
-        if key in ("source", "knob"):
-            sources["graphs" if key == "source" else "graphs_knob"] = str(value)
+        if key == "source":
+            sources["graphs"] = str(value)
+        elif key == "knob":
+            kw["graph_knob"] = str(value)
         elif key in _GRAPH_KEYS:
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise SpecroofError(f"{where}: [graphs] {key} must be a whole number of tokens >= 0 (got {value!r})")
@@ -609,7 +613,8 @@ def engine_data(engine: Engine) -> dict[str, Any]:
         out["host"]["launch_us_range"] = [v * 1e6 for v in engine.host_launch_range_s]
     out["speculative"] = spec | ({"source": engine.sources["speculative"]} if "speculative" in engine.sources else {})
     graphs: dict[str, Any] = {k: getattr(engine, f) for k, f in _GRAPH_KEYS.items() if getattr(engine, f)}
-    graphs |= {k: engine.sources[s] for k, s in (("knob", "graphs_knob"), ("source", "graphs")) if s in engine.sources}
+    graphs |= {"knob": engine.graph_knob} if engine.graph_knob else {}
+    graphs |= {"source": engine.sources["graphs"]} if "graphs" in engine.sources else {}
     if graphs:
         out["graphs"] = graphs
     return out

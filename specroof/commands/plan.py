@@ -291,9 +291,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         payload["deploy"] = _deploy(args, by_key, acceptance, best)
     lines = [f"{r['hardware']}  batch {r['batch']:>4}  context {r['context']:>6}:  {r['reason']}" for r in best]
     payload["engine"] = args.engine
-    hw_of = {pr.hardware.id: pr.hardware for pr in pricings}
+    pr_of = {pr.hardware.id: pr for pr in pricings}  # by the rows' ids: an offloaded GPU's carries +offload-<link>
     for r in best:  # each answer carries the band of its own group: engine, batch bucket, dense/MoE, context
-        r["error_band"], r["error_band_note"] = band_for(args.engine, hw_of[r["hardware"]], speculative=True,
+        r["error_band"], r["error_band_note"] = band_for(args.engine, pr_of[r["hardware"]].hardware, speculative=True,
                                                          batch=r["batch"], model=target, context=r["context"])  # fmt: skip
     payload["error_bands"] = [{k: r[k] for k in ("hardware", "batch", "context", "error_band", "error_band_note")}
                               for r in best]  # fmt: skip
@@ -301,7 +301,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     lines = [_priced_under(args), *_band_lines(best), "", *lines]
     if getattr(args, "acceptance_notes", None):
         lines = ["acceptance, as given and as priced:", *(f"  {n}" for n in args.acceptance_notes), "", *lines]
-    payload["batch_notes"] = _batch_notes(best, table) + _graph_notes(best, args.pricings)
+    payload["batch_notes"] = _batch_notes(best, table) + _graph_notes(best, pr_of)
     lines += [f"note: {n}" for n in payload["notes"] + payload["batch_notes"]]
     if args.emit:
         lines += [
@@ -450,9 +450,7 @@ def _graph_notes(best: list[dict[str, Any]], pricings: dict[str, Any]) -> list[s
     section 62): the engine runs it without graphs, which the answer does not price."""
     out: list[str] = []
     for r in best:
-        # an offloaded row's hardware is named '<gpu>+offload-<link>': its pricing is the GPU's
-        pr = pricings.get(r["hardware"]) or pricings.get(str(r["hardware"]).split("+", 1)[0])
-        eng = pr.engine if pr is not None else None
+        eng = pricings[r["hardware"]].engine
         if eng is None or not r.get("gamma"):
             continue
         note = eng.graph_note(r["hardware"], eng.spec_batch(int(r["batch"])), int(r["gamma"]) + 1)
