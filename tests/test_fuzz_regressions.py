@@ -57,3 +57,14 @@ def test_hydra_is_searched_only_as_deep_as_its_heads(capsys):
     assert json.loads(capsys.readouterr().out)
     assert main(["serve", *base, "--acceptance", "0.6", "--rate", "1", "--requests", "40", "--json"]) == 0
     assert "goodput:4" in capsys.readouterr().out
+
+
+def test_an_engine_table_that_is_not_a_table_is_one_line():
+    import pytest
+
+    from roofline.core.errors import SpecroofError
+    from roofline.costing.engine import engine_from_dict
+
+    for table in ("device", "launches", "speculative", "graphs", "weight_only"):
+        with pytest.raises(SpecroofError, match=rf"\[{table}\] must be a table"):
+            engine_from_dict({"name": "x", table: 3})

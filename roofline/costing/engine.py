@@ -443,6 +443,14 @@ def check_measured(block: Any, where: str) -> dict[str, Any]:
     return dict(block)
 
 
+def _table(data: Mapping[str, Any], name: str, where: str) -> Mapping[str, Any]:
+    """The profile's ``[name]`` table (empty where it has none); anything else there is an error."""
+    block = data.get(name, {})
+    if not isinstance(block, Mapping):
+        raise SpecroofError(f"{where}: [{name}] must be a table")
+    return block
+
+
 def engine_from_dict(data: Mapping[str, Any], where: str = "engine") -> Engine:
     """An :class:`Engine` from the TOML layout (``engine_profiles/*.toml``); every unknown key is an error."""
     if "name" not in data:
@@ -454,9 +462,7 @@ def engine_from_dict(data: Mapping[str, Any], where: str = "engine") -> Engine:
         if key not in known_top:
             raise SpecroofError(f"{where}: unknown key {key!r} (known: {', '.join(sorted(known_top))})")
     for table, keys in _LAYOUT.items():
-        block = data.get(table, {})
-        if not isinstance(block, Mapping):
-            raise SpecroofError(f"{where}: [{table}] must be a table")
+        block = _table(data, table, where)
         for key, value in block.items():
             if key == "source":
                 sources[table] = str(value)
@@ -501,9 +507,7 @@ def engine_from_dict(data: Mapping[str, Any], where: str = "engine") -> Engine:
             name, scale = keys[key]
             kw[name] = float(value) * scale
     launches: dict[str, float] = {}
-    block = data.get("launches", {})
-    if not isinstance(block, Mapping):
-        raise SpecroofError(f"{where}: [launches] must be a table")
+    block = _table(data, "launches", where)
     for key, value in block.items():
         if key == "source":
             sources["launches"] = str(value)
@@ -514,9 +518,7 @@ def engine_from_dict(data: Mapping[str, Any], where: str = "engine") -> Engine:
             raise SpecroofError(f"{where}: [launches] {key} must be a number (got {value!r})")
         launches[key] = float(value)
     kw["launches"] = launches
-    spec = data.get("speculative", {})
-    if not isinstance(spec, Mapping):
-        raise SpecroofError(f"{where}: [speculative] must be a table")
+    spec = _table(data, "speculative", where)
     for key, value in spec.items():
         if key == "source":
             sources["speculative"] = str(value)
@@ -538,9 +540,7 @@ def engine_from_dict(data: Mapping[str, Any], where: str = "engine") -> Engine:
             raise SpecroofError(
                 f"{where}: unknown key {key!r} in [speculative] (known: {', '.join(_SPECULATIVE_KEYS)}, source)"
             )
-    graphs = data.get("graphs", {})
-    if not isinstance(graphs, Mapping):
-        raise SpecroofError(f"{where}: [graphs] must be a table")
+    graphs = _table(data, "graphs", where)
     for key, value in graphs.items():
         if key == "source":
             sources["graphs"] = str(value)
@@ -554,7 +554,7 @@ def engine_from_dict(data: Mapping[str, Any], where: str = "engine") -> Engine:
             raise SpecroofError(
                 f"{where}: unknown key {key!r} in [graphs] (known: {', '.join(_GRAPH_KEYS)}, knob, source)"
             )
-    wo = data.get("weight_only", {})
+    wo = _table(data, "weight_only", where)
     ratio, factor = {}, {}
     for key, value in wo.items():
         if key == "source":
