@@ -100,10 +100,13 @@ def best_tree_size(
     t1 = float(pass_seconds(spec, pr, batch, 1, context))
     rows = []
     for n in budgets:
-        for depth in range(1, max_depth + 1):
+        row = opt.table[n, : max_depth + 1]
+        for depth in range(1, min(max_depth, n) + 1):  # a tree of n nodes is at most n deep
             e = opt.table[n, depth]
             if np.isnan(e):
                 continue
+            if depth > 1 and np.array_equal(row[depth - 1 :], np.full(len(row) - depth + 1, row[depth - 1])):
+                break  # no deeper limit adds a token: the shallower tree, already priced, is as good and no slower
             tree = _tree_for(opt, n, depth)
             if tree.depth < depth:  # the same tree as a shallower limit: already priced
                 continue
@@ -158,7 +161,8 @@ def trees_vs_batch(
     spec = get_model(target)
     d = as_drafter(drafter, spec)
     model = acceptance if isinstance(acceptance, AcceptanceModel) else SiblingRankAcceptance(acceptance)
-    chains = [(g, Tree.chain(g)) for g in range(1, max_gamma + 1)]
+    most = max_drafts(d)  # no chain longer than the drafter drafts (Medusa's, Hydra's heads)
+    chains = [(g, Tree.chain(g)) for g in range(1, (min(max_gamma, most) if most else max_gamma) + 1)]
     chain_tokens = [tree.expected_tokens(model) for _, tree in chains]
     budgets = [int(b) for b in check_min("budgets", list(budgets), 1, integer=True)]
     opt = optimal_tree(model, max(budgets), max_depth)  # one table for every GPU, batch and context

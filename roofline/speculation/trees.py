@@ -783,12 +783,17 @@ def optimal_tree(acceptance: AcceptanceModel | Sequence[float], n_nodes: int, ma
     d = int(check_min("max_depth", max_depth, 1, integer=True))
     model = acceptance if isinstance(acceptance, AcceptanceModel) else SiblingRankAcceptance(acceptance)
     if isinstance(model, SiblingRankAcceptance):
-        T, B, Fb = sequoia_dp(model.p, n + 1, d + 1)
+        # a tree of n nodes is at most n levels deep: limits past n give the same trees, so the program runs to
+        # depth n and the table repeats its last column (depth 1000 at 512 nodes costs what depth 512 does)
+        dp = max(1, min(d, n))
+        T, B, Fb = sequoia_dp(model.p, n + 1, dp + 1)
         table = Fb[1:, 1:].copy()  # Fb = T.max(axis=2)
         table[~np.isfinite(table)] = np.nan
+        if d > dp:
+            table = np.concatenate([table, np.repeat(table[:, -1:], d - dp, axis=1)], axis=1)
 
         def build(nn: int, dd: int) -> Tree:
-            return _sequoia_tree(T, B, Fb, model.p[: T.shape[2] - 1], nn + 1, dd + 1)
+            return _sequoia_tree(T, B, Fb, model.p[: T.shape[2] - 1], nn + 1, min(dd, dp) + 1)
 
         # the budget is "at most n": more nodes never hurt, but a vector may run out of ranks
         best_n = int(np.nanargmax(table[:, d]))

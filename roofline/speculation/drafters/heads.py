@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 from numpy.typing import ArrayLike
 
-from roofline.core.errors import check_min
+from roofline.core.errors import SpecroofError, check_min
 from roofline.passes.dtypes import dtype_bytes
 from roofline.passes.model import ModelSpec
 from roofline.speculation.drafters.base import (
@@ -37,12 +37,26 @@ class Heads:
         check_min("n_heads", self.n_heads, 1, integer=True)
         object.__setattr__(self, "name", self.name or f"{self.n_heads} heads")
 
+    @property
+    def max_drafts(self) -> int:
+        """Head i proposes the token i + 1 places ahead: a chain or tree at most ``n_heads`` deep."""
+        return self.n_heads
+
+    def _check_depth(self, depth: int) -> None:
+        if depth > self.n_heads:
+            raise SpecroofError(
+                f"{self.name} has {self.n_heads} heads, head i proposing the token i + 1 places ahead: "
+                f"depth must lie in [0, {self.n_heads}] (got {depth})"
+            )
+
     def head_params(self, target: ModelSpec) -> float:
         if self.params is not None:
             return float(self.params)
         return self.n_heads * (target.d_model**2 + target.d_model * target.vocab_size)
 
     def draft_time(self, ctx: Ctx, gamma: npt.NDArray[np.int64], batch: ArrayLike, context: ArrayLike) -> Array:
+        if np.size(gamma):
+            self._check_depth(int(np.max(gamma)))
         target = ctx.target
         heads = _derived(
             ("heads", self), target, lambda: ModelSpec.from_params(self.head_params(target), name=self.name)
@@ -61,4 +75,5 @@ class Heads:
 
     def tree_draft_time(self, ctx: Ctx, widths: Sequence[int], batch: int, context: int) -> float:
         # the heads see only the last hidden state: one pass proposes every level's top-k
+        self._check_depth(len(widths))
         return float(self.draft_time(ctx, np.asarray(1 if len(widths) else 0), batch, context))
