@@ -478,9 +478,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     table = pd.DataFrame({c.removesuffix("_s") + "_ms" if c in LATENCIES else c: s[c] for c in TABLE})
     table[[c for c in table.columns if c.endswith("_ms")]] *= 1e3
     table = table.sort_values(["rate_req_s", "policy"]).round(3)
+    if table["tpot_p50_ms"].isna().all():
+        lines.append(
+            "  note: every request ends at its first token (the prefill emits it): no request has a decode step for "
+            "speculation to speed up, and TPOT and ITL (n/a) are not defined"
+        )
     lines += [
         "",
-        table.to_string(index=False),
+        table.to_string(index=False, na_rep="n/a"),
         "",
         "on every objective (p50 latencies; --objective names the one judged):",
     ]
