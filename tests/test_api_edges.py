@@ -215,8 +215,11 @@ def test_the_sequoia_dp_names_the_largest_budget_that_fits():
     with pytest.raises(SpecroofError, match=r"the largest budget that fits at depth 100 is \d+ nodes"):
         optimal_tree([0.5, 0.2], 10**6, 100)
     v = np.full(100, 0.009)
-    with pytest.raises(SpecroofError, match=r"table of .* cells.*largest budget that fits at depth 20000 is \d+"):
-        optimal_tree(v, 100, 20000)
+    # a tree of 100 nodes is at most 100 deep: depth 20000 is depth 100's work and answer, not a refusal
+    deep, at_budget = optimal_tree(v, 100, 20000), optimal_tree(v, 100, 100)
+    assert deep.expected_tokens == at_budget.expected_tokens and deep.tree.n_nodes == at_budget.tree.n_nodes
+    with pytest.raises(SpecroofError, match=r"table of .* cells.*largest budget that fits at depth 720 is \d+"):
+        optimal_tree(v, 720, 20000)
 
 
 def test_the_named_largest_size_fits():

@@ -208,7 +208,7 @@ def test_every_drafter_kind_prices_and_reports_memory():
     for d, extra in (
         (DraftModel(get_model(D1)), True),
         (EarlyExit(8), False),
-        (Heads(4), True),
+        (Heads(5), True),  # five heads draft five tokens (gamma 0..5 below)
         (ParallelBlock(get_model(D1)), True),
         (PromptLookup(), False),
         (SlidingWindowSelfDraft(256), True),  # its StreamingLLM cache of 256 tokens, beside the target's (section 31)

@@ -45,8 +45,8 @@ class Heads:
     def _check_depth(self, depth: int) -> None:
         if depth > self.n_heads:
             raise SpecroofError(
-                f"{self.name} has {self.n_heads} heads, head i proposing the token i + 1 places ahead: "
-                f"depth must lie in [0, {self.n_heads}] (got {depth})"
+                f"{self.name}: Medusa's head i proposes the token i + 1 places ahead, so {self.n_heads} heads draft "
+                f"at most {self.n_heads} tokens: depth must lie in [0, {self.n_heads}] (got {depth})"
             )
 
     def head_params(self, target: ModelSpec) -> float:
