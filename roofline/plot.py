@@ -208,9 +208,13 @@ def speedup_vs_batch(
     hws = _as_list(hardware)
     fig, ax = _axes(ax)
     b = 2 ** np.arange(0, 11) if batches is None else np.asarray(batches)
+    drawn = []
     for i, hw in enumerate(hws):
         t = plan(hw, target, drafter, acceptance, batch=b, context=context, gammas=gammas, dtype=dtype)
         t = t[t["fits_in_memory"]]
+        if t.empty:
+            continue
+        drawn.append(hw.name)
         base = t[t["gamma"] == 0].sort_values("batch")
         best = t.sort_values("speedup", ascending=False).groupby("batch", as_index=False).first().sort_values("batch")
         c = f"C{i % 10}"
@@ -224,6 +228,12 @@ def speedup_vs_batch(
                 xytext=(0, 4),
                 textcoords="offset points",
             )
+    if not drawn:  # nothing to draw on log axes: say so on the figure instead
+        ax.text(0.5, 0.5, f"{get_model(target).name} fits on none of {', '.join(h.name for h in hws)} at any batch\n"
+                "(one GPU each: shard it with specroof plan --tp N)", ha="center", va="center",
+                transform=ax.transAxes)  # fmt: skip
+        ax.set_axis_off()
+        return fig
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("batch size (sequences, only those whose KV fits)")

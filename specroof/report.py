@@ -25,7 +25,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from roofline.core import interrupts
-from roofline.core.errors import SpecroofError
+from roofline.core.errors import DoesNotFit, SpecroofError
 from roofline.core.jsonio import dumps
 from roofline.costing.hardware import load_hardware
 from roofline.costing.passtime import crossover_tokens, pass_time, weights_only_crossover
@@ -849,16 +849,10 @@ SERVING_POLICIES = ("off", "static:4", "goodput")
 SERVING_REQUESTS = 300
 
 
-def serving_section(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | None = None) -> Section:
-    """At what request rate does speculation stop paying? The serving simulator on the first GPU, under the engine."""
-    from roofline.plot import serving_curves
+def _serving_sweep(gpu: str, target: str, draft: str, alpha: float, engine: str | None) -> Any:
     from roofline.serving import simulate
 
-    cfg = _pairing(pairing)
-    gpu, target, draft = gpus[0], cfg["target"], cfg["drafters"][0]
-    alpha = cfg["acceptance"][f"draft {draft}"]
-    engine = cfg.get("engine")
-    res = simulate(
+    return simulate(
         hardware=gpu,
         target=target,
         drafter=f"model:{draft}",
@@ -871,6 +865,25 @@ def serving_section(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any
         engine=engine,
         seed=0,
     )
+
+
+def serving_section(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | None = None) -> Section:
+    """At what request rate does speculation stop paying? The serving simulator on the first GPU, under the engine."""
+    from roofline.plot import serving_curves
+
+    cfg = _pairing(pairing)
+    gpu, target, draft = gpus[0], cfg["target"], cfg["drafters"][0]
+    alpha = cfg["acceptance"][f"draft {draft}"]
+    engine = cfg.get("engine")
+    try:
+        res = _serving_sweep(gpu, target, draft, alpha, engine)
+    except DoesNotFit as e:  # a model larger than one GPU: the page says so instead of failing the section
+        body = (
+            f"<p><b>Question:</b> up to which request rate does speculative decoding make {esc(str(target))} serve "
+            f"better on the {esc(load_hardware(gpu).name)}? <b>Answer:</b> not on one such GPU: {esc(str(e))}. "
+            "<code>specroof serve --tp N</code> (or <code>--ep N</code> for an MoE) simulates it sharded.</p>"
+        )
+        return Section("Serving under load: when speculation stops paying", body, [], {"serving": []})
     from roofline.serving.sweep import DEFAULT_OBJECTIVE, OBJECTIVES
 
     objective = cfg.get("objective") or DEFAULT_OBJECTIVE

@@ -18,6 +18,11 @@ class SpecroofError(ValueError):
     """Bad input to a specroof function: the message names the field and the problem."""
 
 
+class DoesNotFit(SpecroofError):
+    """The model (with its drafter) leaves no memory for a KV cache on the GPU asked for: a fact about the deployment,
+    which a page that sweeps GPUs reports in its place instead of failing."""
+
+
 #: the largest whole number a counted argument may be: int64 arithmetic on it (times a few) cannot overflow
 INT_LIMIT = 2**53
 
@@ -102,3 +107,21 @@ def check_choice(name: str, value: str, choices: tuple[str, ...] | list[str]) ->
     if value not in choices:
         raise SpecroofError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
     return value
+
+
+def check_broadcast(**named: Any) -> None:
+    """Array arguments that numpy cannot broadcast together, refused with their names and shapes (a sweep over two
+    arguments is a grid: ``x[:, None]`` beside ``y[None, :]``)."""
+    if all(v is None or type(v) in (int, float) for v in named.values()):  # scalars: the fast path's case
+        return
+    try:
+        shapes = {k: np.shape(v) for k, v in named.items() if v is not None}
+    except ValueError:  # a ragged list: the argument's own check names it
+        return
+    try:
+        np.broadcast_shapes(*shapes.values())
+    except ValueError:
+        given = ", ".join(f"{k} {s}" for k, s in shapes.items() if s)
+        raise SpecroofError(
+            f"{given} do not broadcast together: give arrays of one shape, or a grid (one as x[:, None], the other as y[None, :])"
+        ) from None

@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from roofline.core.errors import SpecroofError
+from roofline.core.errors import DoesNotFit, SpecroofError
 from roofline.costing.engine import Engine
 from roofline.costing.hardware import Hardware
 from roofline.costing.passtime import device_memory, memory_footprint
@@ -531,7 +531,7 @@ def kv_capacity_tokens(
     if per_token <= 0:
         return 1 << 40  # a model with no KV cache (an abstract one): memory never limits the batch
     if usable - fixed < per_token * 1024:
-        raise SpecroofError(
+        raise DoesNotFit(
             f"{spec.name} leaves no room for a KV cache on {pr.describe()}: {fixed / 1e9:.1f} GB of weights, "
             f"drafter and activations against {usable / 1e9:.1f} GB usable" + (f" per GPU of ep={ep}" if ep > 1 else "")
         )

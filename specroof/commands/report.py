@@ -178,7 +178,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     if "answer" in summary:
         table = pd.DataFrame(summary["answer"])
         deploy = [c for c in table.columns if c.startswith("deploy_")]
-        lines.append(table.drop(columns=deploy).round(2).to_string(index=False))
+        shown = table.drop(columns=deploy).round(2).astype(object)
+        # a GPU the model does not fit has no gamma, speedup or tree: blanks, not None and NaN
+        lines.append(shown.where(shown.notna(), "-").to_string(index=False))
         bands = summary.get("answer_error_bands", [])
         lines += [
             "error band" + (f" ({', '.join(b['hardware'])})" if len(bands) > 1 else "") + f": {b['note']}"
