@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 from numpy.typing import ArrayLike
 
-from roofline.core.errors import INT_LIMIT, SpecroofError, as_array, check_min, check_range
+from roofline.core.errors import INT_LIMIT, SpecroofError, as_array, check_broadcast, check_min, check_range
 from roofline.core.validation import check_gamma
 
 Array = npt.NDArray[np.float64]
@@ -32,6 +32,7 @@ def expected_tokens(alpha: ArrayLike, gamma: ArrayLike) -> Array:
         return np.float64(expected_tokens_scalar(alpha, gamma))  # one configuration: plain floats, the same bits
     a = check_range("alpha", alpha, 0.0, 1.0)
     g = check_min("gamma", gamma, 0, integer=True)
+    check_broadcast(alpha=a, gamma=g)
     a, g = np.broadcast_arrays(a, g)
     one_minus = 1.0 - a
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -90,6 +91,7 @@ def ideal_speedup(alpha: ArrayLike, gamma: ArrayLike, c: ArrayLike) -> Array:
     """Leviathan's idealised speedup E / (gamma c + 1): verify costs one step, a draft step costs c."""
     cc = check_min("c", c, 0.0)
     g = check_min("gamma", gamma, 0, integer=True)
+    check_broadcast(alpha=alpha, gamma=g, c=cc)
     return expected_tokens(alpha, g) / (g * cc + 1.0)
 
 

@@ -11,6 +11,7 @@ One file per idea: ``step`` (a pass's cost and step time from its operators, the
 and ``sweeps`` (batch and phase sweeps).
 """
 
+from roofline.core.errors import check_broadcast
 from roofline.costing.passtime.crossover import crossover_tokens, kv_bound_context, kv_share, weights_only_crossover
 from roofline.costing.passtime.footprint import Footprint, device_memory, max_batch, memory_footprint
 from roofline.costing.passtime.passes import FEW, pass_seconds, pass_time
@@ -21,7 +22,6 @@ from roofline.costing.passtime.step import (
     HardwareLike,
     StepTime,
     _step_time,
-    check_broadcast,
     fused_moe_layer_seconds,
     moe_kernel_of,
     pass_cost,

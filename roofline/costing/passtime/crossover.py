@@ -6,14 +6,13 @@ import numpy as np
 import numpy.typing as npt
 from numpy.typing import ArrayLike
 
-from roofline.core.errors import SpecroofError, check_min
+from roofline.core.errors import SpecroofError, check_broadcast, check_min
 from roofline.core.validation import check_count, check_tp
 from roofline.costing.engine import Engine
 from roofline.costing.passtime.step import (
     Array,
     HardwareLike,
     _step_time,
-    check_broadcast,
     pass_cost,
 )
 from roofline.costing.pricing import DEFAULT_CONTEXT, Pricing, pricing_of

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from roofline.core.errors import check_broadcast
 from roofline.core.validation import check_tp
 from roofline.costing.engine import Engine
 from roofline.costing.passtime.footprint import device_memory
@@ -19,7 +20,6 @@ from roofline.costing.passtime.step import (
     HardwareLike,
     StepTime,
     _step_time,
-    check_broadcast,
     pass_cost,
 )
 from roofline.costing.pricing import DEFAULT_CONTEXT, Pricing, pricing_for

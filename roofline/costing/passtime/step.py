@@ -261,21 +261,3 @@ def pass_cost(
         tree=tree,
         moe_kernel=moe_kernel_of(pr),
     )
-
-
-def check_broadcast(**named: Any) -> None:
-    """Array arguments that numpy cannot broadcast together, refused with their names and shapes (a sweep over
-    batch x context is a grid: ``batch[:, None]``, ``context[None, :]``)."""
-    if all(v is None or type(v) in (int, float) for v in named.values()):  # scalars: the fast path's case
-        return
-    try:
-        shapes = {k: np.shape(v) for k, v in named.items() if v is not None}
-    except ValueError:  # a ragged list: the argument's own check names it
-        return
-    try:
-        np.broadcast_shapes(*shapes.values())
-    except ValueError:
-        given = ", ".join(f"{k} {s}" for k, s in shapes.items() if s)
-        raise SpecroofError(
-            f"{given} do not broadcast together: give arrays of one shape, or a grid (batch[:, None], context[None, :])"
-        ) from None
