@@ -91,6 +91,8 @@ def plan(
     B = check_min("batch", np.atleast_1d(batch), 1, integer=True)
     L = check_min("context", np.atleast_1d(context), 0, integer=True)
     drafters = [as_drafter(d, spec) for d in _listify(drafter)]
+    if not drafters:
+        raise SpecroofError("give at least one drafter (an empty list prices nothing)")
     if isinstance(acceptance, dict):
         missing = [d.name for d in drafters if d.name not in acceptance]
         if missing:
@@ -127,7 +129,15 @@ def plan(
                 if top > limit:
                     acc, is_curve = [float(acc)] * top, True
             if g.size == 0:
-                raise SpecroofError(f"no gamma fits within the acceptance curve's {len(acc)} positions")
+                asked = ", ".join(str(int(x)) for x in g_all)
+                why = [f"the acceptance curve's {len(acc)} positions"] if is_curve else []
+                why += [f"{d.name}'s {most} drafts a round"] if most is not None else []
+                why += (
+                    [f"one rate, which covers {d.name}'s {limit} trained steps (a per-position curve covers more)"]
+                    if limit is not None
+                    else []
+                )
+                raise SpecroofError(f"no gamma asked ({asked}) fits within {' and '.join(why) or 'the drafter'}")
             G, BB, LL = np.meshgrid(g, B, L, indexing="ij")
             r = speedup(pr, spec, d, acc, G, batch=BB, context=LL, curve=is_curve, round_overhead_s=round_overhead_s)
             frame = pd.DataFrame(
