@@ -147,6 +147,11 @@ def engine_family(engine: str | None, emit: str | None = None) -> str | None:
     """'vllm', 'sglang' or 'trtllm' when the pricing engine or --emit names one, else None."""
     for name in (emit, engine):
         n = str(name or "").lower()
+        if n.endswith(".toml"):  # a profile given as its file: the family of the engine it names
+            from roofline.costing.engine import load_engine
+
+            profile = load_engine(str(name))
+            n = profile.name.lower() if profile is not None else n
         for fam in ("vllm", "sglang", "trtllm"):
             if n.startswith(fam):
                 return fam

@@ -78,11 +78,14 @@ def _acceptance(args: argparse.Namespace, gamma: int | str | None) -> tuple[floa
 
     A per-token rate priced on a tree (the drafter's own, or ``--tree``) is read as i.i.d. candidates (section 9 of
     docs/cost-model.md): the tree's expected tokens under it are the round's tokens."""
-    if args.mean_accepted is not None or args.alpha is not None:
+    if args.mean_accepted is not None or (args.alpha is not None and gamma is not None):
         return args.mean_accepted, args.alpha, ""
     from roofline.speculation.acceptance import MeanAccepted
 
-    acc, value, note = single_acceptance(args.acceptance, args.drafter, args.target)
+    if args.alpha is not None:  # a rate on the drafter's tree: read as i.i.d. candidates, as --acceptance RATE is
+        acc, value, note = None, args.alpha, f"{drafter_key(args.drafter)}: given rate {args.alpha:g}"
+    else:
+        acc, value, note = single_acceptance(args.acceptance, args.drafter, args.target)
     if isinstance(acc, MeanAccepted) and (acc.gamma is None or acc.gamma == gamma or gamma is None):
         # tokens per round as measured: the round priced is taken to be the one it was measured on
         return acc.mean, None, f"{drafter_key(args.drafter)}: given {acc.given()}, priced as the round's tokens"
@@ -96,6 +99,11 @@ def _acceptance(args: argparse.Namespace, gamma: int | str | None) -> tuple[floa
             f", extrapolated {gamma - acc.gamma} positions past the {acc.gamma} measured" if gamma > acc.gamma else ""
         )
         return mean, None, f"{note}; at gamma {gamma}: {mean:.3f} tokens per round{past}"
+    if getattr(acc, "kind", "") in ("curve", "counts") and isinstance(gamma, int):
+        # a measured per-position curve prices the chain position by position (no rate stretched over it): an MTP
+        # module reused past its step is what a curve is asked for
+        mean = acc.tokens_per_round(gamma)
+        return mean, None, f"{note}; at gamma {gamma}: {mean:.3f} tokens per round, position by position"
     rate = float(value) if isinstance(value, (int, float)) else float(acc.alpha())
     if gamma is None:
         from roofline.speculation.drafters import as_drafter, default_tree, tree_preset
