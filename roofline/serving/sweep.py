@@ -35,6 +35,7 @@ from roofline.serving.prices import pricing_context, step_prices
 from roofline.serving.scheduler import RunResult, SchedulerConfig, simulate_run
 from roofline.serving.workload import MAX_REQUESTS, Workload, check_rate, read_trace, synthetic
 from roofline.speculation.acceptance import parse_acceptance as parse_acceptance_text
+from roofline.speculation.acceptance_kinds import check_reused_modules, reused_step_limit
 from roofline.speculation.drafters import DrafterLike, PromptLookup, as_drafter
 from roofline.speculation.drafters.base import max_drafts
 from roofline.speculation.gamma_policies import GammaPolicy
@@ -303,6 +304,7 @@ def simulate(
     ep: int = 1,
     ep_link_GB_per_s: float | None = None,
     on_run: Callable[[int, int, str], None] | None = None,
+    measured_at: int | None = None,
 ) -> ServingResult:
     """Simulate continuous-batching serving of ``target`` on ``hardware`` at each request rate, per policy.
 
@@ -340,6 +342,9 @@ def simulate(
     combine all-to-all over the profile's interconnect within a node (``ep_link_GB_per_s`` across nodes):
     :mod:`roofline.speculation.parallel`; one such group is one server. ``on_run(done, total, label)`` is called as each
     (policy, rate, server) run finishes, in order (a progress bar: 100,000 requests take seconds per run).
+    A drafter that reuses a module past its trained step (an MTP stack) takes the one rate drawn only up to those
+    steps or ``measured_at`` (the drafts the acceptance was measured over; read from a ``mean:E@G`` text when not
+    given): ``goodput`` stops there and a static gamma past it is refused, as ``plan`` prices it (section 29).
 
     Returns a :class:`ServingResult`; ``summary`` has ``ttft_p50_s`` ... ``e2e_p99_s``,
     ``itl_p*_s``, ``throughput_tok_s``, ``goodput_req_s`` (under ``slo_ttft_s``/``slo_tpot_s``),
@@ -403,6 +408,19 @@ def simulate(
         # its verify pass blends two passes' costs and prices them directly, past the context's expert-parallel pass
         raise SpecroofError("ep > 1 is not priced for the n-gram drafter (prompt lookup): use a model or head drafter")
     alpha = parse_acceptance(acceptance, speculating[0].top_gamma if speculating else None)
+    limit = reused_step_limit(d, spec) if d is not None and speculating else None
+    if limit is not None:
+        # the simulator draws one per-token rate: not stretched over an MTP module's reused steps (docs/cost-model.md,
+        # section 29), as plan and speedup do not stretch it: goodput stops at the trained steps, or at the drafts a
+        # mean was measured over; a static gamma past them is refused
+        measured = measured_at or getattr(
+            parse_acceptance_text(acceptance, gamma=speculating[0].top_gamma), "length", None
+        )
+        top = max(limit, measured or 0)
+        pols = [dataclasses.replace(p, max_gamma=top) if p.kind == "goodput" and p.max_gamma > top else p for p in pols]
+        for p in pols:
+            if p.speculates and p.kind != "goodput" and p.top_gamma > top:
+                check_reused_modules(d, spec, p.top_gamma, measured)
 
     if trace is not None:
         base = trace if isinstance(trace, Workload) else read_trace(trace)

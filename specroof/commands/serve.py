@@ -245,12 +245,17 @@ def _memory_share(args: argparse.Namespace) -> tuple[float, str]:
 
 
 def _simulate(
-    args: argparse.Namespace, policies: list[Any], alpha: float, on_run: Callable[[int, int, str], None] | None
+    args: argparse.Namespace,
+    policies: list[Any],
+    alpha: float,
+    on_run: Callable[[int, int, str], None] | None,
+    measured_at: int | None = None,
 ) -> Any:
     """One serving sweep of ``policies`` at per-token rate ``alpha``, with every other setting from the flags."""
     from roofline.serving import simulate
 
     return simulate(
+        measured_at=measured_at,
         hardware=args.hardware,
         target=args.target,
         drafter=args.drafter,
@@ -426,7 +431,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         acceptance_note += drawn
     on_run, close_bar = _progress(args)
     try:
-        res = _simulate(args, policies, alpha, on_run)
+        res = _simulate(args, policies, alpha, on_run, getattr(acc, "length", None))
     finally:
         close_bar()
     s = res.summary
