@@ -98,6 +98,8 @@ def import_vllm_prometheus(
             continue
         models.add(labels.get("model_name", ""))
         c = _counter(name)
+        if not (np.isfinite(value) and value >= 0):  # a counter counts: NaN, inf or negative is a broken scrape
+            raise SpecroofError(f"{name} is {value:g}: a counter must be a finite number >= 0")
         if c == "accepted_tokens_per_pos":
             if "position" not in labels or not labels["position"].isdigit():
                 raise SpecroofError(f"{name} needs a whole-number 'position' label (got {labels})")
@@ -218,6 +220,10 @@ def import_sglang(text: str, *, gamma: int | None = None, depth: int | None = No
         v = float(m.group(1))
         if v <= 0:  # printed as 0 while speculation is off
             continue
+        if v < 1:  # every round emits at least its bonus token: a figure below 1 is not SGLang's accept len
+            raise SpecroofError(
+                f"'accept len: {m.group(1)}' is below 1 (tokens per round, the bonus included): {line.strip()[:120]}"
+            )
         r = _RUNNING.search(line)
         values.append(v)
         weights.append(float(r.group(1)) if r else 1.0)
