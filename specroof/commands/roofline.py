@@ -214,10 +214,15 @@ def _roofline_sweep(args: argparse.Namespace, spec: ModelSpec, hw: Any) -> int:
     if args.tp > 1:  # the collectives' share of the pass, NCCL's or the engine's kernel (cost model, section 60)
         cols.insert(cols.index("t_step_ms") + 1, "t_allreduce_ms")
     # each row's error band: its group (engine, kind, batch bucket, dense/MoE, context), one line per band
-    bands = {}
+    from roofline.evidence.published import batch_bucket, context_class
+
+    bands, by_group = {}, {}  # a band depends on the batch's bucket and the context's class: looked up once per group
     for b, c in {(int(b), int(c)) for b, c in zip(df["batch"], df["context"], strict=True)}:
-        bands[b, c] = band_for(args.engine or DEFAULT_ENGINE, hw, batch=b, tp=args.tp,
-                               weight_dtype=args.weight_dtype, model=spec, context=c)  # fmt: skip
+        g = (batch_bucket(b), context_class(c))
+        if g not in by_group:
+            by_group[g] = band_for(args.engine or DEFAULT_ENGINE, hw, batch=b, tp=args.tp,
+                                   weight_dtype=args.weight_dtype, model=spec, context=c)  # fmt: skip
+        bands[b, c] = by_group[g]
     df["error_band_pct"] = [_band_pct(bands[int(b), int(c)][0]) for b, c in zip(df["batch"], df["context"],
                                                                                  strict=True)]  # fmt: skip
     by_note: dict[str, list[tuple[int, int]]] = {}
