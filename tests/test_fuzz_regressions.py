@@ -121,3 +121,119 @@ def test_serve_with_one_output_token_says_why_there_is_no_tpot(capsys):
     assert main([*args, "--acceptance", "0.7", "--output-len", "1", "--rate", "1", "--requests", "30"]) == 0
     out = capsys.readouterr().out
     assert "every request ends at its first token" in out and "NaN" not in out and " n/a " in out
+
+
+def test_a_report_on_a_target_larger_than_one_gpu_says_so_in_every_section(tmp_path, capsys):
+    """DeepSeek-V3 on one H200: the throughput plot had no point to draw on log axes and the serving section raised;
+    the page now says where the model does not fit, and the terminal table prints blanks, not None and NaN."""
+    from specroof.cli import main
+
+    out = tmp_path / "page"
+    args = ["report", "--skip-measure", "--out", str(out), "--hardware", "h200-sxm-141gb", "--target", "deepseek-v3"]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "FAILED" not in text and "None" not in text and "NaN" not in text
+    page = (out / "index.html").read_text()
+    assert "leaves no room for a KV cache" in page
+
+
+def test_plan_refuses_in_words_what_it_cannot_price():
+    import pytest
+
+    from roofline.core.errors import SpecroofError
+
+    pr = rf.Pricing.of("h200-sxm-141gb")
+    with pytest.raises(SpecroofError, match=r"no gamma asked \(4\) fits within one rate, which covers mtp's 1"):
+        rf.plan(pr, "qwen3.5-9b", "mtp", 0.7, gammas=[4])
+    with pytest.raises(SpecroofError, match=r"no gamma asked \(10\) fits within hydra's 4 drafts"):
+        rf.plan(pr, "llama-3.1-8b", "hydra", 0.7, gammas=[10])
+    with pytest.raises(SpecroofError, match="at least one drafter"):
+        rf.plan(pr, "llama-3.1-8b", [], 0.7)
+
+
+def test_speedup_reads_a_rate_and_a_curve_as_plan_does(capsys):
+    """--alpha on a drafter's tree is i.i.d. candidates as --acceptance RATE is (it was refused); an engine profile
+    given as its file drafts as the engine it names; a per-position curve prices a reused MTP module position by
+    position (it was refused with a message asking for that curve)."""
+    from pathlib import Path
+
+    from specroof.cli import main
+
+    def ask(*extra: str) -> dict:
+        assert main(["speedup", "--json", *extra]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    base = ["--hardware", "h100-sxm-80gb", "--target", "llama-3.1-8b", "--drafter", "eagle3"]
+    by_alpha, by_rate = ask(*base, "--alpha", "0.7"), ask(*base, "--acceptance", "0.7")
+    assert by_alpha["speedup"] == by_rate["speedup"] and by_alpha["tree_nodes"] == by_rate["tree_nodes"]
+    toml = Path(__file__).resolve().parents[1] / "engine_profiles" / "vllm.toml"
+    named, as_file = (
+        ask(*base, "--alpha", "0.7", "--engine", "vllm"),
+        ask(*base, "--alpha", "0.7", "--engine", str(toml)),
+    )
+    assert named["gamma"] == as_file["gamma"] and named["speedup"] == _same(as_file["speedup"])
+    mtp = ["--hardware", "h200-sxm-141gb", "--target", "qwen3.5-27b", "--drafter", "mtp"]
+    curve = "mtp=curve:0.9,0.8,0.7,0.6"
+    one = ask(*mtp, "--acceptance", curve, "--gamma", "4")
+    assert main(["plan", *mtp, "--acceptance", curve, "--batch", "1", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["table"]
+    (at4,) = [r for r in rows if r["gamma"] == 4]
+    assert (
+        abs(one["speedup"] - at4["speedup"]) < 1e-9
+        and abs(one["mean_accepted"] - 1 - 0.9 - 0.72 - 0.504 - 0.3024) < 1e-9
+    )
+
+
+def _same(x: float):
+    import pytest
+
+    return pytest.approx(x, rel=1e-12)
+
+
+def test_serve_stretches_one_rate_no_further_than_plan_does(capsys):
+    """Qwen3.5 ships one MTP module: one per-token rate covers its one trained step (goodput:1), a mean measured on a
+    chain of 3 covers 3, and a static gamma past them is refused as plan and speedup refuse it."""
+    import pytest
+
+    from roofline.core.errors import SpecroofError
+    from roofline.serving import simulate
+
+    kw = dict(hardware="h200-sxm-141gb", target="qwen3.5-9b", drafter="mtp", rates=[4.0], requests=40)
+    assert simulate(acceptance=0.6, policy=["off", "goodput"], **kw).summary["policy"].unique().tolist() == [
+        "off", "goodput:1"]  # fmt: skip
+    assert "goodput:3" in simulate(acceptance="mean:2.5@3", policy=["off", "goodput"], **kw).summary["policy"].tolist()
+    with pytest.raises(SpecroofError, match="one acceptance rate for 4 draft steps of mtp"):
+        simulate(acceptance=0.6, policy=["off", "static:4"], **kw)
+    eagle = simulate(**{**kw, "target": "llama-3.1-8b", "drafter": "eagle3"}, acceptance=0.6, policy=["off", "goodput"])
+    assert "goodput:8" in eagle.summary["policy"].tolist()  # EAGLE's layer is trained on its own output: no cap
+
+
+def test_imported_counters_that_cannot_be_counts_are_refused():
+    import pytest
+
+    from roofline.core.errors import SpecroofError
+    from roofline.speculation.importers import import_sglang, import_vllm_prometheus
+
+    nan = (
+        'vllm:spec_decode_num_drafts_total{model_name="m"} NaN\n'
+        'vllm:spec_decode_num_draft_tokens_total{model_name="m"} +Inf\n'
+        'vllm:spec_decode_num_accepted_tokens_total{model_name="m"} 5\n'
+    )
+    with pytest.raises(SpecroofError, match="num_drafts_total is nan: a counter must be a finite number >= 0"):
+        import_vllm_prometheus(nan, num_speculative_tokens=3)
+    log = "Decode batch. #running-req: 1, #token: 100, token usage: 0.00, accept len: 0.50, cuda graph: True\n"
+    with pytest.raises(SpecroofError, match="'accept len: 0.50' is below 1"):
+        import_sglang(log, gamma=3)
+
+
+def test_closed_forms_name_arrays_that_do_not_broadcast():
+    import numpy as np
+    import pytest
+
+    from roofline.core.errors import SpecroofError
+
+    with pytest.raises(SpecroofError, match=r"alpha \(2,\), gamma \(3,\) do not broadcast together"):
+        rf.expected_tokens(np.array([0.5, 0.7]), np.arange(3))
+    with pytest.raises(SpecroofError, match="do not broadcast together"):
+        rf.ideal_speedup(np.array([0.5, 0.7]), np.arange(3), 0.1)
+    assert rf.expected_tokens(np.array([0.5, 0.7])[:, None], np.arange(3)[None, :]).shape == (2, 3)
