@@ -134,6 +134,13 @@ class Drafter(Protocol):
         ...
 
 
+def check_depth(drafter: Any, depth: int, why: str) -> None:
+    """Refuse a chain or tree deeper than ``drafter.max_drafts`` (its heads), saying ``why`` the limit holds."""
+    limit = max_drafts(drafter)
+    if limit is not None and depth > limit:
+        raise SpecroofError(f"{drafter.name} {why}: depth must lie in [0, {limit}] (got {depth})")
+
+
 def max_drafts(drafter: Any) -> int | None:
     """The most tokens ``drafter`` can draft in a round, the depth of its deepest tree (None: no bound): Hydra's
     heads, one per level; a published block drafter's ``block_size - 1``. The searches of ``plan``, ``tree`` and

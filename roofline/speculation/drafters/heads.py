@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 from numpy.typing import ArrayLike
 
-from roofline.core.errors import SpecroofError, check_min
+from roofline.core.errors import check_min
 from roofline.passes.dtypes import dtype_bytes
 from roofline.passes.model import ModelSpec
 from roofline.speculation.drafters.base import (
@@ -18,6 +18,7 @@ from roofline.speculation.drafters.base import (
     _derived,
     _no_memory,
     _verify,
+    check_depth,
 )
 
 
@@ -43,11 +44,10 @@ class Heads:
         return self.n_heads
 
     def _check_depth(self, depth: int) -> None:
-        if depth > self.n_heads:
-            raise SpecroofError(
-                f"{self.name}: Medusa's head i proposes the token i + 1 places ahead, so {self.n_heads} heads draft "
-                f"at most {self.n_heads} tokens: depth must lie in [0, {self.n_heads}] (got {depth})"
-            )
+        n = self.n_heads
+        check_depth(
+            self, depth, f"(Medusa's head i proposes the token i + 1 places ahead, so {n} heads draft {n} at most)"
+        )
 
     def head_params(self, target: ModelSpec) -> float:
         if self.params is not None:

@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 from numpy.typing import ArrayLike
 
-from roofline.core.errors import SpecroofError, check_min
+from roofline.core.errors import check_min
 from roofline.costing.passtime import (
     memory_footprint,
     pass_cost,
@@ -22,6 +22,7 @@ from roofline.speculation.drafters.base import (
     Array,
     Ctx,
     _verify,
+    check_depth,
 )
 from roofline.speculation.drafters.tree_presets import (
     TREE_PRESETS,
@@ -93,10 +94,7 @@ class Hydra:
         return self.n_heads
 
     def _check_depth(self, depth: int) -> None:
-        if depth > self.n_heads:
-            raise SpecroofError(
-                f"{self.name} has {self.n_heads} heads, one per draft level: depth must lie in [0, {self.n_heads}] (got {depth})"
-            )
+        check_depth(self, depth, f"has {self.n_heads} heads, one per draft level")
 
     def _draft_s(self, ctx: Ctx, tree: Tree, batch: ArrayLike, context: ArrayLike) -> Array:
         """Seconds of one proposal of ``tree`` (broadcast over ``batch`` and ``context``)."""
