@@ -106,11 +106,10 @@ def deployment_figure(
     pr = Pricing.of(gpu, engine=None if engine == "none" else engine)
     fig, ax = _axes(None, (7.0, 4.0))
     from roofline.passes.model import get_model
-    from roofline.speculation.drafters.base import max_drafts
+    from roofline.speculation.drafters.base import deepest
     from roofline.speculation.drafters.grammar import as_drafter
 
-    most = max_drafts(as_drafter(drafter, get_model(target)))  # Medusa's heads, a block's drafts: no longer chain
-    g = np.arange(1, min(16, most or 16) + 1)
+    g = np.arange(1, deepest(as_drafter(drafter, get_model(target)), 16) + 1)  # Medusa's heads, a block's drafts
     r = speedup(pr, target, drafter, acc.alpha(), g, batch=batch, context=context)
     best = int(g[int(np.argmax(r.speedup))])
     ax.plot(g, r.speedup, "s-", ms=3, label=f"{target} + {drafter}, {engine if engine != 'none' else 'roofline'}")

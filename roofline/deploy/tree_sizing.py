@@ -23,7 +23,7 @@ from roofline.costing.passtime import pass_seconds
 from roofline.costing.pricing import DEFAULT_CONTEXT, Pricing, pricing_of
 from roofline.passes.model import ModelSpec, get_model
 from roofline.speculation.drafters import DrafterLike, as_drafter, round_time
-from roofline.speculation.drafters.base import max_drafts
+from roofline.speculation.drafters.base import deepest
 from roofline.speculation.trees import AcceptanceModel, OptimalTree, SiblingRankAcceptance, Tree, optimal_tree
 
 #: a tree "pays" over the best chain while it buys at least this much more speed
@@ -93,8 +93,7 @@ def best_tree_size(
     d = as_drafter(drafter, spec)
     budgets = [int(b) for b in check_min("budgets", list(budgets), 1, integer=True)]
     max_depth = int(check_min("max_depth", max_depth, 1, integer=True))  # 8.0 or np.int64(8) is a depth; range() below
-    most = max_drafts(d)  # Hydra's heads: no tree deeper than the drafter drafts
-    max_depth = min(max_depth, most) if most else max_depth
+    max_depth = deepest(d, max_depth)  # no tree deeper than the drafter drafts (Medusa's, Hydra's heads)
     if opt is None or opt.table.shape[0] <= max(budgets) or opt.table.shape[1] <= max_depth:
         opt = optimal_tree(acceptance, max(budgets), max_depth)
     t1 = float(pass_seconds(spec, pr, batch, 1, context))
@@ -161,8 +160,7 @@ def trees_vs_batch(
     spec = get_model(target)
     d = as_drafter(drafter, spec)
     model = acceptance if isinstance(acceptance, AcceptanceModel) else SiblingRankAcceptance(acceptance)
-    most = max_drafts(d)  # no chain longer than the drafter drafts (Medusa's, Hydra's heads)
-    chains = [(g, Tree.chain(g)) for g in range(1, (min(max_gamma, most) if most else max_gamma) + 1)]
+    chains = [(g, Tree.chain(g)) for g in range(1, deepest(d, max_gamma) + 1)]  # no chain longer than d drafts
     chain_tokens = [tree.expected_tokens(model) for _, tree in chains]
     budgets = [int(b) for b in check_min("budgets", list(budgets), 1, integer=True)]
     opt = optimal_tree(model, max(budgets), max_depth)  # one table for every GPU, batch and context

@@ -37,7 +37,7 @@ from roofline.serving.workload import MAX_REQUESTS, Workload, check_rate, read_t
 from roofline.speculation.acceptance import parse_acceptance as parse_acceptance_text
 from roofline.speculation.acceptance_kinds import check_reused_modules, reused_step_limit
 from roofline.speculation.drafters import DrafterLike, PromptLookup, as_drafter
-from roofline.speculation.drafters.base import max_drafts
+from roofline.speculation.drafters.base import deepest
 from roofline.speculation.gamma_policies import GammaPolicy
 
 PolicyLike = str | ServingPolicy | GammaPolicy
@@ -399,28 +399,26 @@ def simulate(
             f"policy {speculating[0].name} speculates: give a drafter (e.g. model:llama-3.2-1b, eagle3)"
         )
     d = as_drafter(drafter, spec) if drafter is not None else None  # dflash: the target's published drafter
-    most = max_drafts(d)
-    if most:  # goodput chooses gamma up to its top: no deeper than the drafter drafts (Hydra's heads)
-        pols = [
-            dataclasses.replace(p, max_gamma=most) if p.kind == "goodput" and p.max_gamma > most else p for p in pols
-        ]
     if ep != 1 and isinstance(d, PromptLookup):
         # its verify pass blends two passes' costs and prices them directly, past the context's expert-parallel pass
         raise SpecroofError("ep > 1 is not priced for the n-gram drafter (prompt lookup): use a model or head drafter")
     alpha = parse_acceptance(acceptance, speculating[0].top_gamma if speculating else None)
+    # goodput chooses gamma up to its top: no deeper than the drafter drafts (Medusa's, Hydra's heads), and one
+    # per-token rate (the simulator draws one) not stretched over an MTP module's reused steps (docs/cost-model.md,
+    # section 29), as plan and speedup do not stretch it: the trained steps, or the drafts a mean was measured over;
+    # a static gamma past those is refused
+    top = 1 << 30
     limit = reused_step_limit(d, spec) if d is not None and speculating else None
     if limit is not None:
-        # the simulator draws one per-token rate: not stretched over an MTP module's reused steps (docs/cost-model.md,
-        # section 29), as plan and speedup do not stretch it: goodput stops at the trained steps, or at the drafts a
-        # mean was measured over; a static gamma past them is refused
         measured = measured_at or getattr(
             parse_acceptance_text(acceptance, gamma=speculating[0].top_gamma), "length", None
         )
         top = max(limit, measured or 0)
-        pols = [dataclasses.replace(p, max_gamma=top) if p.kind == "goodput" and p.max_gamma > top else p for p in pols]
         for p in pols:
             if p.speculates and p.kind != "goodput" and p.top_gamma > top:
                 check_reused_modules(d, spec, p.top_gamma, measured)
+    top = deepest(d, top) if d is not None else top
+    pols = [dataclasses.replace(p, max_gamma=top) if p.kind == "goodput" and p.max_gamma > top else p for p in pols]
 
     if trace is not None:
         base = trace if isinstance(trace, Workload) else read_trace(trace)

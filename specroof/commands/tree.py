@@ -244,11 +244,10 @@ def cmd_tree(args: argparse.Namespace) -> int:
     depth = args.max_depth
     if args.hardware and drafter is not None:
         from roofline.passes.model import get_model
-        from roofline.speculation.drafters.base import max_drafts
+        from roofline.speculation.drafters.base import deepest
         from roofline.speculation.drafters.grammar import as_drafter
 
-        most = max_drafts(as_drafter(drafter, get_model(args.target)))
-        depth = min(depth, most) if most else depth  # no tree deeper than the drafter drafts (Medusa's, Hydra's heads)
+        depth = deepest(as_drafter(drafter, get_model(args.target)), depth)  # Medusa's, Hydra's heads
     batches = [int(b) for b in (args.batch if isinstance(args.batch, list) else [args.batch])]
     if config is not None and len(batches) > 1:
         raise SpecroofError(

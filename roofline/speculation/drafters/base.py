@@ -149,6 +149,12 @@ def max_drafts(drafter: Any) -> int | None:
     return None if limit is None else int(limit)
 
 
+def deepest(drafter: Any, limit: int) -> int:
+    """``limit`` (a search's deepest gamma or tree depth), lowered to what ``drafter`` drafts (:func:`max_drafts`)."""
+    most = max_drafts(drafter)
+    return min(limit, most) if most else limit
+
+
 #: what the speculation functions accept as a drafter: a Drafter, a name in the grammar, a draft model
 #: (ModelSpec, preset name or config.json path), or None (prompt lookup)
 DrafterLike = Drafter | ModelSpec | str | None
