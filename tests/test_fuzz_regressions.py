@@ -237,3 +237,40 @@ def test_closed_forms_name_arrays_that_do_not_broadcast():
     with pytest.raises(SpecroofError, match="do not broadcast together"):
         rf.ideal_speedup(np.array([0.5, 0.7]), np.arange(3), 0.1)
     assert rf.expected_tokens(np.array([0.5, 0.7])[:, None], np.arange(3)[None, :]).shape == (2, 3)
+
+
+def test_a_plan_grid_prices_each_draft_chain_once_and_as_each_cell_alone():
+    """The draft steps of a plan's grid are priced once per distinct (batch, context) (a grid of gammas x pairs x
+    steps held gigabytes at --max-gamma 140), and each cell equals the same configuration priced alone."""
+    import numpy as np
+
+    from roofline.costing.pricing import pricing_of
+    from roofline.speculation.drafters import Ctx
+    from roofline.speculation.drafters.eagle import Eagle
+    from roofline.speculation.drafters.sliding_window import SlidingWindowSelfDraft
+
+    spec, pr = get_model("llama-3.1-8b"), pricing_of("h100-sxm-80gb", engine="vllm")
+    ctx = Ctx(spec, pr)
+    G, B, L = np.meshgrid(np.arange(0, 9), [1, 3, 64], [0, 700, 4096], indexing="ij")
+    for d in (Eagle(3), SlidingWindowSelfDraft(512)):
+        grid = d.draft_time(ctx, G, B, L)
+        alone = [float(d.draft_time(ctx, np.array([g]), np.array([b]), np.array([c]))[0])
+                 for g, b, c in zip(G.ravel(), B.ravel(), L.ravel(), strict=True)]  # fmt: skip
+        np.testing.assert_allclose(grid.ravel(), alone, rtol=1e-12)
+
+
+def test_plan_at_a_wide_grid_reads_each_cell_once(capsys):
+    """plan --max-gamma 140 over 64 batches took a minute and 12 GB; each recommendation now reads its own cell and
+    its crossover K from one priced grid, with the same answers as recommend() prices alone."""
+    from specroof.cli import main
+
+    args = ["plan", "--hardware", "h100-sxm-80gb", "--target", "llama-3.1-8b", "--drafter", "eagle3", "--json",
+            "--max-gamma", "140", "--batch", "1-64", "--context", "512,4096"]  # fmt: skip
+    assert main(args) == 0
+    recs = json.loads(capsys.readouterr().out)["recommendations"]
+    assert len(recs) == 128
+    for r in (recs[0], recs[77], recs[-1]):
+        alone = rf.recommend("h100-sxm-80gb", "llama-3.1-8b", "eagle3", 0.7, batch=r["batch"], context=r["context"],
+                             gammas=range(0, 141), engine="sglang")  # fmt: skip
+        k = int(rf.crossover_tokens("llama-3.1-8b", "h100-sxm-80gb", r["batch"], r["context"], engine="sglang"))
+        assert f"crossover K = {k}" in r["reason"] and f"crossover K = {k}" in alone.reason

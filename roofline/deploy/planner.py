@@ -210,6 +210,7 @@ def recommend(
     weight_dtype: str | None = None,
     kv_dtype: str | None = None,
     resolution: float = 0.0,
+    crossover_k: int | None = None,
     **kwargs: Any,
 ) -> Recommendation:
     """Best strategy and gamma for one GPU, batch and context, with why.
@@ -219,7 +220,9 @@ def recommend(
     table that already covers this GPU, batch and context (the CLI plans every cell once
     and reads each recommendation out of it). ``resolution``: the relative speedup within which two settings are
     one answer (the CLI's 2%, docs/cost-model.md section 50.3): among the fitting rows within it of the fastest, the
-    cheapest wins (fewest draft tokens per sequence, so the least KV and draft work). Other keywords go to :func:`plan`.
+    cheapest wins (fewest draft tokens per sequence, so the least KV and draft work). ``crossover_k``: the crossover K
+    of this cell when the caller priced a grid of them at once (:func:`crossover_tokens` broadcasts). Other keywords go
+    to :func:`plan`.
     """
     pr = pricing_of(
         hardware, dtype=dtype, efficiency=efficiency, tp=tp, engine=engine, weight_dtype=weight_dtype, kv_dtype=kv_dtype
@@ -239,7 +242,7 @@ def recommend(
         near = table[table["fits_in_memory"].astype(bool) & (table["speedup"] >= best["speedup"] * (1 - resolution))]
         cheapest = near.sort_values(["gamma", "speedup"], ascending=[True, False], kind="stable").iloc[0]
         best = {str(k): v for k, v in cheapest.items()}
-    k = int(crossover_tokens(target, pr, batch, context))
+    k = int(crossover_tokens(target, pr, batch, context)) if crossover_k is None else int(crossover_k)
     if best["gamma"] == 0:
         reason = (
             f"do not speculate: at batch {batch}, context {context} no strategy beats plain decoding "

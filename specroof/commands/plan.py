@@ -10,6 +10,7 @@ import numpy as np
 from roofline.core.errors import SpecroofError
 from roofline.core.validation import check_tp
 from roofline.costing.hardware import load_hardware
+from roofline.costing.passtime import crossover_tokens
 from roofline.deploy.memory import reserved_share
 from roofline.deploy.planner import (  # what a configuration that does not fit carries no figure of
     NOT_FIT_BLANK,
@@ -263,11 +264,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
         zip(table["strategy"], table["gamma"], strict=True)
     ]  # fmt: skip
     best = []
+    # each recommendation reads its own cell: split once, not one filter of the whole table per cell (at the caps,
+    # 2,000 cells times 300,000 rows of string comparisons took most of the command's time)
+    cells = dict(tuple(table.groupby(["hardware", "batch", "context"], sort=False)))
     for pr in pricings:
-        for b in args.batch:
-            for c in args.context:
-                rec = recommend(pr, args.target, drafters, acceptance, batch=b, context=c, table=table, gammas=gammas,
-                                resolution=RESOLUTION)  # fmt: skip
+        ks = crossover_tokens(args.target, pr, np.asarray(args.batch)[:, None], np.asarray(args.context)[None, :])
+        for i, b in enumerate(args.batch):
+            for j, c in enumerate(args.context):
+                cell = cells.get((pr.hardware.id, b, c), table.iloc[:0])
+                rec = recommend(pr, args.target, drafters, acceptance, batch=b, context=c, table=cell, gammas=gammas,
+                                resolution=RESOLUTION, crossover_k=int(ks[i, j]))  # fmt: skip
                 row = {"hardware": pr.hardware.id, "batch": b, "context": c, **rec.row, "reason": rec.reason}
                 _mark_extrapolated(row, measured, family)
                 if not rec.row["fits_in_memory"]:  # marked and not ranked: no strategy is an answer on this GPU

@@ -190,15 +190,15 @@ def _steps(ctx: Ctx, spec: ModelSpec, gamma: npt.NDArray[np.int64], batch: Array
     gmax = int(np.max(gamma)) if np.size(gamma) else 0
     if gmax == 0:
         return np.zeros(np.broadcast_shapes(np.shape(gamma), np.shape(batch), np.shape(context)))
-    i = np.arange(gmax)
-    B = np.asarray(batch)[..., None]
-    L = np.asarray(context)[..., None] + i
-    t = ctx.pass_s(spec, B, 1, L)
-    cum = np.concatenate([np.zeros((*t.shape[:-1], 1)), np.cumsum(t, axis=-1)], axis=-1)
-    shape = np.broadcast_shapes(np.shape(gamma), cum.shape[:-1])
-    cum = np.broadcast_to(cum, (*shape, gmax + 1))
-    idx = np.broadcast_to(np.asarray(gamma), shape)[..., None]
-    return np.take_along_axis(cum, idx, axis=-1)[..., 0]
+    # the steps are priced once per distinct (batch, context): a plan's grid repeats each pair once per gamma, and
+    # a step axis over the whole grid would hold gammas x pairs x gmax passes (gigabytes at --max-gamma 140)
+    shape = np.broadcast_shapes(np.shape(gamma), np.shape(batch), np.shape(context))
+    pairs = np.stack([np.broadcast_to(batch, shape).ravel(), np.broadcast_to(context, shape).ravel()], axis=-1)
+    uniq, which = np.unique(pairs, axis=0, return_inverse=True)
+    t = ctx.pass_s(spec, uniq[:, :1], 1, uniq[:, 1:] + np.arange(gmax))
+    cum = np.concatenate([np.zeros((len(uniq), 1)), np.cumsum(t, axis=-1)], axis=-1)
+    g = np.broadcast_to(np.asarray(gamma), shape).ravel()
+    return cum[np.ravel(which), g].reshape(shape)
 
 
 def _verify(ctx: Ctx, spec: ModelSpec, gamma: ArrayLike, batch: ArrayLike, context: ArrayLike) -> Array:
