@@ -239,6 +239,45 @@ def test_closed_forms_name_arrays_that_do_not_broadcast():
     assert rf.expected_tokens(np.array([0.5, 0.7])[:, None], np.arange(3)[None, :]).shape == (2, 3)
 
 
+def test_tensor_parallelism_is_priced_within_one_node_only(capsys):
+    """A TP all-reduce is priced over one node's link (section 63): --tp 16 on an H100 is refused where the pricing is
+    built, as --ep 16 asks for the network's bandwidth; an NVL72 rack joins 72 GPUs, a TPU slice is not a node."""
+    import pytest
+
+    from roofline.core.errors import SpecroofError
+    from roofline.costing.pricing import pricing_of
+    from specroof.cli import main
+
+    with pytest.raises(SpecroofError, match=r"tp 16 spans 2 nodes of 8 GPUs \(h100-sxm-80gb\)"):
+        pricing_of("h100-sxm-80gb", tp=16)
+    assert pricing_of("h100-sxm-80gb", tp=8).tp == 8
+    assert pricing_of("gb200-186gb", tp=16).tp == 16 and pricing_of("gb300-288gb", tp=72).tp == 72
+    with pytest.raises(SpecroofError, match="spans 2 nodes of 72 GPUs"):
+        pricing_of("gb300-288gb", tp=144)
+    assert pricing_of("tpu-v5p", tp=16).tp == 16
+    assert main(["roofline", "--hardware", "h100-sxm-80gb", "--target", "llama-3.1-70b", "--tp", "16"]) == 2
+    assert "across nodes it runs over the network" in capsys.readouterr().err
+    # a configuration that does not fit on a full node is not told to raise --tp
+    assert main(["roofline", "--hardware", "h100-sxm-80gb", "--target", "deepseek-v3", "--tp", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "DOES NOT FIT" in out and "raise --tp" not in out and "--tp 8 fills a node" in out
+    assert main(["roofline", "--hardware", "h100-sxm-80gb", "--target", "deepseek-v3", "--tp", "4"]) == 0
+    assert "raise --tp" in capsys.readouterr().out
+
+
+def test_an_all_to_all_within_an_nvl72_rack_runs_over_its_link():
+    import pytest
+
+    from roofline.core.errors import SpecroofError
+    from roofline.costing.hardware import load_hardware
+    from roofline.speculation.parallel import all_to_all_link_bytes_per_s
+
+    gb = load_hardware("gb200-186gb")
+    assert all_to_all_link_bytes_per_s(gb, 64) == gb.interconnect_bytes_per_s
+    with pytest.raises(SpecroofError, match="ep=16 spans nodes of 8 GPUs"):
+        all_to_all_link_bytes_per_s(load_hardware("h100-sxm-80gb"), 16)
+
+
 def test_a_plan_grid_prices_each_draft_chain_once_and_as_each_cell_alone():
     """The draft steps of a plan's grid are priced once per distinct (batch, context) (a grid of gammas x pairs x
     steps held gigabytes at --max-gamma 140), and each cell equals the same configuration priced alone."""

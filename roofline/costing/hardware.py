@@ -30,7 +30,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from roofline.core.errors import SpecroofError, _short, check_min
-from roofline.core.validation import RANGES, check_number, check_quantity
+from roofline.core.validation import RANGES, check_count, check_number, check_quantity
 
 # the dtype helpers live in roofline.passes.dtypes (the cost model needs them without the profiles); re-exported here
 from roofline.passes.dtypes import DTYPE_BYTES as DTYPE_BYTES
@@ -77,6 +77,10 @@ class Measured:
     rows_bandwidth_bytes_per_s: dict[int, float] = field(default_factory=dict)
 
 
+#: GPUs one node's scale-up link joins where a profile does not say (an HGX/DGX board: 8)
+GPUS_PER_NODE = 8
+
+
 @dataclass(frozen=True)
 class Hardware:
     """One accelerator: datasheet ceilings (SI units) plus optional measured overrides."""
@@ -90,6 +94,9 @@ class Hardware:
     kind: str = "gpu"
     aliases: tuple[str, ...] = ()
     interconnect_bytes_per_s: float | None = None
+    #: GPUs one scale-up link joins (NVLink, Infinity Fabric): 8 on an HGX board, 72 in an NVL72 rack. Tensor
+    #: parallelism is priced over that link only, so a wider TP is refused (docs/cost-model.md, section 63)
+    gpus_per_node: int = GPUS_PER_NODE
     launch_overhead_s: float | None = None
     efficiency_memory: float = 1.0
     efficiency_compute: float = 1.0
@@ -127,6 +134,7 @@ class Hardware:
             value = getattr(self, key)
             if value is not None or key == "bandwidth_bytes_per_s":
                 object.__setattr__(self, key, float(check_quantity(f"Hardware {key}", value, kind)))
+        object.__setattr__(self, "gpus_per_node", check_count("Hardware gpus_per_node", self.gpus_per_node, 1, 1024))
         for key in ("efficiency_memory", "efficiency_compute"):
             object.__setattr__(self, key, check_number(f"Hardware {key}", getattr(self, key), 0.0, 1.0, lo_open=True))
         for key, kind, lo_open in (("peak_flop_per_s", "flops", False), ("efficiency_compute_dtype", "", True)):
@@ -352,6 +360,7 @@ class Hardware:
         row["interconnect_GB_per_s"] = (
             None if self.interconnect_bytes_per_s is None else self.interconnect_bytes_per_s / _GB
         )
+        row["gpus_per_node"] = self.gpus_per_node
         row["measured"] = self.measured is not None
         return row
 
@@ -468,8 +477,11 @@ def parse_profile(data: dict[str, Any], where: str, profile_id: str) -> Hardware
     sources["compute"] = str(comp.get("source", ""))
 
     link = data.get("interconnect", {})
-    _check_keys(f"{where} [interconnect]", link, {"link", "per_direction_GB_per_s", "source"})
+    _check_keys(f"{where} [interconnect]", link, {"link", "per_direction_GB_per_s", "gpus_per_node", "source"})
     inter = None
+    node = link.get("gpus_per_node", GPUS_PER_NODE)
+    if isinstance(node, bool) or not isinstance(node, int) or not 1 <= node <= 1024:
+        raise SpecroofError(f"{where} [interconnect]: gpus_per_node must be a whole number in [1, 1024] (got {node!r})")
     if "per_direction_GB_per_s" in link:
         inter = _num(f"{where} [interconnect]", "per_direction_GB_per_s", link["per_direction_GB_per_s"]) * _GB
     if link:
@@ -523,6 +535,7 @@ def parse_profile(data: dict[str, Any], where: str, profile_id: str) -> Hardware
         bandwidth_bytes_per_s=bandwidth,
         peak_flop_per_s=peaks,
         interconnect_bytes_per_s=inter,
+        gpus_per_node=node,
         launch_overhead_s=launch,
         efficiency_memory=effs["memory"],
         efficiency_compute=effs["compute"],
@@ -605,10 +618,13 @@ def profile_data(hw: Hardware) -> dict[str, Any]:
     mem["source"] = hw.sources.get("memory") or "unknown"
     data["memory"] = mem
     data["compute"] = {**_peaks_data(hw.peak_flop_per_s), "source": hw.sources.get("compute") or "unknown"}
-    if hw.interconnect_bytes_per_s is not None or "interconnect" in hw.sources:
+    node = hw.gpus_per_node != GPUS_PER_NODE
+    if hw.interconnect_bytes_per_s is not None or "interconnect" in hw.sources or node:
         link: dict[str, Any] = {}
         if hw.interconnect_bytes_per_s is not None:
             link["per_direction_GB_per_s"] = hw.interconnect_bytes_per_s / _GB
+        if node:
+            link["gpus_per_node"] = hw.gpus_per_node
         link["source"] = hw.sources.get("interconnect", "")
         data["interconnect"] = link
     if hw.launch_overhead_s is not None:

@@ -100,6 +100,17 @@ class Pricing:
             dtype_bytes(self.weight_dtype)  # a dtype or a weight format; anything else names the grammar
         if isinstance(self.tp, bool) or not isinstance(self.tp, int) or self.tp < 1:
             raise SpecroofError(f"tp must be an integer >= 1 (got {self.tp!r})")
+        node = self.hardware.gpus_per_node
+        if self.hardware.kind == "gpu" and self.tp > node:
+            # a TP all-reduce is priced over one node's link (its NCCL tables are one node's): past the node it would
+            # run over the network, at a bandwidth and latency no profile lists (docs/cost-model.md, section 63)
+            raise SpecroofError(
+                f"tp {self.tp} spans {-(-self.tp // node)} nodes of {node} GPUs ({self.hardware.id}): a tensor-parallel "
+                f"all-reduce is priced over one node's {'link' if self.hardware.interconnect_bytes_per_s else 'GPUs'} "
+                f"only; across nodes it runs over the network, which no profile lists. Price tp <= {node} (fewer bits "
+                "per weight with --weight-dtype if the model does not fit), or an MoE model's experts across nodes "
+                "with serve --ep N --ep-link-GB-s"
+            )
         if self.overhead_s is not None and not (math.isfinite(self.overhead_s) and self.overhead_s >= 0):
             raise SpecroofError(f"overhead_s must be >= 0 and finite (got {self.overhead_s})")
         if self.offload is not None and self.hardware.weights_link_bytes_per_s is None:

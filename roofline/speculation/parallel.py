@@ -20,7 +20,7 @@ token-expert pairs as its own tokens make. Derivation: docs/cost-model.md, secti
 "Expert parallelism in the serving simulator".
 
 The all-to-all runs over the profile's interconnect (NVLink) within a node of
-``gpus_per_node`` GPUs (8: an HGX/DGX H100 or H200 board); a group that spans nodes needs a
+the profile's ``gpus_per_node`` GPUs (8: an HGX/DGX board; 72: an NVL72 rack); a group that spans nodes needs a
 network bandwidth the profiles do not list, so it must be given (``ep_link_GB_per_s``).
 A pass of another model (a draft model) runs data-parallel: each GPU drafts for its own
 ``ceil(B / ep)`` sequences.
@@ -36,6 +36,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from roofline.core.errors import SpecroofError
+from roofline.costing.hardware import GPUS_PER_NODE
 from roofline.costing.passtime import pass_cost
 from roofline.costing.timemodel import combine
 from roofline.passes.cost import expected_experts_touched
@@ -44,9 +45,6 @@ from roofline.passes.model import ModelSpec
 from roofline.speculation.drafters import Ctx
 
 Array = np.ndarray
-
-#: GPUs one node's NVLink connects (NVIDIA HGX/DGX H100 and H200: 8 GPUs per baseboard)
-GPUS_PER_NODE = 8
 
 
 def check_ep(spec: ModelSpec, ep: int, tp: int = 1) -> int:
@@ -68,7 +66,7 @@ def check_ep(spec: ModelSpec, ep: int, tp: int = 1) -> int:
 
 
 def all_to_all_link_bytes_per_s(
-    hw: Any, ep: int, link_GB_per_s: float | None = None, gpus_per_node: int = GPUS_PER_NODE
+    hw: Any, ep: int, link_GB_per_s: float | None = None, gpus_per_node: int | None = None
 ) -> float:
     """The bandwidth an all-to-all over ``ep`` GPUs runs at: ``link_GB_per_s`` if given, else the profile's
     interconnect within a node; a group wider than a node needs the network figure, given."""
@@ -76,6 +74,8 @@ def all_to_all_link_bytes_per_s(
         if not (math.isfinite(link_GB_per_s) and link_GB_per_s > 0):
             raise SpecroofError(f"ep_link_GB_per_s must be a positive number (got {link_GB_per_s!r})")
         return float(link_GB_per_s) * 1e9
+    if gpus_per_node is None:
+        gpus_per_node = int(getattr(hw, "gpus_per_node", GPUS_PER_NODE))
     if ep > gpus_per_node:
         raise SpecroofError(
             f"ep={ep} spans nodes of {gpus_per_node} GPUs and {hw.id} lists no network bandwidth: give "
@@ -168,7 +168,7 @@ class EPCtx(Ctx):
         return cost, replace(cost, bytes_weights=w, routed_experts=touched_ep, expert_format_bytes=own)
 
 
-def ep_context(ctx: Ctx, ep: int, *, link_GB_per_s: float | None = None, gpus_per_node: int = GPUS_PER_NODE) -> Ctx:
+def ep_context(ctx: Ctx, ep: int, *, link_GB_per_s: float | None = None, gpus_per_node: int | None = None) -> Ctx:
     """``ctx`` priced over ``ep`` expert-parallel GPUs (``ctx`` itself at ep = 1: today's prices, unchanged)."""
     ep = check_ep(ctx.target, ep, ctx.tp)
     if ep == 1:

@@ -783,3 +783,12 @@ def emit_prices(args: argparse.Namespace) -> None:
     if default is None or default.name != load_engine(args.emit).name:
         args.engine = args.emit
         args.engine_from_emit = True
+
+
+def fit_cures(hw: Any, tp: int) -> str:
+    """What a configuration that does not fit can change, in words: a wider TP only up to the GPUs one node's link
+    joins (a wider one is not priced: docs/cost-model.md, section 63), then fewer bits per weight."""
+    node = int(getattr(hw, "gpus_per_node", 8))
+    if getattr(hw, "kind", "gpu") == "gpu" and tp >= node:
+        return f"store the weights in fewer bits (--weight-dtype) or use GPUs with more memory (--tp {tp} fills a node)"
+    return "raise --tp or store the weights in fewer bits (--weight-dtype)"

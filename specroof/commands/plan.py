@@ -40,6 +40,7 @@ from specroof.commands.common import (
     drafters_by_key,
     emit_prices,
     engine_config_from_args,
+    fit_cures,
 )
 from specroof.shell import (
     DEFAULT_ENGINE,
@@ -407,7 +408,7 @@ def _does_not_fit(args: argparse.Namespace, pr: Any, target: Any, b: int, c: int
     return (
         f"does not fit in memory: needs {row['memory_bytes'] / 1e9:.1f} GB{per} (weights + KV + activations), over the "
         f"{cap / 1e9:.1f} GB the engine may use of each {dev / 1e9:.0f} GB device ({share_why}); {fits}"
-        f"{'; or' if lb or lc else ':'} raise --tp or store the weights in fewer bits (--weight-dtype)"
+        f"{'; or' if lb or lc else ':'} {fit_cures(pr.hardware, args.tp)}"
     )
 
 

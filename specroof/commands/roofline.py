@@ -24,6 +24,7 @@ from specroof.commands.common import (
     WEIGHT_DTYPE_HELP,
     apply_weight_only,
     band_for,
+    fit_cures,
     model_from_args,
 )
 from specroof.shell import (
@@ -148,7 +149,7 @@ def cmd_roofline(args: argparse.Namespace) -> int:
                 ""
                 if payload["fits_in_memory"]
                 else f"  DOES NOT FIT in {format_quantity(capacity, 'B')}: the figures above are for a GPU that "
-                "does not exist (raise --tp, quantise the weights or shorten the context)"
+                f"does not exist ({fit_cures(hw, args.tp)}, or shorten the context)"
             ),
         ]
     )

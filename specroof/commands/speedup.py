@@ -20,6 +20,7 @@ from specroof.commands.common import (
     config_acceptance,
     drafter_key,
     engine_config_from_args,
+    fit_cures,
     single_acceptance,
 )
 from specroof.shell import (
@@ -315,8 +316,7 @@ def _does_not_fit(args: argparse.Namespace, r: Any) -> dict[str, Any] | None:
     )
     return {
         "reason": f"does not fit in memory: needs {mem / 1e9:.1f} GB{per}, over the {cap / 1e9:.1f} GB the engine may "
-        f"use of each {dev / 1e9:.0f} GB device ({why}); {what}: raise --tp or store the weights in fewer bits "
-        "(--weight-dtype)",
+        f"use of each {dev / 1e9:.0f} GB device ({why}); {what}: {fit_cures(pr.hardware, args.tp)}",
         "memory_bytes": mem,
         "largest_batch": fit.batch,
         "largest_context": fit.context,
