@@ -265,8 +265,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         zip(table["strategy"], table["gamma"], strict=True)
     ]  # fmt: skip
     best = []
-    # each recommendation reads its own cell: split once, not one filter of the whole table per cell (at the caps,
-    # 2,000 cells times 300,000 rows of string comparisons took most of the command's time)
+    # each recommendation reads its own cell: split once, not one filter of the whole table per cell (at --max-gamma 140,
+    # 1,280 cells times 180,000 rows of string comparisons took most of the command's time)
     cells = dict(tuple(table.groupby(["hardware", "batch", "context"], sort=False)))
     for pr in pricings:
         ks = crossover_tokens(args.target, pr, np.asarray(args.batch)[:, None], np.asarray(args.context)[None, :])
