@@ -313,3 +313,58 @@ def test_plan_at_a_wide_grid_reads_each_cell_once(capsys):
                              gammas=range(0, 141), engine="sglang")  # fmt: skip
         k = int(rf.crossover_tokens("llama-3.1-8b", "h100-sxm-80gb", r["batch"], r["context"], engine="sglang"))
         assert f"crossover K = {k}" in r["reason"] and f"crossover K = {k}" in alone.reason
+
+
+def test_imported_counts_that_no_run_could_write_are_refused():
+    """The second fuzz: more accepted than drafted, a rate above 1, an accept length no draft can reach, a NaN mean."""
+    from pathlib import Path
+
+    import pytest
+
+    from roofline.core.errors import SpecroofError
+    from roofline.speculation.importers import import_sglang, import_text
+
+    data = Path(__file__).parent / "data"
+    prom = (data / "vllm_metrics.prom").read_text()
+    few = prom.replace("} 1800.0", "} 100.0").replace("} 1200.0", "} 100.0")  # 200 drafted, 1700 accepted
+    with pytest.raises(SpecroofError, match="1700 tokens accepted of 200 drafted: a draft token is accepted at most"):
+        import_text(few, "vllm")
+    log = (data / "vllm_spec_decode.log").read_text().replace("rate: 0.850, 0.520", "rate: 1.5, 0.520", 1)
+    with pytest.raises(SpecroofError, match="acceptance rate of 1.5 in the log"):
+        import_text(log, "vllm")
+    answers = (data / "spec_bench_answers.jsonl").read_text().replace('"accept_lengths": [1, 2, 3, 3]',
+                                                                      '"accept_lengths": [10000000, 2]', 1)  # fmt: skip
+    with pytest.raises(SpecroofError, match="line 1: an accept length of 1e\\+07 tokens"):
+        import_text(answers, "spec-bench")
+    nan = "Decode batch. #running-req: 1, #token: 100, token usage: 0.00, accept len: nan, cuda graph: True\n"
+    with pytest.raises(SpecroofError, match="'accept len: nan' is not a number of tokens"):
+        import_sglang(nan, gamma=3)
+    # the histogram of accept lengths is counted as before: position i accepted in every step that emitted more than i
+    counts = import_text((data / "spec_bench_answers.jsonl").read_text(), "spec-bench")
+    assert counts.accepted[0] >= counts.accepted[-1] and len(counts.accepted) >= 2
+
+
+def test_tree_takes_its_acceptance_vector_inline_as_its_help_says(capsys, tmp_path):
+    from specroof.cli import main
+
+    assert main(["tree", "--acceptance-vector", "[0.6, 0.2, 0.1]", "--budget", "16", "--json"]) == 0
+    inline = json.loads(capsys.readouterr().out)
+    (tmp_path / "v.json").write_text("[0.6, 0.2, 0.1]")
+    assert main(["tree", "--acceptance-vector", str(tmp_path / "v.json"), "--budget", "16", "--json"]) == 0
+    from_file = json.loads(capsys.readouterr().out)
+    assert inline["expected_tokens"] == from_file["expected_tokens"]
+    (tmp_path / "null.json").write_text('{"p": null}')
+    assert main(["tree", "--acceptance-vector", str(tmp_path / "null.json"), "--budget", "16"]) == 2
+    assert "must be a list of rates, rank 0 first (got None)" in capsys.readouterr().err
+    assert main(["acceptance", "show", "curve:,0.5"]) == 2
+    assert "position 1 is empty" in capsys.readouterr().err
+
+
+def test_validate_fits_an_engine_given_as_its_profile_file(capsys):
+    from pathlib import Path
+
+    from specroof.cli import main
+
+    toml = Path(__file__).parents[1] / "engine_profiles" / "vllm.toml"
+    assert main(["validate", "published", "--fit", str(toml), "--json"]) == 0
+    assert set(json.loads(capsys.readouterr().out)["fitted"]) >= {"kv_bandwidth_fraction", "compute_fraction"}

@@ -127,7 +127,13 @@ def parse_acceptance(text: str | float, *, gamma: int | None = None) -> Acceptan
             if head == "unconditional" and isinstance(acc, PositionCurve):
                 return PositionCurve(acc.values, conditional=False, source=acc.source)
             return acc
-        values = tuple(_number(x, f"{head} value") for x in rest.replace(",", " ").split())
+        parts = [x.strip() for x in rest.split(",")] if "," in rest else rest.split()
+        if "" in parts:  # 'curve:,0.5' or '0.9,,0.8': a position left out would shift every later one
+            raise SpecroofError(
+                f"{head}:{rest}: position {parts.index('') + 1} is empty; give one rate per position, e.g. "
+                f"{head}:0.9,0.8,0.7"
+            )
+        values = tuple(_number(x, f"{head} value") for x in parts)
         return PositionCurve(values, conditional=head == "curve")
     try:
         x = float(t)
@@ -205,21 +211,26 @@ def read_sibling_vector(path_or_list: str | Path | Sequence[float]) -> SiblingRa
     if not isinstance(path_or_list, (str, Path)):
         return SiblingRankVector.from_values(list(path_or_list))
     p = Path(path_or_list)
-    if not p.is_file():
-        raise SpecroofError(f"acceptance-vector file {str(path_or_list)!r} does not exist")
+    inline = isinstance(path_or_list, str) and path_or_list.lstrip()[:1] in ("[", "{") and not p.is_file()
+    if not inline and not p.is_file():
+        raise SpecroofError(
+            f"acceptance-vector file {str(path_or_list)!r} does not exist (give a JSON file, or the JSON itself: "
+            "'[0.6, 0.2, 0.1]')"
+        )
+    name = "the JSON given" if inline else p.name  # the JSON itself, as the command line's help offers it
     try:
-        data = json.loads(_read_text(p))
+        data = json.loads(str(path_or_list) if inline else _read_text(p))
     except json.JSONDecodeError as exc:
-        raise SpecroofError(f"{p.name}: not valid JSON ({exc})") from None
+        raise SpecroofError(f"{name}: not valid JSON ({exc})") from None
     if isinstance(data, list):
-        return SiblingRankVector.from_values(data, source=p.name)
+        return SiblingRankVector.from_values(data, source=name)
     if isinstance(data, dict) and ("p" in data or "sequoia" in data):
-        acc = from_json(data, source=p.name)
+        acc = from_json(data, source=name)
         assert isinstance(acc, SiblingRankVector)
         return acc
     if isinstance(data, dict) and ("curve" in data or "kind" in data):
         raise SpecroofError(
-            f"{p.name} holds a {data.get('kind', 'curve')} acceptance (per position of a chain), not a sibling-rank "
+            f"{name} holds a {data.get('kind', 'curve')} acceptance (per position of a chain), not a sibling-rank "
             "vector: a tree needs p[k] = P(the rank-k child is accepted), e.g. from `measure spec --tree`"
         )
-    raise SpecroofError(f"{p.name}: expected a list, {{'p': [...]}} or {{'sequoia': [...]}}")
+    raise SpecroofError(f"{name}: expected a list, {{'p': [...]}} or {{'sequoia': [...]}}")

@@ -581,6 +581,8 @@ class SiblingRankVector(_Kind):
         A list that starts with 0 but is not Sequoia's layout is refused: rank 0 (the draft's
         top candidate) never accepted while lower ranks are is a shifted vector, not data.
         """
+        if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__len__"):  # {"p": null}: nothing given
+            raise SpecroofError(f"sibling-rank vector must be a list of rates, rank 0 first (got {values!r})")
         v = check_range("sibling-rank vector", values, 0.0, 1.0)
         if v.ndim != 1 or v.size == 0:
             raise SpecroofError("sibling-rank vector must be a non-empty 1-D list, rank 0 first")

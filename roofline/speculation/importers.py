@@ -31,6 +31,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -38,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from roofline.core.errors import SpecroofError
+from roofline.core.validation import RANGES
 from roofline.speculation.acceptance_kinds import Acceptance, MeanAccepted, PositionCounts, PositionCurve, VllmDraftRate
 
 FORMATS = ("vllm", "sglang", "spec-bench")
@@ -115,11 +117,28 @@ def import_vllm_prometheus(
         raise SpecroofError(f"no {_VLLM}* counters{which}: is speculative decoding on (--speculative-config)?")
     drafts, drafted, accepted = totals.get("drafts"), totals.get("draft_tokens"), totals.get("accepted_tokens")
     tag = source or "vLLM /metrics"
+    # a draft token is accepted at most once: more accepted than drafted is not a count of one server's run
+    if accepted is not None and drafted is not None and accepted > drafted:
+        raise SpecroofError(
+            f"{accepted:g} tokens accepted of {drafted:g} drafted: a draft token is accepted at most once, so the "
+            "counters come from different servers or scrapes"
+        )
     if per_pos and drafts:
         k = max(per_pos) + 1
         if sorted(per_pos) != list(range(k)):
             raise SpecroofError(f"per-position counters cover positions {sorted(per_pos)}; expected 0..{k - 1}")
         counts = [per_pos[i] for i in range(k)]
+        if max(counts) > drafts:
+            i = counts.index(max(counts))
+            raise SpecroofError(
+                f"position {i} was accepted {counts[i]:g} times in {drafts:g} drafts: a position is accepted at most "
+                "once a draft, so the counters come from different servers or scrapes"
+            )
+        if drafted is not None and sum(counts) > drafted:
+            raise SpecroofError(
+                f"{sum(counts):g} tokens accepted per position of {drafted:g} drafted: a draft token is accepted at "
+                "most once, so the counters come from different servers or scrapes"
+            )
         if accepted is not None and abs(sum(counts) - accepted) > 0.01 * accepted + 1:
             raise SpecroofError(
                 f"per-position accepted counts sum to {sum(counts):g} but accepted tokens are {accepted:g}: "
@@ -167,12 +186,19 @@ def import_vllm_log(text: str, *, num_speculative_tokens: int | None = None, sou
         a, d = float(acc.group(1)), float(dra.group(1))
         if d <= 0:
             continue
+        if a > d:
+            raise SpecroofError(f"a log line has {a:g} tokens accepted of {d:g} drafted: more than were drafted")
         lines += 1
         accepted_total, drafted_total = accepted_total + a, drafted_total + d
         r = _FIELD["rates"].search(body)
         if r is None:
             continue
         rates = np.array([float(x) for x in r.group(1).replace(",", " ").split()])
+        if np.any(rates > 1.0005):  # a rate is a share of drafts; the log prints 3 decimals
+            raise SpecroofError(
+                f"a per-position acceptance rate of {float(rates.max()):g} in the log: a rate is a share of the "
+                "drafts, at most 1"
+            )
         n = d / rates.size  # drafts in this interval: every draft proposes k tokens
         if weighted is not None and weighted.size != rates.size:
             raise SpecroofError(
@@ -195,7 +221,7 @@ def import_vllm_log(text: str, *, num_speculative_tokens: int | None = None, sou
     return VllmDraftRate(accepted_total / drafted_total, num_speculative_tokens, source=src)
 
 
-_ACCEPT_LEN = re.compile(r"accept len: ([0-9.]+)")
+_ACCEPT_LEN = re.compile(r"accept len: ([^,\s]+)")
 _RUNNING = re.compile(r"#running-req: (\d+)")
 
 
@@ -217,7 +243,12 @@ def import_sglang(text: str, *, gamma: int | None = None, depth: int | None = No
         m = _ACCEPT_LEN.search(line)
         if m is None:
             continue
-        v = float(m.group(1))
+        try:
+            v = float(m.group(1))
+        except ValueError:
+            v = math.nan
+        if not math.isfinite(v):  # nan while nothing was verified in the interval is not a mean to pool
+            raise SpecroofError(f"'accept len: {m.group(1)}' is not a number of tokens: {line.strip()[:120]}")
         if v <= 0:  # printed as 0 while speculation is off
             continue
         if v < 1:  # every round emits at least its bonus token: a figure below 1 is not SGLang's accept len
@@ -268,6 +299,12 @@ def import_spec_bench(text: str, *, category: str | None = None, source: str = "
             raise SpecroofError(f"line {n}: accept_lengths must be whole numbers >= 1 (tokens per decoding step)")
         if arr.size and np.any(arr != np.round(arr)):
             raise SpecroofError(f"line {n}: accept_lengths must be whole numbers (tokens per decoding step)")
+        top = int(RANGES["gamma"].hi) + 1  # a step emits at most gamma + 1 tokens, and gamma is bounded
+        if arr.size and np.any(arr > top):
+            raise SpecroofError(
+                f"line {n}: an accept length of {float(arr.max()):g} tokens in one decoding step is more than any "
+                f"draft (at most {top - 1} tokens) and its bonus token can emit"
+            )
         lengths.extend(int(x) for x in arr)
         tokens += float(sum(choice.get("new_tokens", [])))
         seconds += float(sum(choice.get("wall_time", [])))
@@ -280,7 +317,8 @@ def import_spec_bench(text: str, *, category: str | None = None, source: str = "
     if longest < 2:
         raise SpecroofError("every step emitted one token: nothing was accepted (a baseline run?)")
     # position i (1-based) was accepted in every step that emitted more than i tokens
-    counts = [int(np.sum(L > i)) for i in range(1, longest)]
+    steps_at_least = np.cumsum(np.bincount(L, minlength=longest + 1)[::-1])[::-1]  # steps emitting >= j tokens
+    counts = [int(c) for c in steps_at_least[2 : longest + 1]]
     rate = f", {tokens / seconds:.1f} tokens/s" if seconds > 0 else ""
     tag = source or "Spec-Bench answers"
     return PositionCounts(L.size, tuple(counts), source=f"{tag}: {questions} questions, {L.size} steps{rate}")

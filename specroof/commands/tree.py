@@ -450,8 +450,8 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("tree", help="optimal draft tree for a sibling-rank acceptance vector (and its size for a GPU)")
     p.add_argument(
         "--acceptance-vector",
-        help="JSON: [p0, p1, ...], {'p': [...]} or {'sequoia': [...]} (default with --drafter: its published "
-        "acceptance, as plan takes it, named on the output)",
+        help="a JSON file, or the JSON itself: [p0, p1, ...], {'p': [...]} or {'sequoia': [...]} (default with "
+        "--drafter: its published acceptance, as plan takes it, named on the output)",
     )
     p.add_argument(
         "--budget",

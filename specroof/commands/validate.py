@@ -56,11 +56,13 @@ def cmd_validate_published(args: argparse.Namespace) -> int:
         raise SpecroofError("--write writes a fitted engine: give --fit ENGINE")
     engines = {}
     lines = []
+    fitted_params = None
     if args.fit:
         fitted, _ = calibrate(args.fit)
-        engines[fitted.name] = fitted
+        engines[fitted.name] = fitted  # by its name, which the rows use: --fit may be a profile's TOML path
+        fitted_params = _engine_params(fitted)
         lines.append(f"fitted {fitted.name} on its calibration rows:")
-        lines += [f"  {k} = {v:.6g}" for k, v in _engine_params(fitted).items()]
+        lines += [f"  {k} = {v:.6g}" for k, v in fitted_params.items()]
         if args.write:
             for path in write_fitted(fitted):
                 lines.append(f"  wrote {path}")
@@ -82,7 +84,7 @@ def cmd_validate_published(args: argparse.Namespace) -> int:
         "rows": table.to_dict(orient="records"),
         "summary": summary.to_dict(orient="records"),
         "buckets": buckets.to_dict(orient="records"),
-        **({"fitted": _engine_params(engines[args.fit])} if args.fit else {}),
+        **({"fitted": fitted_params} if fitted_params is not None else {}),
     }
     shown = table.assign(  # 2,040 never 2.04e+03; an error that rounds to 0% is 0%, never -0%
         published=table["published"].map(number),
