@@ -344,6 +344,38 @@ def test_imported_counts_that_no_run_could_write_are_refused():
     assert counts.accepted[0] >= counts.accepted[-1] and len(counts.accepted) >= 2
 
 
+def test_numbers_that_are_yes_or_no_or_arrays_are_refused_in_words():
+    import numpy as np
+    import pytest
+
+    from roofline.core.errors import SpecroofError
+
+    for flag in (np.bool_(True), np.array(True)):
+        with pytest.raises(SpecroofError, match="max_gamma must be a number"):
+            rf.optimal_gamma(0.7, 0.1, flag)
+    with pytest.raises(SpecroofError, match=r"max_gamma must be one number in \[0, 4096\] \(got an array of shape"):
+        rf.optimal_gamma(0.7, 0.1, np.array([4]))
+    for flag in (True, np.bool_(True)):
+        with pytest.raises(SpecroofError, match="round_overhead_s must be a number"):
+            rf.speedup("h100-sxm-80gb", "llama-3.1-8b", "eagle3", 0.7, 3, round_overhead_s=flag)
+    both = rf.speedup("h100-sxm-80gb", "llama-3.1-8b", "eagle3", 0.7, 3, round_overhead_s=np.array([0.0, 1e-3]))
+    one = rf.speedup("h100-sxm-80gb", "llama-3.1-8b", "eagle3", 0.7, 3, round_overhead_s=1e-3)
+    assert float(both.speedup[1]) == pytest.approx(float(one.speedup), rel=1e-12)
+
+
+def test_an_answers_band_is_its_own_targets_in_any_order(capsys):
+    """band_for's cache keyed a hybrid target's band as a dense one's: the band depended on the previous call."""
+    from specroof.commands.common import BAND_CACHE, band_for
+
+    BAND_CACHE.clear()
+    dense = band_for("sglang", "h100-sxm-80gb", batch=1, speculative=True, model="llama-3.1-8b")[1]
+    hybrid = band_for("sglang", "h100-sxm-80gb", batch=1, speculative=True, model="qwen3.5-9b")[1]
+    assert "hybrid" in hybrid and "hybrid" not in dense
+    BAND_CACHE.clear()
+    assert band_for("sglang", "h100-sxm-80gb", batch=1, speculative=True, model="qwen3.5-9b")[1] == hybrid
+    assert band_for("sglang", "h100-sxm-80gb", batch=1, speculative=True, model="llama-3.1-8b")[1] == dense
+
+
 def test_tree_takes_its_acceptance_vector_inline_as_its_help_says(capsys, tmp_path):
     from specroof.cli import main
 

@@ -71,11 +71,18 @@ RANGES: dict[str, Range] = {
 }
 
 
+def _is_bool(value: Any) -> bool:
+    """True for ``True``/``False`` and numpy's booleans (``np.True_``, a 0-d bool array): yes/no, not a quantity."""
+    return isinstance(value, (bool, np.bool_)) or (isinstance(value, np.ndarray) and value.dtype == np.bool_)
+
+
 def check_quantity(name: str, value: Any, kind: str) -> Any:
     """``value`` checked against ``RANGES[kind]``: a float, or an int for counted kinds."""
     rng = RANGES[kind]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
+    if _is_bool(value) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
         raise SpecroofError(f"{name} must be a number in {rng.describe()} (got {value!r})")
+    if np.ndim(value) > 0:  # float() of a one-element array is numpy's deprecation, then its TypeError
+        raise SpecroofError(f"{name} must be one number in {rng.describe()} (got an array of shape {np.shape(value)})")
     try:
         v = float(value)
     except (OverflowError, ValueError, TypeError):  # an int of 10**400 digits has no float

@@ -294,16 +294,18 @@ def speedup(
     g = check_min("gamma", gamma, 0, integer=True)
     B = check_min("batch", batch, 1, integer=True)
     L = check_min("context", context, 0, integer=True)
-    finite = math.isfinite(round_overhead_s) if type(round_overhead_s) is float else np.isfinite(round_overhead_s)
-    if not (finite and round_overhead_s >= 0):
-        raise SpecroofError(f"round_overhead_s must be >= 0 and finite (got {round_overhead_s})")
+    overhead: Any = round_overhead_s
+    if type(overhead) is not float:  # a bool is yes/no, not seconds; an array is checked element-wise
+        overhead = check_min("round_overhead_s", overhead, 0.0)
+    elif not (math.isfinite(overhead) and overhead >= 0):
+        raise SpecroofError(f"round_overhead_s must be >= 0 and finite (got {overhead})")
     is_curve = isinstance(alpha_or_curve, (list, tuple)) if curve is None else curve
     E = expected_tokens_curve(alpha_or_curve, g) if is_curve else expected_tokens(alpha_or_curve, g)
     if hasattr(d, "tokens_per_round"):  # n-gram drafting: only the requests whose n-gram matched gain tokens
         E = d.tokens_per_round(E)
     draft = None if draft_hardware is None else replace_hardware(pr, draft_hardware)
     base = pass_seconds(spec, pr, B, 1, L)
-    rt = round_time(pr, spec, d, g, B, L, draft=draft, round_overhead_s=round_overhead_s)
+    rt = round_time(pr, spec, d, g, B, L, draft=draft, round_overhead_s=overhead)
     extra = d.extra_memory_bytes(Ctx(spec, pr), B, L)
     on_device = target_bytes_on_device(pr, spec, B, L, np.maximum(g, 0) + 1)
     # a hybrid model: the verify pass's state checkpoints, shown apart (section 52)

@@ -46,7 +46,7 @@ def band_for(
     import dataclasses
 
     from roofline.evidence.error_bands import band_for as kind_band
-    from roofline.evidence.error_bands import band_sentence, error_band, is_moe, prediction_kind
+    from roofline.evidence.error_bands import band_sentence, error_band, is_hybrid, is_moe, prediction_kind
     from roofline.evidence.published import batch_bucket, context_class
 
     if not engine:
@@ -56,7 +56,8 @@ def band_for(
     # a plan asks for thousands of cells that share a few groups: each group's band is looked up once per process
     hw_id = hw if isinstance(hw, str) else getattr(hw, "id", id(hw))
     key = (engine if isinstance(engine, str) else repr(engine), k, hw_id, batch_bucket(batch),
-           model is not None and is_moe(model), context_class(context))  # fmt: skip
+           model is not None and is_moe(model), model is not None and is_hybrid(model),
+           context_class(context))  # fmt: skip
     if key not in BAND_CACHE:
         band = kind_band(engine, k, hw, batch=batch, model=model, context=int(context))
         if band is None:  # no group of this kind has held-out rows: the per-kind band, or the sentence saying none
@@ -68,7 +69,8 @@ def band_for(
     return (dict(found) if found is not None else None), note
 
 
-#: bands looked up in this process, by (engine, kind, GPU, batch bucket, MoE, context class): band_for's cache
+#: bands looked up in this process, by (engine, kind, GPU, batch bucket, MoE, hybrid, context class): band_for's
+#: cache (every field the group lookup reads, or one target's band would answer for another's)
 BAND_CACHE: dict[tuple[Any, ...], tuple[dict[str, Any] | None, str]] = {}
 
 
