@@ -106,11 +106,25 @@ def deployment_figure(
     pr = Pricing.of(gpu, engine=None if engine == "none" else engine)
     fig, ax = _axes(None, (7.0, 4.0))
     from roofline.passes.model import get_model
+    from roofline.speculation.acceptance_kinds import reused_step_limit
     from roofline.speculation.drafters.base import deepest
     from roofline.speculation.drafters.grammar import as_drafter
 
-    g = np.arange(1, deepest(as_drafter(drafter, get_model(target)), 16) + 1)  # Medusa's heads, a block's drafts
-    r = speedup(pr, target, drafter, acc.alpha(), g, batch=batch, context=context)
+    try:
+        spec = get_model(target)
+        d = as_drafter(drafter, spec)
+        top = deepest(d, 16)  # Medusa's heads, a block's drafts
+        rate: Any = acc.alpha()
+        limit = reused_step_limit(d, spec)  # an MTP module reused past its own step: one rate covers its steps only
+        if limit is not None:
+            top = min(top, max(limit, 0 if kind == "alpha" else measured_at))
+            rate = [rate] * top if top > limit else rate  # a mean measured at G covers G positions (plan's rule)
+        g = np.arange(1, top + 1)
+        r = speedup(pr, spec, d, rate, g, batch=batch, context=context, curve=isinstance(rate, list))
+    except SpecroofError as e:  # a drafter this target cannot run (mtp on a model that ships no module): say why
+        ax.text(0.5, 0.5, textwrap.fill(str(e), 70), ha="center", va="center", transform=ax.transAxes, fontsize=8)
+        ax.set_axis_off()
+        return fig
     best = int(g[int(np.argmax(r.speedup))])
     ax.plot(g, r.speedup, "s-", ms=3, label=f"{target} + {drafter}, {engine if engine != 'none' else 'roofline'}")
     ax.axvline(best, color="0.5", ls=":")
@@ -126,7 +140,7 @@ def deployment_figure(
 
 def deployment_explorer(
     gpus: Sequence[str] = ("a100-sxm-80gb", "h100-sxm-80gb", "h200-sxm-141gb", "b200-180gb", "mi300x-192gb"),
-    targets: Sequence[str] = ("llama-3.1-8b", "qwen2.5-7b", "llama-3.1-70b", "mixtral-8x7b"),
+    targets: Sequence[str] = ("llama-3.1-8b", "qwen2.5-7b", "llama-3.1-70b", "mixtral-8x7b", "qwen3.5-9b"),
 ) -> Any:
     """Menus for GPU, model, drafter, engine and acceptance kind, sliders for the value, batch and context."""
     w = _widgets()

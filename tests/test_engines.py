@@ -158,7 +158,7 @@ def test_named_drafters_and_their_trees():
     assert TREE_PRESETS["eagle2"].n_nodes == 59 and TREE_PRESETS["eagle3"].depth == 7
     assert named_drafter("eagle2").name == "eagle2" and named_drafter("medusa").n_heads == 5
     assert named_drafter("early-exit:8").layers == 8
-    mtp = predict_speedup(hardware="h100-sxm-80gb", target="llama-3.1-8b", drafter="mtp", mean_accepted=1.8)
+    mtp = predict_speedup(hardware="h100-sxm-80gb", target="qwen3.5-9b", drafter="mtp", mean_accepted=1.8)
     assert mtp.gamma == 1 and mtp.tree_nodes is None  # a chain of one MTP module by default
     assert named_drafter("model:llama-68m").spec.name == "llama-68m"
     with pytest.raises(SpecroofError, match="unknown drafter 'spec-magic'"):

@@ -376,6 +376,18 @@ def test_an_answers_band_is_its_own_targets_in_any_order(capsys):
     assert band_for("sglang", "h100-sxm-80gb", batch=1, speculative=True, model="llama-3.1-8b")[1] == dense
 
 
+def test_mtp_is_refused_on_targets_that_ship_no_module(capsys):
+    """Llama-style presets ship no MTP module: plan refused nothing and emitted a vLLM `"method": "mtp"` command that
+    vLLM would refuse to load."""
+    from specroof.cli import main
+
+    for target in ("llama-3.1-8b", "mixtral-8x7b", "qwen3-30b-a3b"):
+        assert get_model(target).mtp_modules == 0
+        args = ["plan", "--hardware", "h100-sxm-80gb", "--target", target, "--drafter", "mtp:3", "--emit", "vllm"]
+        assert main([*args, "--acceptance", "mtp=0.7"]) == 2
+        assert "ships no multi-token-prediction module" in capsys.readouterr().err
+
+
 def test_tree_takes_its_acceptance_vector_inline_as_its_help_says(capsys, tmp_path):
     from specroof.cli import main
 

@@ -14,6 +14,7 @@ from roofline.costing.passtime import moe_kernel_of, pass_seconds
 from roofline.costing.pricing import Pricing
 from roofline.deploy.planner import plan
 from roofline.passes.cost import expected_experts_touched, forward_cost, fused_moe_tile_rows, moe_expert_rows
+from roofline.passes.model import get_model
 from roofline.speculation.acceptance import MeanAccepted, PositionCurve
 from roofline.speculation.drafters import EAGLE3_HEADS, Ctx, as_drafter
 from roofline.speculation.predict import predict_speedup
@@ -148,8 +149,12 @@ def test_one_rate_is_not_stretched_over_a_reused_mtp_module() -> None:
     # a curve over the steps, or a mean measured at that gamma, prices them
     assert float(speedup(pr, "deepseek-v3", "mtp", [0.85, 0.6, 0.5], 3).speedup) > 0
     assert predict_speedup(hardware=pr, target="deepseek-v3", drafter="mtp", mean_accepted=2.4, gamma=3).gamma == 3
-    # a target that does not say how many modules it ships keeps one rate over any chain (an MTP-style head)
-    assert float(speedup(pr.with_(tp=1), "llama-3.1-8b", "mtp", 0.8, 4).speedup) > 0
+    # a target that does not say how many modules it ships keeps one rate over any chain (an MTP-style head); a
+    # Llama preset says it ships none
+    unsaid = dataclasses.replace(get_model("llama-3.1-8b"), mtp_modules=None)
+    assert float(speedup(pr.with_(tp=1), unsaid, "mtp", 0.8, 4).speedup) > 0
+    with pytest.raises(SpecroofError, match="ships no multi-token-prediction module"):
+        speedup(pr.with_(tp=1), "llama-3.1-8b", "mtp", 0.8, 4)
 
 
 def test_the_issue_plan_no_longer_grows_with_batch_on_a_stretched_rate() -> None:

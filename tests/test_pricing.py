@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -32,6 +33,9 @@ from roofline.speculation.trees import SiblingRankAcceptance, Tree, optimal_tree
 
 H100 = "h100-sxm-80gb"
 T8B = rf.get_model("llama-3.1-8b")
+#: MTP-style heads of Llama-3.1-8B's shape: the preset ships no MTP module, a spec that does not say how many it ships
+#: is priced with one head per draft step
+T8B_MTP = dataclasses.replace(T8B, mtp_modules=None)
 
 
 # -- the object --------------------------------------------------------------------------------
@@ -205,7 +209,7 @@ def test_gamma_is_required_where_a_chain_is_priced():
         predict_speedup(hardware=H100, target=T8B, drafter="llama-3.2-1b", mean_accepted=2.0)
     # drafters that know their shape still need none: EAGLE's tree, an MTP stack's module count
     assert predict_speedup(hardware=H100, target=T8B, drafter="eagle3", mean_accepted=3.0).tree_nodes == 59
-    assert predict_speedup(hardware=H100, target=T8B, drafter="mtp:3", mean_accepted=2.5).gamma == 3
+    assert predict_speedup(hardware=H100, target=T8B_MTP, drafter="mtp:3", mean_accepted=2.5).gamma == 3
 
 
 # -- one drafter grammar ------------------------------------------------------------------------
@@ -271,15 +275,15 @@ def test_every_function_that_names_a_drafter_takes_the_grammar():
     acc = [0.6, 0.2, 0.1]
     assert best_tree_size(H100, T8B, "eagle2", acc, budgets=(4, 8), max_depth=3).best["speedup"] > 0
     assert float(speedup(H100, T8B, "eagle", 0.8, 3).speedup) > 1
-    assert float(speedup(H100, T8B, "mtp:2", 0.8, 2).speedup) > 1
+    assert float(speedup(H100, T8B_MTP, "mtp:2", 0.8, 2).speedup) > 1
     table = rf.plan(H100, T8B, ["eagle3", "medusa", "window:256"], 0.7, gammas=range(0, 4))
     assert {"eagle3", "medusa", "self-draft window 256"} <= set(table["strategy"])
     assert trees_vs_batch(H100, T8B, "hydra", acc, batches=(1,), budgets=(4,), max_depth=2, max_gamma=2).shape[0] == 1
     an_mtp_stack_holds_its_modules = as_drafter("mtp:3").extra_memory_bytes(
-        rf.drafters.Ctx(T8B, Pricing.of(H100)), 1, 0
+        rf.drafters.Ctx(T8B_MTP, Pricing.of(H100)), 1, 0
     )
     assert float(an_mtp_stack_holds_its_modules) == pytest.approx(
-        3 * float(as_drafter("mtp").extra_memory_bytes(rf.drafters.Ctx(T8B, Pricing.of(H100)), 1, 0))
+        3 * float(as_drafter("mtp").extra_memory_bytes(rf.drafters.Ctx(T8B_MTP, Pricing.of(H100)), 1, 0))
     )
 
 

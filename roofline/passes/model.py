@@ -1111,6 +1111,10 @@ def _whole_count(key: str, value: Any) -> int:
 
 
 def _llama(name: str, L: int, d: int, H: int, kv: int, ff: int, vocab: int, ctx: int, **kw: Any) -> ModelSpec:
+    """A Llama-style preset (Llama, Qwen2.5, Mistral, Mixtral, Qwen3 MoE, Vicuna, TinyLlama): their config.json has no
+    MTP field and their published weights hold no MTP module, so ``mtp`` is refused on them (``mtp_modules`` 0), as
+    vLLM and SGLang would refuse to load one; an EAGLE head or a draft model drafts for them instead."""
+    kw.setdefault("mtp_modules", 0)
     return ModelSpec(name, L, d, H, kv, kw.pop("head_dim", d // H), ff, vocab, max_context=ctx, **kw)
 
 
