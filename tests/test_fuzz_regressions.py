@@ -376,6 +376,38 @@ def test_an_answers_band_is_its_own_targets_in_any_order(capsys):
     assert band_for("sglang", "h100-sxm-80gb", batch=1, speculative=True, model="llama-3.1-8b")[1] == dense
 
 
+def test_a_roofline_sweep_says_which_configurations_do_not_fit(capsys):
+    from specroof.cli import main
+
+    args = ["roofline", "--hardware", "h100-sxm-80gb", "--target", "llama-3.1-70b", "--batch", "1", "2"]
+    assert main([*args, "--context", "1000"]) == 0
+    out = capsys.readouterr()
+    assert "2 of 2 configurations DO NOT FIT in 80 GB" in out.out and "fits_in_memory" in out.out
+    assert "2 of 2 configurations of llama-3.1-70b need more than" in out.err
+    assert main([*args, "--context", "1000", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [r["fits_in_memory"] for r in rows] == [False, False] and rows[0]["memory_footprint_bytes"] > 80e9
+    assert main([*args, "--context", "1000", "--tp", "2", "--json"]) == 0
+    assert all(r["fits_in_memory"] for r in json.loads(capsys.readouterr().out)["rows"])
+
+
+def test_the_bound_printed_agrees_with_the_ridge_printed_beside_it(capsys):
+    """Under an engine each operator has its own rates: the pass's own ridge is printed where it differs from the
+    GEMMs', and the bound follows it (a pass of intensity 291 against a GEMM ridge of 166 was memory bound)."""
+    from specroof.cli import main
+
+    args = ["roofline", "--hardware", "b200-180gb", "--target", "qwen3-0.6b", "--context", "16", "--engine", "trtllm"]
+    assert main([*args, "--batch", "4096", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert (d["arithmetic_intensity"] < d["pass_ridge_flop_per_byte"]) == (d["bound"] == "memory")
+    assert d["arithmetic_intensity"] > d["ridge_flop_per_byte"] and d["bound"] == "memory"  # the case the fuzz found
+    assert main([*args, "--batch", "4096"]) == 0
+    assert "for the GEMMs, 312.2 for this pass at trtllm's rates per operator" in capsys.readouterr().out
+    assert main([*args, "--batch", "1,512,4096", "--json"]) == 0
+    for r in json.loads(capsys.readouterr().out)["rows"]:
+        assert (r["intensity_flop_per_byte"] < r["pass_ridge_flop_per_byte"]) == (r["bound"] == "memory")
+
+
 def test_mtp_is_refused_on_targets_that_ship_no_module(capsys):
     """Llama-style presets ship no MTP module: plan refused nothing and emitted a vLLM `"method": "mtp"` command that
     vLLM would refuse to load."""

@@ -89,6 +89,12 @@ def cmd_roofline(args: argparse.Namespace) -> int:
         "tokens_per_s": float(st.tokens_per_s),
         "arithmetic_intensity": float(st.intensity),
         "ridge_flop_per_byte": float(st.ridge),
+        # the intensity at which this pass's memory and compute times would be equal: under an engine each operator
+        # has its own rates (attention, the paged KV read), so the GEMMs' ridge above need not split memory- from
+        # compute-bound for the whole pass; this one does, by construction
+        "pass_ridge_flop_per_byte": (
+            float(st.intensity) * float(st.t_memory_s) / float(st.t_compute_s) if float(st.t_compute_s) > 0 else None
+        ),
         "bound": str(st.bound),
         "crossover_tokens": k,
         "weights_only_crossover": weights_only_crossover(spec, hw, args.dtype),
@@ -142,7 +148,9 @@ def cmd_roofline(args: argparse.Namespace) -> int:
             ),
             f"  tokens/s           {payload['tokens_per_s']:.1f}  ({band[1]})",
             *beside,
-            f"  intensity          {payload['arithmetic_intensity']:.2f} FLOP/byte (ridge {payload['ridge_flop_per_byte']:.1f})",
+            f"  intensity          {payload['arithmetic_intensity']:.2f} FLOP/byte (ridge {payload['ridge_flop_per_byte']:.1f}"
+            + _pass_ridge_words(payload, args.engine)
+            + ")",
             f"  crossover K        {k} new tokens per sequence stay memory bound",
             f"  memory footprint   {format_quantity(payload['memory_footprint_bytes'], 'B')}"
             + (
@@ -200,10 +208,24 @@ def _roofline_sweep(args: argparse.Namespace, spec: ModelSpec, hw: Any) -> int:
             "tokens_per_s": np.broadcast_to(st.tokens_per_s, B.shape).ravel(),
             "intensity_flop_per_byte": np.broadcast_to(st.intensity, B.shape).ravel(),
             "bound": np.broadcast_to(st.bound, B.shape).ravel(),
+            # the intensity at which this row's memory and compute times are equal (its bound's own ridge)
+            "pass_ridge_flop_per_byte": np.broadcast_to(
+                st.intensity * st.t_memory_s / np.where(st.t_compute_s > 0, st.t_compute_s, np.nan), B.shape
+            ).ravel(),
             "t_allreduce_s": np.broadcast_to(st.t_allreduce_s, B.shape).ravel(),
         }
     )
+    # each row's footprint against the devices, as one configuration's answer says it (a sweep priced a GPU that
+    # does not exist without a word)
+    fp = memory_footprint(spec, B, L, weight_dtype=args.weight_dtype or args.dtype, kv_dtype=args.kv_dtype,
+                          act_dtype=args.dtype, new_tokens=n)  # fmt: skip
+    capacity = (hw.memory_bytes or float("inf")) * args.tp
+    df["memory_footprint_bytes"] = np.broadcast_to(fp.total_bytes, B.shape).ravel().astype(float)
+    df["fits_in_memory"] = df["memory_footprint_bytes"] <= capacity
     cols = ["batch", "new_tokens", "context", "t_memory_ms", "t_compute_ms", "t_step_ms", "tokens_per_s", "bound"]
+    misfits = int((~df["fits_in_memory"]).sum())
+    if misfits:
+        cols.append("fits_in_memory")
     if not args.engine:  # the engine's time beside the datasheet's, as for one configuration
         sb = pass_time(
             spec, hw, B, n, L, args.dtype, weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype, tp=args.tp,
@@ -255,9 +277,28 @@ def _roofline_sweep(args: argparse.Namespace, spec: ModelSpec, hw: Any) -> int:
         t_allreduce_ms=df["t_allreduce_s"] * 1e3,
     )[cols]
     rows = df.drop(columns=[c for c in df.columns if c.endswith("_ms")]).to_dict(orient="records")
+    if misfits:
+        worst = float(df["memory_footprint_bytes"].max())
+        head += (
+            f"\n  {misfits} of {len(df)} configurations DO NOT FIT in {format_quantity(capacity, 'B')} (fits_in_memory "
+            f"False; up to {format_quantity(worst, 'B')} needed): their figures are for a GPU that does not exist "
+            f"({fit_cures(hw, args.tp)}, or shorten the context)"
+        )
+        if not args.json:
+            print(f"specroof: warning: {misfits} of {len(df)} configurations of {spec.name} need more than the "
+                  f"{format_quantity(capacity, 'B')} {hw.name} x{args.tp} holds", file=sys.stderr)  # fmt: skip
     emit(args, {"hardware": hw.id, "model": spec.name, "engine": args.engine or "roofline", "rows": rows},
          head + "\n" + shown.to_string(index=False, float_format=lambda v: f"{v:.4g}"))  # fmt: skip
     return 0
+
+
+def _pass_ridge_words(payload: dict[str, Any], engine: str | None) -> str:
+    """Where an engine's per-operator rates move this pass's ridge off the GEMMs' ridge by more than 1%: both, so the
+    bound printed above agrees with the intensity against the ridge printed beside it."""
+    ridge, own = payload["ridge_flop_per_byte"], payload["pass_ridge_flop_per_byte"]
+    if not engine or own is None or abs(own - ridge) <= 0.01 * ridge:
+        return ""
+    return f" for the GEMMs, {own:.1f} for this pass at {engine}'s rates per operator"
 
 
 def _band_pct(band: dict[str, Any] | None) -> float:
