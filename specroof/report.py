@@ -338,8 +338,7 @@ def validate_inputs(gpus: Sequence[str], pairing: dict[str, Any] | None) -> None
 def answer(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | None = None) -> Section:
     """The question first: on each GPU, speculate or not, with which gamma, and how big a draft tree."""
     from roofline.deploy.planner import recommend
-    from roofline.speculation.acceptance_defaults import CURVE_ALPHAS
-    from specroof.commands.plan import RESOLUTION
+    from roofline.speculation.acceptance_defaults import CURVE_ALPHAS, RESOLUTION, break_even, pays
 
     cfg = _pairing(pairing)
     target, (draft_name, exit_layer), acc = cfg["target"], cfg["drafters"], cfg["acceptance"]
@@ -358,8 +357,8 @@ def answer(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | None 
             continue
         tree = tree_choice(g, target, draft_name, alpha, context, engine)
         band, note = band_for(engine, hw, speculative=True, batch=1, model=target, context=context)
-        pays = [a for a in CURVE_ALPHAS if (r := recommend(hw, target, draft_name, a, batch=1, context=context,
-                                                            engine=engine).row)["gamma"] > 0 and r["speedup"] > 1]  # fmt: skip
+        at = [recommend(hw, target, draft_name, a, batch=1, context=context, engine=engine).row for a in CURVE_ALPHAS]
+        be = break_even(list(CURVE_ALPHAS), [r["gamma"] > 0 and pays(r["speedup"]) for r in at])  # plan's rule
         notes.setdefault(note, []).append(hw.id)
         rows.append(
             {
@@ -371,7 +370,7 @@ def answer(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | None 
                 "tree_depth": int(tree.best["depth"]),
                 "tree_speedup": float(tree.best["speedup"]),
                 "tree_deployable": TREE_NOT_DEPLOYABLE,
-                "break_even_alpha": min(pays) if pays else np.nan,
+                "break_even_alpha": be if be is not None else np.nan,
                 "error_band_pct": band_pct(band),
             }
         )
@@ -543,8 +542,8 @@ def speculation(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any] | 
     """Speedup map, speedup against batch, and the plan for the pairing on every GPU."""
     from roofline.deploy.planner import recommend, speculation_stops_paying
     from roofline.plot import optimal_gamma_vs_alpha, speedup_map, speedup_vs_batch
+    from roofline.speculation.acceptance_defaults import RESOLUTION
     from roofline.speculation.speculative import draft_cost_ratio
-    from specroof.commands.plan import RESOLUTION
 
     cfg = _pairing(pairing)
     target = cfg["target"]

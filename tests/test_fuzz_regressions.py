@@ -444,3 +444,14 @@ def test_validate_fits_an_engine_given_as_its_profile_file(capsys):
     toml = Path(__file__).parents[1] / "engine_profiles" / "vllm.toml"
     assert main(["validate", "published", "--fit", str(toml), "--json"]) == 0
     assert set(json.loads(capsys.readouterr().out)["fitted"]) >= {"kv_bandwidth_fraction", "compute_fraction"}
+
+
+def test_speculation_pays_by_more_than_the_resolution_plan_recommends_by():
+    """serve printed 'pays at every per-token rate of the range, from 0.3' beside '0.3: 1.00x': 1.01x is the same
+    answer as plain decoding (plan recommends plain decoding within 2%), so no command calls it paying."""
+    from roofline.speculation.acceptance_defaults import RESOLUTION, break_even, break_even_words, pays
+
+    assert RESOLUTION == 0.02 and not pays(1.0) and not pays(1.01) and pays(1.03)
+    speedups = {0.3: 1.004, 0.4: 1.01, 0.5: 1.05, 0.6: 1.2}
+    be = break_even(list(speedups), [pays(s) for s in speedups.values()])
+    assert be == 0.5 and break_even_words(be) == "pays from a per-token rate of 0.5"

@@ -22,6 +22,17 @@ DATA = Path(__file__).resolve().parents[2] / "published" / "acceptance" / "defau
 CURVE_ALPHAS = (0.3, 0.4, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
 
 
+#: the relative speedup within which two settings are one answer (the error bands' resolution, docs/cost-model.md,
+#: section 50.3): plan recommends the cheaper of two within it, and speculation pays only by more than it
+RESOLUTION = 0.02
+
+
+def pays(speedup: float) -> bool:
+    """Whether a speedup is speculation paying: above plain decoding by more than :data:`RESOLUTION` (1.01x is the
+    same answer as plain decoding, which plan would recommend instead)."""
+    return bool(speedup > 1.0 + RESOLUTION)
+
+
 def break_even(alphas: Sequence[float], pays: Sequence[bool]) -> float | None:
     """The break-even rate of a curve over acceptance: the lowest rate of the grid from which speculation pays at it
     and at every higher rate (None when it does not pay at the highest). One rule for every command that answers

@@ -17,7 +17,14 @@ from roofline.deploy.planner import (  # what a configuration that does not fit 
     largest_for_row,
 )
 from roofline.passes.model import get_model
-from roofline.speculation.acceptance_defaults import CURVE_ALPHAS, NoMatchedDefault, break_even, break_even_words
+from roofline.speculation.acceptance_defaults import (
+    CURVE_ALPHAS,
+    RESOLUTION,
+    NoMatchedDefault,
+    break_even,
+    break_even_words,
+    pays,
+)
 from roofline.speculation.acceptance_positions import (
     VLLM_READING_GAMMA,
     engine_family,
@@ -61,9 +68,6 @@ from specroof.shell import (
 SHOWN = ["hardware", "strategy", "gamma", "batch", "context", "expected_tokens", "t_round_s", "tokens_per_s_per_user",
          "tokens_per_s_total", "speedup", "extrapolated", "kv_bound_context"]  # fmt: skip
 
-#: the relative speedup within which two settings are one answer (the error bands' resolution): the cheaper wins
-#: (docs/cost-model.md, section 50.3)
-RESOLUTION = 0.02
 
 #: what the table's last column means, printed under it (docs/cost-model.md, section 31)
 KV_LEGEND = (
@@ -376,7 +380,7 @@ def _plan_over_acceptance(args: argparse.Namespace, by_key: dict[str, Any], why:
                     )
     breakeven = []
     for (hw, b, c), rs in cells.items():
-        be = break_even([r["alpha"] for r in rs], [r["gamma"] > 0 and r["speedup"] > 1.0 for r in rs])
+        be = break_even([r["alpha"] for r in rs], [r["gamma"] > 0 and pays(r["speedup"]) for r in rs])
         breakeven.append({"hardware": hw, "batch": b, "context": c, "break_even_alpha": be})
         where = f"speculation {break_even_words(be)}"
         curve = ", ".join(f"{r['alpha']:g}: {r['speedup']:.2f}x@{r['gamma']}" for r in rs)

@@ -18,7 +18,14 @@ import pandas as pd
 
 from roofline.core.errors import SpecroofError
 from roofline.serving.sweep import DEFAULT_OBJECTIVE, OBJECTIVES
-from roofline.speculation.acceptance_defaults import CURVE_ALPHAS, NoMatchedDefault, break_even, break_even_words
+from roofline.speculation.acceptance_defaults import (
+    CURVE_ALPHAS,
+    RESOLUTION,
+    NoMatchedDefault,
+    break_even,
+    break_even_words,
+    pays,
+)
 from specroof.commands.common import (
     add_engine_config,
     band_for,
@@ -362,14 +369,15 @@ def _serve_over_acceptance(
     lines = [
         f"acceptance: {why}; the answer is speculation's {metric} against plain decoding over a range of per-token "
         "rates, with the break-even rate",
-        f"  on {hw}, each rate swept, by per-token rate (above 1x: speculation is better on {metric}):",
+        f"  on {hw}, each rate swept, by per-token rate (above 1x: speculation is better on {metric}; it pays past "
+        f"the {RESOLUTION:.0%} resolution):",
     ]
     breakeven = []
     cells: dict[tuple[float, str], list[dict[str, Any]]] = {}
     for r in rows:
         cells.setdefault((r["rate_req_s"], r["policy"]), []).append(r)
     for (rate, p), rs in sorted(cells.items()):
-        be = break_even([r["alpha"] for r in rs], [r["speedup"] > 1.0 for r in rs])
+        be = break_even([r["alpha"] for r in rs], [pays(r["speedup"]) for r in rs])
         breakeven.append({"rate_req_s": rate, "policy": p, "break_even_alpha": be})
         where = break_even_words(be)
         curve = ", ".join(f"{r['alpha']:g}: {r['speedup']:.2f}x" for r in rs)

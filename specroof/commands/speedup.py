@@ -228,6 +228,7 @@ def _speedup_curve(args: argparse.Namespace, gamma: int | str | None) -> int:
         break_even,
         break_even_words,
         no_match_sentence,
+        pays,
     )
     from roofline.speculation.drafters import as_drafter, default_tree, tree_preset
     from roofline.speculation.speculative import predict_speedup
@@ -261,7 +262,7 @@ def _speedup_curve(args: argparse.Namespace, gamma: int | str | None) -> int:
         emit(args, payload, f"acceptance: {sentence}\n{args.target} + {first.drafter} on {args.hardware}: "
              f"{unfit['reason']}")  # fmt: skip
         return 0
-    be = break_even(list(CURVE_ALPHAS), [p.speedup > 1.0 for p in points])
+    be = break_even(list(CURVE_ALPHAS), [pays(p.speedup) for p in points])
     shape = f"tree of {first.tree_nodes} nodes" if first.tree_nodes else f"gamma {first.gamma:g}"
     curve = [{"alpha": a, "mean_accepted": p.mean_accepted, "speedup": p.speedup, "t_round_s": p.t_round_s}
              for a, p in zip(CURVE_ALPHAS, points, strict=True)]  # fmt: skip

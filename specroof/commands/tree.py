@@ -9,7 +9,7 @@ import numpy as np
 
 from roofline.core.errors import SpecroofError
 from roofline.costing.hardware import load_hardware
-from roofline.speculation.acceptance_defaults import CURVE_ALPHAS, NoMatchedDefault, break_even, break_even_words
+from roofline.speculation.acceptance_defaults import CURVE_ALPHAS, NoMatchedDefault, break_even, break_even_words, pays
 from specroof.commands.common import (
     DRAFTER_GRAMMAR,
     KV_DTYPE_HELP,
@@ -122,7 +122,7 @@ def _tree_over_acceptance(
             breakeven.append({"batch": batch, "break_even_p": None, "fits_in_memory": False, **unfit})
             continue
         rows += cell
-        be = break_even([r["iid_p"] for r in cell], [r["speedup"] > 1.0 for r in cell])
+        be = break_even([r["iid_p"] for r in cell], [pays(r["speedup"]) for r in cell])
         breakeven.append({"batch": batch, "break_even_p": be})
         where = break_even_words(be, "per-candidate rate")
         curve = ", ".join(f"{r['iid_p']:g}: {r['speedup']:.2f}x@{r['n_nodes']}" for r in cell)
