@@ -94,12 +94,26 @@ def deployment_figure(
     context: int = 1024,
 ) -> Figure:
     """Speedup against gamma for a deployment: a GPU, a model, a drafter (grammar), an engine and an acceptance given in
-    any of its kinds (converted as ``specroof plan --acceptance`` converts it; the title says what it was read as)."""
+    any of its kinds (converted as ``specroof plan --acceptance`` converts it; the title says what it was read as).
+
+    ``value`` is one slider for every kind, a share in [0, 1]: the per-token rate (``alpha``), the share of the
+    ``measured_at`` drafts accepted (``mean``: a mean accepted length of 1 + value x measured_at) or vLLM's accepted
+    over drafted (``vllm-rate``)."""
     from roofline.costing.pricing import Pricing
     from roofline.speculation.acceptance import parse_acceptance
 
     if kind not in EXPLORER_KINDS:
         raise SpecroofError(f"acceptance kind must be one of {', '.join(EXPLORER_KINDS)} (got {kind!r})")
+    if not 0.0 <= value <= 1.0:  # mean:3.2 would read as 1 + 3.2 x 5 = 17 tokens a round, a figure never given
+        raise SpecroofError(
+            f"value is a share in [0, 1] for every kind (got {value!r}): for kind 'mean' the share of the "
+            f"{measured_at} drafts accepted"
+            + (
+                f" (a mean of {value:g} at {measured_at} drafts is value {(value - 1) / measured_at:g})"
+                if value >= 1
+                else ""
+            )
+        )
     # a mean accepted length is 1 + value x measured_at tokens per round (value then reads as a share of the drafts)
     text = EXPLORER_KINDS[kind].format(v=value, m=1.0 + value * measured_at, g=measured_at)
     acc = parse_acceptance(text)

@@ -16,6 +16,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
 
+from roofline.core.errors import SpecroofError
 from roofline.costing.hardware import Hardware, load_hardware
 from roofline.costing.passtime import batch_sweep, pass_time
 from roofline.passes.model import ModelSpec, get_model
@@ -164,6 +165,17 @@ def tokens_sweep_chart(
     return fig
 
 
+def _needs(table: Any, columns: Sequence[str], what: str, source: str) -> None:
+    """Refuse a table that is not the one this chart reads: one sentence naming the columns it needs and where such a
+    table comes from, instead of pandas' KeyError from inside the figure."""
+    if not isinstance(table, pd.DataFrame):
+        raise SpecroofError(f"{what} needs a DataFrame from {source} (got {type(table).__name__})")
+    missing = [c for c in columns if c not in table.columns]
+    if missing or table.empty:
+        why = f"it has no column {', '.join(missing)}" if missing else "it has no rows"
+        raise SpecroofError(f"{what} needs a table from {source} with columns {', '.join(columns)}: {why}")
+
+
 def speedup_map(
     c: float,
     alphas: np.ndarray | None = None,
@@ -179,7 +191,8 @@ def speedup_map(
     g = np.arange(0, max_gamma + 1)
     s = ideal_speedup(a[None, :], g[:, None], c)
     mesh = ax.pcolormesh(a, g, s, shading="nearest", cmap="viridis")
-    ax.contour(a, g[1:], s[1:], levels=[1.0], colors="w", linewidths=1.0, linestyles="--")
+    if a.size >= 2 and g.size >= 3:  # a contour needs a 2 x 2 grid: one alpha, or gamma up to 1, has no line to draw
+        ax.contour(a, g[1:], s[1:], levels=[1.0], colors="w", linewidths=1.0, linestyles="--")
     best, _ = optimal_gamma(a, c, max_gamma)
     ax.plot(a, best, color="r", lw=2, label="optimal gamma")
     fig.colorbar(mesh, ax=ax, label="speedup (x)")
@@ -371,6 +384,7 @@ def trees_vs_batch_chart(table: pd.DataFrame) -> Figure:
     """
     import matplotlib.pyplot as plt
 
+    _needs(table, ("hardware", "batch", "tree_speedup", "chain_speedup"), "trees_vs_batch_chart", "trees_vs_batch")
     gpus = list(dict.fromkeys(table["hardware"]))
     cols = min(3, len(gpus))
     rows = (len(gpus) + cols - 1) // cols
@@ -436,6 +450,8 @@ def gamma_policies_chart(results: dict[str, pd.DataFrame], *, ax: Axes | None = 
 
 def published_scatter(table: pd.DataFrame) -> Figure:
     """Predicted against published, log-log with y = x: roofline-only (hollow) and engine-aware (filled), per kind."""
+    _needs(table, ("engine_aware", "roofline", "published", "metric", "use"), "published_scatter",
+           "roofline.evidence.published.validation_table")  # fmt: skip
     t = table.dropna(subset=["engine_aware"])
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.8))
     for ax, metric, unit in zip(
@@ -478,6 +494,7 @@ def published_scatter(table: pd.DataFrame) -> Figure:
 
 def gamma_by_engine_chart(table: pd.DataFrame, title: str = "", ax: Axes | None = None) -> Figure:
     """Speedup against gamma, one line per engine (a :func:`roofline.speculation.speculative.speedup_by_engine` table), best marked."""
+    _needs(table, ("engine", "gamma", "speedup"), "gamma_by_engine_chart", "speedup_by_engine")
     fig, ax = _axes(ax, (7.5, 4.5))
     for j, (engine, grp) in enumerate(table.groupby("engine", sort=False)):
         grp = grp.sort_values("gamma")
@@ -552,6 +569,8 @@ def serving_curves(summary: pd.DataFrame, *, title: str = "") -> Figure:
     Left: TPOT p50 and p90 against output tokens/s; right: TTFT p50 against the request rate.
     Each point is labelled with its rate (req/s).
     """
+    _needs(summary, ("policy", "rate_req_s", "throughput_tok_s", "tpot_p50_s", "tpot_p90_s", "ttft_p50_s"),
+           "serving_curves", "a serving sweep's summary (roofline.serving.simulate(...).summary)")  # fmt: skip
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11.0, 4.3), layout="constrained")
     for i, (policy, g) in enumerate(summary.groupby("policy", sort=False)):
         g = g.sort_values("rate_req_s")

@@ -455,3 +455,22 @@ def test_speculation_pays_by_more_than_the_resolution_plan_recommends_by():
     speedups = {0.3: 1.004, 0.4: 1.01, 0.5: 1.05, 0.6: 1.2}
     be = break_even(list(speedups), [pays(s) for s in speedups.values()])
     assert be == 0.5 and break_even_words(be) == "pays from a per-token rate of 0.5"
+
+
+def test_the_third_fuzz_plots_refuse_in_words_and_draw_what_they_can():
+    import numpy as np
+    import pandas as pd
+    import pytest
+
+    import roofline.plot as pl
+    from roofline.core.errors import SpecroofError
+
+    for kw in ({"alphas": np.array([0.7])}, {"max_gamma": 1}, {"max_gamma": 0}):
+        assert pl.speedup_map(0.05, **kw).axes  # one alpha or gamma <= 1 has no contour, and draws without it
+    for name in ("serving_curves", "published_scatter", "trees_vs_batch_chart", "gamma_by_engine_chart"):
+        with pytest.raises(SpecroofError, match=f"{name} needs a table from .* with columns"):
+            getattr(pl, name)(pd.DataFrame())
+    from roofline.explore import deployment_figure
+
+    with pytest.raises(SpecroofError, match="a mean of 3.2 at 5 drafts is value 0.44"):
+        deployment_figure(kind="mean", value=3.2, measured_at=5)

@@ -149,7 +149,9 @@ class TimeModel:
     def peak(self, dtype: str) -> float:
         if dtype not in self.peak_flop_per_s:
             have = ", ".join(self.peak_flop_per_s) or "none"
-            raise SpecroofError(f"{self.name or 'this device'} has no {dtype} peak (it has: {have})")
+            raise SpecroofError(
+                f"{self.name or 'this device'} has no {dtype} peak (it has: {have}): price it in one of those (--dtype)"
+            )
         return float(self.peak_flop_per_s[dtype])
 
     def stream_rates(self, tp: int = 1) -> tuple[float, ...]:
