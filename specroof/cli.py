@@ -35,7 +35,16 @@ def did_you_mean(message: str) -> str:
     return f"{message}: did you mean {close[0]}?" if close else message
 
 
+#: a negative number as a value, exponent forms included: Python 3.11's argparse reads '-1e3' as an unknown option
+#: ('expected one argument'), where flags that take either sign (--round-host-us) document it
+_NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = _NEGATIVE_NUMBER
+
     def error(self, message: str) -> Any:  # argparse's own exit code is already 2
         # one line, as for every other bad input; the usage is one --help away
         self.exit(2, f"specroof: error: {did_you_mean(message)} (see `{self.prog} --help`)\n")

@@ -314,7 +314,12 @@ def validate_inputs(gpus: Sequence[str], pairing: dict[str, Any] | None) -> None
     if not gpus:
         raise SpecroofError("give at least one GPU (--hardware)")
     for g in gpus:
-        load_hardware(g)
+        hw = load_hardware(g)
+        if "bf16" not in hw.dtypes:  # every section prices bf16: a GPU without it failed them one by one
+            raise SpecroofError(
+                f"the report prices bf16 and {hw.id} has no bf16 peak (it has: {', '.join(hw.dtypes)}): leave it out "
+                f"of --hardware, and price it with speedup, plan or roofline --dtype {hw.dtypes[-1]}"
+            )
     cfg = _pairing(pairing)
     target, draft = get_model(cfg["target"]), get_model(cfg["drafters"][0])
     if not target.is_abstract and not draft.is_abstract and draft.total_params >= target.total_params:
@@ -914,10 +919,11 @@ def serving_section(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any
     body += band_words({band_for(engine, gpu, kind="serving", model=target)[1]: [hw_name]})
     body += (
         "<p>TTFT: arrival to first token; TPOT: time per output token after the first; static:4 drafts 4 tokens "
-        "every round, goodput chooses gamma per step as SmartSpec does (lower as the batch fills). A static gamma "
-        "lowers TPOT at every rate, but near saturation its verify tokens take the step budget prefills need, so "
-        "queues and TTFT grow. <code>specroof serve</code> runs any sweep; <code>specroof measure serve</code> "
-        "checks the simulator against real continuous batching on this machine.</p>"
+        "every round, goodput chooses gamma per step as SmartSpec does (lower as the batch fills). "
+        + esc(_static_tpot_words(res.summary))
+        + " Near saturation a static gamma's verify tokens take the step budget prefills need, so queues and TTFT "
+        "grow. <code>specroof serve</code> runs any sweep; <code>specroof measure serve</code> checks the simulator "
+        "against real continuous batching on this machine.</p>"
     )
     rows = [
         {"policy": p, "objective": objective, "stops_paying_at_rate": r, **every[objective][p].to_dict()}
@@ -929,6 +935,22 @@ def serving_section(w: ReportWriter, gpus: Sequence[str], pairing: dict[str, Any
         ["serving_summary.csv", "serving_verdicts.csv", "serving_curves.png"],
         {"serving": rows},
     )
+
+
+def _static_tpot_words(summary: Any, policy: str = "static:4", baseline: str = "off") -> str:
+    """What the table beside it shows of a static gamma's TPOT against plain decoding, read off the sweep (a sentence
+    written once said 'at every rate' beside a table where it did not)."""
+    a = summary[summary["policy"] == policy].set_index("rate_req_s")["tpot_p50_s"]
+    b = summary[summary["policy"] == baseline].set_index("rate_req_s")["tpot_p50_s"]
+    rates = sorted(set(a.index) & set(b.index))
+    if not rates:
+        return ""
+    worse = [r for r in rates if not a[r] < b[r]]
+    if not worse:
+        return f"{policy} lowers TPOT p50 at every rate swept."
+    if len(worse) == len(rates):
+        return f"{policy} lowers TPOT p50 at no rate swept."
+    return f"{policy} lowers TPOT p50 at every rate swept but {', '.join(f'{r:g}' for r in worse)} req/s."
 
 
 def engines_section(w: ReportWriter) -> Section:

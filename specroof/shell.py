@@ -229,7 +229,8 @@ def engine_arg(text: str) -> str | None:
 
 def _has_device_table(text: str) -> None:
     """A user's engine file must say what the device does: without a [device] table every fraction would silently
-    be the datasheet's (an engine that adds nothing), which is the datasheet roofline under an engine's name."""
+    be the datasheet's (an engine that adds nothing), which is the datasheet roofline under an engine's name. A file
+    that extends or aliases a shipped engine takes its [device] table from it."""
     import tomllib
 
     from roofline.costing.engine import list_engines
@@ -241,7 +242,7 @@ def _has_device_table(text: str) -> None:
         data = tomllib.loads(p.read_text())
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise SpecroofError(f"cannot read engine profile {text}: {e}") from None
-    if "alias_of" not in data and not isinstance(data.get("device"), dict):
+    if "alias_of" not in data and "extends" not in data and not isinstance(data.get("device"), dict):
         raise SpecroofError(
             f"engine profile {text} has no [device] table (bandwidth_fraction, compute_fraction, pass_us, layer_us, "
             "...): see engine_profiles/compiled.toml for one"

@@ -474,3 +474,72 @@ def test_the_third_fuzz_plots_refuse_in_words_and_draw_what_they_can():
 
     with pytest.raises(SpecroofError, match="a mean of 3.2 at 5 drafts is value 0.44"):
         deployment_figure(kind="mean", value=3.2, measured_at=5)
+
+
+def test_the_third_fuzz_workloads_and_policies(tmp_path):
+    import warnings
+
+    import numpy as np
+    import pandas as pd
+    import pytest
+
+    from roofline.core.errors import SpecroofError
+    from roofline.serving.metrics import speculation_pays
+    from roofline.serving.policies import parse_policy
+    from roofline.serving.workload import MAX_REQUESTS, check_rate, draw_lengths, read_trace
+
+    rng = np.random.default_rng(0)
+    with pytest.raises(SpecroofError, match="lognormal:100,50 draws lengths up to .* lower SIGMA"):
+        draw_lengths("lognormal:100,50", 50, rng, "output length")
+    with pytest.raises(SpecroofError, match="uniform:A-B needs 1 <= A <= B"):  # was swallowed as a parse failure
+        draw_lengths("uniform:5-2", 5, rng, "output length")
+    (tmp_path / "t.csv").write_text("arrival_s,input_tokens,output_tokens\n0,1e30,50\n1,10,10\n")
+    with pytest.raises(SpecroofError, match=r"input_tokens must be whole numbers in \[1, 2,147,483,648\]"):
+        read_trace(tmp_path / "t.csv")
+    with pytest.raises(SpecroofError, match="rate must be at least 1e-06 requests per second"):
+        check_rate(1e-15)
+    assert MAX_REQUESTS == 1_000_000
+    with pytest.raises(SpecroofError, match="by-batch gives batch 1 twice"):
+        parse_policy("by-batch:1=4,1=2")
+    for text in ("goodput:0", "goodput:100"):
+        with pytest.raises(SpecroofError, match=r"goodput max gamma must lie in \[1, 32\]"):
+            parse_policy(text)
+    zero = pd.DataFrame({"policy": ["off", "goodput:8"], "rate_req_s": [4.0, 4.0], "goodput_req_s": [0.0, 0.0]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no numpy RuntimeWarning: no request met the SLOs under either policy
+        out = speculation_pays(zero, "goodput:8", metric="goodput_req_s")
+    assert out["ratio"].tolist() == [1.0] and not out["pays"].any()
+
+
+def test_the_third_fuzz_command_line(capsys, tmp_path):
+    import pytest
+
+    from roofline.core.errors import SpecroofError
+    from specroof.cli import build_parser, main
+    from specroof.report import _static_tpot_words, validate_inputs
+
+    serve = ["serve", "--hardware", "h100-sxm-80gb", "--target", "llama-3.1-8b", "--drafter", "eagle3"]
+    args = build_parser().parse_args([*serve, "--rate", "4", "--round-host-us", "-1e3"])
+    assert args.round_host_us == pytest.approx(-1e-3)  # -1e3 us, in seconds: a number, not an unknown option
+    # serve prices --host-launch-us as speedup does (it ignored the flag)
+    run = [*serve, "--rate", "4", "--requests", "10", "--engine", "hf", "--acceptance", "0.7", "--json"]
+    assert main(run) == 0
+    plain = json.loads(capsys.readouterr().out)["per_rate"]
+    assert main([*run, "--host-launch-us", "500"]) == 0
+    slow = json.loads(capsys.readouterr().out)["per_rate"]
+    assert slow[0]["tpot_p50_s"] > 5 * plain[0]["tpot_p50_s"]
+    assert main([*run, "--host-launch-us", "-500"]) == 2
+    # a shipped engine file that extends another is an engine given by path
+    from pathlib import Path
+
+    hf4 = Path(__file__).parents[1] / "engine_profiles" / "hf-4.toml"
+    assert main(["speedup", "--hardware", "h100-sxm-80gb", "--engine", str(hf4), "--target", "llama-3.1-8b",
+                 "--drafter", "eagle3", "--alpha", "0.7"]) == 0  # fmt: skip
+    capsys.readouterr()
+    with pytest.raises(SpecroofError, match="the report prices bf16 and apple-m4-max has no bf16 peak"):
+        validate_inputs(["apple-m4-max"], None)
+    import pandas as pd
+
+    table = pd.DataFrame({"policy": ["off", "static:4"] * 3, "rate_req_s": [1, 1, 32, 32, 64, 64],
+                          "tpot_p50_s": [2, 1, 2, 3, 2, 1]})  # fmt: skip
+    assert _static_tpot_words(table) == "static:4 lowers TPOT p50 at every rate swept but 32 req/s."

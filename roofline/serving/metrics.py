@@ -127,7 +127,9 @@ def speculation_pays(
     rates = sorted(set(a.index) & set(b.index))
     if not rates:
         raise SpecroofError(f"policies {policy!r} and {baseline!r} share no rate")
-    ratio = np.asarray([a[r] / b[r] for r in rates], dtype=float)
+    num, den = (np.asarray([x[r] for r in rates], dtype=float) for x in (a, b))
+    with np.errstate(divide="ignore", invalid="ignore"):  # 0 / 0 (no request met the SLOs under either): the same
+        ratio = np.where((num == 0) & (den == 0), 1.0, num / den)
     lower = lower_is_better(metric)
     pays = ratio < 1.0 if lower else ratio > 1.0
     return pd.DataFrame({"rate_req_s": rates, "ratio": ratio, "pays": pays})

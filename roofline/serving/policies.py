@@ -86,13 +86,13 @@ class ServingPolicy:
         return 0
 
 
-def _gamma(text: str, what: str) -> int:
+def _gamma(text: str, what: str, lo: int = 0) -> int:
     try:
         g = int(text)
     except ValueError:
         raise SpecroofError(f"{what} must be a whole number (got {text!r})") from None
-    if not 0 <= g <= MAX_GAMMA:
-        raise SpecroofError(f"{what} must lie in [0, {MAX_GAMMA}] (got {g})")
+    if not lo <= g <= MAX_GAMMA:
+        raise SpecroofError(f"{what} must lie in [{lo}, {MAX_GAMMA}] (got {g})")
     return g
 
 
@@ -127,6 +127,8 @@ def parse_policy(policy: str | ServingPolicy | GammaPolicy) -> ServingPolicy:
                 raise SpecroofError(f"by-batch batch must be a whole number (got {b!r})") from None
             if bb < 1:
                 raise SpecroofError(f"by-batch batch must be >= 1 (got {bb})")
+            if bb in table:  # by-batch:1=4,1=2 kept the last and said nothing
+                raise SpecroofError(f"by-batch gives batch {bb} twice ({arg}): give one gamma per batch")
             table[bb] = _gamma(g_text, "by-batch gamma")
         return ServingPolicy("by-batch", schedule=BatchSchedule(table))
     if kind == "tree" and arg:
@@ -134,8 +136,7 @@ def parse_policy(policy: str | ServingPolicy | GammaPolicy) -> ServingPolicy:
 
         return ServingPolicy("tree", tree=tree_preset(arg), label=f"tree:{arg}")
     if kind == "goodput":
-        gmax = _gamma(arg, "goodput max gamma") if arg else GOODPUT_MAX_GAMMA
-        if gmax < 1:
-            raise SpecroofError("goodput max gamma must be >= 1")
+        # the range of a gamma, less the 0 that would never speculate ('off' does that)
+        gmax = _gamma(arg, "goodput max gamma", lo=1) if arg else GOODPUT_MAX_GAMMA
         return ServingPolicy("goodput", max_gamma=gmax)
     raise SpecroofError(f"unknown policy {policy!r}: use off, static:G, by-batch:B=G,..., tree:NAME or goodput[:GMAX]")

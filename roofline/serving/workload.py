@@ -26,9 +26,16 @@ import numpy.typing as npt
 from roofline.core.errors import SpecroofError
 from roofline.core.validation import check_count, check_number
 
-#: the most requests one run simulates: each holds a row of ~30 numbers in the result (10^7: a few GB), and
-#: a run of 100,000 already takes seconds; checked before anything is drawn
-MAX_REQUESTS = 10_000_000
+#: the most requests one run simulates, checked before anything is drawn: 100,000 take about 20 s a policy and rate
+#: on a 2-core host, so 10^6 is minutes (10^7, the bound before, ran past 70 s and 2.5 GB before its first rate ended)
+MAX_REQUESTS = 1_000_000
+
+#: the slowest request rate simulated (req/s): one request every 11.6 days. Arrival times are float seconds; far
+#: below it they grow past 10^15 s, where a double cannot hold the milliseconds a pass takes (TTFT came out 0)
+MIN_RATE = 1e-6
+
+#: the longest prompt or output a workload holds (tokens): far past any model's context, within int64 arithmetic
+MAX_LENGTH = 1 << 31
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -121,9 +128,15 @@ TRACE_LENGTHS: dict[str, tuple[TraceLengths, TraceLengths]] = {
 def check_rate(rate: float) -> float:
     """A request rate > 0 (req/s) as a float; numpy scalars (``np.arange(2, 10, 4)``'s items) are numbers too."""
     try:
-        return check_number("rate", rate, 0.0, lo_open=True)
+        r = check_number("rate", rate, 0.0, lo_open=True)
     except SpecroofError:
         raise SpecroofError(f"rate must be a positive number of requests per second (got {rate!r})") from None
+    if r < MIN_RATE:
+        raise SpecroofError(
+            f"rate must be at least {MIN_RATE:g} requests per second (got {r:g}): slower, the arrival times grow past "
+            "what a float holds to the millisecond a pass takes"
+        )
+    return r
 
 
 def unit_gaps(n: int, arrivals: str, rng: np.random.Generator) -> FloatArray:
@@ -171,7 +184,15 @@ def draw_lengths(spec: str | int, n: int, rng: np.random.Generator, name: str) -
             if not (median >= 1 and math.isfinite(median) and sigma >= 0 and math.isfinite(sigma)):
                 raise SpecroofError(f"{name} lognormal:MEDIAN,SIGMA needs MEDIAN >= 1 and SIGMA >= 0 (got {arg})")
             # the median of a lognormal is exp(mu): mu = log(median)
-            return np.maximum(1, np.rint(rng.lognormal(math.log(median), sigma, n))).astype(np.int64)
+            drawn = np.rint(rng.lognormal(math.log(median), sigma, n))
+            if not np.all(drawn <= MAX_LENGTH):  # inf past a double's range; 10^30 tokens as an int64 is garbage
+                raise SpecroofError(
+                    f"{name} lognormal:{arg} draws lengths up to {float(np.max(drawn)):.3g} tokens, past "
+                    f"{MAX_LENGTH:,}: lower SIGMA (the spread: p90 = MEDIAN x exp(1.28 SIGMA))"
+                )
+            return np.maximum(1, drawn).astype(np.int64)
+    except SpecroofError:  # a SpecroofError is a ValueError: the sentences above are the answer, not a parse failure
+        raise
     except ValueError:
         pass
     raise SpecroofError(
@@ -245,7 +266,7 @@ def read_trace(path: str | Path) -> Workload:
     lens = {}
     for c in ("input_tokens", "output_tokens"):
         col = np.asarray(cols[c])
-        if np.any(col != np.round(col)) or np.any(col < 1):
-            raise SpecroofError(f"trace file {str(p)!r}: {c} must be whole numbers >= 1")
+        if np.any(col != np.round(col)) or np.any(col < 1) or np.any(col > MAX_LENGTH):
+            raise SpecroofError(f"trace file {str(p)!r}: {c} must be whole numbers in [1, {MAX_LENGTH:,}]")
         lens[c] = col.astype(np.int64)
     return Workload(t, lens["input_tokens"], lens["output_tokens"])

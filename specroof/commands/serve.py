@@ -18,6 +18,7 @@ import pandas as pd
 
 from roofline.core.errors import SpecroofError
 from roofline.serving.sweep import DEFAULT_OBJECTIVE, OBJECTIVES
+from roofline.serving.workload import MAX_REQUESTS
 from roofline.speculation.acceptance_defaults import (
     CURVE_ALPHAS,
     RESOLUTION,
@@ -34,7 +35,7 @@ from specroof.commands.common import (
     engine_config_from_args,
     single_acceptance,
 )
-from specroof.shell import GivenStore, _add_engine, _add_json, bounded_int, emit, plot_path
+from specroof.shell import GivenStore, _add_engine, _add_json, bounded_int, emit, engine_of, plot_path
 
 #: the columns the table shows (the JSON has every column of the summary)
 TABLE = (
@@ -274,7 +275,7 @@ def _simulate(
         output_len=args.output_len,
         arrivals=args.arrivals,
         trace=args.trace,
-        engine=args.engine,
+        engine=engine_of(args),  # --host-launch-us applied, as speedup and plan apply it
         dtype=args.dtype,
         weight_dtype=args.weight_dtype,
         tp=args.tp,
@@ -550,7 +551,7 @@ def add_parser(sub: Any) -> None:
         "tree:NAME (eagle, eagle2, eagle3, medusa), goodput[:GMAX] (SmartSpec); repeat to compare several; "
         "off is always run (default goodput)",
     )
-    p.add_argument("--requests", type=bounded_int(1, 10_000_000), default=1000, help="requests per rate")
+    p.add_argument("--requests", type=bounded_int(1, MAX_REQUESTS), default=1000, help="requests per rate")
     presets = ", ".join(TRACE_LENGTHS)
     p.add_argument(
         "--input-len",
