@@ -344,6 +344,13 @@ class Hardware:
         """A copy with fields changed, e.g. ``hw.replace(bandwidth_bytes_per_s=3.35e12)``."""
         return dataclasses.replace(self, **changes)
 
+    @property
+    def max_tp(self) -> int | None:
+        """The widest tensor parallelism priced on this device: the GPUs its node's link joins (a TP all-reduce past
+        them runs over a network no profile lists: docs/cost-model.md, section 63); None for accelerators that are
+        not GPUs (a TPU slice's ICI joins many chips)."""
+        return self.gpus_per_node if self.kind == "gpu" else None
+
     def summary(self) -> dict[str, Any]:
         """Flat dict of the headline figures in human units (for tables and ``--json``)."""
         row: dict[str, Any] = {

@@ -100,8 +100,8 @@ class Pricing:
             dtype_bytes(self.weight_dtype)  # a dtype or a weight format; anything else names the grammar
         if isinstance(self.tp, bool) or not isinstance(self.tp, int) or self.tp < 1:
             raise SpecroofError(f"tp must be an integer >= 1 (got {self.tp!r})")
-        node = self.hardware.gpus_per_node
-        if self.hardware.kind == "gpu" and self.tp > node:
+        node = self.hardware.max_tp
+        if node is not None and self.tp > node:
             # a TP all-reduce is priced over one node's link (its NCCL tables are one node's): past the node it would
             # run over the network, at a bandwidth and latency no profile lists (docs/cost-model.md, section 63)
             raise SpecroofError(

@@ -790,7 +790,6 @@ def emit_prices(args: argparse.Namespace) -> None:
 def fit_cures(hw: Any, tp: int) -> str:
     """What a configuration that does not fit can change, in words: a wider TP only up to the GPUs one node's link
     joins (a wider one is not priced: docs/cost-model.md, section 63), then fewer bits per weight."""
-    node = int(getattr(hw, "gpus_per_node", 8))
-    if getattr(hw, "kind", "gpu") == "gpu" and tp >= node:
+    if hw.max_tp is not None and tp >= hw.max_tp:
         return f"store the weights in fewer bits (--weight-dtype) or use GPUs with more memory (--tp {tp} fills a node)"
     return "raise --tp or store the weights in fewer bits (--weight-dtype)"

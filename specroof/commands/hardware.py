@@ -61,7 +61,7 @@ def cmd_hardware_show(args: argparse.Namespace) -> int:
         lines.append(f"  {d:<5} peak  {format_quantity(hw.peak(d), 'FLOP/s'):>14}   ridge {hw.ridge(d):7.1f} FLOP/byte")
     if hw.interconnect_bytes_per_s:
         # a GPU's link joins one node, the widest TP priced (docs/cost-model.md, section 63)
-        node = f", {hw.gpus_per_node} GPUs a node (the widest --tp priced)" if hw.kind == "gpu" else ""
+        node = f", {hw.max_tp} GPUs a node (the widest --tp priced)" if hw.max_tp is not None else ""
         lines.append(f"  link        {format_quantity(hw.interconnect_bytes_per_s, 'B/s')} per direction{node}")
     if hw.tdp_w:
         lines.append(f"  power       {hw.tdp_w:g} W (TDP)")

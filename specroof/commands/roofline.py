@@ -89,12 +89,8 @@ def cmd_roofline(args: argparse.Namespace) -> int:
         "tokens_per_s": float(st.tokens_per_s),
         "arithmetic_intensity": float(st.intensity),
         "ridge_flop_per_byte": float(st.ridge),
-        # the intensity at which this pass's memory and compute times would be equal: under an engine each operator
-        # has its own rates (attention, the paged KV read), so the GEMMs' ridge above need not split memory- from
-        # compute-bound for the whole pass; this one does, by construction
-        "pass_ridge_flop_per_byte": (
-            float(st.intensity) * float(st.t_memory_s) / float(st.t_compute_s) if float(st.t_compute_s) > 0 else None
-        ),
+        # the ridge this pass's bound is read against (an engine's rates per operator move it off the GEMMs')
+        "pass_ridge_flop_per_byte": None if np.isnan(st.pass_ridge) else float(st.pass_ridge),
         "bound": str(st.bound),
         "crossover_tokens": k,
         "weights_only_crossover": weights_only_crossover(spec, hw, args.dtype),
@@ -208,10 +204,7 @@ def _roofline_sweep(args: argparse.Namespace, spec: ModelSpec, hw: Any) -> int:
             "tokens_per_s": np.broadcast_to(st.tokens_per_s, B.shape).ravel(),
             "intensity_flop_per_byte": np.broadcast_to(st.intensity, B.shape).ravel(),
             "bound": np.broadcast_to(st.bound, B.shape).ravel(),
-            # the intensity at which this row's memory and compute times are equal (its bound's own ridge)
-            "pass_ridge_flop_per_byte": np.broadcast_to(
-                st.intensity * st.t_memory_s / np.where(st.t_compute_s > 0, st.t_compute_s, np.nan), B.shape
-            ).ravel(),
+            "pass_ridge_flop_per_byte": np.broadcast_to(st.pass_ridge, B.shape).ravel(),  # its bound's own ridge
             "t_allreduce_s": np.broadcast_to(st.t_allreduce_s, B.shape).ravel(),
         }
     )

@@ -72,6 +72,15 @@ class StepTime:
     def bound(self) -> npt.NDArray[np.str_]:
         return np.where(self.memory_bound, "memory", "compute")
 
+    @property
+    def pass_ridge(self) -> Array:
+        """The intensity at which this pass's memory and compute times are equal, ``I x t_mem / t_comp``: the ridge
+        its bound is read against when an engine prices each operator at its own rates (docs/cost-model.md, section
+        64); the GPU's ``ridge`` without one. NaN where the pass computes nothing."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t_comp = np.asarray(self.t_compute_s, dtype=float)
+            return np.where(t_comp > 0, self.intensity * self.t_memory_s / t_comp, np.nan)
+
     def to_frame(self) -> pd.DataFrame:
         """One row per configuration of the sweep (batch, new tokens, context when known), unit-suffixed columns."""
         shape = np.shape(self.t_step_s)
